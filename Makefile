@@ -1,0 +1,48 @@
+# cbop developer entry points. `make dev` and `make test` set up everything they need
+# on a fresh machine: a virtualenv in .venv, the package, and the local control plane
+# binaries (built once from the pinned Go modules into ~/.cache/cbop).
+SHELL := bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+export PYTHONDONTWRITEBYTECODE := 1
+
+.PHONY: all venv binaries test test-unit test-e2e lint fmt dev dev-cluster dev-cluster-down \
+        run install uninstall deploy undeploy bench clean
+
+all: lint test
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+# Builds (or reuses) kube-apiserver, kube-controller-manager, kubectl and etcd.
+binaries:
+	@hack/build-control-plane.sh >/dev/null
+
+test: venv binaries
+	$(PY) -m pytest tests $(PYTEST_ARGS)
+
+test-unit: venv
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+test-e2e: venv binaries
+	$(PY) -m pytest tests/e2e $(PYTEST_ARGS)
+
+lint: venv
+	$(VENV)/bin/ruff format --check src tests bench
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
+fmt: venv
+	$(VENV)/bin/ruff format src tests bench
+	$(VENV)/bin/ruff check --fix src tests bench
+
+clean:
+	rm -rf $(VENV) build dist .mypy_cache .pytest_cache .ruff_cache
