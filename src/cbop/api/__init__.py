@@ -1,0 +1,59 @@
+"""The ConfigBundle API (``cbop.dev/v1alpha1``): names, spec parsing and validation.
+
+This package owns the contract between users and cbop: the group, version and kind,
+the label and annotation keys cbop puts on the ConfigMaps it manages, and the typed,
+validated view of a bundle's ``spec`` (:class:`BundleSpec`). It has no I/O and no
+Kubernetes client; the reconciler and the CLI build on it.
+"""
+
+from cbop.api.spec import (
+    BundleSpec,
+    DeletionPolicy,
+    SpecError,
+    TooLargeError,
+    parse_spec,
+)
+from cbop.api.types import (
+    ANNOTATION_CONTENT_HASH,
+    ANNOTATION_MANAGED_ANNOTATIONS,
+    ANNOTATION_MANAGED_LABELS,
+    API_VERSION,
+    CONDITION_READY,
+    FINALIZER_ORPHAN,
+    GROUP,
+    KIND,
+    LABEL_BUNDLE,
+    LABEL_MANAGED_BY,
+    MANAGED_BY_VALUE,
+    MAX_CONFIGMAP_BYTES,
+    PLURAL,
+    RESERVED_ANNOTATIONS,
+    RESERVED_LABELS,
+    VERSION,
+    Reason,
+)
+
+__all__ = [
+    "ANNOTATION_CONTENT_HASH",
+    "ANNOTATION_MANAGED_ANNOTATIONS",
+    "ANNOTATION_MANAGED_LABELS",
+    "API_VERSION",
+    "CONDITION_READY",
+    "FINALIZER_ORPHAN",
+    "GROUP",
+    "KIND",
+    "LABEL_BUNDLE",
+    "LABEL_MANAGED_BY",
+    "MANAGED_BY_VALUE",
+    "MAX_CONFIGMAP_BYTES",
+    "PLURAL",
+    "RESERVED_ANNOTATIONS",
+    "RESERVED_LABELS",
+    "VERSION",
+    "BundleSpec",
+    "DeletionPolicy",
+    "Reason",
+    "SpecError",
+    "TooLargeError",
+    "parse_spec",
+]

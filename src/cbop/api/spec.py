@@ -1,0 +1,288 @@
+"""Typed, validated view of a ConfigBundle's ``spec``.
+
+:func:`parse_spec` turns the raw ``spec`` dict (as the informer cache holds it) into a
+frozen :class:`BundleSpec`, or raises :class:`SpecError` / :class:`TooLargeError` with a
+message a user can act on. The CRD's schema and CEL rules reject most invalid input at
+admission; these checks are the second line of defence (a CRD installed by an older
+cbop, or objects written before a rule existed) and the only check of the ConfigMap size
+limit, which depends on decoded byte counts that CEL cannot see cheaply.
+
+The rules are kube-apiserver's own validation of ConfigMaps and of object metadata
+(``k8s.io/apimachinery/pkg/util/validation``), so a spec that passes here produces a
+ConfigMap the API server accepts.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import enum
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from cbop.api.types import MAX_CONFIGMAP_BYTES, RESERVED_ANNOTATIONS, RESERVED_LABELS, Reason
+
+_CONFIGMAP_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+_DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS1123_SUBDOMAIN = re.compile(rf"^{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*$")
+_QUALIFIED_NAME_PART = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_MAX_KEY_LENGTH = 253
+_MAX_NAME_PART_LENGTH = 63
+_MAX_LABEL_VALUE_LENGTH = 63
+#: kube-apiserver's limit on the total size of an object's annotations (256 KiB).
+_MAX_ANNOTATIONS_BYTES = 256 * 1024
+
+
+class DeletionPolicy(enum.StrEnum):
+    """What happens to the ConfigMap when its bundle is deleted."""
+
+    DELETE = "Delete"
+    ORPHAN = "Orphan"
+
+
+class SpecError(ValueError):
+    """The spec cannot be turned into a ConfigMap; only a spec change can fix it.
+
+    Attributes:
+        reason: the ``Ready`` condition reason to report (a :class:`Reason`).
+        message: a sentence naming the offending field and value.
+    """
+
+    def __init__(self, message: str, reason: Reason = Reason.INVALID_SPEC) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+class TooLargeError(SpecError):
+    """The ConfigMap would exceed kube-apiserver's 1,048,576-byte content limit.
+
+    Attributes:
+        size: the summed byte length of data values and decoded binaryData values.
+    """
+
+    def __init__(self, size: int) -> None:
+        super().__init__(
+            f"the ConfigMap content would be {size:,} bytes (data values plus decoded "
+            f"binaryData values), over the API server's limit of {MAX_CONFIGMAP_BYTES:,} "
+            f"bytes by {size - MAX_CONFIGMAP_BYTES:,}; split the bundle or shrink its values",
+            Reason.CONFIGMAP_TOO_LARGE,
+        )
+        self.size = size
+
+
+@dataclass(frozen=True, slots=True)
+class BundleSpec:
+    """A validated ConfigBundle spec.
+
+    Attributes:
+        config_map_name: name of the managed ConfigMap (same namespace as the bundle).
+        data: key -> UTF-8 text, exactly as the ConfigMap's ``data``.
+        binary_data: key -> raw bytes (decoded from the spec's base64).
+        labels: labels cbop puts on the ConfigMap (besides its own).
+        annotations: annotations cbop puts on the ConfigMap (besides its own).
+        immutable: create the ConfigMap with ``immutable: true``.
+        deletion_policy: what happens to the ConfigMap when the bundle goes.
+        suspend: while True, cbop makes no writes for this bundle.
+        size: summed byte length of data values and binary_data values.
+    """
+
+    config_map_name: str
+    data: Mapping[str, str]
+    binary_data: Mapping[str, bytes]
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    immutable: bool
+    deletion_policy: DeletionPolicy
+    suspend: bool
+    size: int
+
+    @property
+    def key_count(self) -> int:
+        """Number of keys in ``data`` plus ``binaryData``."""
+        return len(self.data) + len(self.binary_data)
+
+
+def configmap_key_error(key: str) -> str | None:
+    """Return why ``key`` is not a valid ConfigMap key, or None when it is.
+
+    Rules as kube-apiserver's ``IsConfigMapKey``: ``^[-._a-zA-Z0-9]+$``, at most 253
+    characters, not ``.``, not ``..`` and not starting with ``..``.
+    """
+    if not key:
+        return "a key must not be empty"
+    if len(key) > _MAX_KEY_LENGTH:
+        return f"key {_show(key)} is {len(key)} characters long, more than {_MAX_KEY_LENGTH}"
+    if not _CONFIGMAP_KEY.match(key):
+        return (
+            f"key {_show(key)} may only contain letters, digits, '-', '_' and '.' "
+            "(a Kubernetes ConfigMap key)"
+        )
+    if key in (".", "..") or key.startswith(".."):
+        return f"key {_show(key)} must not be '.' or '..' or start with '..'"
+    return None
+
+
+def qualified_name_error(key: str) -> str | None:
+    """Return why ``key`` is not a valid label/annotation key, or None when it is.
+
+    Rules as kube-apiserver's ``IsQualifiedName``: an optional DNS-1123 subdomain prefix
+    and ``/``, then a name of at most 63 characters of alphanumerics, ``-``, ``_``, ``.``
+    that starts and ends alphanumeric.
+    """
+    prefix, sep, name = key.rpartition("/")
+    if sep and (
+        not prefix or len(prefix) > _MAX_KEY_LENGTH or not _DNS1123_SUBDOMAIN.match(prefix)
+    ):
+        return f"key {_show(key)} has an invalid prefix (must be a lowercase DNS subdomain)"
+    if not name or len(name) > _MAX_NAME_PART_LENGTH or not _QUALIFIED_NAME_PART.match(name):
+        return (
+            f"key {_show(key)}: the name part must be 1-63 characters of letters, digits, "
+            "'-', '_', '.', starting and ending with a letter or digit"
+        )
+    return None
+
+
+def _label_value_error(key: str, value: str) -> str | None:
+    if value and (len(value) > _MAX_LABEL_VALUE_LENGTH or not _QUALIFIED_NAME_PART.match(value)):
+        return (
+            f"label {_show(key)} has value {_show(value)}; a label value is at most 63 "
+            "characters of letters, digits, '-', '_', '.', starting and ending alphanumeric"
+        )
+    return None
+
+
+def _show(text: str, limit: int = 60) -> str:
+    """Quote ``text`` for a message, shortened to ``limit`` characters."""
+    if len(text) > limit:
+        return repr(text[: limit - 3] + "...")
+    return repr(text)
+
+
+def _string_map(spec: Mapping[str, Any], field: str) -> dict[str, str]:
+    raw = spec.get(field)
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise SpecError(f"spec.{field} must be a map of strings, not {type(raw).__name__}")
+    out: dict[str, str] = {}
+    for key, value in raw.items():
+        if not isinstance(value, str):
+            raise SpecError(f"spec.{field}[{_show(str(key))}] must be a string")
+        out[str(key)] = value
+    return out
+
+
+def _check_keys(field: str, keys: list[str]) -> None:
+    errors = [e for e in map(configmap_key_error, keys) if e]
+    if errors:
+        raise SpecError(f"spec.{field}: " + "; ".join(errors[:5]) + _more(len(errors) - 5))
+
+
+def _check_metadata(field: str, values: Mapping[str, str], reserved: frozenset[str]) -> None:
+    errors = [e for e in map(qualified_name_error, values) if e]
+    if field == "labels":
+        errors += [e for k, v in values.items() if (e := _label_value_error(k, v))]
+    taken = sorted(reserved.intersection(values))
+    if taken:
+        errors.append(f"{', '.join(map(_show, taken))} reserved for cbop's own use")
+    if errors:
+        raise SpecError(f"spec.{field}: " + "; ".join(errors[:5]) + _more(len(errors) - 5))
+
+
+def _more(count: int) -> str:
+    return f" (and {count} more)" if count > 0 else ""
+
+
+def _bool(spec: Mapping[str, Any], field: str) -> bool:
+    value = spec.get(field, False)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise SpecError(f"spec.{field} must be true or false")
+    return value
+
+
+def parse_spec(bundle: Mapping[str, Any]) -> BundleSpec:
+    """Validate a ConfigBundle object and return its typed spec.
+
+    Args:
+        bundle: the whole ConfigBundle object as a dict (``metadata`` and ``spec``).
+
+    Returns:
+        The :class:`BundleSpec`; ``config_map_name`` defaults to ``metadata.name``.
+
+    Raises:
+        TooLargeError: the content exceeds 1,048,576 bytes (counted in bytes, UTF-8).
+        SpecError: any other rule is broken; the message names the field and the value.
+    """
+    raw_spec = bundle.get("spec") or {}
+    if not isinstance(raw_spec, Mapping):
+        raise SpecError("spec must be an object")
+    name = raw_spec.get("configMapName") or bundle.get("metadata", {}).get("name", "")
+    if (
+        not isinstance(name, str)
+        or len(name) > _MAX_KEY_LENGTH
+        or not _DNS1123_SUBDOMAIN.match(name)
+    ):
+        raise SpecError(
+            f"spec.configMapName {_show(str(name))} is not a valid ConfigMap name "
+            "(lowercase DNS subdomain, at most 253 characters)"
+        )
+
+    data = _string_map(raw_spec, "data")
+    encoded = _string_map(raw_spec, "binaryData")
+    _check_keys("data", list(data))
+    _check_keys("binaryData", list(encoded))
+    both = sorted(set(data).intersection(encoded))
+    if both:
+        raise SpecError(
+            "keys "
+            + ", ".join(map(_show, both[:5]))
+            + _more(len(both) - 5)
+            + " appear in both spec.data and spec.binaryData; a key may be in only one"
+        )
+    binary: dict[str, bytes] = {}
+    for key, value in encoded.items():
+        try:
+            binary[key] = base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            raise SpecError(f"spec.binaryData[{_show(key)}] is not valid base64") from None
+
+    labels = _string_map(raw_spec, "labels")
+    annotations = _string_map(raw_spec, "annotations")
+    _check_metadata("labels", labels, RESERVED_LABELS)
+    _check_metadata("annotations", annotations, RESERVED_ANNOTATIONS)
+    annotation_bytes = sum(len(k.encode()) + len(v.encode()) for k, v in annotations.items())
+    if annotation_bytes > _MAX_ANNOTATIONS_BYTES:
+        raise SpecError(
+            f"spec.annotations total {annotation_bytes:,} bytes, over the API server's "
+            f"limit of {_MAX_ANNOTATIONS_BYTES:,}"
+        )
+
+    policy_raw = raw_spec.get("deletionPolicy") or DeletionPolicy.DELETE.value
+    try:
+        policy = DeletionPolicy(policy_raw)
+    except ValueError:
+        raise SpecError(
+            f"spec.deletionPolicy {_show(str(policy_raw))} must be 'Delete' or 'Orphan'"
+        ) from None
+
+    size = sum(len(v.encode("utf-8", "surrogatepass")) for v in data.values())
+    size += sum(len(v) for v in binary.values())
+    if size > MAX_CONFIGMAP_BYTES:
+        raise TooLargeError(size)
+
+    return BundleSpec(
+        config_map_name=name,
+        data=data,
+        binary_data=binary,
+        labels=labels,
+        annotations=annotations,
+        immutable=_bool(raw_spec, "immutable"),
+        deletion_policy=policy,
+        suspend=_bool(raw_spec, "suspend"),
+        size=size,
+    )

@@ -1,0 +1,55 @@
+"""Names and constants of the ConfigBundle API and of the ConfigMaps cbop manages."""
+
+from __future__ import annotations
+
+import enum
+from typing import Final
+
+GROUP: Final = "cbop.dev"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+KIND: Final = "ConfigBundle"
+PLURAL: Final = "configbundles"
+
+#: Label every managed ConfigMap carries; cbop's ConfigMap informer selects on it.
+LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE: Final = "cbop"
+#: Label naming the bundle (same namespace) that a managed ConfigMap belongs to.
+LABEL_BUNDLE: Final = "cbop.dev/bundle"
+#: ``sha256:<hex>`` of the ConfigMap's data and binaryData, as written by cbop.
+ANNOTATION_CONTENT_HASH: Final = "cbop.dev/content-hash"
+#: Comma-separated, sorted keys of ``spec.labels`` that cbop set on the ConfigMap, so
+#: that a key removed from the spec is removed from the ConfigMap while labels that
+#: other actors set are left alone.
+ANNOTATION_MANAGED_LABELS: Final = "cbop.dev/managed-labels"
+#: Likewise for ``spec.annotations``.
+ANNOTATION_MANAGED_ANNOTATIONS: Final = "cbop.dev/managed-annotations"
+
+#: Labels and annotations cbop owns itself; ``spec.labels``/``spec.annotations`` may
+#: not set them (the CRD rejects it at admission, and parsing rejects it again).
+RESERVED_LABELS: Final = frozenset({LABEL_MANAGED_BY, LABEL_BUNDLE})
+RESERVED_ANNOTATIONS: Final = frozenset(
+    {ANNOTATION_CONTENT_HASH, ANNOTATION_MANAGED_LABELS, ANNOTATION_MANAGED_ANNOTATIONS}
+)
+
+#: Finalizer cbop puts on a bundle whose ``deletionPolicy`` is ``Orphan``: before the
+#: bundle goes, cbop strips its owner reference and labels from the ConfigMap.
+FINALIZER_ORPHAN: Final = "cbop.dev/orphan"
+
+#: kube-apiserver's limit on the summed byte length of a ConfigMap's data values and
+#: decoded binaryData values (keys and metadata not counted): 1 MiB.
+MAX_CONFIGMAP_BYTES: Final = 1_048_576
+
+CONDITION_READY: Final = "Ready"
+
+
+class Reason(enum.StrEnum):
+    """Reasons of the ``Ready`` condition (CamelCase, as metav1.Condition requires)."""
+
+    SYNCED = "Synced"
+    INVALID_SPEC = "InvalidSpec"
+    CONFIGMAP_CONFLICT = "ConfigMapConflict"
+    CONFIGMAP_TOO_LARGE = "ConfigMapTooLarge"
+    RECONCILE_ERROR = "ReconcileError"
+    SUSPENDED = "Suspended"
+    DELETING = "Deleting"

@@ -1,0 +1,252 @@
+"""The reconcile decision: desired vs actual -> one action. Pure; no client, no threads.
+
+:func:`decide` looks at a bundle, its parsed spec (or the reason it cannot be parsed)
+and the ConfigMap that exists (or None), and returns a :class:`Decision`: what to write,
+if anything, and why. The act layer (:mod:`cbop.reconciler.reconcile`) performs it. The
+order of the checks is the policy:
+
+1. A bundle being deleted gets no ConfigMap writes; only the Orphan finalizer's release
+   of the ConfigMap (case "deletionPolicy: Orphan").
+2. ``suspend: true`` -> no writes.
+3. An invalid spec -> ``INVALID`` (terminal: only a spec change can fix it).
+4. No ConfigMap -> ``CREATE``.
+5. A ConfigMap cbop does not control -> ``CONFLICT`` (never modified).
+6. In sync -> ``NONE`` (no write at all).
+7. Content must change on an immutable ConfigMap -> ``REPLACE`` (delete + create).
+8. Otherwise -> ``UPDATE``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from cbop.api import (
+    ANNOTATION_CONTENT_HASH,
+    ANNOTATION_MANAGED_ANNOTATIONS,
+    ANNOTATION_MANAGED_LABELS,
+    CONDITION_READY,
+    FINALIZER_ORPHAN,
+    LABEL_BUNDLE,
+    LABEL_MANAGED_BY,
+    BundleSpec,
+    DeletionPolicy,
+    SpecError,
+)
+from cbop.reconciler.desired import (
+    JSON,
+    DesiredConfigMap,
+    content_matches,
+    controller_reference,
+    desired_configmap,
+    in_sync,
+    is_bundle_reference,
+    is_controlled_by,
+    render,
+)
+
+
+class Action(enum.StrEnum):
+    """What the reconcile does to the ConfigMap."""
+
+    NONE = "none"
+    CREATE = "create"
+    UPDATE = "update"
+    REPLACE = "replace"
+    CONFLICT = "conflict"
+    INVALID = "invalid"
+    SUSPENDED = "suspended"
+    RELEASE = "release"
+    DELETING = "deleting"
+
+
+class FinalizerChange(enum.StrEnum):
+    """A change to the bundle's ``cbop.dev/orphan`` finalizer."""
+
+    ADD = "add"
+    REMOVE = "remove"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One reconcile decision.
+
+    Attributes:
+        action: what to do.
+        desired: the desired ConfigMap (None when the spec is invalid or not needed).
+        body: the ConfigMap body to write for CREATE/UPDATE/REPLACE/RELEASE, else None.
+        drift: True when the ConfigMap differs from a spec that cbop had already applied
+            (someone else edited or deleted it), as opposed to a spec change.
+        error: the spec error for INVALID.
+        message: a sentence for the user (condition message, Event).
+        finalizer: a change to the bundle's Orphan finalizer, or None.
+        precondition: for REPLACE, the ``uid`` and ``resourceVersion`` the delete of the
+            old ConfigMap is conditional on (so a newer object is never deleted).
+    """
+
+    action: Action
+    desired: DesiredConfigMap | None = None
+    body: JSON | None = None
+    drift: bool = False
+    error: SpecError | None = None
+    message: str = ""
+    finalizer: FinalizerChange | None = None
+    precondition: Mapping[str, str] | None = None
+
+
+def has_finalizer(bundle: Mapping[str, Any]) -> bool:
+    """Whether the bundle carries cbop's Orphan finalizer."""
+    return FINALIZER_ORPHAN in (bundle.get("metadata", {}).get("finalizers") or ())
+
+
+def _was_synced(bundle: Mapping[str, Any]) -> bool:
+    """Whether status says cbop already made the ConfigMap match this generation."""
+    status = bundle.get("status") or {}
+    if status.get("observedGeneration") != bundle["metadata"].get("generation"):
+        return False
+    return any(
+        c.get("type") == CONDITION_READY and c.get("status") == "True"
+        for c in status.get("conditions") or ()
+    )
+
+
+def release_body(current: Mapping[str, Any], bundle: Mapping[str, Any]) -> JSON:
+    """Return ``current`` without cbop's owner reference, labels and annotations.
+
+    Used for ``deletionPolicy: Orphan``: the ConfigMap stays, content untouched, and is
+    no longer managed (nor garbage-collected with the bundle).
+    """
+    meta = dict(current["metadata"])
+    meta.pop("managedFields", None)
+    uid = bundle["metadata"]["uid"]
+    meta["ownerReferences"] = [r for r in meta.get("ownerReferences") or () if r.get("uid") != uid]
+    annotations = dict(meta.get("annotations") or {})
+    labels = dict(meta.get("labels") or {})
+    for key in (LABEL_MANAGED_BY, LABEL_BUNDLE):
+        labels.pop(key, None)
+    for key in (ANNOTATION_CONTENT_HASH, ANNOTATION_MANAGED_LABELS, ANNOTATION_MANAGED_ANNOTATIONS):
+        annotations.pop(key, None)
+    meta["labels"] = labels
+    meta["annotations"] = annotations
+    return {**current, "metadata": meta}
+
+
+_SERVER_FIELDS = ("resourceVersion", "uid", "creationTimestamp", "generation", "selfLink")
+
+
+def without_server_fields(body: JSON) -> JSON:
+    """Return ``body`` without the metadata the API server sets, ready to be created again."""
+    meta = {k: v for k, v in body["metadata"].items() if k not in _SERVER_FIELDS}
+    return {**body, "metadata": meta}
+
+
+def decide(
+    bundle: Mapping[str, Any],
+    spec: BundleSpec | SpecError,
+    current: Mapping[str, Any] | None,
+) -> Decision:
+    """Decide what to do for ``bundle`` given the ConfigMap that exists.
+
+    Args:
+        bundle: the ConfigBundle object (dict), never mutated.
+        spec: its parsed spec, or the :class:`SpecError` parsing raised.
+        current: the ConfigMap named by the spec as it exists, or None.
+
+    Returns:
+        A :class:`Decision`; see the module docstring for the order of the rules.
+    """
+    meta = bundle["metadata"]
+    name = spec.config_map_name if isinstance(spec, BundleSpec) else meta["name"]
+    owned = current is not None and is_controlled_by(current, bundle)
+
+    if meta.get("deletionTimestamp"):
+        if not has_finalizer(bundle):
+            return Decision(Action.DELETING, message="the bundle is being deleted")
+        body = release_body(current, bundle) if current is not None and owned else None
+        return Decision(
+            Action.RELEASE,
+            body=body,
+            message=f"ConfigMap {name} released (deletionPolicy Orphan)",
+            finalizer=FinalizerChange.REMOVE,
+        )
+
+    finalizer = None
+    if isinstance(spec, BundleSpec):
+        wants = spec.deletion_policy is DeletionPolicy.ORPHAN
+        if wants and not has_finalizer(bundle):
+            finalizer = FinalizerChange.ADD
+        elif not wants and has_finalizer(bundle):
+            finalizer = FinalizerChange.REMOVE
+
+    if isinstance(spec, SpecError):
+        return Decision(Action.INVALID, error=spec, message=spec.message)
+    if spec.suspend:
+        return Decision(
+            Action.SUSPENDED,
+            message="spec.suspend is true; cbop makes no changes to the ConfigMap",
+            finalizer=finalizer,
+        )
+
+    desired = desired_configmap(bundle, spec)
+    if current is None:
+        return Decision(
+            Action.CREATE,
+            desired=desired,
+            body=render(desired, None),
+            drift=_was_synced(bundle),
+            message=f"ConfigMap {name} created",
+            finalizer=finalizer,
+        )
+    if not owned:
+        ref = controller_reference(current)
+        if ref is not None and is_bundle_reference(ref) and ref.get("name") == meta["name"]:
+            why = (
+                f"ConfigMap {name} still belongs to an earlier ConfigBundle {meta['name']} "
+                f"(uid {ref.get('uid')}); waiting for the garbage collector to delete it"
+            )
+        elif ref is not None:
+            why = (
+                f"ConfigMap {name} exists and is controlled by {ref.get('kind')} "
+                f"{ref.get('name')}; cbop will not modify it. Delete it or choose another "
+                "spec.configMapName"
+            )
+        else:
+            why = (
+                f"ConfigMap {name} exists and is not managed by this ConfigBundle; cbop will "
+                "not modify it. Delete it or choose another spec.configMapName"
+            )
+        return Decision(Action.CONFLICT, desired=desired, message=why, finalizer=finalizer)
+    if in_sync(desired, current):
+        return Decision(Action.NONE, desired=desired, finalizer=finalizer)
+
+    drift = _was_synced(bundle)
+    if current.get("immutable") and not (desired.immutable and content_matches(desired, current)):
+        return Decision(
+            Action.REPLACE,
+            desired=desired,
+            body=without_server_fields(render(desired, current)),
+            drift=drift,
+            precondition={
+                "uid": current["metadata"]["uid"],
+                "resourceVersion": current["metadata"]["resourceVersion"],
+            },
+            message=(
+                f"ConfigMap {name} is immutable and its content or immutability had to change; "
+                "deleted and recreated it"
+            ),
+            finalizer=finalizer,
+        )
+    return Decision(
+        Action.UPDATE,
+        desired=desired,
+        body=render(desired, current),
+        drift=drift,
+        message=(
+            f"ConfigMap {name} was changed outside cbop; restored it"
+            if drift
+            else f"ConfigMap {name} updated"
+        ),
+        finalizer=finalizer,
+    )

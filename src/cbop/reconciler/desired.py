@@ -1,0 +1,293 @@
+"""The desired ConfigMap of a bundle, and how it is laid over the ConfigMap that exists.
+
+Pure functions, no I/O: :func:`desired_configmap` computes what a bundle declares, and
+:func:`render` produces the exact ConfigMap body cbop would write given the current
+object (or None), preserving metadata that other actors own: labels and annotations
+cbop did not set, finalizers, and other owner references. "In sync" is defined as
+"rendering changes nothing" (:func:`in_sync`), so the comparison and the write can never
+disagree.
+
+cbop remembers which label and annotation keys it set from the spec in two annotations
+on the ConfigMap itself (``cbop.dev/managed-labels``, ``cbop.dev/managed-annotations``),
+so a key removed from the spec is removed from the ConfigMap, and a key someone else
+added is kept (case 9 of the field cases).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import copy
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from cbop.api import (
+    ANNOTATION_CONTENT_HASH,
+    ANNOTATION_MANAGED_ANNOTATIONS,
+    ANNOTATION_MANAGED_LABELS,
+    API_VERSION,
+    GROUP,
+    KIND,
+    LABEL_BUNDLE,
+    LABEL_MANAGED_BY,
+    MANAGED_BY_VALUE,
+    BundleSpec,
+)
+
+JSON = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class DesiredConfigMap:
+    """What a bundle declares its ConfigMap to be.
+
+    Attributes:
+        namespace: the bundle's (and so the ConfigMap's) namespace.
+        name: the ConfigMap's name.
+        labels: every label cbop sets, its own included.
+        annotations: every annotation cbop sets, its own included.
+        data: key -> text.
+        binary_data: key -> bytes.
+        immutable: whether the ConfigMap is immutable.
+        owner_reference: the controller owner reference to the bundle.
+        content_hash: ``sha256:<hex>`` of data and binary_data (:func:`content_hash`).
+    """
+
+    namespace: str
+    name: str
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    data: Mapping[str, str]
+    binary_data: Mapping[str, bytes]
+    immutable: bool
+    owner_reference: Mapping[str, Any]
+    content_hash: str
+
+
+def content_hash(data: Mapping[str, str], binary_data: Mapping[str, bytes]) -> str:
+    """Return ``sha256:<hex>`` over the content, with unambiguous framing.
+
+    Each entry is hashed as a section tag byte (``d`` for data, ``b`` for binaryData),
+    then the 8-byte big-endian length and bytes of the key, then of the value, in key
+    order. No two different contents share a byte stream, so equal hashes mean equal
+    content (up to SHA-256 collisions).
+    """
+    digest = hashlib.sha256()
+
+    def frame(tag: bytes, key: str, value: bytes) -> None:
+        raw_key = key.encode()
+        digest.update(tag)
+        digest.update(len(raw_key).to_bytes(8, "big"))
+        digest.update(raw_key)
+        digest.update(len(value).to_bytes(8, "big"))
+        digest.update(value)
+
+    for key in sorted(data):
+        frame(b"d", key, data[key].encode("utf-8", "surrogatepass"))
+    for key in sorted(binary_data):
+        frame(b"b", key, binary_data[key])
+    return "sha256:" + digest.hexdigest()
+
+
+def owner_reference(bundle: Mapping[str, Any]) -> JSON:
+    """Return the controller owner reference (a dict) pointing at ``bundle``.
+
+    ``blockOwnerDeletion: true`` makes foreground deletion of the bundle wait for the
+    ConfigMap; under the OwnerReferencesPermissionEnforcement admission plugin setting
+    it needs ``update`` on ``configbundles/finalizers``, which cbop's RBAC grants.
+    """
+    meta = bundle["metadata"]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def controller_reference(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """Return the owner reference with ``controller: true`` of ``obj``, or None."""
+    for ref in obj.get("metadata", {}).get("ownerReferences") or ():
+        if ref.get("controller"):
+            return ref  # type: ignore[no-any-return]
+    return None
+
+
+def is_bundle_reference(ref: Mapping[str, Any]) -> bool:
+    """Whether an owner reference points at a ConfigBundle (group and kind; any version)."""
+    group = str(ref.get("apiVersion", "")).partition("/")[0]
+    return group == GROUP and ref.get("kind") == KIND
+
+
+def is_controlled_by(obj: Mapping[str, Any], bundle: Mapping[str, Any]) -> bool:
+    """Whether ``obj``'s controller owner reference is ``bundle`` (compared by UID)."""
+    ref = controller_reference(obj)
+    return (
+        ref is not None and is_bundle_reference(ref) and ref.get("uid") == bundle["metadata"]["uid"]
+    )
+
+
+def desired_configmap(bundle: Mapping[str, Any], spec: BundleSpec) -> DesiredConfigMap:
+    """Compute the ConfigMap ``bundle`` declares.
+
+    Args:
+        bundle: the ConfigBundle object (dict with ``metadata.name/namespace/uid``).
+        spec: its validated spec (:func:`cbop.api.parse_spec`).
+
+    Returns:
+        The :class:`DesiredConfigMap`. The bundle's own labels and annotations are never
+        copied; only ``spec.labels``/``spec.annotations`` and cbop's own keys are set.
+    """
+    meta = bundle["metadata"]
+    digest = content_hash(spec.data, spec.binary_data)
+    labels = dict(spec.labels)
+    labels[LABEL_MANAGED_BY] = MANAGED_BY_VALUE
+    labels[LABEL_BUNDLE] = _label_safe(meta["name"])
+    annotations = dict(spec.annotations)
+    annotations[ANNOTATION_CONTENT_HASH] = digest
+    if spec.labels:
+        annotations[ANNOTATION_MANAGED_LABELS] = ",".join(sorted(spec.labels))
+    if spec.annotations:
+        annotations[ANNOTATION_MANAGED_ANNOTATIONS] = ",".join(sorted(spec.annotations))
+    return DesiredConfigMap(
+        namespace=meta["namespace"],
+        name=spec.config_map_name,
+        labels=labels,
+        annotations=annotations,
+        data=dict(spec.data),
+        binary_data=dict(spec.binary_data),
+        immutable=spec.immutable,
+        owner_reference=owner_reference(bundle),
+        content_hash=digest,
+    )
+
+
+def _label_safe(name: str) -> str:
+    """Bundle names are DNS subdomains (up to 253 characters); label values stop at 63.
+
+    Longer names are cut to 54 characters plus ``-`` and 8 hex digits of their SHA-256,
+    so the label stays unique and valid.
+    """
+    if len(name) <= 63:
+        return name
+    return f"{name[:54].rstrip('.-_')}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+
+
+def _managed_keys(annotations: Mapping[str, str], key: str) -> set[str]:
+    value = annotations.get(key, "")
+    return {k for k in value.split(",") if k}
+
+
+def _overlay(
+    current: Mapping[str, str], desired: Mapping[str, str], previously_managed: Iterable[str]
+) -> dict[str, str]:
+    """Keep foreign keys, drop keys cbop set before but no longer wants, set desired."""
+    out = {k: v for k, v in current.items() if k not in previously_managed}
+    out.update(desired)
+    return out
+
+
+def encode_binary(binary_data: Mapping[str, bytes]) -> dict[str, str]:
+    """Return ``binaryData`` as the API carries it: key -> standard base64 (with padding)."""
+    return {k: base64.b64encode(v).decode("ascii") for k, v in binary_data.items()}
+
+
+def decode_binary(binary_data: Mapping[str, str] | None) -> dict[str, bytes] | None:
+    """Decode a ConfigMap's ``binaryData``; None when any value is not valid base64."""
+    try:
+        return {k: base64.b64decode(v, validate=True) for k, v in (binary_data or {}).items()}
+    except (binascii.Error, ValueError):
+        return None
+
+
+def render(desired: DesiredConfigMap, current: Mapping[str, Any] | None) -> JSON:
+    """Return the ConfigMap body cbop writes to make ``current`` what ``desired`` says.
+
+    Args:
+        desired: the bundle's desired ConfigMap.
+        current: the ConfigMap as it exists (never mutated), or None to create one.
+
+    Returns:
+        A full ConfigMap dict for create (``current`` None) or update (PUT, carrying
+        ``current``'s resourceVersion for optimistic concurrency). Data and binaryData
+        are rebuilt from the spec every time; labels, annotations, finalizers and owner
+        references that others set are kept.
+    """
+    cur_meta: Mapping[str, Any] = (current or {}).get("metadata", {})
+    cur_labels: Mapping[str, str] = cur_meta.get("labels") or {}
+    cur_annotations: Mapping[str, str] = cur_meta.get("annotations") or {}
+    managed_labels = _managed_keys(cur_annotations, ANNOTATION_MANAGED_LABELS)
+    managed_annotations = _managed_keys(cur_annotations, ANNOTATION_MANAGED_ANNOTATIONS)
+    managed_annotations.update((ANNOTATION_MANAGED_LABELS, ANNOTATION_MANAGED_ANNOTATIONS))
+
+    meta: JSON = {}
+    if current is not None:
+        meta = copy.deepcopy(dict(cur_meta))
+        meta.pop("managedFields", None)
+    meta["name"] = desired.name
+    meta["namespace"] = desired.namespace
+    meta["labels"] = _overlay(cur_labels, desired.labels, managed_labels)
+    meta["annotations"] = _overlay(cur_annotations, desired.annotations, managed_annotations)
+    refs = [
+        r
+        for r in meta.get("ownerReferences") or ()
+        if r.get("uid") != desired.owner_reference["uid"]
+        and not (r.get("controller") and is_bundle_reference(r))
+    ]
+    refs.append(dict(desired.owner_reference))
+    meta["ownerReferences"] = refs
+
+    body: JSON = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta}
+    if desired.data:
+        body["data"] = dict(desired.data)
+    if desired.binary_data:
+        body["binaryData"] = encode_binary(desired.binary_data)
+    if desired.immutable:
+        body["immutable"] = True
+    return body
+
+
+def _owner_refs_equal(a: Iterable[Mapping[str, Any]], b: Iterable[Mapping[str, Any]]) -> bool:
+    def norm(refs: Iterable[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
+        return [
+            (
+                r.get("apiVersion"),
+                r.get("kind"),
+                r.get("name"),
+                r.get("uid"),
+                bool(r.get("controller")),
+                bool(r.get("blockOwnerDeletion")),
+            )
+            for r in refs
+        ]
+
+    return sorted(norm(a)) == sorted(norm(b))
+
+
+def content_matches(desired: DesiredConfigMap, current: Mapping[str, Any]) -> bool:
+    """Whether ``current``'s data and binaryData equal the desired content, byte for byte."""
+    return (current.get("data") or {}) == dict(desired.data) and decode_binary(
+        current.get("binaryData")
+    ) == dict(desired.binary_data)
+
+
+def in_sync(desired: DesiredConfigMap, current: Mapping[str, Any]) -> bool:
+    """Whether writing :func:`render` ``(desired, current)`` would change nothing.
+
+    Compares content (bytes), ``immutable``, labels, annotations and owner references.
+    """
+    if not content_matches(desired, current):
+        return False
+    if bool(current.get("immutable")) != desired.immutable:
+        return False
+    wanted = render(desired, current)["metadata"]
+    meta = current.get("metadata", {})
+    return (
+        (meta.get("labels") or {}) == wanted["labels"]
+        and (meta.get("annotations") or {}) == wanted["annotations"]
+        and _owner_refs_equal(meta.get("ownerReferences") or (), wanted["ownerReferences"])
+    )

@@ -1,0 +1,106 @@
+"""Kubernetes Events on ConfigBundles: what cbop did and why, for ``kubectl describe``.
+
+:class:`EventRecorder` writes core/v1 Events, as client-go's record.EventRecorder. Like
+client-go's EventCorrelator it suppresses an identical event (same object, type, reason
+and message) seen within the last 10 minutes, so a repeating condition (a name conflict
+rechecked every few seconds) does not flood the API server. Failures to record are
+logged and never fail a reconcile.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import threading
+from collections.abc import Mapping
+from typing import Any, Literal, Protocol
+
+import cachetools
+import structlog
+
+from cbop.kube import EVENTS, ApiError
+
+log = structlog.get_logger("cbop.events")
+
+EventType = Literal["Normal", "Warning"]
+
+
+class EventWriter(Protocol):
+    """The one client call the recorder needs (satisfied by :class:`cbop.kube.KubeClient`)."""
+
+    def create(
+        self, res: Any, namespace: str | None, body: Mapping[str, Any], **kwargs: Any
+    ) -> dict[str, Any]:
+        """Create ``body`` in ``namespace``; raise :class:`cbop.kube.ApiError` on failure."""
+        ...
+
+
+class EventRecorder:
+    """Records Events about objects, deduplicated for 10 minutes.
+
+    Args:
+        client: something with ``create(EVENTS, namespace, body)``.
+        component: ``source.component`` / ``reportingController`` of the events.
+        instance: ``reportingInstance`` (e.g. the pod name).
+        dedup_seconds: how long an identical event is suppressed (seconds).
+        clock: wall-clock function returning an aware datetime (tests pass a fixed one).
+    """
+
+    def __init__(
+        self,
+        client: EventWriter,
+        *,
+        component: str = "cbop",
+        instance: str = "",
+        dedup_seconds: float = 600.0,
+        clock: Any = None,
+    ) -> None:
+        self._client = client
+        self._component = component
+        self._instance = instance
+        self._now = clock or (lambda: datetime.datetime.now(datetime.UTC))
+        self._recent: cachetools.TTLCache[tuple[str, str, str, str], bool] = cachetools.TTLCache(
+            maxsize=10_000, ttl=dedup_seconds
+        )
+        self._lock = threading.Lock()  # guards _recent (TTLCache is not thread-safe)
+
+    def event(self, obj: Mapping[str, Any], type_: EventType, reason: str, message: str) -> None:
+        """Record one Event about ``obj`` (a dict with apiVersion, kind and metadata).
+
+        Never raises: API errors are logged at debug level (Events are best effort).
+        """
+        meta = obj["metadata"]
+        fingerprint = (meta.get("uid", ""), type_, reason, message)
+        with self._lock:
+            if fingerprint in self._recent:
+                return
+            self._recent[fingerprint] = True
+        now = self._now()
+        stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+        suffix = hashlib.sha256(f"{fingerprint}{now.timestamp()}".encode()).hexdigest()[:10]
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{meta['name']}.{suffix}", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": obj.get("apiVersion"),
+                "kind": obj.get("kind"),
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid"),
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+            "type": type_,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": self._component},
+            "reportingComponent": self._component,
+            "reportingInstance": self._instance or self._component,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        try:
+            self._client.create(EVENTS, meta["namespace"], body)
+        except ApiError as err:
+            log.debug("event not recorded", reason=reason, error=str(err))

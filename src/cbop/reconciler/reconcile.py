@@ -1,0 +1,555 @@
+"""The reconcile act layer: read from the caches, decide, write, report.
+
+:class:`Reconciler` turns one ``namespace/name`` key into at most a handful of API
+writes. It reads the bundle and its ConfigMap from the informer caches (listers), asks
+the pure :func:`cbop.reconciler.decision.decide` what to do, performs it, and writes the
+bundle's status only when its content changes. It never mutates cached objects.
+
+Error policy (what the controller does with the outcome), as sample-controller's
+syncHandler:
+
+- the bundle is gone from the cache -> nothing (the garbage collector handles the
+  ConfigMap through its owner reference);
+- invalid spec, ConfigMap too large, or the API rejecting the ConfigMap as invalid ->
+  status says so, no requeue: only a spec change (a new watch event) can fix it;
+- name taken by a ConfigMap cbop does not own -> status says so, and a recheck after
+  ``conflict_recheck`` seconds (cbop does not watch ConfigMaps it does not manage, so
+  it cannot hear of the blocker's deletion otherwise);
+- 409 Conflict (lost an optimistic-concurrency race) -> :class:`Requeue`: a quiet,
+  rate-limited retry from fresh cache state;
+- AlreadyExists on create (stale cache) -> a fresh GET, then decide again;
+- anything else -> status ``ReconcileError`` and the error is re-raised for a
+  rate-limited retry.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import structlog
+
+from cbop.api import FINALIZER_ORPHAN, BundleSpec, Reason, SpecError, parse_spec
+from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, Resource
+from cbop.reconciler.decision import Action, Decision, FinalizerChange, decide
+from cbop.reconciler.desired import content_hash
+from cbop.reconciler.diff import configmap_diff
+from cbop.reconciler.events import EventRecorder
+from cbop.reconciler.status import ConditionStatus, compute_status, status_equal
+
+log = structlog.get_logger("cbop.reconciler")
+
+#: Name of the informer index from controller owner UID to objects (see cbop.informers).
+CONTROLLER_UID_INDEX = "controller-uid"
+
+
+class Lister(Protocol):
+    """Read-only cache view the reconciler reads from (see :mod:`cbop.informers`)."""
+
+    def get(self, namespace: str | None, name: str) -> Mapping[str, Any] | None:
+        """Return the cached object or None."""
+        ...
+
+    def by_index(self, index_name: str, value: str) -> list[Mapping[str, Any]]:
+        """Return cached objects whose index ``index_name`` yields ``value``."""
+        ...
+
+
+class Client(Protocol):
+    """The API calls the reconciler makes (satisfied by :class:`cbop.kube.KubeClient`)."""
+
+    def get(self, res: Resource, namespace: str | None, name: str) -> dict[str, Any]:
+        """GET one object; raises ApiError (``is_not_found``)."""
+        ...
+
+    def create(
+        self, res: Resource, namespace: str | None, body: Mapping[str, Any], **kw: Any
+    ) -> dict[str, Any]:
+        """POST; raises ApiError (``is_already_exists``, ``is_invalid``)."""
+        ...
+
+    def update(
+        self,
+        res: Resource,
+        namespace: str | None,
+        name: str,
+        body: Mapping[str, Any],
+        subresource: str | None = None,
+        **kw: Any,
+    ) -> dict[str, Any]:
+        """PUT; raises ApiError (``is_conflict``, ``is_not_found``, ``is_invalid``)."""
+        ...
+
+    def patch(
+        self, res: Resource, namespace: str | None, name: str, body: Any, **kw: Any
+    ) -> dict[str, Any]:
+        """PATCH; raises ApiError."""
+        ...
+
+    def delete(self, res: Resource, namespace: str | None, name: str, **kw: Any) -> dict[str, Any]:
+        """DELETE; raises ApiError."""
+        ...
+
+
+class Observer(Protocol):
+    """Metrics hooks the reconciler calls (provided by :mod:`cbop.metrics`)."""
+
+    def configmap_write(self, operation: str) -> None:
+        """Count one successful ConfigMap write: create, update or delete."""
+        ...
+
+    def drift_corrected(self) -> None:
+        """Count one ConfigMap restored after a change made outside cbop."""
+        ...
+
+
+class _NoObserver:
+    def configmap_write(self, operation: str) -> None:
+        pass
+
+    def drift_corrected(self) -> None:
+        pass
+
+
+class Requeue(Exception):  # noqa: N818 - a signal, named for what the controller does
+    """A transient, expected failure (e.g. 409 Conflict): retry rate-limited, log quietly."""
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """The outcome of one reconcile.
+
+    Attributes:
+        key: the ``namespace/name`` reconciled.
+        action: what was decided (``Action``), or None when the bundle is gone.
+        ready: the Ready condition's status after the reconcile ("True"/"False"/"Unknown"),
+            or None when no status applies (gone, being deleted).
+        reason: the Ready reason, or None.
+        message: a one-line account of the outcome.
+        config_map: the ConfigMap's name, when known.
+        requeue_after: seconds until the key should be looked at again, or None.
+        diff: for dry runs, a unified diff of the ConfigMap (else "").
+    """
+
+    key: str
+    action: Action | None
+    ready: ConditionStatus | None = None
+    reason: Reason | None = None
+    message: str = ""
+    config_map: str | None = None
+    requeue_after: float | None = None
+    diff: str = ""
+
+
+class Reconciler:
+    """Reconciles one ConfigBundle key at a time; safe to call from many threads.
+
+    Args:
+        client: the API client (writes, and the rare fresh read).
+        bundles: lister over the ConfigBundle informer cache.
+        configmaps: lister over the managed-ConfigMap informer cache, with the
+            ``controller-uid`` index.
+        recorder: where Events go.
+        observer: metrics hooks (optional).
+        dry_run: send ConfigMap writes with ``dryRun=All`` and skip status and Events;
+            the result carries a unified diff of each ConfigMap change.
+        conflict_recheck: seconds between rechecks of a name taken by a foreign ConfigMap.
+        now: wall clock for condition transition times.
+        field_manager: the field manager name sent with writes.
+    """
+
+    def __init__(
+        self,
+        *,
+        client: Client,
+        bundles: Lister,
+        configmaps: Lister,
+        recorder: EventRecorder | None = None,
+        observer: Observer | None = None,
+        dry_run: bool = False,
+        conflict_recheck: float = 15.0,
+        now: Callable[[], datetime.datetime] | None = None,
+        field_manager: str = "cbop",
+    ) -> None:
+        self._client = client
+        self._bundles = bundles
+        self._configmaps = configmaps
+        self._recorder = recorder
+        self._observer: Observer = observer or _NoObserver()
+        self._dry_run = dry_run
+        self._conflict_recheck = conflict_recheck
+        self._now = now or (lambda: datetime.datetime.now(datetime.UTC))
+        self._field_manager = field_manager
+
+    # -- entry point ---------------------------------------------------------------
+
+    def reconcile(self, key: str) -> Result:
+        """Bring the ConfigMap of bundle ``key`` (``namespace/name``) in line with its spec.
+
+        Returns:
+            The :class:`Result` (requeue_after set for name conflicts).
+
+        Raises:
+            Requeue: a lost optimistic-concurrency race; retry from fresh state.
+            ApiError, ConnectionFailed: other failures (already reported in status when
+                possible); retry with backoff.
+        """
+        namespace, _, name = key.rpartition("/")
+        bundle = self._bundles.get(namespace or None, name)
+        if bundle is None:
+            return Result(key, None, message="bundle not found; nothing to do")
+        started = time.monotonic()
+        reconcile_id = uuid.uuid4().hex[:12]
+        logger = log.bind(namespace=namespace, name=name, reconcile_id=reconcile_id)
+        try:
+            spec: BundleSpec | SpecError = parse_spec(bundle)
+        except SpecError as err:
+            spec = err
+        current = self._cached_configmap(bundle, spec)
+        decision = decide(bundle, spec, current)
+        try:
+            result = self._act(key, bundle, spec, decision)
+        except _RejectedError as err:
+            # The API server refused the ConfigMap (e.g. a label value it rejects): a
+            # spec problem, reported like one, and not retried until the spec changes.
+            self._write_status(bundle, spec, "False", Reason.INVALID_SPEC, err.message)
+            self._event(bundle, "Warning", Reason.INVALID_SPEC.value, err.message)
+            result = Result(
+                key,
+                Action.INVALID,
+                ready="False",
+                reason=Reason.INVALID_SPEC,
+                message=err.message,
+                config_map=spec.config_map_name if isinstance(spec, BundleSpec) else None,
+            )
+        except Requeue:
+            logger.debug("reconcile lost a race; requeueing", action=decision.action.value)
+            raise
+        except ApiError as err:
+            self._report_error(bundle, spec, err)
+            logger.warning(
+                "reconcile failed",
+                action=decision.action.value,
+                error=str(err),
+                duration=round(time.monotonic() - started, 6),
+            )
+            raise
+        logger.info(
+            "reconciled",
+            action=result.action.value if result.action else None,
+            ready=result.ready,
+            reason=result.reason.value if result.reason else None,
+            duration=round(time.monotonic() - started, 6),
+        )
+        return result
+
+    # -- reads ----------------------------------------------------------------------
+
+    def _cached_configmap(
+        self, bundle: Mapping[str, Any], spec: BundleSpec | SpecError
+    ) -> Mapping[str, Any] | None:
+        if not isinstance(spec, BundleSpec):
+            return None
+        return self._configmaps.get(bundle["metadata"]["namespace"], spec.config_map_name)
+
+    def _fresh_configmap(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """GET the ConfigMap from the API server, bypassing a cache that may be stale."""
+        try:
+            return self._client.get(CONFIGMAPS, namespace, name)
+        except ApiError as err:
+            if err.is_not_found:
+                return None
+            raise
+
+    # -- act ------------------------------------------------------------------------
+
+    def _act(
+        self,
+        key: str,
+        bundle: Mapping[str, Any],
+        spec: BundleSpec | SpecError,
+        decision: Decision,
+    ) -> Result:
+        meta = bundle["metadata"]
+        namespace = meta["namespace"]
+        if decision.action is Action.DELETING:
+            return Result(key, Action.DELETING, message=decision.message)
+        if decision.action is Action.RELEASE:
+            return self._release(key, bundle, decision)
+        if decision.finalizer is not None and not self._dry_run:
+            bundle = self._set_finalizer(bundle, decision.finalizer)
+
+        diff = ""
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                if self._dry_run:
+                    diff = self._diff(bundle, spec, decision)
+                self._write_configmap(namespace, decision)
+                break
+            except ApiError as err:
+                if attempts > 2:  # a fresh read once, then give up
+                    raise
+                fresh = self._recover(namespace, spec, decision, err)
+                if fresh is _GIVE_UP:
+                    raise
+                decision = decide(bundle, spec, fresh if isinstance(fresh, Mapping) else None)
+
+        if decision.action in (Action.NONE, Action.CREATE, Action.UPDATE, Action.REPLACE):
+            self._delete_stale(bundle, decision)
+        self._record_action(bundle, decision)
+        ready, reason, message, requeue = self._outcome(decision)
+        assert isinstance(spec, BundleSpec) or decision.action is Action.INVALID
+        self._write_status(bundle, spec, ready, reason, message)
+        return Result(
+            key,
+            decision.action,
+            ready=ready,
+            reason=reason,
+            message=message,
+            config_map=spec.config_map_name if isinstance(spec, BundleSpec) else None,
+            requeue_after=requeue,
+            diff=diff,
+        )
+
+    def _write_configmap(self, namespace: str, decision: Decision) -> None:
+        action, body = decision.action, decision.body
+        if body is None or action not in (Action.CREATE, Action.UPDATE, Action.REPLACE):
+            return
+        name = body["metadata"]["name"]
+        common: dict[str, Any] = {"field_manager": self._field_manager, "dry_run": self._dry_run}
+        if action is Action.CREATE:
+            self._client.create(CONFIGMAPS, namespace, body, **common)
+            self._count("create")
+        elif action is Action.UPDATE:
+            self._client.update(CONFIGMAPS, namespace, name, body, **common)
+            self._count("update")
+        else:
+            self._client.delete(
+                CONFIGMAPS,
+                namespace,
+                name,
+                preconditions=decision.precondition,
+                dry_run=self._dry_run,
+            )
+            self._count("delete")
+            if not self._dry_run:
+                self._client.create(CONFIGMAPS, namespace, body, **common)
+                self._count("create")
+
+    def _recover(
+        self,
+        namespace: str,
+        spec: BundleSpec | SpecError,
+        decision: Decision,
+        err: ApiError,
+    ) -> Mapping[str, Any] | object | None:
+        """Decide whether a failed write can be retried from a fresh read.
+
+        Returns the freshly read ConfigMap (or None when it is gone) to decide again
+        with, or ``_GIVE_UP`` to re-raise ``err``. 409 Conflict becomes :class:`Requeue`.
+        """
+        assert isinstance(spec, BundleSpec)
+        name = spec.config_map_name
+        if err.is_conflict:
+            raise Requeue(f"ConfigMap {namespace}/{name} changed while being written") from err
+        if err.is_already_exists or err.is_not_found:
+            # The cache was stale: a ConfigMap appeared (ours or someone's) or vanished.
+            return self._fresh_configmap(namespace, name)
+        if err.is_invalid and decision.action is Action.UPDATE and "immutable" in err.message:
+            # Someone made the ConfigMap immutable after our cache saw it.
+            return self._fresh_configmap(namespace, name)
+        if err.is_invalid:
+            raise _RejectedError(err.message) from err
+        return _GIVE_UP
+
+    def _delete_stale(self, bundle: Mapping[str, Any], decision: Decision) -> None:
+        """Delete ConfigMaps this bundle controls under a name it no longer declares."""
+        if decision.desired is None or self._dry_run:
+            return
+        uid = bundle["metadata"]["uid"]
+        for cm in self._configmaps.by_index(CONTROLLER_UID_INDEX, uid):
+            cm_meta = cm["metadata"]
+            if cm_meta["name"] == decision.desired.name:
+                continue
+            try:
+                self._client.delete(
+                    CONFIGMAPS,
+                    cm_meta["namespace"],
+                    cm_meta["name"],
+                    preconditions={"uid": cm_meta["uid"]},
+                )
+                self._count("delete")
+                self._event(
+                    bundle,
+                    "Normal",
+                    "Deleted",
+                    f"deleted ConfigMap {cm_meta['name']}: spec.configMapName is now "
+                    f"{decision.desired.name}",
+                )
+            except ApiError as err:
+                if not (err.is_not_found or err.is_conflict):
+                    raise
+
+    def _set_finalizer(
+        self, bundle: Mapping[str, Any], change: FinalizerChange
+    ) -> Mapping[str, Any]:
+        meta = bundle["metadata"]
+        finalizers = [f for f in meta.get("finalizers") or () if f != FINALIZER_ORPHAN]
+        if change is FinalizerChange.ADD:
+            finalizers.append(FINALIZER_ORPHAN)
+        patch = {"metadata": {"finalizers": finalizers, "resourceVersion": meta["resourceVersion"]}}
+        try:
+            return self._client.patch(
+                CONFIGBUNDLES,
+                meta["namespace"],
+                meta["name"],
+                patch,
+                patch_type="merge",
+                field_manager=self._field_manager,
+            )
+        except ApiError as err:
+            if err.is_conflict:
+                raise Requeue("bundle changed while its finalizer was being set") from err
+            raise
+
+    def _release(self, key: str, bundle: Mapping[str, Any], decision: Decision) -> Result:
+        """For deletionPolicy Orphan: let go of the ConfigMap, then drop the finalizer."""
+        meta = bundle["metadata"]
+        if self._dry_run:
+            return Result(key, Action.RELEASE, message=decision.message)
+        if decision.body is not None:
+            name = decision.body["metadata"]["name"]
+            try:
+                self._client.update(
+                    CONFIGMAPS,
+                    meta["namespace"],
+                    name,
+                    decision.body,
+                    field_manager=self._field_manager,
+                )
+                self._count("update")
+            except ApiError as err:
+                if err.is_conflict:
+                    raise Requeue("ConfigMap changed while being released") from err
+                if not err.is_not_found:
+                    raise
+            self._event(bundle, "Normal", "Orphaned", decision.message)
+        self._set_finalizer(bundle, FinalizerChange.REMOVE)
+        return Result(key, Action.RELEASE, message=decision.message)
+
+    # -- reporting ------------------------------------------------------------------
+
+    def _outcome(self, decision: Decision) -> tuple[ConditionStatus, Reason, str, float | None]:
+        desired = decision.desired
+        if decision.action is Action.INVALID:
+            assert decision.error is not None
+            return "False", decision.error.reason, decision.error.message, None
+        if decision.action is Action.SUSPENDED:
+            return "Unknown", Reason.SUSPENDED, decision.message, None
+        if decision.action is Action.CONFLICT:
+            return "False", Reason.CONFIGMAP_CONFLICT, decision.message, self._conflict_recheck
+        assert desired is not None
+        keys = len(desired.data) + len(desired.binary_data)
+        return (
+            "True",
+            Reason.SYNCED,
+            f"ConfigMap {desired.name} matches the spec ({keys} keys, {desired.content_hash})",
+            None,
+        )
+
+    def _record_action(self, bundle: Mapping[str, Any], decision: Decision) -> None:
+        action = decision.action
+        if action is Action.NONE:
+            return
+        if action in (Action.CREATE, Action.UPDATE, Action.REPLACE) and decision.drift:
+            self._observer.drift_corrected()
+            self._event(bundle, "Normal", "DriftCorrected", decision.message)
+        elif action is Action.CREATE:
+            self._event(bundle, "Normal", "Created", decision.message)
+        elif action is Action.UPDATE:
+            self._event(bundle, "Normal", "Updated", decision.message)
+        elif action is Action.REPLACE:
+            self._event(bundle, "Normal", "Replaced", decision.message)
+        elif action is Action.CONFLICT:
+            self._event(bundle, "Warning", Reason.CONFIGMAP_CONFLICT.value, decision.message)
+        elif action is Action.INVALID and decision.error is not None:
+            self._event(bundle, "Warning", decision.error.reason.value, decision.message)
+
+    def _event(self, bundle: Mapping[str, Any], type_: Any, reason: str, message: str) -> None:
+        if self._recorder is not None and not self._dry_run:
+            self._recorder.event(bundle, type_, reason, message)
+
+    def _count(self, operation: str) -> None:
+        if not self._dry_run:
+            self._observer.configmap_write(operation)
+
+    def _report_error(
+        self, bundle: Mapping[str, Any], spec: BundleSpec | SpecError, err: ApiError
+    ) -> None:
+        """Best effort: say in status why the reconcile failed; never mask ``err``."""
+        message = f"the API server refused a write: {err.message or err.reason}"
+        try:
+            self._write_status(bundle, spec, "False", Reason.RECONCILE_ERROR, message)
+        except ApiError as status_err:
+            log.debug("status not written", error=str(status_err))
+
+    def _write_status(
+        self,
+        bundle: Mapping[str, Any],
+        spec: BundleSpec | SpecError,
+        ready: ConditionStatus,
+        reason: Reason,
+        message: str,
+    ) -> None:
+        if self._dry_run:
+            return
+        valid = spec if isinstance(spec, BundleSpec) else None
+        new_status = compute_status(
+            bundle,
+            ready=ready,
+            reason=reason,
+            message=message,
+            config_map_name=valid.config_map_name if valid else None,
+            content_hash=content_hash(valid.data, valid.binary_data) if valid else None,
+            key_count=valid.key_count if valid else None,
+            now=self._now(),
+        )
+        if status_equal(bundle.get("status"), new_status):
+            return
+        meta = bundle["metadata"]
+        try:
+            self._client.patch(
+                CONFIGBUNDLES,
+                meta["namespace"],
+                meta["name"],
+                {"status": new_status},
+                patch_type="merge",
+                subresource="status",
+                field_manager=self._field_manager,
+            )
+        except ApiError as err:
+            if err.is_not_found:
+                return  # deleted meanwhile; nothing to report to
+            raise
+
+    def _diff(
+        self, bundle: Mapping[str, Any], spec: BundleSpec | SpecError, decision: Decision
+    ) -> str:
+        current = self._cached_configmap(bundle, spec)
+        return configmap_diff(current, decision.body)
+
+
+class _RejectedError(ApiError):
+    """The API server rejected the ConfigMap as invalid: report InvalidSpec, no retry."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(422, "Invalid", message)
+
+
+_GIVE_UP = object()

@@ -1,0 +1,149 @@
+"""The bundle's status: conditions and observedGeneration, computed purely.
+
+:func:`compute_status` builds the whole ``status`` a reconcile outcome implies;
+:func:`status_equal` tells whether writing it would change anything, so cbop writes
+status only when its content changes (case 6: no bookkeeping writes). Conditions follow
+metav1.Condition: ``lastTransitionTime`` changes only when a condition's ``status``
+changes, and the list is a map keyed by ``type``.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from cbop.api import CONDITION_READY, Reason
+
+JSON = dict[str, Any]
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+
+def format_time(now: datetime.datetime) -> str:
+    """RFC 3339 in UTC at second precision, as metav1.Time serialises."""
+    return now.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def set_condition(
+    conditions: Sequence[Mapping[str, Any]],
+    *,
+    type_: str,
+    status: ConditionStatus,
+    reason: Reason,
+    message: str,
+    observed_generation: int | None,
+    now: datetime.datetime,
+) -> list[JSON]:
+    """Return ``conditions`` with the condition of ``type_`` set, as meta.SetStatusCondition.
+
+    ``lastTransitionTime`` is kept from the existing condition when ``status`` is
+    unchanged, else set to ``now``. Other conditions are kept in order.
+    """
+    out: list[JSON] = []
+    found = False
+    for cond in conditions:
+        if cond.get("type") != type_:
+            out.append(dict(cond))
+            continue
+        found = True
+        transition = cond.get("lastTransitionTime")
+        if cond.get("status") != status or not transition:
+            transition = format_time(now)
+        out.append(_condition(type_, status, reason, message, observed_generation, transition))
+    if not found:
+        out.append(
+            _condition(type_, status, reason, message, observed_generation, format_time(now))
+        )
+    return out
+
+
+def _condition(  # noqa: PLR0917 - a private constructor of one dict
+    type_: str,
+    status: ConditionStatus,
+    reason: Reason,
+    message: str,
+    observed_generation: int | None,
+    transition: str,
+) -> JSON:
+    cond: JSON = {
+        "type": type_,
+        "status": status,
+        "reason": reason.value,
+        "message": message,
+        "lastTransitionTime": transition,
+    }
+    if observed_generation is not None:
+        cond["observedGeneration"] = observed_generation
+    return cond
+
+
+def compute_status(
+    bundle: Mapping[str, Any],
+    *,
+    ready: ConditionStatus,
+    reason: Reason,
+    message: str,
+    config_map_name: str | None,
+    content_hash: str | None,
+    key_count: int | None,
+    now: datetime.datetime,
+) -> JSON:
+    """Return the full ``status`` for ``bundle`` after a reconcile.
+
+    Args:
+        bundle: the ConfigBundle (its ``metadata.generation`` and current ``status``).
+        ready: the ``Ready`` condition's status.
+        reason: its reason.
+        message: its message (what and why, in words a user can act on).
+        config_map_name: the managed ConfigMap's name, or None when unknown.
+        content_hash: ``sha256:<hex>`` of the desired content, or None (invalid spec).
+        key_count: number of keys in the desired content, or None.
+        now: the time used for a condition transition.
+
+    Returns:
+        A dict with ``observedGeneration``, ``conditions`` and, when known,
+        ``configMapName``, ``contentHash``, ``keyCount``. Fields cbop does not own are
+        carried over from the current status.
+    """
+    current: Mapping[str, Any] = bundle.get("status") or {}
+    generation = bundle["metadata"].get("generation")
+    status: JSON = {
+        k: v
+        for k, v in current.items()
+        if k not in ("observedGeneration", "conditions", "configMapName", "contentHash", "keyCount")
+    }
+    if generation is not None:
+        status["observedGeneration"] = generation
+    if config_map_name is not None:
+        status["configMapName"] = config_map_name
+    if content_hash is not None:
+        status["contentHash"] = content_hash
+    if key_count is not None:
+        status["keyCount"] = key_count
+    status["conditions"] = set_condition(
+        current.get("conditions") or (),
+        type_=CONDITION_READY,
+        status=ready,
+        reason=reason,
+        message=message,
+        observed_generation=generation,
+        now=now,
+    )
+    return status
+
+
+def status_equal(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
+    """Whether two statuses are the same content (conditions compared as a map by type)."""
+    a = dict(a or {})
+    b = dict(b or {})
+    conds_a = {c.get("type"): c for c in a.pop("conditions", None) or ()}
+    conds_b = {c.get("type"): c for c in b.pop("conditions", None) or ()}
+    return a == b and conds_a == conds_b
+
+
+def ready_condition(bundle: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """Return the bundle's ``Ready`` condition, or None."""
+    for cond in (bundle.get("status") or {}).get("conditions") or ():
+        if cond.get("type") == CONDITION_READY:
+            return cond  # type: ignore[no-any-return]
+    return None
