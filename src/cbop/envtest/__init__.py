@@ -1,0 +1,34 @@
+"""A real local Kubernetes control plane for tests and development.
+
+``cbop.envtest`` starts etcd, kube-apiserver and kube-controller-manager on loopback with
+throwaway state, like controller-runtime's envtest plus a controller manager (so
+garbage collection and namespace deletion work). Tests use :class:`ControlPlane`;
+developers use ``python -m cbop.envtest start|stop|status`` (``make dev-cluster``).
+The binaries come from :func:`find_binaries`. See docs/control-plane.md.
+
+The operator itself never imports this package (an import-linter contract).
+"""
+
+from cbop.envtest.binaries import Binaries, cache_dir, find_binaries
+from cbop.envtest.controlplane import COMPONENTS, DEFAULT_CONTROLLERS, ControlPlane
+from cbop.envtest.errors import (
+    BinariesUnavailableError,
+    ControlPlaneError,
+    ControlPlaneNotRunningError,
+    ControlPlaneStartError,
+    EnvtestError,
+)
+
+__all__ = [
+    "COMPONENTS",
+    "DEFAULT_CONTROLLERS",
+    "Binaries",
+    "BinariesUnavailableError",
+    "ControlPlane",
+    "ControlPlaneError",
+    "ControlPlaneNotRunningError",
+    "ControlPlaneStartError",
+    "EnvtestError",
+    "cache_dir",
+    "find_binaries",
+]

@@ -1,0 +1,31 @@
+"""Exceptions raised by :mod:`cbop.envtest`."""
+
+from __future__ import annotations
+
+__all__ = [
+    "BinariesUnavailableError",
+    "ControlPlaneError",
+    "ControlPlaneNotRunningError",
+    "ControlPlaneStartError",
+    "EnvtestError",
+]
+
+
+class EnvtestError(Exception):
+    """Base class of every error raised by :mod:`cbop.envtest`."""
+
+
+class BinariesUnavailableError(EnvtestError):
+    """The control-plane binaries could not be found or built; the message says why."""
+
+
+class ControlPlaneError(EnvtestError):
+    """A control-plane operation failed (a component died, a request to etcd failed)."""
+
+
+class ControlPlaneStartError(ControlPlaneError):
+    """A component did not become ready; the message ends with the tail of its log."""
+
+
+class ControlPlaneNotRunningError(ControlPlaneError):
+    """An operation needs a started control plane and this one is not running."""

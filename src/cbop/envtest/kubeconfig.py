@@ -1,0 +1,94 @@
+"""Writing kubeconfig files for the local control plane.
+
+The files are self-contained: the CA, client certificate and key are embedded
+(``*-data`` fields, base64), so a kubeconfig can be copied elsewhere (as the dev
+cluster's fixed path) and read by kubectl and by the Python client's
+``kubernetes.config.load_kube_config`` alike. Files are created with mode 0600.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = ["write_kubeconfig"]
+
+#: Name used for the cluster entry in every kubeconfig written here.
+CLUSTER_NAME = "cbop-envtest"
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def write_kubeconfig(
+    path: Path,
+    *,
+    server: str,
+    ca_pem: bytes,
+    user: str,
+    client_cert_pem: bytes | None = None,
+    client_key_pem: bytes | None = None,
+    token: str | None = None,
+    namespace: str | None = None,
+) -> Path:
+    """Write a single-context kubeconfig and return its path.
+
+    Exactly one way to authenticate must be given: a client certificate and key, or a
+    bearer token.
+
+    Args:
+        path: Where to write; parent directories are created; an existing file is
+            replaced atomically.
+        server: API server URL, e.g. ``https://127.0.0.1:38443``.
+        ca_pem: PEM of the CA that signed the server's certificate.
+        user: Name of the user entry (also part of the context name).
+        client_cert_pem: PEM client certificate.
+        client_key_pem: PEM private key of the client certificate.
+        token: Bearer token (e.g. from the TokenRequest API).
+        namespace: Default namespace of the context.
+
+    Returns:
+        ``path``.
+
+    Raises:
+        ValueError: Neither or both of certificate/key and token were given.
+    """
+    has_cert = client_cert_pem is not None and client_key_pem is not None
+    if has_cert == (token is not None):
+        raise ValueError("give either client_cert_pem and client_key_pem, or token")
+    credentials: dict[str, str] = {}
+    if client_cert_pem is not None and client_key_pem is not None:
+        credentials["client-certificate-data"] = _b64(client_cert_pem)
+        credentials["client-key-data"] = _b64(client_key_pem)
+    if token is not None:
+        credentials["token"] = token
+    context_name = f"{user}@{CLUSTER_NAME}"
+    context: dict[str, str] = {"cluster": CLUSTER_NAME, "user": user}
+    if namespace:
+        context["namespace"] = namespace
+    document: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": CLUSTER_NAME,
+                "cluster": {"server": server, "certificate-authority-data": _b64(ca_pem)},
+            }
+        ],
+        "users": [{"name": user, "user": credentials}],
+        "contexts": [{"name": context_name, "context": context}],
+        "current-context": context_name,
+        "preferences": {},
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        yaml.safe_dump(document, handle, sort_keys=False)
+    tmp.replace(path)
+    return path

@@ -1,0 +1,249 @@
+"""Child processes that cannot outlive the process that started them.
+
+Three layers, so that no etcd or kube-apiserver is left behind by a test run:
+
+* Every child runs in its own session and process group (``start_new_session``), so a
+  terminal's Ctrl-C reaches only the parent, and stopping a child signals its whole
+  group.
+* Owners with live children (control planes) are registered here and stopped from an
+  ``atexit`` hook and from SIGTERM/SIGHUP handlers (installed in the main thread, only
+  where the signal has its default disposition; an existing Python handler is chained).
+* On Linux each child asks the kernel for ``PR_SET_PDEATHSIG`` = SIGKILL between fork
+  and exec, so it is killed even when the parent is SIGKILLed and no Python code runs.
+  The kernel sends it when the *thread* that forked the child exits, so start control
+  planes from a thread that lives as long as they should (normally the main thread).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import IO, Protocol
+
+__all__ = [
+    "Stoppable",
+    "pid_alive",
+    "processes_mentioning",
+    "register",
+    "signal_group",
+    "spawn",
+    "terminate",
+    "unregister",
+]
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _load_prctl() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    fn: Callable[..., int] = prctl
+    return fn
+
+
+# Looked up once here: between fork and exec only the already-resolved function runs.
+_prctl = _load_prctl()
+
+
+def _bind_to_parent(parent_pid: int) -> Callable[[], None]:
+    def preexec() -> None:
+        if _prctl is not None:
+            _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        # The parent may have died between fork and prctl; then nothing would fire.
+        if os.getppid() != parent_pid:
+            os._exit(1)
+
+    return preexec
+
+
+def spawn(
+    args: Sequence[str],
+    log: IO[bytes],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    bind_to_parent: bool = True,
+) -> subprocess.Popen[bytes]:
+    """Start ``args`` in a new session and process group, output appended to ``log``.
+
+    Args:
+        args: Program and arguments.
+        log: Open binary file receiving stdout and stderr.
+        env: Environment; the parent's when None.
+        cwd: Working directory.
+        bind_to_parent: Kill the child with SIGKILL when the calling thread's process
+            dies (``PR_SET_PDEATHSIG``, Linux). False for a daemon meant to outlive us.
+
+    Returns:
+        The running process; its pid is also its process-group id.
+
+    Raises:
+        OSError: The program could not be executed.
+    """
+    return subprocess.Popen(
+        list(args),
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=None if env is None else dict(env),
+        cwd=cwd,
+        start_new_session=True,
+        preexec_fn=_bind_to_parent(os.getpid()) if bind_to_parent else None,  # noqa: PLW1509
+    )
+
+
+def signal_group(popen: subprocess.Popen[bytes], sig: int) -> None:
+    """Send ``sig`` to the process group of ``popen`` (ignored when it is gone)."""
+    if popen.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(popen.pid, sig)
+
+
+def terminate(popen: subprocess.Popen[bytes], grace: float = 10.0) -> int:
+    """Stop a child started by :func:`spawn` and reap it.
+
+    SIGTERM goes to its process group (followed by SIGCONT, so that a paused child
+    handles it); after ``grace`` seconds SIGKILL follows.
+
+    Args:
+        popen: The child.
+        grace: Seconds to wait after SIGTERM before SIGKILL.
+
+    Returns:
+        The child's exit status (negative signal number when killed by a signal).
+    """
+    if popen.poll() is None:
+        signal_group(popen, signal.SIGTERM)
+        signal_group(popen, signal.SIGCONT)
+        try:
+            popen.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            signal_group(popen, signal.SIGKILL)
+            popen.wait()
+    # The group may hold grandchildren that outlived the leader; none should survive.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(popen.pid, signal.SIGKILL)
+    return popen.returncode
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists and is not a zombie (Linux ``/proc``)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    except OSError:
+        return True
+    # Field 3, after the parenthesised command name, is the state; Z is a zombie.
+    state = stat.rsplit(")", 1)[-1].split()[0]
+    return state != "Z"
+
+
+def processes_mentioning(text: str) -> dict[int, str]:
+    """Live processes whose command line contains ``text``, as ``{pid: command line}``.
+
+    Used to prove that nothing a control plane started remains: every component's
+    command line names the control plane's work directory.
+    """
+    found: dict[int, str] = {}
+    me = os.getpid()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            raw = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        cmdline = raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()
+        if text in cmdline and pid_alive(int(entry.name)):
+            found[int(entry.name)] = cmdline
+    return found
+
+
+class Stoppable(Protocol):
+    """Anything with an idempotent ``stop()`` (a control plane)."""
+
+    def stop(self) -> None:
+        """Stop every child process."""
+
+
+_registry_lock = threading.RLock()
+_registry: dict[int, Stoppable] = {}
+_handlers_installed = False
+_atexit_registered = False
+
+
+def _stop_all() -> None:
+    with _registry_lock:
+        owners = list(_registry.values())
+    for owner in owners:
+        try:
+            owner.stop()
+        except Exception as exc:  # noqa: BLE001 - keep stopping the others
+            print(f"cbop.envtest: stopping {owner!r} failed: {exc}", file=sys.stderr)
+
+
+def _make_handler(
+    previous: Callable[[int, FrameType | None], object],
+) -> Callable[[int, FrameType | None], None]:
+    def handler(signum: int, frame: FrameType | None) -> None:
+        _stop_all()
+        previous(signum, frame)
+
+    return handler
+
+
+def _default_action(signum: int, _frame: FrameType | None) -> None:
+    # Die of the signal as if no handler had been installed.
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+    time.sleep(1)
+
+
+def _install_hooks() -> None:
+    global _atexit_registered, _handlers_installed  # noqa: PLW0603 - process-wide setup
+    if not _atexit_registered:
+        _atexit_registered = True
+        atexit.register(_stop_all)
+    # signal.signal works only in the main thread; from another, atexit must do.
+    if _handlers_installed or threading.current_thread() is not threading.main_thread():
+        return
+    _handlers_installed = True
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        previous = signal.getsignal(signum)
+        if previous == signal.SIG_DFL or previous is None:
+            signal.signal(signum, _make_handler(_default_action))
+        elif callable(previous):
+            signal.signal(signum, _make_handler(previous))
+        # SIG_IGN: the process chose to ignore it; leave it so.
+
+
+def register(owner: Stoppable) -> None:
+    """Stop ``owner`` at interpreter exit and on SIGTERM/SIGHUP until unregistered."""
+    with _registry_lock:
+        _registry[id(owner)] = owner
+        _install_hooks()
+
+
+def unregister(owner: Stoppable) -> None:
+    """Undo :func:`register` (no error when not registered)."""
+    with _registry_lock:
+        _registry.pop(id(owner), None)
