@@ -7,38 +7,58 @@ tokens accrue continuously at ``qps`` per second up to ``burst``; ``reserve()`` 
 takes a token, going into debt when none is left, and tells the caller how long to wait
 before the token is really theirs (``Reserve().Delay()``).
 
-Like ``cbop.clock``, this is the bottom layer of the package: it imports only
-``cbop.clock``.
+Like ``cbop.clock``, this is the bottom layer of the package and imports nothing from
+cbop (the layering contract keeps the two bottom modules independent). It reads time
+through the one-method ``TimeSource`` protocol, which every ``cbop.clock.Clock``
+satisfies.
 """
 
 from __future__ import annotations
 
 import math
 import threading
+import time
+from typing import Protocol
 
-from cbop.clock import Clock, RealClock
+__all__ = ["TimeSource", "TokenBucket"]
 
-__all__ = ["TokenBucket"]
+
+class TimeSource(Protocol):
+    """Anything with a monotonic ``now()`` in seconds, e.g. a ``cbop.clock.Clock``."""
+
+    def now(self) -> float:
+        """Return the current time in seconds on a monotonic scale."""
+        ...
+
+
+class _MonotonicTime:
+    """The default ``TimeSource``: ``time.monotonic()``."""
+
+    def now(self) -> float:
+        """Return ``time.monotonic()``."""
+        return time.monotonic()
 
 
 class TokenBucket:
     """A token bucket refilled at ``qps`` tokens per second, holding at most ``burst``.
 
     The bucket starts full. ``qps <= 0`` or ``qps == math.inf`` means unlimited: every
-    call succeeds at once and ``burst`` is ignored. Time is read from ``clock`` (seconds;
-    ``None`` means ``RealClock()``). All methods are thread-safe (one internal lock).
+    call succeeds at once and ``burst`` is ignored. Time is read from ``clock`` (any
+    ``cbop.clock.Clock`` or other ``TimeSource``; ``None`` means ``time.monotonic``).
+    All methods are thread-safe (one internal lock).
 
-    To block until a token is available: ``clock.sleep(bucket.reserve())``.
+    To block until a token is available: ``clock.sleep(bucket.reserve())`` with a
+    ``cbop.clock.Clock``.
 
     Raises:
         ValueError: if ``qps`` is NaN, or the bucket is limited and ``burst < 1``
             (such a bucket could never hand out a token).
     """
 
-    def __init__(self, qps: float, burst: int, *, clock: Clock | None = None) -> None:
+    def __init__(self, qps: float, burst: int, *, clock: TimeSource | None = None) -> None:
         if math.isnan(qps):
             raise ValueError("TokenBucket qps must be a number, got NaN")
-        self._clock: Clock = clock if clock is not None else RealClock()
+        self._clock: TimeSource = clock if clock is not None else _MonotonicTime()
         self._unlimited = qps <= 0 or math.isinf(qps)
         if not self._unlimited and burst < 1:
             raise ValueError(f"TokenBucket burst must be >= 1 when qps is limited, got {burst}")
