@@ -1,0 +1,34 @@
+"""cbop's Kubernetes client adapter: resources, errors and a raw-JSON client.
+
+Everything above this package talks to the API server through :class:`KubeClient`
+(dicts in, dicts out, no generated models), names collections with :class:`Resource`,
+and handles failures through :class:`ApiError` / :class:`ConnectionFailed`. This package
+may import only ``cbop.api``, ``cbop.clock`` and ``cbop.tokenbucket``.
+"""
+
+from cbop.kube.client import DEFAULT_USER_AGENT, KubeClient, RequestHook, WatchStream
+from cbop.kube.errors import ApiError, ConfigError, ConnectionFailed
+from cbop.kube.resources import (
+    CONFIGBUNDLES,
+    CONFIGMAPS,
+    EVENTS,
+    LEASES,
+    NAMESPACES,
+    Resource,
+)
+
+__all__ = [
+    "CONFIGBUNDLES",
+    "CONFIGMAPS",
+    "DEFAULT_USER_AGENT",
+    "EVENTS",
+    "LEASES",
+    "NAMESPACES",
+    "ApiError",
+    "ConfigError",
+    "ConnectionFailed",
+    "KubeClient",
+    "RequestHook",
+    "Resource",
+    "WatchStream",
+]

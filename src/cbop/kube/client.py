@@ -1,0 +1,986 @@
+"""The Kubernetes client adapter: raw JSON over the official client's transport.
+
+This module owns :class:`KubeClient`, the one object through which cbop talks to the API
+server, and :class:`WatchStream`, the iterator over a watch response. Requests go
+through ``kubernetes.client.ApiClient`` (configuration loading, TLS, authentication,
+the urllib3 pool) but bodies are plain JSON: requests take dicts, responses are
+``json.loads`` of the body. No generated model is built on any path, which keeps lists
+and watches cheap.
+
+Behaviour borrowed from client-go's ``rest`` package:
+
+* client-side rate limiting with a token bucket (``qps``/``burst``, defaults 20/30 as
+  controller-runtime's; ``qps <= 0`` disables it), applied to every request except
+  watch streams;
+* a 429 or 5xx answer that carries ``Retry-After`` is retried after that many seconds,
+  at most ``max_retries`` (10) times, for every verb (the server did not process it);
+* every request is counted by (verb, resource plural), see :meth:`KubeClient.request_counts`,
+  and reported to an optional ``on_request(verb, resource, status_code, seconds)`` hook so
+  that upper layers can attach metrics without this package importing Prometheus.
+
+Thread-safety: one :class:`KubeClient` is shared by all threads. urllib3's pool manager
+is thread-safe; its per-host pool keeps up to ``pool_size`` idle connections.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, Final, cast
+
+import urllib3
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+from kubernetes.config.incluster_config import (
+    SERVICE_CERT_FILENAME,
+    SERVICE_HOST_ENV_NAME,
+    SERVICE_PORT_ENV_NAME,
+    SERVICE_TOKEN_FILENAME,
+    InClusterConfigLoader,
+)
+
+import cbop
+from cbop.clock import Clock, RealClock
+from cbop.kube.errors import ApiError, ConfigError, ConnectionFailed
+from cbop.kube.resources import Resource
+from cbop.tokenbucket import TokenBucket
+
+__all__ = [
+    "DEFAULT_USER_AGENT",
+    "PATCH_CONTENT_TYPES",
+    "KubeClient",
+    "RequestHook",
+    "WatchStream",
+]
+
+#: ``User-Agent`` sent when none is given.
+DEFAULT_USER_AGENT: Final = f"cbop/{cbop.__version__}"
+
+#: ``patch_type`` -> ``Content-Type`` of a PATCH request.
+PATCH_CONTENT_TYPES: Final[Mapping[str, str]] = {
+    "merge": "application/merge-patch+json",
+    "json": "application/json-patch+json",
+    "strategic": "application/strategic-merge-patch+json",
+    "apply": "application/apply-patch+yaml",
+}
+
+#: ``on_request(verb, resource_plural, status_code, seconds)``; status 0 = no answer.
+RequestHook = Callable[[str, str, int, float], None]
+
+_CONNECT_TIMEOUT: Final = 10.0
+_TOKEN_REFRESH_PERIOD: Final = 60.0
+_READ_SIZE: Final = 64 * 1024
+_MAX_RETRY_AFTER: Final = 60.0
+# Transport failures raised by urllib3 and the sockets under it. The generated REST layer
+# turns TLS errors into ApiException(status=0).
+_TRANSPORT_ERRORS: Final = (urllib3.exceptions.HTTPError, OSError)
+
+
+def _is_json(content_type: str) -> bool:
+    """Return whether a Content-Type is JSON (``application/json``, ``...+json``)."""
+    base = content_type.split(";", 1)[0].strip().lower()
+    return base == "application/json" or (
+        base.startswith("application/") and base.endswith("+json")
+    )
+
+
+def _is_timeout(exc: BaseException) -> bool:
+    """Return whether a transport error is a connect or read timeout."""
+    if isinstance(exc, urllib3.exceptions.TimeoutError | TimeoutError):
+        return True
+    reason = getattr(exc, "reason", None)
+    return isinstance(reason, urllib3.exceptions.TimeoutError | TimeoutError)
+
+
+def _connection_failed(exc: BaseException, what: str) -> ConnectionFailed:
+    """Wrap a transport exception as :class:`ConnectionFailed`."""
+    return ConnectionFailed(f"{what}: {exc}", cause=exc, timed_out=_is_timeout(exc))
+
+
+def _query_value(value: str | int | bool) -> str:
+    """Render one query parameter value the way the API server parses it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _infer_verb_resource(
+    method: str, path: str, query: Mapping[str, Any] | None
+) -> tuple[str, str]:
+    """Map a raw request to a Kubernetes (verb, resource plural) pair for request counting.
+
+    ``/api/v1/namespaces/ns/configmaps/name`` -> resource ``configmaps``; ``GET`` of a
+    collection is ``list`` (``watch`` with ``watch=true``), of an object ``get``; ``POST``
+    is ``create``, ``PUT`` ``update``, ``PATCH`` ``patch``, ``DELETE`` of an object
+    ``delete``, of a collection ``deletecollection``. Paths outside ``/api``/``/apis``
+    count under their path and the lower-cased method.
+    """
+    segments = [s for s in path.split("?", 1)[0].split("/") if s]
+    method = method.upper()
+    rest: list[str]
+    if segments[:1] == ["api"] and len(segments) >= 2:
+        rest = segments[2:]
+    elif segments[:1] == ["apis"] and len(segments) >= 3:
+        rest = segments[3:]
+    else:
+        return method.lower(), path.split("?", 1)[0]
+    if len(rest) >= 3 and rest[0] == "namespaces" and rest[2] not in ("status", "finalize"):
+        rest = rest[2:]
+    if not rest:
+        return method.lower(), path.split("?", 1)[0]
+    resource = rest[0]
+    if len(rest) >= 3:
+        resource = f"{rest[0]}/{rest[2]}"
+    named = len(rest) >= 2
+    watch = bool(query) and _query_value(query.get("watch", False)) == "true"  # type: ignore[union-attr]
+    if method == "GET":
+        verb = "watch" if watch else ("get" if named else "list")
+    elif method == "POST":
+        verb = "create"
+    elif method == "PUT":
+        verb = "update"
+    elif method == "PATCH":
+        verb = "patch"
+    elif method == "DELETE":
+        verb = "delete" if named else "deletecollection"
+    else:
+        verb = method.lower()
+    return verb, resource
+
+
+class _TokenFileRefresher:
+    """Re-reads a bearer token file at most every ``period`` seconds (rotated SA tokens).
+
+    Installed as the configuration's ``refresh_api_key_hook``, which the generated
+    ``Configuration.auth_settings()`` calls on every request (``ApiClient.param_serialize``
+    with ``auth_settings=["BearerToken"]``). The stock in-cluster loader does the same
+    with a fixed one-minute period on the wall clock; this one uses cbop's clock so the
+    rotation can be tested, and keeps the last good token when the file is briefly
+    missing or empty during a kubelet rotation.
+    """
+
+    def __init__(self, token_file: str, clock: Clock, period: float = _TOKEN_REFRESH_PERIOD):
+        self._token_file = token_file
+        self._clock = clock
+        self._period = period
+        self._lock = threading.Lock()
+        self._next_read = clock.now() + period
+
+    def __call__(self, configuration: Any) -> None:
+        now = self._clock.now()
+        with self._lock:
+            if now < self._next_read:
+                return
+            self._next_read = now + self._period
+            try:
+                token = Path(self._token_file).read_text().strip()
+            except OSError:
+                return
+            if token:
+                configuration.api_key["BearerToken"] = f"bearer {token}"
+
+
+class WatchStream(Iterator[dict[str, Any]]):
+    r"""An open watch response, iterated as decoded events.
+
+    Each item is the event dict as the API server sends it, ``{"type": "ADDED" |
+    "MODIFIED" | "DELETED" | "BOOKMARK", "object": {...}}``; lines are split on ``\\n``
+    from the raw stream and decoded with ``json.loads`` (no models).
+
+    Raises (from ``__next__``):
+        ApiError: for an ``ERROR`` event, decoded from its ``Status`` object (as
+            client-go's reflector does with ``apierrors.FromObject``); a compacted
+            resourceVersion arrives as ``status == 410`` (``reason`` ``Expired`` or
+            ``Gone``, ``is_gone`` true).
+        ConnectionFailed: the connection broke, or no byte arrived within the read
+            timeout (``timed_out`` true): the stream went silent.
+
+    Iteration stops when the server ends the watch (``timeoutSeconds`` elapsed) or when
+    :meth:`close` is called. :meth:`close` may be called from any thread; it unblocks a
+    reader waiting on the socket. The connection is never returned to the pool mid-stream.
+    """
+
+    def __init__(self, response: Any, *, on_close: Callable[[], None] | None = None) -> None:
+        self._response = response
+        self._buffer = b""
+        self._lock = threading.Lock()
+        self._reading = False
+        self._closed = False
+        self._cleaned = False
+        self._on_close = on_close
+
+    def __iter__(self) -> WatchStream:
+        return self
+
+    def __next__(self) -> dict[str, Any]:
+        while True:
+            newline = self._buffer.find(b"\n")
+            if newline >= 0:
+                line = self._buffer[:newline]
+                self._buffer = self._buffer[newline + 1 :]
+                if line.strip():
+                    return self._decode(line)
+                continue
+            chunk = self._read()
+            if not chunk:
+                line = self._buffer
+                self._buffer = b""
+                if line.strip() and not self._closed:
+                    return self._decode(line)
+                self._cleanup()
+                raise StopIteration
+            self._buffer += chunk
+
+    def _read(self) -> bytes:
+        with self._lock:
+            if self._closed:
+                return b""
+            self._reading = True
+        try:
+            return cast(bytes, self._response.read1(_READ_SIZE))
+        except _TRANSPORT_ERRORS as exc:
+            if self._closed:
+                return b""
+            self._cleanup()
+            raise _connection_failed(exc, "watch stream broken") from exc
+        finally:
+            with self._lock:
+                self._reading = False
+
+    def _decode(self, line: bytes) -> dict[str, Any]:
+        try:
+            event = json.loads(line)
+        except ValueError as exc:
+            self._cleanup()
+            raise ConnectionFailed(f"undecodable watch event: {line[:200]!r}", cause=exc) from exc
+        if not isinstance(event, dict) or not isinstance(event.get("object"), dict):
+            self._cleanup()
+            raise ConnectionFailed(f"malformed watch event: {line[:200]!r}")
+        if event.get("type") == "ERROR":
+            self._cleanup()
+            raise ApiError.from_status(event["object"])
+        return event
+
+    def close(self) -> None:
+        """Stop the stream and release its connection; safe from any thread, idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            reading = self._reading
+        if reading:
+            # Another thread is blocked in recv(): wake it with EOF; it cleans up.
+            with contextlib.suppress(ValueError, RuntimeError, OSError):
+                self._response.shutdown()
+        else:
+            self._cleanup()
+
+    def _cleanup(self) -> None:
+        with self._lock:
+            if self._cleaned:
+                return
+            self._cleaned = True
+            self._closed = True
+        try:
+            self._response.close()
+            self._response.release_conn()
+        except _TRANSPORT_ERRORS:
+            pass
+        if self._on_close is not None:
+            self._on_close()
+
+    def __enter__(self) -> WatchStream:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class KubeClient:
+    """A thread-safe Kubernetes API client that speaks raw JSON (dicts in, dicts out).
+
+    Build one with :meth:`from_config`, or wrap a configured
+    ``kubernetes.client.ApiClient`` directly. All verbs raise :class:`ApiError` for a
+    non-2xx answer and :class:`ConnectionFailed` when no answer arrived.
+
+    Args:
+        api_client: the transport (its configuration: host, TLS, credentials, pool).
+        qps: sustained client-side request rate (requests/second); ``<= 0`` = unlimited.
+        burst: token bucket size (requests).
+        clock: time source for rate limiting, Retry-After waits and latency.
+        max_retries: how often a 429/5xx answer with ``Retry-After`` is retried.
+        on_request: optional ``(verb, resource, status_code, seconds)`` hook, called
+            once per HTTP exchange (also for retried attempts); exceptions it raises
+            are swallowed.
+    """
+
+    def __init__(
+        self,
+        api_client: Any,
+        *,
+        qps: float = 20.0,
+        burst: int = 30,
+        clock: Clock | None = None,
+        max_retries: int = 10,
+        on_request: RequestHook | None = None,
+    ) -> None:
+        self._api = api_client
+        self._clock: Clock = clock if clock is not None else RealClock()
+        self._bucket = TokenBucket(qps, max(1, burst), clock=self._clock) if qps > 0 else None
+        self._max_retries = max_retries
+        self._on_request = on_request
+        self._counts: dict[tuple[str, str], int] = {}
+        self._counts_lock = threading.Lock()
+
+    # ----------------------------------------------------------------- construction
+
+    @classmethod
+    def from_config(
+        cls,
+        *,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        qps: float = 20.0,
+        burst: int = 30,
+        pool_size: int = 16,
+        user_agent: str = DEFAULT_USER_AGENT,
+        clock: Clock | None = None,
+        on_request: RequestHook | None = None,
+    ) -> KubeClient:
+        """Load a configuration the way client-go's ``clientcmd`` defaults do and build a client.
+
+        Order: an explicit ``kubeconfig`` path; else, inside a pod
+        (``KUBERNETES_SERVICE_HOST``/``_PORT`` set and the service-account token file
+        present), the in-cluster configuration, whose token file is re-read every
+        60 s so rotated tokens are picked up; else ``$KUBECONFIG`` (a ``:``-separated
+        list) or ``~/.kube/config``.
+
+        Args:
+            kubeconfig: path of a kubeconfig file.
+            context: kubeconfig context name (default: the file's current context).
+            qps: client-side sustained rate (requests/s); ``<= 0`` = unlimited.
+            burst: client-side burst (requests).
+            pool_size: idle connections kept per host by urllib3 (``maxsize``).
+            user_agent: ``User-Agent`` header.
+            clock: time source (tests pass a ``FakeClock``).
+            on_request: request hook (see the class).
+
+        Raises:
+            ConfigError: no configuration found, or it could not be loaded.
+        """
+        clk: Clock = clock if clock is not None else RealClock()
+        configuration = k8s_client.Configuration()
+        if kubeconfig is not None:
+            _load_kubeconfig(configuration, kubeconfig, context)
+        elif _in_cluster():
+            _load_in_cluster(configuration, clk)
+        else:
+            env = os.environ.get("KUBECONFIG", "")
+            candidate = env if env else "~/.kube/config"
+            paths = [p for p in candidate.split(os.pathsep) if p]
+            if not any(Path(p).expanduser().exists() for p in paths):
+                raise ConfigError(
+                    "no Kubernetes configuration found: no kubeconfig given, not running in "
+                    f"a pod, and {'$KUBECONFIG=' + env if env else '~/.kube/config'} does not exist"
+                )
+            _load_kubeconfig(configuration, candidate, context)
+        return cls.from_configuration(
+            configuration,
+            qps=qps,
+            burst=burst,
+            pool_size=pool_size,
+            user_agent=user_agent,
+            clock=clk,
+            on_request=on_request,
+        )
+
+    @classmethod
+    def from_configuration(
+        cls,
+        configuration: Any,
+        *,
+        qps: float = 20.0,
+        burst: int = 30,
+        pool_size: int = 16,
+        user_agent: str = DEFAULT_USER_AGENT,
+        clock: Clock | None = None,
+        on_request: RequestHook | None = None,
+    ) -> KubeClient:
+        """Build a client from a loaded ``kubernetes.client.Configuration`` (tuned in place).
+
+        Sets the pool size (``connection_pool_maxsize``, which the generated
+        ``RESTClientObject`` passes to urllib3 as ``maxsize``), TCP keepalive (as
+        client-go dials), and urllib3 retries limited to connection establishment:
+        a request that reached the server is never silently re-sent by urllib3.
+        """
+        configuration.connection_pool_maxsize = pool_size
+        configuration.keep_alive = True
+        configuration.retries = urllib3.util.Retry(
+            total=2, connect=2, read=0, redirect=0, status=0, other=0, raise_on_status=False
+        )
+        api_client = k8s_client.ApiClient(configuration)
+        api_client.user_agent = user_agent
+        return cls(api_client, qps=qps, burst=burst, clock=clock, on_request=on_request)
+
+    @property
+    def host(self) -> str:
+        """The API server URL, e.g. ``https://127.0.0.1:6443``."""
+        return cast(str, self._api.configuration.host)
+
+    def close(self) -> None:
+        """Close the idle pooled connections."""
+        self._api.rest_client.close()
+
+    def __enter__(self) -> KubeClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------- accounting
+
+    def request_counts(self) -> dict[tuple[str, str], int]:
+        """Return a snapshot of HTTP exchanges made, keyed by ``(verb, resource plural)``.
+
+        Verbs are Kubernetes verbs (``get``, ``list``, ``watch``, ``create``,
+        ``update``, ``patch``, ``delete``, ...); subresources count as
+        ``"configbundles/status"``. Each retry counts as a request.
+        """
+        with self._counts_lock:
+            return dict(self._counts)
+
+    def _record(self, verb: str, resource: str, status: int, seconds: float) -> None:
+        with self._counts_lock:
+            key = (verb, resource)
+            self._counts[key] = self._counts.get(key, 0) + 1
+        hook = self._on_request
+        if hook is not None:
+            # A metrics hook must never break a request.
+            with contextlib.suppress(Exception):
+                hook(verb, resource, status, seconds)
+
+    # ----------------------------------------------------------------- transport
+
+    def _throttle(self) -> None:
+        if self._bucket is not None:
+            wait = self._bucket.reserve()
+            if wait > 0:
+                self._clock.sleep(wait)
+
+    def _send(
+        self,
+        *,
+        verb: str,
+        resource: str,
+        method: str,
+        path: str,
+        query: Mapping[str, str | int | bool] | None,
+        body: Any,
+        content_type: str,
+        timeout: tuple[float, float] | None,
+    ) -> Any:
+        """Make one HTTP exchange; return the ``RESTResponse`` (any status).
+
+        Raises:
+            ConnectionFailed: no answer.
+        """
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+            if isinstance(body, bytes | str) and _is_json(content_type):
+                # The generated REST layer json.dumps() JSON bodies itself.
+                body = json.loads(body)
+        query_params = [(k, _query_value(v)) for k, v in (query or {}).items()]
+        start = self._clock.now()
+        try:
+            m, url, header_params, ser_body, post_params = self._api.param_serialize(
+                method=method,
+                resource_path=path,
+                query_params=query_params,
+                header_params=headers,
+                body=body,
+                auth_settings=["BearerToken"],
+            )
+            return self._api.call_api(
+                m,
+                url,
+                header_params=header_params,
+                body=ser_body,
+                post_params=post_params,
+                _request_timeout=timeout,
+            )
+        except (*_TRANSPORT_ERRORS, ApiException) as exc:
+            self._record(verb, resource, 0, self._clock.now() - start)
+            raise _connection_failed(exc, f"{method} {path}") from exc
+
+    def _call(
+        self,
+        verb: str,
+        resource: str,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str | int | bool] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float | None = 30.0,
+    ) -> dict[str, Any]:
+        request_timeout = None if timeout is None else (min(_CONNECT_TIMEOUT, timeout), timeout)
+        attempt = 0
+        while True:
+            self._throttle()
+            start = self._clock.now()
+            response = self._send(
+                verb=verb,
+                resource=resource,
+                method=method,
+                path=path,
+                query=query,
+                body=body,
+                content_type=content_type,
+                timeout=request_timeout,
+            )
+            try:
+                data = response.read()
+            except _TRANSPORT_ERRORS as exc:
+                self._record(verb, resource, 0, self._clock.now() - start)
+                raise _connection_failed(exc, f"{method} {path}: reading the response") from exc
+            status = int(response.status)
+            self._record(verb, resource, status, self._clock.now() - start)
+            if 200 <= status < 300:
+                if not data:
+                    return {}
+                try:
+                    decoded = json.loads(data)
+                except ValueError as exc:
+                    raise ApiError(
+                        status, "InvalidResponse", f"non-JSON response body: {data[:200]!r}"
+                    ) from exc
+                return decoded if isinstance(decoded, dict) else {"items": decoded}
+            error = ApiError.from_response(status, response.getheaders(), data)
+            if (
+                error.retry_after is not None
+                and (status == 429 or 500 <= status <= 599)
+                and attempt < self._max_retries
+            ):
+                attempt += 1
+                self._clock.sleep(min(error.retry_after, _MAX_RETRY_AFTER))
+                continue
+            raise error
+
+    # ----------------------------------------------------------------- raw
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str | int | bool] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float | None = 30.0,
+    ) -> dict[str, Any]:
+        """Send one request and return the decoded JSON body.
+
+        Args:
+            method: HTTP method (``GET``, ``POST``, ``PUT``, ``PATCH``, ``DELETE``).
+            path: URL path from the server root, e.g. ``/api/v1/namespaces``.
+            query: query parameters; booleans are sent as ``true``/``false``.
+            body: a JSON-serialisable value (dict or, for JSON patches, list), or
+                already-encoded ``bytes``/``str``.
+            content_type: ``Content-Type`` of the body.
+            timeout: seconds to wait for the connection and for each read; ``None``
+                waits forever.
+
+        Returns:
+            The body decoded as a dict (``{}`` for an empty body).
+
+        Raises:
+            ApiError: non-2xx answer (after Retry-After retries), with the ``Status``
+                fields and ``retry_after`` parsed.
+            ConnectionFailed: no answer (refused, reset, TLS failure, timeout).
+        """
+        verb, resource = _infer_verb_resource(method, path, query)
+        return self._call(
+            verb,
+            resource,
+            method.upper(),
+            path,
+            query=query,
+            body=body,
+            content_type=content_type,
+            timeout=timeout,
+        )
+
+    # ----------------------------------------------------------------- verbs
+
+    @staticmethod
+    def _resource_name(res: Resource, subresource: str | None) -> str:
+        return f"{res.plural}/{subresource}" if subresource else res.plural
+
+    def get(
+        self, res: Resource, namespace: str | None, name: str, *, timeout: float | None = 30.0
+    ) -> dict[str, Any]:
+        """GET one object; returns it as a dict.
+
+        Raises:
+            ApiError: ``is_not_found`` when it does not exist; other API errors.
+            ConnectionFailed: no answer.
+        """
+        return self._call("get", res.plural, "GET", res.path(namespace, name), timeout=timeout)
+
+    def list(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int | None = None,
+        continue_: str | None = None,
+        resource_version: str | None = None,
+        resource_version_match: str | None = None,
+        timeout: float | None = 60.0,
+    ) -> dict[str, Any]:
+        """LIST a collection (one page); returns the list dict.
+
+        The result has ``metadata.resourceVersion`` (the list's RV), ``metadata.continue``
+        when more pages follow, and ``items`` (each item lacks ``kind``/``apiVersion``, as
+        the API server sends them).
+
+        Args:
+            res: the collection.
+            namespace: ``None`` lists across all namespaces.
+            label_selector: label selector string (``"a=b,c!=d"``).
+            field_selector: field selector string (``"metadata.name=x"``).
+            limit: page size; the API server ignores it for ``resource_version="0"``
+                when served from the watch cache.
+            continue_: the previous page's ``metadata.continue``.
+            resource_version: ``"0"`` (any, possibly cached), ``""``/``None``
+                (consistent), or a specific RV.
+            resource_version_match: ``"NotOlderThan"`` or ``"Exact"``.
+            timeout: seconds for the connection and for each socket read.
+
+        Raises:
+            ApiError: ``is_gone`` for an expired continue token or a compacted RV.
+            ConnectionFailed: no answer.
+        """
+        query: dict[str, str | int | bool] = {}
+        if label_selector:
+            query["labelSelector"] = label_selector
+        if field_selector:
+            query["fieldSelector"] = field_selector
+        if limit is not None:
+            query["limit"] = limit
+        if continue_:
+            query["continue"] = continue_
+        if resource_version is not None and resource_version != "":
+            query["resourceVersion"] = resource_version
+        if resource_version_match:
+            query["resourceVersionMatch"] = resource_version_match
+        return self._call(
+            "list", res.plural, "GET", res.path(namespace), query=query, timeout=timeout
+        )
+
+    def create(
+        self,
+        res: Resource,
+        namespace: str | None,
+        body: Mapping[str, Any],
+        *,
+        field_manager: str | None = None,
+        dry_run: bool = False,
+        timeout: float | None = 30.0,
+    ) -> dict[str, Any]:
+        """POST a new object; returns the created object.
+
+        ``kind``/``apiVersion`` are filled in from ``res`` when missing.
+
+        Raises:
+            ApiError: ``is_already_exists``, ``is_invalid``, ``is_forbidden``, ...
+            ConnectionFailed: no answer.
+        """
+        obj = dict(body)
+        obj.setdefault("apiVersion", res.api_version)
+        obj.setdefault("kind", res.kind)
+        return self._call(
+            "create",
+            res.plural,
+            "POST",
+            res.path(namespace),
+            query=_write_query(field_manager, dry_run),
+            body=obj,
+            timeout=timeout,
+        )
+
+    def update(
+        self,
+        res: Resource,
+        namespace: str | None,
+        name: str,
+        body: Mapping[str, Any],
+        subresource: str | None = None,
+        *,
+        field_manager: str | None = None,
+        dry_run: bool = False,
+        timeout: float | None = 30.0,
+    ) -> dict[str, Any]:
+        """PUT a whole object (optimistic concurrency via ``metadata.resourceVersion``).
+
+        Raises:
+            ApiError: ``is_conflict`` for a stale resourceVersion, ``is_not_found``,
+                ``is_invalid``, ...
+            ConnectionFailed: no answer.
+        """
+        obj = dict(body)
+        obj.setdefault("apiVersion", res.api_version)
+        obj.setdefault("kind", res.kind)
+        return self._call(
+            "update",
+            self._resource_name(res, subresource),
+            "PUT",
+            res.path(namespace, name, subresource),
+            query=_write_query(field_manager, dry_run),
+            body=obj,
+            timeout=timeout,
+        )
+
+    def patch(
+        self,
+        res: Resource,
+        namespace: str | None,
+        name: str,
+        body: Any,
+        *,
+        patch_type: str = "merge",
+        subresource: str | None = None,
+        field_manager: str | None = None,
+        force: bool | None = None,
+        dry_run: bool = False,
+        timeout: float | None = 30.0,
+    ) -> dict[str, Any]:
+        """PATCH an object; returns the patched object.
+
+        Args:
+            res: the collection.
+            namespace: the object's namespace (``None`` if cluster-scoped).
+            name: the object's name.
+            body: a dict (merge, strategic, apply) or a list of operations (json).
+            patch_type: ``merge`` (RFC 7386), ``json`` (RFC 6902), ``strategic``, or
+                ``apply`` (server-side apply; needs ``field_manager``, default ``cbop``).
+            subresource: e.g. ``"status"``.
+            field_manager: ``fieldManager`` query parameter.
+            force: server-side apply ``force`` (take ownership of conflicting fields).
+            dry_run: validate and admit, but do not persist (``dryRun=All``).
+            timeout: seconds for the connection and for each socket read.
+
+        Raises:
+            ValueError: unknown ``patch_type``.
+            ApiError: ``is_not_found``, ``is_conflict`` (apply conflicts),
+                ``is_invalid``, ...
+            ConnectionFailed: no answer.
+        """
+        try:
+            content_type = PATCH_CONTENT_TYPES[patch_type]
+        except KeyError:
+            raise ValueError(
+                f"unknown patch_type {patch_type!r}; one of {sorted(PATCH_CONTENT_TYPES)}"
+            ) from None
+        if patch_type == "apply" and field_manager is None:
+            field_manager = "cbop"
+        query = _write_query(field_manager, dry_run)
+        if force is not None:
+            query["force"] = force
+        return self._call(
+            "patch",
+            self._resource_name(res, subresource),
+            "PATCH",
+            res.path(namespace, name, subresource),
+            query=query,
+            body=body,
+            content_type=content_type,
+            timeout=timeout,
+        )
+
+    def delete(
+        self,
+        res: Resource,
+        namespace: str | None,
+        name: str,
+        *,
+        preconditions: Mapping[str, str] | None = None,
+        propagation_policy: str | None = None,
+        grace_period_seconds: int | None = None,
+        dry_run: bool = False,
+        timeout: float | None = 30.0,
+    ) -> dict[str, Any]:
+        """DELETE an object with ``DeleteOptions``.
+
+        Args:
+            res: the collection.
+            namespace: the object's namespace (``None`` if cluster-scoped).
+            name: the object's name.
+            preconditions: ``{"uid": ..., "resourceVersion": ...}``; a mismatch is a 409.
+            propagation_policy: ``Foreground``, ``Background`` or ``Orphan``.
+            grace_period_seconds: ``gracePeriodSeconds`` of the DeleteOptions.
+            dry_run: validate, but do not delete (``dryRun=All``).
+            timeout: seconds for the connection and for each socket read.
+
+        Returns:
+            The object (being deleted, e.g. with finalizers) or a ``Status``.
+
+        Raises:
+            ApiError: ``is_not_found``, ``is_conflict`` (precondition failed), ...
+            ConnectionFailed: no answer.
+        """
+        options: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        if preconditions:
+            options["preconditions"] = dict(preconditions)
+        if propagation_policy:
+            options["propagationPolicy"] = propagation_policy
+        if grace_period_seconds is not None:
+            options["gracePeriodSeconds"] = grace_period_seconds
+        if dry_run:
+            options["dryRun"] = ["All"]
+        return self._call(
+            "delete",
+            res.plural,
+            "DELETE",
+            res.path(namespace, name),
+            body=options,
+            timeout=timeout,
+        )
+
+    def watch(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        *,
+        resource_version: str,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        timeout_seconds: int,
+        allow_bookmarks: bool = True,
+        read_timeout: float,
+    ) -> WatchStream:
+        """Open a WATCH stream from ``resource_version``.
+
+        Not rate limited (as client-go does not throttle watch streams), counted as
+        ``("watch", plural)``. Non-2xx answers are not retried here: the caller owns
+        the backoff.
+
+        Args:
+            res: the collection.
+            namespace: ``None`` watches across all namespaces.
+            label_selector: label selector string.
+            field_selector: field selector string.
+            resource_version: start after this RV (``"0"``/``""``: any/most recent state,
+                preceded by synthetic ADDED events).
+            timeout_seconds: the server ends the watch after this many seconds.
+            allow_bookmarks: ask for BOOKMARK events (about one a minute from a real
+                API server) that carry only ``metadata.resourceVersion``.
+            read_timeout: seconds without a single byte after which the stream is
+                declared dead (``ConnectionFailed(timed_out=True)``); set it above the
+                longest expected silence (bookmark interval).
+
+        Returns:
+            A :class:`WatchStream` (an iterator of event dicts; close it when done).
+
+        Raises:
+            ApiError: non-2xx answer (``is_gone`` for a compacted RV, ``retry_after`` set
+                on 429).
+            ConnectionFailed: no answer.
+        """
+        query: dict[str, str | int | bool] = {
+            "watch": True,
+            "resourceVersion": resource_version,
+            "timeoutSeconds": int(timeout_seconds),
+        }
+        if allow_bookmarks:
+            query["allowWatchBookmarks"] = True
+        if label_selector:
+            query["labelSelector"] = label_selector
+        if field_selector:
+            query["fieldSelector"] = field_selector
+        path = res.path(namespace)
+        start = self._clock.now()
+        response = self._send(
+            verb="watch",
+            resource=res.plural,
+            method="GET",
+            path=path,
+            query=query,
+            body=None,
+            content_type="application/json",
+            timeout=(min(_CONNECT_TIMEOUT, read_timeout), read_timeout),
+        )
+        status = int(response.status)
+        self._record("watch", res.plural, status, self._clock.now() - start)
+        if not 200 <= status < 300:
+            try:
+                data = response.read()
+            except _TRANSPORT_ERRORS as exc:
+                raise _connection_failed(exc, f"watch {path}: reading the error") from exc
+            raise ApiError.from_response(status, response.getheaders(), data)
+        return WatchStream(response.response)
+
+
+def _write_query(field_manager: str | None, dry_run: bool) -> dict[str, str | int | bool]:
+    query: dict[str, str | int | bool] = {}
+    if field_manager:
+        query["fieldManager"] = field_manager
+    if dry_run:
+        query["dryRun"] = "All"
+    return query
+
+
+def _in_cluster() -> bool:
+    return bool(
+        os.environ.get(SERVICE_HOST_ENV_NAME)
+        and os.environ.get(SERVICE_PORT_ENV_NAME)
+        and os.path.isfile(SERVICE_TOKEN_FILENAME)
+    )
+
+
+def _load_kubeconfig(configuration: Any, path: str, context: str | None) -> None:
+    try:
+        k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=path,
+            context=context,
+            client_configuration=configuration,
+            persist_config=False,
+        )
+    except (ConfigException, OSError, ValueError, KeyError) as exc:
+        raise ConfigError(f"cannot load kubeconfig {path!r} (context {context!r}): {exc}") from exc
+
+
+def _load_in_cluster(
+    configuration: Any,
+    clock: Clock,
+    *,
+    token_file: str = SERVICE_TOKEN_FILENAME,
+    cert_file: str = SERVICE_CERT_FILENAME,
+    environ: Mapping[str, str] | None = None,
+) -> None:
+    """Load the pod's service-account configuration and keep its token fresh.
+
+    Uses the stock ``InClusterConfigLoader`` for host, CA and the first token, then
+    installs a :class:`_TokenFileRefresher` (re-read every 60 s of ``clock``) as the
+    refresh hook.
+    """
+    try:
+        InClusterConfigLoader(  # type: ignore[no-untyped-call]
+            token_filename=token_file,
+            cert_filename=cert_file,
+            try_refresh_token=False,
+            environ=os.environ if environ is None else environ,
+        ).load_and_set(configuration)
+    except (ConfigException, OSError) as exc:
+        raise ConfigError(f"cannot load the in-cluster configuration: {exc}") from exc
+    configuration.refresh_api_key_hook = _TokenFileRefresher(token_file, clock)

@@ -1,0 +1,109 @@
+"""Kubernetes resource coordinates: group, version, plural, kind and REST paths.
+
+This module owns :class:`Resource`, the value that every ``cbop.kube`` call takes to
+say *which* collection it talks to, and the handful of resources cbop uses. Paths are
+built as the API server routes them (``/api/v1/...`` for the legacy core group,
+``/apis/<group>/<version>/...`` otherwise), with path segments percent-encoded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import quote
+
+from cbop.api import types as api_types
+
+__all__ = [
+    "CONFIGBUNDLES",
+    "CONFIGMAPS",
+    "EVENTS",
+    "LEASES",
+    "NAMESPACES",
+    "Resource",
+]
+
+
+def _segment(value: str) -> str:
+    """Percent-encode one path segment (``/`` included), rejecting empty segments."""
+    if not value:
+        raise ValueError("path segment must not be empty")
+    return quote(value, safe="")
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One REST collection of the Kubernetes API.
+
+    Attributes:
+        group: API group, ``""`` for the legacy core group (``v1`` ConfigMaps, Events).
+        version: API version within the group, e.g. ``"v1"``.
+        plural: lower-case plural resource name used in URLs, e.g. ``"configmaps"``.
+        kind: the object kind, e.g. ``"ConfigMap"``.
+        namespaced: whether objects live in a namespace (``False`` for Namespaces).
+    """
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        """The ``apiVersion`` field value: ``"v1"`` for core, else ``"<group>/<version>"``."""
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(
+        self,
+        namespace: str | None = None,
+        name: str | None = None,
+        subresource: str | None = None,
+    ) -> str:
+        """Return the URL path of the collection, an object, or an object's subresource.
+
+        Args:
+            namespace: namespace of a namespaced resource; ``None`` addresses the
+                collection across all namespaces (list/watch only). Must be ``None`` for
+                cluster-scoped resources.
+            name: object name; ``None`` addresses the collection.
+            subresource: e.g. ``"status"``; requires ``name``.
+
+        Returns:
+            e.g. ``/api/v1/namespaces/ns/configmaps/name`` or
+            ``/apis/cbop.dev/v1alpha1/configbundles``.
+
+        Raises:
+            ValueError: a namespace given for a cluster-scoped resource, a subresource
+                without a name, or an empty segment.
+        """
+        prefix = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        parts = [prefix]
+        if namespace is not None:
+            if not self.namespaced:
+                raise ValueError(f"{self.plural} is cluster-scoped; got namespace {namespace!r}")
+            parts.append(f"namespaces/{_segment(namespace)}")
+        parts.append(self.plural)
+        if name is not None:
+            parts.append(_segment(name))
+        if subresource is not None:
+            if name is None:
+                raise ValueError("a subresource needs an object name")
+            parts.append(_segment(subresource))
+        return "/".join(parts)
+
+    def __str__(self) -> str:
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+
+#: Core v1 ConfigMaps.
+CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
+#: Core v1 Events (the legacy events API that ``kubectl describe`` shows).
+EVENTS = Resource("", "v1", "events", "Event")
+#: coordination.k8s.io/v1 Leases, used for leader election.
+LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
+#: Core v1 Namespaces (cluster-scoped).
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+#: cbop.dev/v1alpha1 ConfigBundles, cbop's own custom resource.
+CONFIGBUNDLES = Resource(
+    api_types.GROUP, api_types.VERSION, api_types.PLURAL, api_types.KIND, namespaced=True
+)

@@ -1,0 +1,497 @@
+"""KubeClient against a tiny scripted HTTP server on 127.0.0.1 (real sockets, real urllib3)."""
+
+from __future__ import annotations
+
+import json
+import queue
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from kubernetes import client as k8s_client
+
+from cbop.clock import FakeClock
+from cbop.kube import CONFIGMAPS, ApiError, ConfigError, ConnectionFailed, KubeClient
+from cbop.kube.client import _load_in_cluster
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+    # For streaming replies: chunks written one by one, then hold the connection open
+    # until `release` is set (or close it at once when `release` is None).
+    chunks: list[bytes] | None = None
+    release: threading.Event | None = None
+
+
+Responder = Callable[[Seen], Reply]
+
+
+class FakeApiServer:
+    """A scripted HTTP/1.1 server: each request is recorded and answered by `responder`."""
+
+    def __init__(self, responder: Responder) -> None:
+        self.requests: list[Seen] = []
+        self.responder = responder
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def _handle(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                url = urlsplit(self.path)
+                seen = Seen(
+                    self.command,
+                    url.path,
+                    parse_qs(url.query),
+                    {k.lower(): v for k, v in self.headers.items()},
+                    body,
+                )
+                outer.requests.append(seen)
+                reply = outer.responder(seen)
+                self.send_response(reply.status)
+                for k, v in reply.headers.items():
+                    self.send_header(k, v)
+                if reply.chunks is not None:
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    for chunk in reply.chunks:
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                        self.wfile.flush()
+                    if reply.release is not None:
+                        reply.release.wait(10)
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.flush()
+                    self.close_connection = True
+                    return
+                data = b"" if reply.body is None else json.dumps(reply.body).encode()
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle  # noqa: N815
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        host, port = self.server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def server_factory() -> Iterator[Callable[[Responder], FakeApiServer]]:
+    servers: list[FakeApiServer] = []
+
+    def make(responder: Responder) -> FakeApiServer:
+        s = FakeApiServer(responder)
+        servers.append(s)
+        return s
+
+    yield make
+    for s in servers:
+        s.close()
+
+
+def make_client(url: str, **kwargs: Any) -> KubeClient:
+    configuration = k8s_client.Configuration(host=url)
+    kwargs.setdefault("qps", 0)
+    return KubeClient.from_configuration(configuration, **kwargs)
+
+
+def cm(name: str, ns: str = "default", rv: str = "1") -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": ns, "resourceVersion": rv}, "data": {}}
+
+
+def run_in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, queue.Queue[Any]]:
+    out: queue.Queue[Any] = queue.Queue()
+
+    def target() -> None:
+        try:
+            out.put(("ok", fn()))
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            out.put(("err", exc))
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    return t, out
+
+
+def test_429_with_retry_after_is_honoured_then_succeeds(server_factory: Any) -> None:
+    answers = iter(
+        [
+            Reply(
+                429,
+                {"kind": "Status", "code": 429, "reason": "TooManyRequests", "message": "slow"},
+                {"Retry-After": "3"},
+            ),
+            Reply(200, cm("a")),
+        ]
+    )
+    srv = server_factory(lambda seen: next(answers))
+    clock = FakeClock(100.0)
+    calls: list[tuple[str, str, int]] = []
+    client = make_client(
+        srv.url, clock=clock, on_request=lambda v, r, s, _secs: calls.append((v, r, s))
+    )
+
+    t, out = run_in_thread(lambda: client.get(CONFIGMAPS, "default", "a"))
+    # The client parks on the clock for exactly the Retry-After seconds ...
+    assert clock.wait_for_waiter(deadline=103.0)
+    assert len(srv.requests) == 1
+    clock.step(2.9)
+    assert clock.wait_for_waiter(deadline=103.0)
+    assert len(srv.requests) == 1
+    # ... and retries once the time has passed.
+    clock.step(0.1)
+    t.join(5)
+    kind, value = out.get_nowait()
+    assert kind == "ok", value
+    assert value["metadata"]["name"] == "a"
+    assert len(srv.requests) == 2
+    assert calls == [("get", "configmaps", 429), ("get", "configmaps", 200)]
+    assert client.request_counts() == {("get", "configmaps"): 2}
+
+
+def test_429_without_retry_after_raises_at_once(server_factory: Any) -> None:
+    srv = server_factory(lambda seen: Reply(429, {"kind": "Status", "code": 429}))
+    client = make_client(srv.url, clock=FakeClock())
+    with pytest.raises(ApiError) as info:
+        client.list(CONFIGMAPS, "default")
+    assert info.value.is_too_many_requests
+    assert info.value.retry_after is None
+    assert len(srv.requests) == 1
+
+
+def test_retry_after_gives_up_after_max_retries(server_factory: Any) -> None:
+    srv = server_factory(lambda seen: Reply(503, None, {"Retry-After": "1"}))
+    clock = FakeClock()
+    client = KubeClient.from_configuration(
+        k8s_client.Configuration(host=srv.url), qps=0, clock=clock
+    )
+    client._max_retries = 2
+    t, out = run_in_thread(lambda: client.get(CONFIGMAPS, "ns", "x"))
+    for _ in range(2):
+        assert clock.wait_for_waiter()
+        clock.step(1)
+    t.join(5)
+    kind, err = out.get_nowait()
+    assert kind == "err"
+    assert isinstance(err, ApiError)
+    assert err.status == 503
+    assert err.retry_after == 1.0
+    assert len(srv.requests) == 3
+
+
+def test_error_status_is_parsed_into_api_error(server_factory: Any) -> None:
+    srv = server_factory(
+        lambda seen: Reply(
+            409,
+            {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "status": "Failure",
+                "reason": "AlreadyExists",
+                "message": 'configmaps "a" already exists',
+                "code": 409,
+            },
+        )
+    )
+    client = make_client(srv.url)
+    with pytest.raises(ApiError) as info:
+        client.create(CONFIGMAPS, "default", {"metadata": {"name": "a"}})
+    assert info.value.is_already_exists
+    assert info.value.message == 'configmaps "a" already exists'
+    seen = srv.requests[0]
+    assert seen.method == "POST"
+    assert seen.path == "/api/v1/namespaces/default/configmaps"
+    sent = json.loads(seen.body)
+    assert sent == {"metadata": {"name": "a"}, "apiVersion": "v1", "kind": "ConfigMap"}
+    assert seen.headers["content-type"] == "application/json"
+
+
+def test_connection_refused_is_connection_failed() -> None:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    seen: list[int] = []
+    client = make_client(f"http://127.0.0.1:{port}", on_request=lambda v, r, s, t: seen.append(s))
+    with pytest.raises(ConnectionFailed) as info:
+        client.get(CONFIGMAPS, "ns", "x")
+    assert info.value.status == 0
+    assert seen == [0]
+    assert client.request_counts() == {("get", "configmaps"): 1}
+
+
+def test_verbs_send_the_right_requests(server_factory: Any) -> None:
+    srv = server_factory(lambda seen: Reply(200, {"kind": "ConfigMap", "metadata": {"name": "a"}}))
+    client = make_client(srv.url, user_agent="cbop-test/1")
+    client.list(
+        CONFIGMAPS,
+        "ns",
+        label_selector="a=b,c!=d",
+        limit=500,
+        continue_="tok",
+        resource_version="0",
+    )
+    client.update(CONFIGMAPS, "ns", "a", {"metadata": {"name": "a", "resourceVersion": "5"}})
+    client.patch(CONFIGMAPS, "ns", "a", {"data": {"k": "v"}})
+    client.patch(CONFIGMAPS, "ns", "a", [{"op": "remove", "path": "/data/k"}], patch_type="json")
+    client.patch(CONFIGMAPS, "ns", "a", {"data": {"k": "v"}}, patch_type="apply", force=True)
+    client.patch(CONFIGMAPS, "ns", "a", {"status": {}}, subresource="status")
+    client.delete(
+        CONFIGMAPS, "ns", "a", preconditions={"uid": "u1"}, propagation_policy="Foreground"
+    )
+    client.request("GET", "/api/v1/namespaces", query={"limit": 1, "watch": False})
+
+    lst, upd, merge, jsonp, apply, status, delete, raw = srv.requests
+    assert lst.query == {
+        "labelSelector": ["a=b,c!=d"],
+        "limit": ["500"],
+        "continue": ["tok"],
+        "resourceVersion": ["0"],
+    }
+    assert lst.headers["user-agent"] == "cbop-test/1"
+    assert upd.method == "PUT"
+    assert json.loads(upd.body)["kind"] == "ConfigMap"
+    assert merge.headers["content-type"] == "application/merge-patch+json"
+    assert json.loads(merge.body) == {"data": {"k": "v"}}
+    assert jsonp.headers["content-type"] == "application/json-patch+json"
+    assert json.loads(jsonp.body) == [{"op": "remove", "path": "/data/k"}]
+    assert apply.headers["content-type"] == "application/apply-patch+yaml"
+    assert apply.query == {"fieldManager": ["cbop"], "force": ["true"]}
+    assert status.path == "/api/v1/namespaces/ns/configmaps/a/status"
+    assert delete.method == "DELETE"
+    assert json.loads(delete.body) == {
+        "kind": "DeleteOptions",
+        "apiVersion": "v1",
+        "preconditions": {"uid": "u1"},
+        "propagationPolicy": "Foreground",
+    }
+    assert raw.query == {"limit": ["1"], "watch": ["false"]}
+    assert client.request_counts() == {
+        ("list", "configmaps"): 1,
+        ("update", "configmaps"): 1,
+        ("patch", "configmaps"): 3,
+        ("patch", "configmaps/status"): 1,
+        ("delete", "configmaps"): 1,
+        ("list", "namespaces"): 1,
+    }
+    with pytest.raises(ValueError, match="patch_type"):
+        client.patch(CONFIGMAPS, "ns", "a", {}, patch_type="bogus")
+
+
+def test_client_side_rate_limit_waits_on_the_clock(server_factory: Any) -> None:
+    srv = server_factory(lambda seen: Reply(200, cm("a")))
+    clock = FakeClock(0.0)
+    client = make_client(srv.url, clock=clock, qps=2.0, burst=1)
+    client.get(CONFIGMAPS, "ns", "a")  # the burst token
+    t, out = run_in_thread(lambda: client.get(CONFIGMAPS, "ns", "a"))
+    assert clock.wait_for_waiter(deadline=0.5)  # 1 token / 2 qps
+    assert len(srv.requests) == 1
+    clock.step(0.5)
+    t.join(5)
+    assert out.get_nowait()[0] == "ok"
+    assert len(srv.requests) == 2
+
+
+def _event(kind: str, obj: dict[str, Any]) -> bytes:
+    return json.dumps({"type": kind, "object": obj}).encode() + b"\n"
+
+
+def test_watch_yields_events_and_raises_gone_on_error_event(server_factory: Any) -> None:
+    gone = {
+        "kind": "Status",
+        "code": 410,
+        "reason": "Expired",
+        "message": "too old resource version",
+    }
+    # One event split over two chunks, two events in one chunk, then the ERROR event.
+    first = _event("ADDED", cm("a", rv="11"))
+    chunks = [
+        first[:10],
+        first[10:],
+        _event("MODIFIED", cm("a", rv="12"))
+        + _event("BOOKMARK", {"kind": "ConfigMap", "metadata": {"resourceVersion": "13"}}),
+        _event("ERROR", gone),
+    ]
+    srv = server_factory(lambda seen: Reply(200, chunks=chunks))
+    client = make_client(srv.url, qps=1, burst=1, clock=FakeClock())
+    stream = client.watch(
+        CONFIGMAPS,
+        "ns",
+        resource_version="10",
+        label_selector="x=y",
+        timeout_seconds=300,
+        read_timeout=5,
+    )
+    events: list[dict[str, Any]] = []
+    with pytest.raises(ApiError) as info:
+        events.extend(stream)
+    assert [(e["type"], e["object"]["metadata"]["resourceVersion"]) for e in events] == [
+        ("ADDED", "11"),
+        ("MODIFIED", "12"),
+        ("BOOKMARK", "13"),
+    ]
+    assert info.value.is_gone
+    assert info.value.status == 410
+    seen = srv.requests[0]
+    assert seen.query == {
+        "watch": ["true"],
+        "resourceVersion": ["10"],
+        "timeoutSeconds": ["300"],
+        "allowWatchBookmarks": ["true"],
+        "labelSelector": ["x=y"],
+    }
+    assert client.request_counts() == {("watch", "configmaps"): 1}
+
+
+def test_watch_ends_cleanly_when_the_server_closes(server_factory: Any) -> None:
+    srv = server_factory(lambda seen: Reply(200, chunks=[_event("ADDED", cm("a"))]))
+    client = make_client(srv.url)
+    events = list(client.watch(CONFIGMAPS, resource_version="1", timeout_seconds=1, read_timeout=5))
+    assert [e["type"] for e in events] == ["ADDED"]
+
+
+def test_watch_error_status_is_raised_before_streaming(server_factory: Any) -> None:
+    srv = server_factory(
+        lambda seen: Reply(429, {"kind": "Status", "code": 429}, {"Retry-After": "4"})
+    )
+    client = make_client(srv.url)
+    with pytest.raises(ApiError) as info:
+        client.watch(CONFIGMAPS, resource_version="1", timeout_seconds=1, read_timeout=5)
+    assert info.value.is_too_many_requests
+    assert info.value.retry_after == 4.0
+    # Watches are never retried by the client: the informer owns that backoff.
+    assert len(srv.requests) == 1
+
+
+def test_silent_watch_times_out(server_factory: Any) -> None:
+    release = threading.Event()
+    srv = server_factory(
+        lambda seen: Reply(200, chunks=[_event("ADDED", cm("a"))], release=release)
+    )
+    client = make_client(srv.url)
+    stream = client.watch(CONFIGMAPS, resource_version="1", timeout_seconds=60, read_timeout=0.3)
+    assert next(stream)["type"] == "ADDED"
+    with pytest.raises(ConnectionFailed) as info:
+        next(stream)
+    assert info.value.timed_out
+    release.set()
+
+
+def test_watch_close_from_another_thread_unblocks_the_reader(server_factory: Any) -> None:
+    release = threading.Event()
+    srv = server_factory(
+        lambda seen: Reply(200, chunks=[_event("ADDED", cm("a"))], release=release)
+    )
+    client = make_client(srv.url)
+    stream = client.watch(CONFIGMAPS, resource_version="1", timeout_seconds=60, read_timeout=30)
+    assert next(stream)["type"] == "ADDED"
+    t, out = run_in_thread(lambda: list(stream))
+    time.sleep(0.2)  # let the reader block in recv()
+    assert t.is_alive()
+    stream.close()
+    t.join(5)
+    assert not t.is_alive()
+    assert out.get_nowait() == ("ok", [])
+    release.set()
+
+
+def test_from_config_uses_the_kubeconfig(server_factory: Any, tmp_path: Path) -> None:
+    srv = server_factory(lambda seen: Reply(200, cm("a")))
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": srv.url}}],
+                "users": [{"name": "u", "user": {"token": "secret-token"}}],
+                "contexts": [{"name": "ctx", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "ctx",
+            }
+        )
+    )
+    client = KubeClient.from_config(kubeconfig=str(kubeconfig), pool_size=7, qps=0)
+    client.get(CONFIGMAPS, "default", "a")
+    seen = srv.requests[0]
+    assert seen.headers["authorization"] == "Bearer secret-token"
+    assert seen.headers["user-agent"].startswith("cbop/")
+    # The generated REST client hands connection_pool_maxsize to urllib3 as maxsize.
+    assert client._api.rest_client.pool_manager.connection_pool_kw["maxsize"] == 7
+    with pytest.raises(ConfigError, match="nope"):
+        KubeClient.from_config(kubeconfig=str(kubeconfig), context="nope")
+
+
+def test_from_config_without_any_configuration_raises(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    with pytest.raises(ConfigError, match="no Kubernetes configuration found"):
+        KubeClient.from_config()
+
+
+def test_in_cluster_token_is_reread_after_rotation(server_factory: Any, tmp_path: Path) -> None:
+    srv = server_factory(lambda seen: Reply(200, cm("a")))
+    token = tmp_path / "token"
+    ca = tmp_path / "ca.crt"
+    token.write_text("token-one")
+    ca.write_text("not-used-over-http")
+    clock = FakeClock(0.0)
+    configuration = k8s_client.Configuration()
+    _load_in_cluster(
+        configuration,
+        clock,
+        token_file=str(token),
+        cert_file=str(ca),
+        environ={"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": "1"},
+    )
+    assert configuration.host == "https://127.0.0.1:1"
+    configuration.host = srv.url  # the fake server speaks plain HTTP
+    client = KubeClient.from_configuration(configuration, qps=0, clock=clock)
+
+    client.get(CONFIGMAPS, "ns", "a")
+    token.write_text("token-two")  # the kubelet rotates the projected token
+    clock.step(30)
+    client.get(CONFIGMAPS, "ns", "a")
+    clock.step(31)
+    client.get(CONFIGMAPS, "ns", "a")
+    auths = [r.headers["authorization"] for r in srv.requests]
+    assert auths == ["bearer token-one", "bearer token-one", "bearer token-two"]
