@@ -1,0 +1,418 @@
+"""The pure reconcile decision: desired vs actual -> one action (no server)."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import hashlib
+
+import pytest
+
+from cbop.api import ANNOTATION_CONTENT_HASH, SpecError, TooLargeError, parse_spec
+from cbop.reconciler.decision import Action, FinalizerChange
+from cbop.reconciler.desired import content_hash, in_sync
+
+from .bundles import UID, bundle, decide_for, synced_status, written
+
+
+def test_missing_configmap_is_created_with_owner_reference_and_labels() -> None:
+    d = decide_for(bundle({"data": {"a": "1"}, "labels": {"env": "prod"}}), None)
+    assert d.action is Action.CREATE
+    assert d.body is not None
+    meta = d.body["metadata"]
+    assert meta["name"] == "app"
+    assert meta["labels"] == {
+        "env": "prod",
+        "app.kubernetes.io/managed-by": "cbop",
+        "cbop.dev/bundle": "app",
+    }
+    assert meta["ownerReferences"] == [
+        {
+            "apiVersion": "cbop.dev/v1alpha1",
+            "kind": "ConfigBundle",
+            "name": "app",
+            "uid": UID,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+    assert d.body["data"] == {"a": "1"}
+
+
+def test_matching_configmap_needs_no_write() -> None:
+    b = bundle({"data": {"a": "1"}, "binaryData": {"img": "/w=="}})
+    assert decide_for(b, written(b)).action is Action.NONE
+
+
+def test_foreign_label_added_to_configmap_is_left_alone() -> None:
+    """Case 5: another actor's label causes no write."""
+    b = bundle({"data": {"a": "1"}})
+    cm = written(b)
+    cm["metadata"]["labels"]["team"] = "x"
+    assert decide_for(b, cm).action is Action.NONE
+
+
+def test_hand_edit_is_drift_and_restores_content() -> None:
+    """Case 7: tampered value and extra key are corrected; drift is flagged."""
+    b = bundle({"data": {"a": "1"}}, status=synced_status())
+    cm = written(b)
+    cm["data"] = {"a": "tampered", "extra": "x"}
+    d = decide_for(b, cm)
+    assert d.action is Action.UPDATE
+    assert d.drift
+    assert d.body is not None
+    assert d.body["data"] == {"a": "1"}
+    assert d.body["metadata"]["resourceVersion"] == "7"
+
+
+def test_spec_change_is_an_update_not_drift() -> None:
+    old = bundle({"data": {"a": "1"}}, status=synced_status(1))
+    new = bundle({"data": {"a": "2"}}, generation=2, status=synced_status(1))
+    d = decide_for(new, written(old))
+    assert d.action is Action.UPDATE
+    assert not d.drift
+
+
+def test_hand_delete_is_recreated_as_drift() -> None:
+    """Case 8."""
+    d = decide_for(bundle(status=synced_status()), None)
+    assert d.action is Action.CREATE
+    assert d.drift
+
+
+def test_removed_spec_label_is_removed_and_foreign_label_kept() -> None:
+    """Case 9."""
+    v1 = bundle({"data": {"a": "1"}, "labels": {"env": "prod", "tier": "web"}})
+    cm = written(v1)
+    cm["metadata"]["labels"]["reloader.example/match"] = "true"
+    v2 = bundle({"data": {"a": "1"}, "labels": {"env": "prod"}}, generation=2)
+    d = decide_for(v2, cm)
+    assert d.action is Action.UPDATE
+    assert d.body is not None
+    labels = d.body["metadata"]["labels"]
+    assert "tier" not in labels
+    assert labels["reloader.example/match"] == "true"
+    assert labels["env"] == "prod"
+
+
+def test_removed_spec_annotation_is_removed_and_foreign_annotation_kept() -> None:
+    v1 = bundle({"data": {"a": "1"}, "annotations": {"x/a": "1", "x/b": "2"}})
+    cm = written(v1)
+    cm["metadata"]["annotations"]["other/keep"] = "yes"
+    v2 = bundle({"data": {"a": "1"}}, generation=2)
+    d = decide_for(v2, cm)
+    assert d.body is not None
+    annotations = d.body["metadata"]["annotations"]
+    assert "x/a" not in annotations
+    assert "x/b" not in annotations
+    assert annotations["other/keep"] == "yes"
+    assert "cbop.dev/managed-annotations" not in annotations
+
+
+def test_bundle_metadata_is_never_copied() -> None:
+    """Case 10."""
+    b = bundle(
+        {"data": {"a": "1"}, "labels": {"a": "b"}},
+        labels={"app.kubernetes.io/instance": "gitops-app"},
+    )
+    d = decide_for(b, None)
+    assert d.body is not None
+    assert d.body["metadata"]["labels"] == {
+        "a": "b",
+        "app.kubernetes.io/managed-by": "cbop",
+        "cbop.dev/bundle": "app",
+    }
+    assert set(d.body["metadata"]["annotations"]) == {
+        ANNOTATION_CONTENT_HASH,
+        "cbop.dev/managed-labels",
+    }
+
+
+def test_foreign_finalizers_and_owner_references_are_kept() -> None:
+    b = bundle({"data": {"a": "1"}})
+    cm = written(b)
+    cm["metadata"]["finalizers"] = ["other.example/keep"]
+    other_ref = {"apiVersion": "v1", "kind": "Secret", "name": "s", "uid": "u2"}
+    cm["metadata"]["ownerReferences"].append(other_ref)
+    cm["data"] = {"a": "changed"}
+    d = decide_for(b, cm)
+    assert d.body is not None
+    assert d.body["metadata"]["finalizers"] == ["other.example/keep"]
+    assert other_ref in d.body["metadata"]["ownerReferences"]
+    assert in_sync(
+        d.desired,  # type: ignore[arg-type]
+        {**cm, "data": {"a": "1"}},
+    )
+
+
+@pytest.mark.parametrize(
+    ("blocker_refs", "needle"),
+    [
+        pytest.param(None, "not managed by this ConfigBundle", id="plain"),
+        pytest.param(
+            [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "Deployment",
+                    "name": "d",
+                    "uid": "x",
+                    "controller": True,
+                }
+            ],
+            "controlled by Deployment d",
+            id="other-controller",
+        ),
+        pytest.param(
+            [
+                {
+                    "apiVersion": "cbop.dev/v1alpha1",
+                    "kind": "ConfigBundle",
+                    "name": "app",
+                    "uid": "old-uid",
+                    "controller": True,
+                }
+            ],
+            "earlier ConfigBundle",
+            id="previous-incarnation",
+        ),
+    ],
+)
+def test_name_taken_by_foreign_configmap_is_a_conflict(
+    blocker_refs: list[dict[str, object]] | None, needle: str
+) -> None:
+    """Case 11: the existing ConfigMap is never modified."""
+    blocker: dict[str, object] = {
+        "metadata": {"name": "app", "namespace": "demo", "uid": "b", "resourceVersion": "1"},
+        "data": {"k": "mine"},
+    }
+    if blocker_refs:
+        blocker["metadata"]["ownerReferences"] = blocker_refs  # type: ignore[index]
+    d = decide_for(bundle(), blocker)
+    assert d.action is Action.CONFLICT
+    assert d.body is None
+    assert needle in d.message
+
+
+def test_key_moving_from_binary_data_to_data_converges() -> None:
+    """Case 2: both maps are rebuilt from the spec on every write."""
+    v1 = bundle({"binaryData": {"cfg": "aGk="}})
+    cm = written(v1)
+    v2 = bundle({"data": {"cfg": "hi"}}, generation=2)
+    d = decide_for(v2, cm)
+    assert d.action is Action.UPDATE
+    assert d.body is not None
+    assert d.body["data"] == {"cfg": "hi"}
+    assert "binaryData" not in d.body
+
+
+def test_binary_content_is_byte_exact() -> None:
+    """Case 3."""
+    raw = bytes([0xFF, 0xFE, 0x00, 0x80])
+    d = decide_for(bundle({"binaryData": {"img": base64.b64encode(raw).decode()}}), None)
+    assert d.body is not None
+    assert base64.b64decode(d.body["binaryData"]["img"]) == raw
+    assert hashlib.sha256(base64.b64decode(d.body["binaryData"]["img"])).digest() == (
+        hashlib.sha256(raw).digest()
+    )
+
+
+def test_binary_data_in_other_base64_spelling_is_in_sync() -> None:
+    b = bundle({"binaryData": {"img": "/w=="}})
+    cm = written(b)
+    assert decide_for(b, cm).action is Action.NONE
+
+
+def test_immutable_content_change_replaces() -> None:
+    """Case 4."""
+    v1 = bundle({"immutable": True, "data": {"a": "1"}})
+    cm = written(v1)
+    v2 = bundle({"immutable": True, "data": {"a": "2"}}, generation=2)
+    d = decide_for(v2, cm)
+    assert d.action is Action.REPLACE
+    assert d.precondition == {"uid": "cm-uid", "resourceVersion": "7"}
+    assert d.body is not None
+    assert "resourceVersion" not in d.body["metadata"]
+    assert d.body["immutable"] is True
+
+
+def test_configmap_made_immutable_by_hand_is_replaced_on_change() -> None:
+    """Case 4, second half: someone set immutable on the ConfigMap."""
+    v1 = bundle({"data": {"a": "1"}})
+    cm = written(v1)
+    cm["immutable"] = True
+    assert decide_for(v1, cm).action is Action.REPLACE
+    v2 = bundle({"data": {"a": "2"}}, generation=2)
+    assert decide_for(v2, cm).action is Action.REPLACE
+
+
+def test_immutable_configmap_metadata_only_change_is_an_update() -> None:
+    v1 = bundle({"immutable": True, "data": {"a": "1"}})
+    cm = written(v1)
+    v2 = bundle({"immutable": True, "data": {"a": "1"}, "labels": {"x": "y"}}, generation=2)
+    assert decide_for(v2, cm).action is Action.UPDATE
+
+
+def test_suspended_bundle_makes_no_write() -> None:
+    d = decide_for(bundle({"data": {"a": "1"}, "suspend": True}), None)
+    assert d.action is Action.SUSPENDED
+    assert d.body is None
+
+
+def test_deleting_bundle_without_finalizer_gets_no_writes() -> None:
+    b = bundle(deleting=True)
+    d = decide_for(b, written(bundle()))
+    assert d.action is Action.DELETING
+    assert d.body is None
+
+
+def test_orphan_policy_adds_finalizer_and_release_strips_ownership() -> None:
+    b = bundle({"data": {"a": "1"}, "deletionPolicy": "Orphan"})
+    assert decide_for(b, None).finalizer is FinalizerChange.ADD
+    cm = written(b)
+    cm["metadata"]["labels"]["team"] = "x"
+    gone = bundle(
+        {"data": {"a": "1"}, "deletionPolicy": "Orphan"},
+        finalizers=["cbop.dev/orphan"],
+        deleting=True,
+    )
+    d = decide_for(gone, cm)
+    assert d.action is Action.RELEASE
+    assert d.finalizer is FinalizerChange.REMOVE
+    assert d.body is not None
+    assert d.body["metadata"]["ownerReferences"] == []
+    assert d.body["metadata"]["labels"] == {"team": "x"}
+    assert ANNOTATION_CONTENT_HASH not in d.body["metadata"]["annotations"]
+    assert d.body["data"] == {"a": "1"}
+
+
+def test_switching_back_to_delete_policy_removes_finalizer() -> None:
+    b = bundle({"data": {"a": "1"}}, finalizers=["cbop.dev/orphan"])
+    assert decide_for(b, written(b)).finalizer is FinalizerChange.REMOVE
+
+
+def test_content_hash_framing_is_unambiguous() -> None:
+    assert content_hash({"ab": "c"}, {}) != content_hash({"a": "bc"}, {})
+    assert content_hash({"a": "1"}, {}) != content_hash({}, {"a": b"1"})
+    assert content_hash({"a": "1", "b": "2"}, {}) == content_hash({"b": "2", "a": "1"}, {})
+    assert content_hash({}, {}).startswith("sha256:")
+
+
+# -- spec validation (second line of defence behind the CRD) --------------------------
+
+BAD_KEYS = [
+    "hello.io/is-host",
+    "x:y",
+    "..data",
+    ".",
+    "..",
+    "a b",
+    "привет",
+    "k" * 254,
+]
+
+
+@pytest.mark.parametrize("key", BAD_KEYS, ids=lambda k: k[:12])
+@pytest.mark.parametrize("field", ["data", "binaryData"])
+def test_invalid_keys_are_rejected_by_name(key: str, field: str) -> None:
+    """Case 1: never renamed silently; the message names the key."""
+    value = "aGk=" if field == "binaryData" else "v"
+    with pytest.raises(SpecError) as err:
+        parse_spec(bundle({field: {key: value}}))
+    assert repr(key[:20])[:15] in err.value.message or key[:20] in err.value.message
+
+
+@pytest.mark.parametrize("key", ["a.b-c_D", "k" * 253, ".hidden", "a..b"])
+def test_valid_edge_keys_are_accepted(key: str) -> None:
+    assert parse_spec(bundle({"data": {key: "v"}})).data == {key: "v"}
+
+
+def test_same_key_in_both_maps_is_rejected() -> None:
+    with pytest.raises(SpecError, match="'cfg'"):
+        parse_spec(bundle({"data": {"cfg": "x"}, "binaryData": {"cfg": "aGk="}}))
+
+
+def test_invalid_base64_is_rejected() -> None:
+    with pytest.raises(SpecError, match=r"binaryData\['img'\] is not valid base64"):
+        parse_spec(bundle({"binaryData": {"img": "not base64!"}}))
+
+
+def test_size_limit_counts_bytes_exactly() -> None:
+    """Case 15: exactly 1 MiB is accepted; one byte more is ConfigMapTooLarge."""
+    assert parse_spec(bundle({"data": {"a": "x" * 1_048_576}})).size == 1_048_576
+    with pytest.raises(TooLargeError) as err:
+        parse_spec(bundle({"data": {"a": "x" * 1_048_577}}))
+    assert err.value.size == 1_048_577
+    assert "1,048,577 bytes" in err.value.message
+    # Multi-byte characters count as bytes, not characters.
+    with pytest.raises(TooLargeError):
+        parse_spec(bundle({"data": {"a": "é" * 524_289}}))
+    # binaryData counts decoded bytes.
+    exact = base64.b64encode(b"\0" * 1_048_576).decode()
+    assert parse_spec(bundle({"binaryData": {"b": exact}})).size == 1_048_576
+
+
+def test_ten_thousand_one_byte_keys_work() -> None:
+    data = {f"k{i}": "x" for i in range(10_000)}
+    d = decide_for(bundle({"data": data}), None)
+    assert d.action is Action.CREATE
+    assert d.body is not None
+    assert len(d.body["data"]) == 10_000
+
+
+@pytest.mark.parametrize(
+    ("spec", "needle"),
+    [
+        ({"labels": {"app.kubernetes.io/managed-by": "me"}}, "reserved"),
+        ({"annotations": {"cbop.dev/content-hash": "x"}}, "reserved"),
+        ({"labels": {"ok": "bad value!"}}, "label 'ok'"),
+        ({"labels": {"Bad_Prefix.io/x": "v"}}, "invalid prefix"),
+        ({"configMapName": "Not_A_Name"}, "configMapName"),
+        ({"deletionPolicy": "Keep"}, "deletionPolicy"),
+        ({"immutable": "yes"}, "immutable"),
+        ({"data": {"a": 1}}, "must be a string"),
+    ],
+    ids=[
+        "reserved-label",
+        "reserved-annotation",
+        "label-value",
+        "label-prefix",
+        "cm-name",
+        "policy",
+        "immutable-type",
+        "value-type",
+    ],
+)
+def test_invalid_spec_fields_are_explained(spec: dict[str, object], needle: str) -> None:
+    with pytest.raises(SpecError) as err:
+        parse_spec(bundle(spec))
+    assert needle in err.value.message
+
+
+def test_invalid_spec_decides_invalid_without_body() -> None:
+    d = decide_for(bundle({"data": {"bad key": "v"}}), None)
+    assert d.action is Action.INVALID
+    assert d.body is None
+    assert d.error is not None
+
+
+def test_long_bundle_name_gets_a_valid_label_value() -> None:
+    name = "n" * 200
+    d = decide_for(bundle(name=name), None)
+    assert d.body is not None
+    value = d.body["metadata"]["labels"]["cbop.dev/bundle"]
+    assert len(value) <= 63
+    assert (
+        value
+        != decide_for(bundle(name="n" * 201), None).body["metadata"]["labels"][  # type: ignore[index]
+            "cbop.dev/bundle"
+        ]
+    )
+
+
+def test_render_never_mutates_the_cached_object() -> None:
+    b = bundle({"data": {"a": "1"}, "labels": {"x": "y"}})
+    cm = written(b)
+    cm["data"] = {"a": "2"}
+    snapshot = copy.deepcopy(cm)
+    decide_for(b, cm)
+    assert cm == snapshot
