@@ -34,6 +34,15 @@ test-unit: venv
 test-e2e: venv binaries
 	$(PY) -m pytest tests/e2e $(PYTEST_ARGS)
 
+# A local control plane (etcd, kube-apiserver, kube-controller-manager) for development,
+# detached so it outlives make; prints `export KUBECONFIG=...` (also in
+# ${XDG_CACHE_HOME:-~/.cache}/cbop/dev-cluster/env). See docs/control-plane.md.
+dev-cluster: venv binaries
+	@$(PY) -m cbop.envtest start --detach
+
+dev-cluster-down: venv
+	@$(PY) -m cbop.envtest stop
+
 lint: venv
 	$(VENV)/bin/ruff format --check src tests bench
 	$(VENV)/bin/ruff check src tests bench
