@@ -1,0 +1,14 @@
+"""cbop's Prometheus metrics.
+
+This package owns every Prometheus metric cbop exports and is the only part of cbop that
+imports ``prometheus_client`` (the layers below expose metric seams instead). Modules:
+
+- ``cbop.metrics.workqueue``: ``PrometheusWorkqueueMetricsProvider``, the
+  controller-runtime ``workqueue_*`` metrics behind ``cbop.workqueue.MetricsProvider``.
+
+Controller metrics will live beside it.
+"""
+
+from cbop.metrics.workqueue import PrometheusWorkqueueMetricsProvider
+
+__all__ = ["PrometheusWorkqueueMetricsProvider"]
