@@ -18,7 +18,7 @@ from typing import Any, Literal, Protocol
 import cachetools
 import structlog
 
-from cbop.kube import EVENTS, ApiError
+from cbop.kube import EVENTS, ApiError, Resource
 
 log = structlog.get_logger("cbop.events")
 
@@ -29,7 +29,7 @@ class EventWriter(Protocol):
     """The one client call the recorder needs (satisfied by :class:`cbop.kube.KubeClient`)."""
 
     def create(
-        self, res: Any, namespace: str | None, body: Mapping[str, Any], **kwargs: Any
+        self, res: Resource, namespace: str | None, body: Mapping[str, Any]
     ) -> dict[str, Any]:
         """Create ``body`` in ``namespace``; raise :class:`cbop.kube.ApiError` on failure."""
         ...

@@ -67,7 +67,13 @@ class Client(Protocol):
         ...
 
     def create(
-        self, res: Resource, namespace: str | None, body: Mapping[str, Any], **kw: Any
+        self,
+        res: Resource,
+        namespace: str | None,
+        body: Mapping[str, Any],
+        *,
+        field_manager: str | None = None,
+        dry_run: bool = False,
     ) -> dict[str, Any]:
         """POST; raises ApiError (``is_already_exists``, ``is_invalid``)."""
         ...
@@ -79,19 +85,37 @@ class Client(Protocol):
         name: str,
         body: Mapping[str, Any],
         subresource: str | None = None,
-        **kw: Any,
+        *,
+        field_manager: str | None = None,
+        dry_run: bool = False,
     ) -> dict[str, Any]:
         """PUT; raises ApiError (``is_conflict``, ``is_not_found``, ``is_invalid``)."""
         ...
 
     def patch(
-        self, res: Resource, namespace: str | None, name: str, body: Any, **kw: Any
+        self,
+        res: Resource,
+        namespace: str | None,
+        name: str,
+        body: Any,
+        *,
+        patch_type: str = "merge",
+        subresource: str | None = None,
+        field_manager: str | None = None,
     ) -> dict[str, Any]:
         """PATCH; raises ApiError."""
         ...
 
-    def delete(self, res: Resource, namespace: str | None, name: str, **kw: Any) -> dict[str, Any]:
-        """DELETE; raises ApiError."""
+    def delete(
+        self,
+        res: Resource,
+        namespace: str | None,
+        name: str,
+        *,
+        preconditions: Mapping[str, str] | None = None,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        """DELETE; raises ApiError (``is_not_found``, ``is_conflict`` on preconditions)."""
         ...
 
 

@@ -1,0 +1,314 @@
+"""The ``cbop`` command: run the operator, or reconcile once with ``--once``.
+
+Every flag has a ``CBOP_*`` environment equivalent (``--kube-api-qps`` ->
+``CBOP_KUBE_API_QPS``; repeatable flags take a comma-separated list); a flag on the
+command line wins. Exit codes: 0 success (with ``--once``: every bundle Ready), 1 a
+bundle is not Ready (``--once``) or the operator stopped on an error (lost lease),
+2 usage, configuration or connection errors, reported in one line without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from types import FrameType
+from typing import Any, NoReturn
+
+import structlog
+
+from cbop import __version__
+from cbop.controller import Controller
+from cbop.kube import CONFIGBUNDLES, ApiError, ConfigError, ConnectionFailed, KubeClient
+from cbop.logconfig import LEVELS, configure_logging
+from cbop.manager import Manager, Options
+from cbop.reconciler import EventRecorder, Result
+
+log = structlog.get_logger("cbop.cli")
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str) -> float:
+    """Parse a duration into seconds: plain seconds (``30``, ``0.5``) or Go style (``1h30m``).
+
+    Raises:
+        argparse.ArgumentTypeError: the text is neither.
+    """
+    text = text.strip()
+    try:
+        value = float(text)
+    except ValueError:
+        pass
+    else:
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"duration {text!r} must not be negative")
+        return value
+    parts = _DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise argparse.ArgumentTypeError(
+            f"invalid duration {text!r}: use seconds (30) or units like 10h, 5m, 30s, 1h30m"
+        )
+    return sum(float(n) * _UNITS[u] for n, u in parts)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def _env(name: str) -> str | None:
+    return os.environ.get("CBOP_" + name.upper().replace("-", "_"))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the argument parser; defaults come from ``CBOP_*`` variables when set."""
+    parser = argparse.ArgumentParser(
+        prog="cbop",
+        description=(
+            "The ConfigBundle operator: keeps a managed ConfigMap equal to each "
+            "ConfigBundle. Every flag can also be set as CBOP_<FLAG> in the environment."
+        ),
+    )
+
+    def flag(name: str, default: Any = None, **kw: Any) -> None:
+        env = _env(name)
+        if env is not None:
+            kind = kw.get("type")
+            if kw.get("action") == "store_true":
+                default = env.lower() in ("1", "true", "yes", "on")
+            elif kw.get("action") == "append":
+                default = [v for v in env.split(",") if v]
+            elif kind is not None:
+                try:
+                    default = kind(env)
+                except (argparse.ArgumentTypeError, ValueError) as err:
+                    parser.error(f"CBOP_{name.upper().replace('-', '_')}: {err}")
+            else:
+                default = env
+        parser.add_argument(f"--{name}", default=default, **kw)
+
+    conn = parser.add_argument_group("connection")
+    flag("kubeconfig", help="path to a kubeconfig (default: in-cluster, then $KUBECONFIG)")
+    flag("context", help="kubeconfig context to use")
+    flag("kube-api-qps", 20.0, type=float, help="client-side request rate limit (default 20/s)")
+    flag("kube-api-burst", 30, type=int, help="client-side burst (default 30)")
+    del conn
+
+    flag(
+        "namespace",
+        action="append",
+        dest="namespaces",
+        help="namespace to watch (repeatable; default: all namespaces)",
+    )
+    flag("workers", 4, type=_positive_int, help="concurrent reconciles (default 4)")
+    flag(
+        "resync-period",
+        36000.0,
+        type=parse_duration,
+        help="informer resync period, e.g. 10h (default; 0 disables)",
+    )
+    flag("metrics-bind-address", ":8080", help="address of /metrics (default :8080; 0 disables)")
+    flag(
+        "health-probe-bind-address",
+        ":8081",
+        help="address of /healthz and /readyz (default :8081; 0 disables)",
+    )
+    flag("log-level", "info", choices=LEVELS, help="log level (default info)")
+    flag(
+        "log-format",
+        None,
+        choices=("json", "console"),
+        help="log format (default: console on a terminal, else json)",
+    )
+    flag("leader-elect", False, action="store_true", help="use leader election (Lease)")
+    flag("leader-election-id", "cbop-leader", help="name of the Lease (default cbop-leader)")
+    flag(
+        "leader-election-namespace",
+        None,
+        help="namespace of the Lease (default: the pod's namespace)",
+    )
+    flag(
+        "shutdown-timeout",
+        30.0,
+        type=parse_duration,
+        help="time in-flight reconciles get on shutdown (default 30s)",
+    )
+    flag("once", False, action="store_true", help="reconcile every bundle once, then exit")
+    flag(
+        "dry-run",
+        False,
+        action="store_true",
+        help="with --once: write nothing; show each action and a diff of the ConfigMap",
+    )
+    flag("output", "table", choices=("table", "json"), help="--once output format")
+    parser.add_argument("--version", action="version", version=f"cbop {__version__}")
+    return parser
+
+
+def _fail(message: str) -> NoReturn:
+    print(f"cbop: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _connect(args: argparse.Namespace) -> KubeClient:
+    try:
+        client = KubeClient.from_config(
+            kubeconfig=args.kubeconfig,
+            context=args.context,
+            qps=args.kube_api_qps,
+            burst=args.kube_api_burst,
+            pool_size=max(16, args.workers * 2 + 4),
+        )
+    except ConfigError as err:
+        _fail(str(err))
+    namespaces = args.namespaces or [None]
+    for ns in namespaces:
+        try:
+            client.list(CONFIGBUNDLES, ns, limit=1)
+        except ConnectionFailed as err:
+            _fail(f"cannot reach the API server at {client.host}: {err.message}")
+        except ApiError as err:
+            if err.is_not_found:
+                _fail(
+                    "the ConfigBundle API (configbundles.cbop.dev) is not installed; "
+                    "apply manifests/crd/ (make install)"
+                )
+            if err.status in (401, 403):
+                where = f" in namespace {ns}" if ns else " in all namespaces"
+                _fail(f"not allowed to list ConfigBundles{where}: {err.message}")
+            _fail(f"the API server refused to list ConfigBundles: {err}")
+    return client
+
+
+def _ready_word(result: Result) -> str:
+    if result.ready == "True":
+        return "Ready"
+    if result.reason is not None:
+        return result.reason.value
+    return "-"
+
+
+def run_once(args: argparse.Namespace, client: KubeClient) -> int:
+    """Reconcile every bundle in scope once; print results; return the exit code."""
+    controller = Controller(
+        client,
+        namespaces=args.namespaces,
+        workers=1,
+        resync_period=0,
+        recorder=None if args.dry_run else EventRecorder(client),
+        dry_run=args.dry_run,
+    )
+    controller.start_informers()
+    try:
+        if not controller.wait_for_cache_sync(60.0):
+            _fail("timed out listing ConfigBundles and ConfigMaps (60 s)")
+        try:
+            results = controller.reconcile_all()
+        except (ApiError, ConnectionFailed) as err:
+            _fail(f"reconcile failed: {err}")
+    finally:
+        controller.shutdown(1.0)
+    if args.output == "json":
+        rows = [
+            {
+                "namespace": r.key.partition("/")[0],
+                "bundle": r.key.partition("/")[2],
+                "configMap": r.config_map,
+                "action": r.action.value if r.action else None,
+                "ready": r.ready,
+                "reason": r.reason.value if r.reason else None,
+                "message": r.message,
+                **({"diff": r.diff} if args.dry_run else {}),
+            }
+            for r in results
+        ]
+        print(json.dumps(rows, indent=2))
+    else:
+        print(_table(results, dry_run=args.dry_run))
+    considered = [r for r in results if r.ready is not None]
+    return 0 if all(r.ready == "True" for r in considered) else 1
+
+
+def _table(results: Sequence[Result], *, dry_run: bool) -> str:
+    header = ("NAMESPACE", "BUNDLE", "CONFIGMAP", "ACTION", "RESULT")
+    rows = [
+        (
+            r.key.partition("/")[0],
+            r.key.partition("/")[2],
+            r.config_map or "-",
+            (r.action.value if r.action else "-") + (" (dry run)" if dry_run and r.diff else ""),
+            _ready_word(r),
+        )
+        for r in results
+    ]
+    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
+    lines = [
+        "   ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *rows]
+    ]
+    if not rows:
+        lines.append("(no ConfigBundles found)")
+    if dry_run:
+        for r in results:
+            if r.diff:
+                lines.extend(["", f"# {r.key}", r.diff.rstrip("\n")])
+    return "\n".join(lines)
+
+
+def _install_signal_handlers(stop: threading.Event) -> None:
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if stop.is_set():
+            # Second signal: the operator asked twice; exit at once.
+            os._exit(128 + signum)
+        log.info("signal received; shutting down gracefully", signal=signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``cbop`` / ``python -m cbop``; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.dry_run and not args.once:
+        parser.error("--dry-run only works with --once")
+    configure_logging(args.log_level, args.log_format)
+    client = _connect(args)
+    if args.once:
+        return run_once(args, client)
+    try:
+        manager = Manager(
+            client,
+            Options(
+                namespaces=tuple(args.namespaces or ()),
+                workers=args.workers,
+                resync_period=args.resync_period,
+                metrics_bind_address=args.metrics_bind_address,
+                health_probe_bind_address=args.health_probe_bind_address,
+                leader_elect=args.leader_elect,
+                leader_election_id=args.leader_election_id,
+                leader_election_namespace=args.leader_election_namespace,
+                shutdown_timeout=args.shutdown_timeout,
+            ),
+        )
+    except (ValueError, OSError) as err:
+        _fail(str(err))
+    _install_signal_handlers(manager.stop_event)
+    return manager.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,338 @@
+"""The ConfigBundle controller: informers -> workqueue -> workers -> reconciler.
+
+Wiring only, as sample-controller: informer event handlers turn events into
+``namespace/name`` keys of ConfigBundles (a ConfigMap event maps to its controller
+owner's key), the rate-limited workqueue deduplicates them and guarantees one worker per
+key, and N worker threads run :meth:`cbop.reconciler.Reconciler.reconcile`.
+
+Why a queue at all: events arrive in bursts (a relist, a resync, a flapping client),
+and only the latest state matters; the queue collapses a burst for one bundle into one
+reconcile, never runs the same bundle on two workers, and spaces out retries.
+
+The worker's outcome policy is controller-runtime's: an error -> ``add_rate_limited``;
+a requeue after a delay -> ``forget`` then ``add_after``; success -> ``forget``. An
+unexpected exception (a bug) is logged with its traceback, counted as a panic, and
+retried like an error: it never kills the worker.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import structlog
+
+from cbop.api import LABEL_MANAGED_BY, MANAGED_BY_VALUE
+from cbop.informers import (
+    DeletedFinalStateUnknown,
+    SharedInformer,
+    index_by_controller_uid,
+    wait_for_cache_sync,
+)
+from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, KubeClient
+from cbop.metrics.controller import ControllerMetrics
+from cbop.reconciler import CONTROLLER_UID_INDEX, EventRecorder, Reconciler, Requeue, Result
+from cbop.reconciler.desired import controller_reference, is_bundle_reference
+from cbop.workqueue import MetricsProvider, RateLimitingQueue
+
+log = structlog.get_logger("cbop.controller")
+
+CONTROLLER_NAME = "configbundle"
+
+
+def object_key(obj: Mapping[str, Any]) -> str:
+    """Return ``namespace/name`` of an object dict (``name`` when cluster-scoped)."""
+    meta = obj["metadata"]
+    ns = meta.get("namespace")
+    return f"{ns}/{meta['name']}" if ns else str(meta["name"])
+
+
+def owner_key(obj: Mapping[str, Any]) -> str | None:
+    """Return the ``namespace/name`` of the ConfigBundle that controls ``obj``, or None.
+
+    As controller-runtime's EnqueueRequestForOwner with OnlyControllerOwner: the owner
+    reference with ``controller: true`` whose group and kind are ConfigBundle's (version
+    ignored), in the dependent's own namespace.
+    """
+    ref = controller_reference(obj)
+    if ref is None or not is_bundle_reference(ref):
+        return None
+    return f"{obj['metadata'].get('namespace', '')}/{ref['name']}"
+
+
+class MultiNamespaceLister:
+    """One read-only view over the listers of several per-namespace informers.
+
+    Args:
+        listers: namespace -> lister; the key None stands for "all namespaces".
+    """
+
+    def __init__(self, listers: Mapping[str | None, Any]) -> None:
+        self._listers = dict(listers)
+
+    def get(self, namespace: str | None, name: str) -> Mapping[str, Any] | None:
+        """Return the cached object or None (also when the namespace is out of scope)."""
+        lister = self._listers.get(namespace) or self._listers.get(None)
+        if lister is None:
+            return None
+        obj: Mapping[str, Any] | None = lister.get(namespace, name)
+        return obj
+
+    def by_index(self, index_name: str, value: str) -> list[Mapping[str, Any]]:
+        """Return objects of every namespace whose index ``index_name`` yields ``value``."""
+        out: list[Mapping[str, Any]] = []
+        for lister in self._listers.values():
+            out.extend(lister.by_index(index_name, value))
+        return out
+
+    def list(self) -> list[Mapping[str, Any]]:
+        """Return every cached object."""
+        out: list[Mapping[str, Any]] = []
+        for lister in self._listers.values():
+            out.extend(lister.list())
+        return out
+
+
+class _Enqueue:
+    """Informer event handler mapping events to bundle keys on the queue."""
+
+    def __init__(self, queue: RateLimitingQueue[str], *, owned: bool) -> None:
+        self._queue = queue
+        self._owned = owned
+
+    def _key(self, obj: Any) -> str | None:
+        if isinstance(obj, DeletedFinalStateUnknown):
+            obj = obj.obj
+            if obj is None:
+                return None
+        return owner_key(obj) if self._owned else object_key(obj)
+
+    def _add(self, obj: Any) -> None:
+        key = self._key(obj)
+        if key is not None:
+            self._queue.add(key)
+
+    def on_add(self, obj: Mapping[str, Any]) -> None:
+        """Enqueue the bundle of an added object."""
+        self._add(obj)
+
+    def on_update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
+        """Enqueue the bundle(s) of both the old and the new object."""
+        self._add(new)
+        if self._owned:
+            old_key, new_key = self._key(old), self._key(new)
+            if old_key is not None and old_key != new_key:
+                self._queue.add(old_key)
+
+    def on_delete(self, obj: Any) -> None:
+        """Enqueue the bundle of a deleted object (tombstones included)."""
+        self._add(obj)
+
+
+class Controller:
+    """Runs the ConfigBundle control loop.
+
+    Args:
+        client: the shared API client.
+        namespaces: namespaces to watch; empty or None means all namespaces.
+        workers: number of worker threads (``controller_runtime_max_concurrent_reconciles``).
+        resync_period: informer resync period in seconds (0 disables); resyncs make no
+            API calls and, once converged, cause no writes.
+        metrics: controller metrics, or None for none.
+        queue_metrics: workqueue metrics provider, or None for none.
+        recorder: Event recorder, or None to record no Events.
+        dry_run: see :class:`cbop.reconciler.Reconciler`.
+        read_timeout: the informers' watch socket read timeout in seconds.
+    """
+
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        namespaces: Sequence[str] | None = None,
+        workers: int = 4,
+        resync_period: float = 36000.0,
+        metrics: ControllerMetrics | None = None,
+        queue_metrics: MetricsProvider | None = None,
+        recorder: EventRecorder | None = None,
+        dry_run: bool = False,
+        read_timeout: float = 90.0,
+    ) -> None:
+        self._workers = max(1, workers)
+        self._metrics = metrics
+        self.queue: RateLimitingQueue[str] = RateLimitingQueue(
+            name=CONTROLLER_NAME if queue_metrics is not None else None,
+            metrics_provider=queue_metrics,
+        )
+        scopes: list[str | None] = list(namespaces) if namespaces else [None]
+        self.bundle_informers = {
+            ns: SharedInformer(
+                client,
+                CONFIGBUNDLES,
+                namespace=ns,
+                resync_period=resync_period,
+                read_timeout=read_timeout,
+                name=f"configbundles/{ns or '*'}",
+            )
+            for ns in scopes
+        }
+        self.configmap_informers = {
+            ns: SharedInformer(
+                client,
+                CONFIGMAPS,
+                namespace=ns,
+                label_selector=f"{LABEL_MANAGED_BY}={MANAGED_BY_VALUE}",
+                resync_period=resync_period,
+                read_timeout=read_timeout,
+                indexers={CONTROLLER_UID_INDEX: index_by_controller_uid},
+                name=f"configmaps/{ns or '*'}",
+            )
+            for ns in scopes
+        }
+        for informer in self.bundle_informers.values():
+            informer.add_event_handler(_Enqueue(self.queue, owned=False))
+        for informer in self.configmap_informers.values():
+            informer.add_event_handler(_Enqueue(self.queue, owned=True))
+        self.bundles = MultiNamespaceLister(
+            {ns: inf.lister() for ns, inf in self.bundle_informers.items()}
+        )
+        self.configmaps = MultiNamespaceLister(
+            {ns: inf.lister() for ns, inf in self.configmap_informers.items()}
+        )
+        self.reconciler = Reconciler(
+            client=client,
+            bundles=self.bundles,
+            configmaps=self.configmaps,
+            recorder=recorder,
+            observer=metrics,
+            dry_run=dry_run,
+        )
+        self._threads: list[threading.Thread] = []
+        if metrics is not None:
+            metrics.max_concurrent.set(self._workers)
+
+    @property
+    def informers(self) -> list[SharedInformer]:
+        """Every informer the controller runs."""
+        return [*self.bundle_informers.values(), *self.configmap_informers.values()]
+
+    def start_informers(self) -> None:
+        """Start every informer's list+watch thread (idempotent per informer)."""
+        for informer in self.informers:
+            informer.start()
+
+    def wait_for_cache_sync(self, timeout: float = 120.0) -> bool:
+        """Block until every informer has synced; False after ``timeout`` seconds."""
+        return wait_for_cache_sync(*self.informers, timeout=timeout)
+
+    def start_workers(self) -> None:
+        """Start the worker threads; they run until :meth:`shutdown`."""
+        for i in range(self._workers):
+            thread = threading.Thread(target=self._worker, name=f"cbop-worker-{i}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def healthy(self) -> bool:
+        """Return False when an informer's watch is dead or a worker thread died."""
+        if any(not t.is_alive() for t in self._threads) and not self.queue.shutting_down():
+            return False
+        return all(informer.healthy() for informer in self.informers)
+
+    def synced(self) -> bool:
+        """Whether every informer has delivered its first full list."""
+        return all(informer.has_synced() for informer in self.informers)
+
+    def shutdown(self, timeout: float = 30.0) -> bool:
+        """Stop intake, let in-flight reconciles finish (up to ``timeout`` seconds), stop.
+
+        Returns:
+            True when every worker finished in time.
+        """
+        drained = threading.Event()
+
+        def drain() -> None:
+            self.queue.shut_down_with_drain()
+            drained.set()
+
+        threading.Thread(target=drain, name="cbop-drain", daemon=True).start()
+        finished = drained.wait(timeout)
+        if not finished:
+            self.queue.shut_down()
+        deadline = time.monotonic() + (timeout if finished else 1.0)
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        for informer in self.informers:
+            informer.stop()
+        return finished
+
+    def _worker(self) -> None:
+        while self.process_next_work_item():
+            pass
+
+    def process_next_work_item(self) -> bool:
+        """Take one key, reconcile it, and requeue per the outcome; False on shutdown."""
+        key, shutdown = self.queue.get()
+        if shutdown or key is None:
+            return False
+        metrics = self._metrics
+        if metrics is not None:
+            metrics.active_workers.inc()
+        started = time.monotonic()
+        outcome = "success"
+        try:
+            result = self.reconciler.reconcile(key)
+        except Requeue:
+            # Lost an optimistic-concurrency race: retry from fresh cache state, quietly.
+            outcome = "requeue"
+            self.queue.add_rate_limited(key)
+        except ApiError:
+            # Already logged and reported in status by the reconciler; back off per key.
+            outcome = "error"
+            self.queue.add_rate_limited(key)
+        except Exception:  # a bug must not kill the worker
+            outcome = "error"
+            log.exception("reconcile panicked", key=key)
+            if metrics is not None:
+                metrics.panics.inc()
+            self.queue.add_rate_limited(key)
+        else:
+            self.queue.forget(key)
+            if result.requeue_after:
+                outcome = "requeue_after"
+                self.queue.add_after(key, result.requeue_after)
+        finally:
+            self.queue.done(key)
+            if metrics is not None:
+                metrics.active_workers.dec()
+        if metrics is not None:
+            metrics.reconciled(outcome, time.monotonic() - started)
+            if outcome == "error":
+                metrics.reconcile_errors.inc()
+        return True
+
+    def reconcile_all(self, attempts: int = 3) -> list[Result]:
+        """Reconcile every cached bundle once, in key order, on the calling thread.
+
+        Used by ``cbop --once``. A lost race (409) is retried up to ``attempts`` times.
+
+        Raises:
+            ApiError, ConnectionFailed: a bundle could not be reconciled.
+        """
+        results = []
+        for key in sorted(object_key(b) for b in self.bundles.list()):
+            for attempt in range(attempts):
+                try:
+                    results.append(self.reconciler.reconcile(key))
+                    break
+                except Requeue:
+                    if attempt == attempts - 1:
+                        raise
+                    time.sleep(0.2 * (attempt + 1))
+        return results
+
+
+def keys_of(objs: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Sorted ``namespace/name`` keys of ``objs``."""
+    return sorted(object_key(o) for o in objs)

@@ -1,0 +1,233 @@
+"""The manager: runs the controller with metrics, probes and leader election.
+
+As controller-runtime's Manager, it owns the process lifecycle: it starts the metrics
+endpoint and the health probes, starts the informers (a standby keeps warm caches),
+takes part in leader election when asked, runs the workers only while leading, and
+shuts down gracefully: on a stop request it stops intake, lets in-flight reconciles
+finish (bounded by ``shutdown_timeout``), releases the lease so a successor takes over
+at once, and returns. Losing the lease is fatal (exit non-zero) so that a restarted pod
+rejoins as a clean candidate, as client-go's leader election expects.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import structlog
+from prometheus_client import CollectorRegistry, start_http_server
+
+from cbop.controller import CONTROLLER_NAME, Controller
+from cbop.health import ProbeServer, parse_bind_address
+from cbop.kube import KubeClient
+from cbop.leaderelection import LeaderElector
+from cbop.metrics.controller import (
+    BundleReadinessCollector,
+    ControllerMetrics,
+    LeaderElectionMetrics,
+)
+from cbop.metrics.workqueue import PrometheusWorkqueueMetricsProvider
+from cbop.reconciler import EventRecorder
+
+log = structlog.get_logger("cbop.manager")
+
+_SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+@dataclass(frozen=True)
+class Options:
+    """Runtime options of :class:`Manager` (the CLI's flags).
+
+    Attributes:
+        namespaces: namespaces to watch; empty means all.
+        workers: concurrent reconciles.
+        resync_period: informer resync period, seconds (0 disables).
+        metrics_bind_address: ``host:port`` for ``/metrics``; ``0`` disables.
+        health_probe_bind_address: ``host:port`` for ``/healthz`` and ``/readyz``; ``0``
+            disables.
+        leader_elect: take part in leader election on a Lease.
+        leader_election_id: the Lease's name.
+        leader_election_namespace: the Lease's namespace (None: the pod's namespace).
+        lease_duration, renew_deadline, retry_period: leader election timings, seconds
+            (controller-runtime's 15 / 10 / 2 by default).
+        shutdown_timeout: how long in-flight reconciles may take on shutdown, seconds.
+        cache_sync_timeout: how long to wait for the first list, seconds.
+        read_timeout: informer watch socket read timeout, seconds.
+        identity: this candidate's identity (default: hostname plus a random suffix).
+    """
+
+    namespaces: Sequence[str] = ()
+    workers: int = 4
+    resync_period: float = 36000.0
+    metrics_bind_address: str = ":8080"
+    health_probe_bind_address: str = ":8081"
+    leader_elect: bool = False
+    leader_election_id: str = "cbop-leader"
+    leader_election_namespace: str | None = None
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    shutdown_timeout: float = 30.0
+    cache_sync_timeout: float = 120.0
+    read_timeout: float = 90.0
+    identity: str = field(default_factory=lambda: f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}")
+
+
+def pod_namespace() -> str | None:
+    """Return the namespace this pod runs in (from the service-account mount), or None."""
+    try:
+        with open(_SERVICE_ACCOUNT_NAMESPACE, encoding="utf-8") as f:
+            return f.read().strip() or None
+    except OSError:
+        return os.environ.get("POD_NAMESPACE")
+
+
+class Manager:
+    """Runs cbop until stopped.
+
+    Args:
+        client: the shared API client.
+        options: see :class:`Options`.
+        registry: Prometheus registry (a fresh one by default).
+
+    Raises:
+        ValueError: from the constructor, for a bad bind address or leader-election
+            timings that break lease duration > renew deadline > 1.2 x retry period, or
+            leader election without a namespace.
+    """
+
+    def __init__(
+        self,
+        client: KubeClient,
+        options: Options,
+        *,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self.options = options
+        self.registry = registry or CollectorRegistry()
+        self._client = client
+        self._metrics_address = parse_bind_address(options.metrics_bind_address)
+        self._probe_address = parse_bind_address(options.health_probe_bind_address)
+        self.metrics = ControllerMetrics(CONTROLLER_NAME, self.registry)
+        self.controller = Controller(
+            client,
+            namespaces=options.namespaces,
+            workers=options.workers,
+            resync_period=options.resync_period,
+            metrics=self.metrics,
+            queue_metrics=PrometheusWorkqueueMetricsProvider(self.registry),
+            recorder=EventRecorder(client, instance=options.identity),
+            read_timeout=options.read_timeout,
+        )
+        self.registry.register(BundleReadinessCollector(self.controller.bundles.list))
+        self.stop_event = threading.Event()
+        # Set only after the workers drained, so the lease is released after the last write.
+        self._elector_stop = threading.Event()
+        self._lost_lease = False
+        self._workers_started = threading.Event()
+        self.elector: LeaderElector | None = None
+        if options.leader_elect:
+            namespace = options.leader_election_namespace or pod_namespace()
+            if not namespace:
+                raise ValueError(
+                    "--leader-elect needs --leader-election-namespace when not running in a pod"
+                )
+            self.elector = LeaderElector(
+                client,
+                lease_name=options.leader_election_id,
+                namespace=namespace,
+                identity=options.identity,
+                lease_duration=options.lease_duration,
+                renew_deadline=options.renew_deadline,
+                retry_period=options.retry_period,
+                on_started_leading=self._start_leading,
+                on_stopped_leading=self._stop_leading,
+                metrics=LeaderElectionMetrics(options.leader_election_id, self.registry),
+            )
+        self.probes: ProbeServer | None = None
+        if self._probe_address is not None:
+            self.probes = ProbeServer(
+                self._probe_address,
+                liveness={"informers-and-workers": self.controller.healthy},
+                readiness={"informers-synced": self.controller.synced},
+            )
+
+    def _start_leading(self) -> None:
+        log.info("became leader; starting workers", identity=self.options.identity)
+        if not self.controller.wait_for_cache_sync(self.options.cache_sync_timeout):
+            log.error("caches did not sync; giving up leadership")
+            self.stop_event.set()
+            return
+        self.controller.start_workers()
+        self._workers_started.set()
+
+    def _stop_leading(self) -> None:
+        if self.stop_event.is_set():
+            return
+        log.error("lost the leader lease; exiting so a fresh candidate can take over")
+        self._lost_lease = True
+        self.stop_event.set()
+
+    def run(self) -> int:
+        """Run until :attr:`stop_event` is set; return the process exit code.
+
+        Returns:
+            0 after a graceful stop; 1 when the lease was lost or caches never synced.
+        """
+        opts = self.options
+        metrics_server = None
+        if self._metrics_address is not None:
+            metrics_server, _ = start_http_server(
+                self._metrics_address[1], self._metrics_address[0], registry=self.registry
+            )
+        if self.probes is not None:
+            self.probes.start()
+        log.info(
+            "starting",
+            namespaces=list(opts.namespaces) or "all",
+            workers=opts.workers,
+            leader_elect=opts.leader_elect,
+            metrics=opts.metrics_bind_address,
+            probes=opts.health_probe_bind_address,
+        )
+        self.controller.start_informers()
+        code = 0
+        elector_thread = None
+        if self.elector is not None:
+            elector = self.elector
+            elector_thread = threading.Thread(
+                target=elector.run,
+                args=(self.stop_event,),
+                name="cbop-leader-election",
+                daemon=True,
+            )
+            elector_thread.start()
+        elif self.controller.wait_for_cache_sync(opts.cache_sync_timeout):
+            self.controller.start_workers()
+            self._workers_started.set()
+        else:
+            log.error("caches did not sync in time", timeout=opts.cache_sync_timeout)
+            code = 1
+            self.stop_event.set()
+        self.stop_event.wait()
+
+        log.info("shutting down", timeout=opts.shutdown_timeout)
+        drained = self.controller.shutdown(opts.shutdown_timeout)
+        if not drained:
+            log.warning("in-flight reconciles did not finish in time")
+        self._elector_stop.set()
+        if elector_thread is not None:
+            elector_thread.join(opts.renew_deadline)
+        if self.probes is not None:
+            self.probes.stop()
+        if metrics_server is not None:
+            metrics_server.shutdown()
+            metrics_server.server_close()
+        if self._lost_lease:
+            code = 1
+        log.info("stopped", exit_code=code)
+        return code

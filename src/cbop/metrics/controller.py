@@ -1,0 +1,160 @@
+"""Controller, reconcile and leader-election metrics, under controller-runtime's names.
+
+Dashboards and alerts written for controller-runtime operators work unchanged:
+``controller_runtime_reconcile_total{controller,result}`` (result in success, error,
+requeue, requeue_after; all four initialised to 0), ``..._reconcile_errors_total``,
+``..._terminal_reconcile_errors_total``, ``..._reconcile_panics_total``,
+``..._reconcile_time_seconds`` (histogram), ``..._max_concurrent_reconciles``,
+``..._active_workers`` and ``leader_election_master_status{name}``. cbop adds
+``cbop_configmap_writes_total{operation}``, ``cbop_drift_corrections_total`` and
+``cbop_configbundles{ready}`` (computed from the informer cache at scrape time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+RESULTS = ("success", "error", "requeue", "requeue_after")
+WRITE_OPERATIONS = ("create", "update", "delete")
+
+#: controller-runtime's reconcile-time buckets (seconds).
+RECONCILE_TIME_BUCKETS = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7,
+    0.8, 0.9, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5, 6, 7, 8, 9, 10, 15,
+    20, 25, 30, 40, 50, 60,
+)  # fmt: skip
+
+
+class ControllerMetrics:
+    """The metrics of one controller, registered in ``registry``.
+
+    Args:
+        controller: the controller's name (the ``controller`` label).
+        registry: where to register; one ControllerMetrics per registry.
+
+    Implements the reconciler's observer hooks (``configmap_write``, ``drift_corrected``).
+    """
+
+    def __init__(self, controller: str, registry: CollectorRegistry) -> None:
+        self.controller = controller
+        label = ("controller",)
+        self.reconcile_total = Counter(
+            "controller_runtime_reconcile",
+            "Total number of reconciliations per controller",
+            ("controller", "result"),
+            registry=registry,
+        )
+        for result in RESULTS:
+            self.reconcile_total.labels(controller, result)
+        self.reconcile_errors = Counter(
+            "controller_runtime_reconcile_errors",
+            "Total number of reconciliation errors per controller",
+            label,
+            registry=registry,
+        ).labels(controller)
+        self.terminal_errors = Counter(
+            "controller_runtime_terminal_reconcile_errors",
+            "Total number of terminal reconciliation errors per controller",
+            label,
+            registry=registry,
+        ).labels(controller)
+        self.panics = Counter(
+            "controller_runtime_reconcile_panics",
+            "Total number of reconciliation panics (unexpected exceptions) per controller",
+            label,
+            registry=registry,
+        ).labels(controller)
+        self.reconcile_time = Histogram(
+            "controller_runtime_reconcile_time_seconds",
+            "Length of time per reconciliation per controller",
+            label,
+            buckets=RECONCILE_TIME_BUCKETS,
+            registry=registry,
+        ).labels(controller)
+        self.max_concurrent = Gauge(
+            "controller_runtime_max_concurrent_reconciles",
+            "Maximum number of concurrent reconciles per controller",
+            label,
+            registry=registry,
+        ).labels(controller)
+        self.active_workers = Gauge(
+            "controller_runtime_active_workers",
+            "Number of currently used workers per controller",
+            label,
+            registry=registry,
+        ).labels(controller)
+        self.configmap_writes = Counter(
+            "cbop_configmap_writes",
+            "ConfigMap writes cbop made, by operation (create, update, delete)",
+            ("operation",),
+            registry=registry,
+        )
+        for op in WRITE_OPERATIONS:
+            self.configmap_writes.labels(op)
+        self.drift_corrections = Counter(
+            "cbop_drift_corrections",
+            "ConfigMaps restored after a change made outside cbop (edit or delete)",
+            registry=registry,
+        )
+
+    def reconciled(self, result: str, seconds: float) -> None:
+        """Count one reconcile with ``result`` (one of :data:`RESULTS`) lasting ``seconds``."""
+        self.reconcile_total.labels(self.controller, result).inc()
+        self.reconcile_time.observe(seconds)
+
+    def configmap_write(self, operation: str) -> None:
+        """Count one ConfigMap write (create, update or delete)."""
+        self.configmap_writes.labels(operation).inc()
+
+    def drift_corrected(self) -> None:
+        """Count one drift correction."""
+        self.drift_corrections.inc()
+
+
+class BundleReadinessCollector(Collector):
+    """``cbop_configbundles{ready}``: bundles by Ready status, read from the cache at scrape.
+
+    Args:
+        list_bundles: returns the cached ConfigBundle dicts (e.g. a lister's ``list``).
+    """
+
+    def __init__(self, list_bundles: Callable[[], Iterable[Mapping[str, Any]]]) -> None:
+        self._list = list_bundles
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        """Yield one gauge family with ``ready`` in True, False, Unknown."""
+        counts = {"True": 0, "False": 0, "Unknown": 0}
+        for bundle in self._list():
+            ready = "Unknown"
+            for cond in (bundle.get("status") or {}).get("conditions") or ():
+                if cond.get("type") == "Ready":
+                    ready = cond.get("status", "Unknown")
+            counts[ready if ready in counts else "Unknown"] += 1
+        family = GaugeMetricFamily(
+            "cbop_configbundles", "ConfigBundles by their Ready condition", labels=["ready"]
+        )
+        for ready, count in counts.items():
+            family.add_metric([ready], count)
+        yield family
+
+
+class LeaderElectionMetrics:
+    """``leader_election_master_status{name}``: 1 while this process leads, else 0."""
+
+    def __init__(self, name: str, registry: CollectorRegistry) -> None:
+        self._gauge = Gauge(
+            "leader_election_master_status",
+            "Gauge of if the reporting system is master of the relevant lease, 0 indicates "
+            "backup, 1 indicates master. 'name' is the string used to identify the lease.",
+            ("name",),
+            registry=registry,
+        ).labels(name)
+
+    def set_leading(self, leading: bool) -> None:
+        """Set the gauge to 1 (leading) or 0."""
+        self._gauge.set(1 if leading else 0)

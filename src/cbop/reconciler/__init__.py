@@ -1,0 +1,20 @@
+"""Reconcile: turn one ConfigBundle key into the ConfigMap it declares.
+
+Pure parts (:mod:`.desired`, :mod:`.decision`, :mod:`.status`) decide; :mod:`.reconcile`
+acts through the API client; :mod:`.events` records what was done.
+"""
+
+from cbop.reconciler.decision import Action, Decision, decide
+from cbop.reconciler.events import EventRecorder
+from cbop.reconciler.reconcile import CONTROLLER_UID_INDEX, Reconciler, Requeue, Result
+
+__all__ = [
+    "CONTROLLER_UID_INDEX",
+    "Action",
+    "Decision",
+    "EventRecorder",
+    "Reconciler",
+    "Requeue",
+    "Result",
+    "decide",
+]
