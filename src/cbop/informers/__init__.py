@@ -1,0 +1,65 @@
+"""List+watch informers with an indexed cache, after client-go's ``tools/cache``.
+
+:class:`SharedInformer` mirrors one resource (optionally one namespace / one label
+selector) into an :class:`Indexer` and notifies :class:`ResourceEventHandler` s; the
+:class:`Lister` is the read-only view controllers read from. Cached objects are shared
+parsed-JSON dicts that must never be mutated (see :mod:`cbop.informers.indexer` for the
+contract and the mutation detector that enforces it in tests).
+
+This package may import ``cbop.metrics``, ``cbop.workqueue``, ``cbop.kube``, ``cbop.api``,
+``cbop.clock`` and ``cbop.tokenbucket``.
+"""
+
+from cbop.informers.backoff import Backoff
+from cbop.informers.handlers import DeleteArg, FuncHandler, ResourceEventHandler
+from cbop.informers.indexer import (
+    BY_NAMESPACE,
+    CONTROLLER_UID_INDEX,
+    CacheMutationError,
+    DeletedFinalStateUnknown,
+    Indexer,
+    IndexFunc,
+    Lister,
+    deletion_key,
+    index_by_controller_uid,
+    index_by_label,
+    index_by_namespace,
+    matches_labels,
+    meta_namespace_key,
+    split_key,
+)
+from cbop.informers.informer import (
+    DEFAULT_RESYNC_PERIOD,
+    ListWatchClient,
+    SharedInformer,
+    Transform,
+    strip_managed_fields,
+    wait_for_cache_sync,
+)
+
+__all__ = [
+    "BY_NAMESPACE",
+    "CONTROLLER_UID_INDEX",
+    "DEFAULT_RESYNC_PERIOD",
+    "Backoff",
+    "CacheMutationError",
+    "DeleteArg",
+    "DeletedFinalStateUnknown",
+    "FuncHandler",
+    "IndexFunc",
+    "Indexer",
+    "ListWatchClient",
+    "Lister",
+    "ResourceEventHandler",
+    "SharedInformer",
+    "Transform",
+    "deletion_key",
+    "index_by_controller_uid",
+    "index_by_label",
+    "index_by_namespace",
+    "matches_labels",
+    "meta_namespace_key",
+    "split_key",
+    "strip_managed_fields",
+    "wait_for_cache_sync",
+]
