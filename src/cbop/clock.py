@@ -24,7 +24,9 @@ registers the condition with the fake clock and waits on it without a real timeo
 ``FakeClock.step``/``FakeClock.set`` notify every registered condition whose deadline has
 been reached. Either way the waiter may also be woken early by an ordinary
 ``cond.notify()`` (for example a new, earlier item in a delaying queue), so callers must
-re-check their predicate in a loop, exactly as with ``Condition.wait``.
+re-check their predicate in a loop, exactly as with ``Condition.wait``. The
+module-level ``wait_for(clock, cond, predicate, timeout)`` does that loop, like
+``Condition.wait_for`` with the timeout measured on ``clock``.
 
 This module is the bottom layer of the package: it imports nothing from cbop.
 """
@@ -34,9 +36,10 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Callable
 from typing import Protocol
 
-__all__ = ["Clock", "FakeClock", "RealClock"]
+__all__ = ["Clock", "FakeClock", "RealClock", "wait_for"]
 
 
 class Clock(Protocol):
@@ -276,3 +279,28 @@ class FakeClock:
         for cond in conds:
             with cond:
                 cond.notify_all()
+
+
+def wait_for(
+    clock: Clock,
+    cond: threading.Condition,
+    predicate: Callable[[], bool],
+    timeout: float | None,
+) -> bool:
+    """Wait on ``cond`` until ``predicate()`` is true or ``timeout`` seconds of ``clock`` pass.
+
+    ``Condition.wait_for`` with the timeout measured on ``clock``: the caller holds
+    ``cond``'s lock; ``predicate`` is evaluated with it held, first before any waiting;
+    ``timeout=None`` waits without limit. Returns the last value of ``predicate()``
+    (``False`` means the timeout expired first).
+
+    Raises:
+        RuntimeError: if the caller does not hold ``cond``'s lock.
+    """
+    deadline = None if timeout is None else clock.now() + timeout
+    result = predicate()
+    while not result:
+        if not clock.wait_until(cond, deadline):
+            return predicate()
+        result = predicate()
+    return result

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from cbop.clock import Clock, FakeClock, RealClock
+from cbop.clock import Clock, FakeClock, RealClock, wait_for
 
 JOIN = 5.0  # real seconds; only bounds a hung test
 
@@ -217,3 +217,47 @@ class TestFakeClockSleep:
         clock = FakeClock()
         clock.sleep(seconds)
         assert clock.now() == 0.0
+
+
+class TestWaitFor:
+    def test_returns_true_once_the_predicate_holds(self) -> None:
+        clock = FakeClock()
+        cond = threading.Condition()
+        state = {"ready": False}
+        results: list[bool] = []
+
+        def waiter() -> None:
+            with cond:
+                results.append(wait_for(clock, cond, lambda: state["ready"], 10.0))
+
+        thread = start(waiter)
+        assert clock.wait_for_waiter(10.0)
+        clock.step(5.0)  # not yet the deadline: still waiting
+        with cond:
+            state["ready"] = True
+            cond.notify_all()
+        thread.join(JOIN)
+        assert results == [True]
+
+    def test_returns_false_when_the_clock_passes_the_timeout(self) -> None:
+        clock = FakeClock()
+        cond = threading.Condition()
+        results: list[bool] = []
+
+        def waiter() -> None:
+            with cond:
+                results.append(wait_for(clock, cond, lambda: False, 2.0))
+
+        thread = start(waiter)
+        assert clock.wait_for_waiter(2.0)
+        with cond:
+            cond.notify_all()  # a spurious wake-up: it must wait again, same deadline
+        assert clock.wait_for_waiter(2.0)
+        clock.step(2.0)
+        thread.join(JOIN)
+        assert results == [False]
+
+    def test_true_predicate_does_not_wait(self) -> None:
+        cond = threading.Condition()
+        with cond:
+            assert wait_for(FakeClock(), cond, lambda: True, None) is True
