@@ -1,0 +1,1 @@
+"""cbop benchmarks, each runnable as ``python -m bench.<name>`` from the repo root."""
