@@ -1,0 +1,577 @@
+"""Lease-based leader election, after client-go's ``tools/leaderelection`` with a LeaseLock.
+
+This module owns :class:`LeaderElector`. The manager builds one when ``--leader-elect``
+is given and runs it in its own thread; the elector calls the manager back when this
+process starts and stops leading. It may import only ``cbop.kube``, ``cbop.metrics``,
+``cbop.clock`` and ``cbop.api``.
+
+The lock is a ``coordination.k8s.io/v1`` Lease whose spec is the election record:
+``holderIdentity``, ``leaseDurationSeconds``, ``acquireTime``, ``renewTime`` (MicroTime,
+RFC 3339 with microseconds, UTC) and ``leaseTransitions``. Every write is an update that
+carries the ``resourceVersion`` last read, so two candidates can never both succeed: the
+loser gets ``409 Conflict`` (or ``AlreadyExists`` when both try to create the Lease).
+
+As in client-go, a candidate never trusts the server's ``renewTime``: it measures expiry
+on its own monotonic clock from the moment it last saw the record change, against the
+``leaseDurationSeconds`` written in that record. Clock skew between nodes therefore does
+not matter; only clock *rates* do.
+
+Timeline with controller-runtime's defaults (lease 15 s, renew deadline 10 s, retry 2 s):
+a candidate tries every 2 to 4.4 s (2 s jittered by up to 1.2x); the leader renews every
+2 s; if renewals keep failing for 10 s the leader gives up, at most 12 s after its last
+successful renewal and so before any other candidate can see the lease expire (15 s).
+
+Where cbop departs from client-go, and why:
+
+* ``on_stopped_leading`` is called only if this process was leading (client-go defers it
+  unconditionally); a candidate that never led has nothing to stop.
+* While leading, a renewal that finds another holder (or none) in the Lease ends the
+  leadership at once instead of polling until the renew deadline: someone else has
+  provably taken over, so this process must stop working now.
+* The Lease is released (``release_on_cancel``) only when ``stop`` is set, not after a
+  lost renewal: the time left on a lost lease is the grace this process gets to stop
+  its work before a successor starts.
+* ``on_new_leader`` is not called for an empty holder (a released lease has no leader).
+* The first renewal comes one retry period after acquiring, not immediately.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+import threading
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import structlog
+
+from cbop.clock import Clock, RealClock, wait_for
+from cbop.kube import LEASES, ApiError, KubeClient
+from cbop.metrics.controller import LeaderElectionMetrics
+
+__all__ = ["JITTER_FACTOR", "RELEASED_LEASE_DURATION_SECONDS", "LeaderElector", "micro_time"]
+
+log = structlog.get_logger("cbop.leaderelection")
+
+#: The largest extra fraction of ``retry_period`` a candidate waits between attempts,
+#: as client-go's ``leaderelection.JitterFactor``: waits fall in [retry, 2.2 x retry).
+JITTER_FACTOR: Final = 1.2
+
+#: ``leaseDurationSeconds`` written when the lease is released, so that candidates still
+#: honouring a duration wait as little as possible.
+RELEASED_LEASE_DURATION_SECONDS: Final = 1
+
+#: Real seconds between checks of the caller's stop event by the relay thread.
+_STOP_POLL_INTERVAL: Final = 0.05
+
+
+def micro_time(when: datetime) -> str:
+    """Format ``when`` as a Kubernetes ``MicroTime``: ``2024-05-01T12:00:00.123456Z``.
+
+    Args:
+        when: an aware datetime; it is converted to UTC.
+
+    Raises:
+        ValueError: ``when`` is naive (no time zone).
+    """
+    if when.tzinfo is None:
+        raise ValueError("micro_time needs an aware datetime")
+    return f"{when.astimezone(UTC):%Y-%m-%dT%H:%M:%S.%f}Z"
+
+
+def _now_micro_time() -> str:
+    """Return the current wall-clock time as a ``MicroTime`` string."""
+    return micro_time(datetime.now(UTC))
+
+
+class _Attempt(enum.Enum):
+    """The outcome of one try at acquiring or renewing the lease."""
+
+    #: The Lease now names this candidate, written with a fresh renewTime.
+    SUCCEEDED = "succeeded"
+    #: The API call failed (connection, 409, 5xx, ...): try again later.
+    FAILED = "failed"
+    #: The Lease names someone else: held and unexpired (acquiring), or simply not
+    #: this candidate any more (renewing).
+    HELD = "held"
+
+
+class _Ended(enum.Enum):
+    """Why the renew loop returned."""
+
+    STOPPED = "stopped"
+    LOST = "lost"
+
+
+def _holder(spec: Mapping[str, Any]) -> str:
+    holder = spec.get("holderIdentity")
+    return holder if isinstance(holder, str) else ""
+
+
+def _int_field(spec: Mapping[str, Any], name: str) -> int:
+    value = spec.get(name)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+class LeaderElector:
+    """One candidate in a Lease-based leader election, as client-go's ``LeaderElector``.
+
+    Args:
+        client: the API client; it needs ``get``, ``create`` and ``update`` on
+            ``coordination.k8s.io`` leases in ``namespace``.
+        lease_name: name of the Lease (``--leader-election-id``).
+        namespace: namespace of the Lease.
+        identity: this candidate's unique identity, written as ``holderIdentity``.
+        lease_duration: seconds a non-leader waits, from the moment it last saw the
+            record change, before it may take the lease over. Written to the Lease as
+            whole seconds (truncated, as client-go does).
+        renew_deadline: seconds the leader keeps retrying a failing renewal before it
+            gives up leadership.
+        retry_period: seconds between attempts (acquire attempts are jittered up to
+            ``JITTER_FACTOR`` times more).
+        on_started_leading: called once, in a new thread, when this candidate becomes
+            leader (as client-go's ``go OnStartedLeading(ctx)``), so it may block.
+        on_stopped_leading: called in :meth:`run`'s thread when leadership ends, lost
+            or released; after the Lease was released when ``release_on_cancel``.
+        on_new_leader: called, in a new thread, with the identity of each new holder
+            this candidate observes (itself included).
+        metrics: ``leader_election_master_status`` is set to 0 when :meth:`run` starts,
+            1 while leading and 0 afterwards.
+        clock: monotonic time source for every wait and for expiry (default real time).
+            The Lease's timestamps are always wall-clock UTC.
+        release_on_cancel: when ``stop`` is set while leading, write an empty holder and
+            ``leaseDurationSeconds: 1`` so a successor can take over at once. Only set
+            ``stop`` once the work guarded by the lease has finished.
+
+    Raises:
+        ValueError: unless ``lease_duration > renew_deadline > JITTER_FACTOR *
+            retry_period > 0`` (client-go's rule), ``lease_duration >= 1`` (the Lease
+            stores whole seconds and the API server requires at least 1), and
+            ``lease_name``, ``namespace`` and ``identity`` are not empty.
+    """
+
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        lease_name: str,
+        namespace: str,
+        identity: str,
+        lease_duration: float = 15.0,
+        renew_deadline: float = 10.0,
+        retry_period: float = 2.0,
+        on_started_leading: Callable[[], None],
+        on_stopped_leading: Callable[[], None],
+        on_new_leader: Callable[[str], None] | None = None,
+        metrics: LeaderElectionMetrics | None = None,
+        clock: Clock | None = None,
+        release_on_cancel: bool = True,
+    ) -> None:
+        if not (lease_duration > 0 and renew_deadline > 0 and retry_period > 0):
+            raise ValueError(
+                "lease duration, renew deadline and retry period must all be positive; got "
+                f"{lease_duration}, {renew_deadline}, {retry_period}"
+            )
+        if lease_duration <= renew_deadline:
+            raise ValueError(
+                f"lease duration ({lease_duration}s) must be greater than the renew deadline "
+                f"({renew_deadline}s)"
+            )
+        if renew_deadline <= JITTER_FACTOR * retry_period:
+            raise ValueError(
+                f"renew deadline ({renew_deadline}s) must be greater than {JITTER_FACTOR} x "
+                f"the retry period ({retry_period}s)"
+            )
+        if lease_duration < 1:
+            raise ValueError(
+                f"lease duration ({lease_duration}s) must be at least 1s: the Lease stores "
+                "whole seconds"
+            )
+        for what, value in (("lease name", lease_name), ("namespace", namespace)):
+            if not value:
+                raise ValueError(f"the {what} must not be empty")
+        if not identity:
+            raise ValueError("the candidate identity must not be empty")
+        self._client = client
+        self._lease_name = lease_name
+        self._namespace = namespace
+        self._identity = identity
+        self._lease_duration = lease_duration
+        self._renew_deadline = renew_deadline
+        self._retry_period = retry_period
+        self._on_started_leading = on_started_leading
+        self._on_stopped_leading = on_stopped_leading
+        self._on_new_leader = on_new_leader
+        self._metrics = metrics
+        self._clock: Clock = clock if clock is not None else RealClock()
+        self._release_on_cancel = release_on_cancel
+        # A single API call may take at most this long (real seconds per socket
+        # operation), so one hung request cannot use up the whole renew deadline.
+        self._request_timeout = renew_deadline / 2
+
+        # The run loop waits on _wakeup (with the clock's deadlines); the stop relay
+        # thread notifies it when the caller's stop event is set.
+        self._wakeup = threading.Condition(threading.Lock())
+        # Guards _leading and _running, read by is_leader() from any thread.
+        self._state_lock = threading.Lock()
+        self._leading = False
+        self._running = False
+        # Only the run() thread touches the rest.
+        self._lease: dict[str, Any] | None = None  # last Lease object the server returned
+        self._observed_spec: dict[str, Any] | None = None  # its spec, as last seen to change
+        self._observed_time = 0.0  # clock time at which _observed_spec last changed
+        self._reported_leader = ""
+
+    # ------------------------------------------------------------------ public
+
+    @property
+    def identity(self) -> str:
+        """Return the identity this candidate writes as ``holderIdentity``."""
+        return self._identity
+
+    def is_leader(self) -> bool:
+        """Return whether this candidate currently leads (acquired, not yet lost or released).
+
+        Safe to call from any thread.
+        """
+        with self._state_lock:
+            return self._leading
+
+    def run(self, stop: threading.Event) -> None:
+        """Take part in the election until leadership ends or ``stop`` is set.
+
+        Blocks. Tries to acquire the lease every ``retry_period`` seconds (jittered up to
+        ``JITTER_FACTOR`` times more) until it succeeds or ``stop`` is set. Once leading,
+        starts ``on_started_leading`` in a new thread and renews every ``retry_period``;
+        a renewal that keeps failing for ``renew_deadline`` seconds, or that finds another
+        holder in the Lease, ends leadership (lost). When ``stop`` is set while leading,
+        releases the Lease if ``release_on_cancel``. Either way ``on_stopped_leading`` is
+        then called and this method returns. A candidate that never led returns without
+        calling it. Follows client-go's ``LeaderElector.Run`` (see the module docstring
+        for the differences).
+
+        API errors are logged and retried, never raised.
+
+        Raises:
+            RuntimeError: :meth:`run` is already running on this elector.
+            Exception: anything unexpected from the client or a callback propagates,
+                after leadership was ended (``on_stopped_leading`` called) if it was held.
+        """
+        with self._state_lock:
+            if self._running:
+                raise RuntimeError("LeaderElector.run is already running")
+            self._running = True
+        finished = threading.Event()
+        relay = threading.Thread(
+            target=self._relay_stop,
+            args=(stop, finished),
+            name="cbop-leader-election-stop",
+            daemon=True,
+        )
+        relay.start()
+        if self._metrics is not None:
+            self._metrics.set_leading(False)
+        try:
+            if not self._acquire(stop):
+                return
+            self._become_leader()
+            ended = self._renew(stop)
+            if ended is _Ended.STOPPED and self._release_on_cancel:
+                self._release()
+        finally:
+            try:
+                if self.is_leader():
+                    self._end_leadership()
+            finally:
+                finished.set()
+                with self._state_lock:
+                    self._running = False
+
+    # ------------------------------------------------------------------ loops
+
+    def _acquire(self, stop: threading.Event) -> bool:
+        """Try until acquired (True) or ``stop`` is set (False), as client-go's ``acquire``."""
+        log.info(
+            "attempting to acquire the leader lease",
+            lease=self._describe(),
+            identity=self._identity,
+        )
+        while not stop.is_set():
+            attempt = self._try_acquire_or_renew(renewing=False)
+            self._maybe_report_transition()
+            if attempt is _Attempt.SUCCEEDED:
+                return True
+            # Waiting after each attempt, with fresh jitter each time, keeps candidates
+            # that started together from hitting the API server in lock step.
+            wait = self._retry_period * (1.0 + random.random() * JITTER_FACTOR)
+            if self._wait(stop, self._clock.now() + wait):
+                return False
+        return False
+
+    def _renew(self, stop: threading.Event) -> _Ended:
+        """Renew every ``retry_period`` until lost or stopped, as client-go's ``renew``."""
+        while True:
+            if self._wait(stop, self._clock.now() + self._retry_period):
+                return _Ended.STOPPED
+            deadline = self._clock.now() + self._renew_deadline
+            while True:
+                attempt = self._try_acquire_or_renew(renewing=True)
+                self._maybe_report_transition()
+                if attempt is _Attempt.SUCCEEDED:
+                    break
+                if attempt is _Attempt.HELD:
+                    log.error(
+                        "the leader lease names another holder; leadership lost",
+                        lease=self._describe(),
+                        holder=self._observed_holder() or None,
+                    )
+                    return _Ended.LOST
+                next_try = min(self._clock.now() + self._retry_period, deadline)
+                if self._wait(stop, next_try):
+                    return _Ended.STOPPED
+                if self._clock.now() >= deadline:
+                    log.error(
+                        "could not renew the leader lease within the renew deadline; "
+                        "leadership lost",
+                        lease=self._describe(),
+                        renew_deadline=self._renew_deadline,
+                    )
+                    return _Ended.LOST
+
+    def _wait(self, stop: threading.Event, deadline: float) -> bool:
+        """Sleep on the clock until ``deadline``; return True early if ``stop`` is set."""
+        with self._wakeup:
+            return wait_for(self._clock, self._wakeup, stop.is_set, deadline - self._clock.now())
+
+    def _relay_stop(self, stop: threading.Event, finished: threading.Event) -> None:
+        """Wake the run loop when ``stop`` is set; exit when :meth:`run` has finished.
+
+        ``threading.Event`` cannot notify our condition, and the clock's waits are on a
+        condition, so this thread translates one into the other.
+        """
+        while not finished.is_set():
+            if stop.wait(_STOP_POLL_INTERVAL):
+                with self._wakeup:
+                    self._wakeup.notify_all()
+                return
+
+    # ------------------------------------------------------------------ transitions
+
+    def _become_leader(self) -> None:
+        with self._state_lock:
+            self._leading = True
+        if self._metrics is not None:
+            self._metrics.set_leading(True)
+        spec = self._observed_spec or {}
+        log.info(
+            "acquired the leader lease",
+            lease=self._describe(),
+            identity=self._identity,
+            transitions=_int_field(spec, "leaseTransitions"),
+        )
+        threading.Thread(
+            target=self._on_started_leading, name="cbop-leader-started", daemon=True
+        ).start()
+
+    def _end_leadership(self) -> None:
+        with self._state_lock:
+            self._leading = False
+        if self._metrics is not None:
+            self._metrics.set_leading(False)
+        log.info("stopped leading", lease=self._describe(), identity=self._identity)
+        self._on_stopped_leading()
+
+    def _maybe_report_transition(self) -> None:
+        """Report a holder different from the last one reported (client-go's namesake)."""
+        holder = self._observed_holder()
+        if holder == self._reported_leader:
+            return
+        self._reported_leader = holder
+        if not holder:
+            return
+        log.info("new leader observed", lease=self._describe(), leader=holder)
+        callback = self._on_new_leader
+        if callback is not None:
+            threading.Thread(
+                target=callback, args=(holder,), name="cbop-leader-new", daemon=True
+            ).start()
+
+    # ------------------------------------------------------------------ the lock
+
+    def _try_acquire_or_renew(self, *, renewing: bool) -> _Attempt:
+        """Make one attempt at writing this candidate into the Lease.
+
+        As client-go's ``tryAcquireOrRenew``: a leader first updates optimistically from
+        the Lease it last wrote; otherwise (or on any error) the Lease is read, created
+        if missing, and updated only if it is free, expired by the local clock, or
+        already ours. Renewing, a Lease that names anyone else is not taken (``HELD``).
+        """
+        now = _now_micro_time()
+        if renewing and self._lease is not None and self._lease_valid():
+            spec = self._observed_spec or {}
+            try:
+                self._write(
+                    self._lease,
+                    self._record(
+                        acquire_time=spec.get("acquireTime") or now,
+                        renew_time=now,
+                        transitions=_int_field(spec, "leaseTransitions"),
+                    ),
+                )
+            except ApiError as err:
+                log.debug(
+                    "optimistic lease renewal failed; reading the lease",
+                    lease=self._describe(),
+                    error=str(err),
+                )
+            else:
+                return _Attempt.SUCCEEDED
+
+        try:
+            lease = self._client.get(
+                LEASES, self._namespace, self._lease_name, timeout=self._request_timeout
+            )
+        except ApiError as err:
+            if not err.is_not_found:
+                log.warning("cannot read the leader lease", lease=self._describe(), error=str(err))
+                return _Attempt.FAILED
+            return self._create(now)
+
+        self._observe(lease)
+        old = self._observed_spec or {}
+        holder = _holder(old)
+        if holder != self._identity and (renewing or (holder and self._lease_valid())):
+            log.debug("the leader lease is held", lease=self._describe(), holder=holder)
+            return _Attempt.HELD
+        if holder == self._identity:
+            record = self._record(
+                acquire_time=old.get("acquireTime") or now,
+                renew_time=now,
+                transitions=_int_field(old, "leaseTransitions"),
+            )
+        else:
+            record = self._record(
+                acquire_time=now,
+                renew_time=now,
+                transitions=_int_field(old, "leaseTransitions") + 1,
+            )
+        try:
+            self._write(lease, record)
+        except ApiError as err:
+            if err.is_conflict:
+                log.debug(
+                    "another candidate updated the leader lease first",
+                    lease=self._describe(),
+                )
+            else:
+                log.warning(
+                    "cannot update the leader lease", lease=self._describe(), error=str(err)
+                )
+            return _Attempt.FAILED
+        return _Attempt.SUCCEEDED
+
+    def _create(self, now: str) -> _Attempt:
+        body = {
+            "apiVersion": LEASES.api_version,
+            "kind": LEASES.kind,
+            "metadata": {"name": self._lease_name, "namespace": self._namespace},
+            "spec": self._record(acquire_time=now, renew_time=now, transitions=0),
+        }
+        try:
+            created = self._client.create(
+                LEASES, self._namespace, body, timeout=self._request_timeout
+            )
+        except ApiError as err:
+            if err.is_already_exists:
+                log.debug("another candidate created the leader lease", lease=self._describe())
+            else:
+                log.warning(
+                    "cannot create the leader lease", lease=self._describe(), error=str(err)
+                )
+            return _Attempt.FAILED
+        self._observe(created)
+        return _Attempt.SUCCEEDED
+
+    def _release(self) -> None:
+        """Hand the lease back: empty holder, 1 s duration (client-go's ``release``).
+
+        Reads the Lease first and writes only if it still names this candidate, with the
+        resourceVersion just read, so a successor's record is never overwritten.
+        """
+        try:
+            lease = self._client.get(
+                LEASES, self._namespace, self._lease_name, timeout=self._request_timeout
+            )
+        except ApiError as err:
+            log.warning("cannot release the leader lease", lease=self._describe(), error=str(err))
+            return
+        self._observe(lease)
+        spec = self._observed_spec or {}
+        if _holder(spec) != self._identity:
+            log.info(
+                "the leader lease is no longer ours; nothing to release",
+                lease=self._describe(),
+                holder=_holder(spec) or None,
+            )
+            return
+        now = _now_micro_time()
+        record = {
+            "holderIdentity": "",
+            "leaseDurationSeconds": RELEASED_LEASE_DURATION_SECONDS,
+            "acquireTime": now,
+            "renewTime": now,
+            "leaseTransitions": _int_field(spec, "leaseTransitions"),
+        }
+        try:
+            self._write(lease, record)
+        except ApiError as err:
+            log.warning("cannot release the leader lease", lease=self._describe(), error=str(err))
+            return
+        log.info("released the leader lease", lease=self._describe(), identity=self._identity)
+
+    def _record(self, *, acquire_time: str, renew_time: str, transitions: int) -> dict[str, Any]:
+        """Return a Lease spec naming this candidate (client-go's LeaderElectionRecord)."""
+        return {
+            "holderIdentity": self._identity,
+            "leaseDurationSeconds": int(self._lease_duration),
+            "acquireTime": acquire_time,
+            "renewTime": renew_time,
+            "leaseTransitions": transitions,
+        }
+
+    def _write(self, lease: Mapping[str, Any], spec: dict[str, Any]) -> None:
+        """Update ``lease`` (keeping its metadata, hence resourceVersion) with ``spec``.
+
+        Raises:
+            ApiError: ``is_conflict`` when the Lease changed since it was read.
+        """
+        body = {**lease, "spec": spec}
+        updated = self._client.update(
+            LEASES, self._namespace, self._lease_name, body, timeout=self._request_timeout
+        )
+        self._observe(updated)
+
+    def _observe(self, lease: Mapping[str, Any]) -> None:
+        """Remember ``lease``; restart the local expiry clock if its record changed."""
+        self._lease = dict(lease)
+        raw = lease.get("spec")
+        spec = dict(raw) if isinstance(raw, Mapping) else {}
+        if spec != self._observed_spec:
+            self._observed_spec = spec
+            self._observed_time = self._clock.now()
+
+    def _observed_holder(self) -> str:
+        return _holder(self._observed_spec or {})
+
+    def _lease_valid(self) -> bool:
+        """Whether the observed record is unexpired on the local clock (client-go's isLeaseValid).
+
+        Uses the ``leaseDurationSeconds`` of the observed record, so a released lease
+        (1 s) expires quickly and one without a duration has expired already.
+        """
+        duration = _int_field(self._observed_spec or {}, "leaseDurationSeconds")
+        return self._observed_time + duration > self._clock.now()
+
+    def _describe(self) -> str:
+        return f"{self._namespace}/{self._lease_name}"

@@ -1,0 +1,774 @@
+"""LeaderElector against an in-memory Lease API, driven by a FakeClock (no sleeps).
+
+Each elector runs in a background thread, as the manager runs it. A test synchronises
+with it through the fake clock: ``park()`` waits until the elector is blocked on the
+clock and returns its wake-up time; ``tick()`` moves the clock to that time and waits
+for the elector to park again, so every API call of that attempt has been made.
+"""
+
+from __future__ import annotations
+
+import copy
+import queue
+import re
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from cbop.clock import FakeClock
+from cbop.kube import LEASES, ApiError, ConnectionFailed, KubeClient, Resource
+from cbop.leaderelection import JITTER_FACTOR, LeaderElector, micro_time
+from cbop.metrics.controller import LeaderElectionMetrics
+
+NS = "cbop-system"
+LEASE = "cbop-leader"
+RETRY = 2.0
+RENEW_DEADLINE = 10.0
+LEASE_DURATION = 15.0
+MAX_ACQUIRE_WAIT = RETRY * (1 + JITTER_FACTOR)
+MICRO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
+LONG_AGO = "2001-01-01T00:00:00.000000Z"
+#: Real seconds a test waits for a background thread before failing.
+PATIENCE = 5.0
+
+
+class FakeLeaseApi(KubeClient):
+    """coordination.k8s.io/v1 leases in memory: get, create and update, as the API server.
+
+    Updates need the stored ``resourceVersion`` (else ``409 Conflict``), a create of an
+    existing name is ``409 AlreadyExists``, and ``leaseDurationSeconds`` must be > 0
+    (``422``). ``down`` makes every call fail to connect; ``hooks[verb]`` runs once just
+    before the next call of that verb (to let another candidate act in between);
+    ``explode`` is raised by the next call, whatever it is.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(None, qps=0)
+        self.leases: dict[tuple[str, str], dict[str, Any]] = {}
+        self.calls: list[str] = []
+        self.down = False
+        self.hooks: dict[str, Callable[[], None]] = {}
+        self.explode: Exception | None = None
+        self._rv = 100
+        self._renewals = 0
+        self._lock = threading.RLock()
+
+    # -- helpers for tests -------------------------------------------------------
+
+    def spec(self, name: str = LEASE) -> dict[str, Any]:
+        with self._lock:
+            return copy.deepcopy(self.leases[(NS, name)]["spec"])
+
+    def resource_version(self, name: str = LEASE) -> str:
+        with self._lock:
+            rv = self.leases[(NS, name)]["metadata"]["resourceVersion"]
+            assert isinstance(rv, str)
+            return rv
+
+    def put(self, name: str = LEASE, **spec: Any) -> None:
+        """Write a Lease as another party would (creating it if need be)."""
+        with self._lock:
+            obj = self.leases.get((NS, name)) or {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": name, "namespace": NS, "uid": "uid-1"},
+            }
+            obj["spec"] = spec
+            obj["metadata"]["resourceVersion"] = self._next_rv()
+            self.leases[(NS, name)] = obj
+
+    def renew_as(self, holder: str, name: str = LEASE) -> None:
+        """``holder`` renews its lease: only renewTime changes (always to a new value)."""
+        with self._lock:
+            spec = self.spec(name)
+            assert spec["holderIdentity"] == holder
+            self._renewals += 1
+            spec["renewTime"] = f"2030-01-01T00:00:00.{self._renewals:06d}Z"
+            self.put(name, **spec)
+
+    def writes(self) -> list[str]:
+        return [c for c in self.calls if c in ("create", "update")]
+
+    # -- the API -----------------------------------------------------------------
+
+    def _next_rv(self) -> str:
+        self._rv += 1
+        return str(self._rv)
+
+    def _enter(self, verb: str, res: Resource) -> None:
+        assert res == LEASES, f"only leases are faked, got {res}"
+        hook = self.hooks.pop(verb, None)
+        if hook is not None:
+            hook()
+        self.calls.append(verb)
+        if self.explode is not None:
+            exc, self.explode = self.explode, None
+            raise exc
+        if self.down:
+            raise ConnectionFailed("connection refused (fake)")
+
+    def get(
+        self, res: Resource, namespace: str | None, name: str, *, timeout: float | None = 30.0
+    ) -> dict[str, Any]:
+        with self._lock:
+            self._enter("get", res)
+            assert namespace is not None
+            obj = self.leases.get((namespace, name))
+            if obj is None:
+                raise ApiError(404, "NotFound", f'leases "{name}" not found')
+            return copy.deepcopy(obj)
+
+    def create(
+        self,
+        res: Resource,
+        namespace: str | None,
+        body: Any,
+        *,
+        field_manager: str | None = None,
+        dry_run: bool = False,
+        timeout: float | None = 30.0,
+    ) -> dict[str, Any]:
+        with self._lock:
+            self._enter("create", res)
+            assert namespace is not None
+            name = body["metadata"]["name"]
+            if (namespace, name) in self.leases:
+                raise ApiError(409, "AlreadyExists", f'leases "{name}" already exists')
+            self._validate(body)
+            obj = copy.deepcopy(dict(body))
+            obj["metadata"] = {
+                **obj["metadata"],
+                "namespace": namespace,
+                "uid": f"uid-{name}",
+                "resourceVersion": self._next_rv(),
+            }
+            self.leases[(namespace, name)] = obj
+            return copy.deepcopy(obj)
+
+    def update(
+        self,
+        res: Resource,
+        namespace: str | None,
+        name: str,
+        body: Any,
+        subresource: str | None = None,
+        *,
+        field_manager: str | None = None,
+        dry_run: bool = False,
+        timeout: float | None = 30.0,
+    ) -> dict[str, Any]:
+        with self._lock:
+            self._enter("update", res)
+            assert namespace is not None
+            assert subresource is None
+            stored = self.leases.get((namespace, name))
+            if stored is None:
+                raise ApiError(404, "NotFound", f'leases "{name}" not found')
+            if body["metadata"].get("resourceVersion") != stored["metadata"]["resourceVersion"]:
+                raise ApiError(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on leases.coordination.k8s.io "{name}": '
+                    "the object has been modified",
+                )
+            self._validate(body)
+            obj = copy.deepcopy(dict(body))
+            obj["metadata"]["resourceVersion"] = self._next_rv()
+            self.leases[(namespace, name)] = obj
+            return copy.deepcopy(obj)
+
+    @staticmethod
+    def _validate(body: Any) -> None:
+        duration = body.get("spec", {}).get("leaseDurationSeconds")
+        if duration is not None and duration <= 0:
+            raise ApiError(422, "Invalid", "spec.leaseDurationSeconds: must be greater than 0")
+
+
+@dataclass
+class Candidate:
+    """One elector running in a thread, with its own fake clock and recorded callbacks."""
+
+    api: FakeLeaseApi
+    identity: str = "a"
+    release_on_cancel: bool = True
+    lease_duration: float = LEASE_DURATION
+    renew_deadline: float = RENEW_DEADLINE
+    on_started: Callable[[], None] | None = None
+    on_stopped: Callable[[], None] | None = None
+    clock: FakeClock = field(default_factory=lambda: FakeClock(1000.0))
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    started: threading.Event = field(default_factory=threading.Event)
+    stopped: threading.Event = field(default_factory=threading.Event)
+    started_thread: list[int] = field(default_factory=list)
+    new_leaders: queue.Queue[str] = field(default_factory=queue.Queue)
+    stop: threading.Event = field(default_factory=threading.Event)
+    error: list[Exception] = field(default_factory=list)
+    thread: threading.Thread | None = None
+
+    def __post_init__(self) -> None:
+        self.elector = LeaderElector(
+            self.api,
+            lease_name=LEASE,
+            namespace=NS,
+            identity=self.identity,
+            lease_duration=self.lease_duration,
+            renew_deadline=self.renew_deadline,
+            retry_period=RETRY,
+            on_started_leading=self._started,
+            on_stopped_leading=self._stopped,
+            on_new_leader=self.new_leaders.put,
+            metrics=LeaderElectionMetrics(LEASE, self.registry),
+            clock=self.clock,
+            release_on_cancel=self.release_on_cancel,
+        )
+
+    def _started(self) -> None:
+        self.started_thread.append(threading.get_ident())
+        self.started.set()
+        if self.on_started is not None:
+            self.on_started()
+
+    def _stopped(self) -> None:
+        if self.on_stopped is not None:
+            self.on_stopped()
+        self.stopped.set()
+
+    def _run(self) -> None:
+        try:
+            self.elector.run(self.stop)
+        except Exception as exc:  # noqa: BLE001 - recorded for the test to assert on
+            self.error.append(exc)
+
+    def start(self) -> float:
+        """Start the elector; return the clock time of its first wake-up."""
+        self.thread = threading.Thread(target=self._run, name=f"elector-{self.identity}")
+        self.thread.start()
+        return self.park()
+
+    def park(self) -> float:
+        """Wait until the elector blocks on the clock; return when it will wake up."""
+        assert self.clock.wait_for_waiter(timeout=PATIENCE), "the elector never waited"
+        return self.clock.waiter_deadlines()[0]
+
+    def tick(self) -> float:
+        """Wake the elector at its deadline; wait until it parks again; return its next one."""
+        self.clock.set(self.park())
+        return self.park()
+
+    def wake_and_finish(self) -> None:
+        """Wake the elector at its deadline and wait for run() to return."""
+        self.clock.set(self.park())
+        self.join()
+
+    def join(self) -> None:
+        assert self.thread is not None
+        self.thread.join(PATIENCE)
+        assert not self.thread.is_alive(), "run() did not return"
+
+    def finish(self) -> None:
+        self.stop.set()
+        if self.thread is not None:
+            self.join()
+
+    def metric(self) -> float | None:
+        return self.registry.get_sample_value("leader_election_master_status", {"name": LEASE})
+
+    def seen_leaders(self) -> list[str]:
+        got: list[str] = []
+        while True:
+            try:
+                got.append(self.new_leaders.get(timeout=0.2))
+            except queue.Empty:
+                return got
+
+
+@pytest.fixture
+def api() -> FakeLeaseApi:
+    return FakeLeaseApi()
+
+
+@pytest.fixture
+def candidates(api: FakeLeaseApi) -> Iterator[Callable[..., Candidate]]:
+    made: list[Candidate] = []
+
+    def make(**kwargs: Any) -> Candidate:
+        candidate = Candidate(api, **kwargs)
+        made.append(candidate)
+        return candidate
+
+    yield make
+    for candidate in made:
+        candidate.stop.set()
+    for candidate in made:
+        if candidate.thread is not None:
+            candidate.thread.join(PATIENCE)
+            assert not candidate.thread.is_alive(), f"{candidate.identity} still running"
+
+
+def held_by(holder: str, *, duration: int = 15, transitions: int = 2) -> dict[str, Any]:
+    return {
+        "holderIdentity": holder,
+        "leaseDurationSeconds": duration,
+        "acquireTime": LONG_AGO,
+        "renewTime": LONG_AGO,
+        "leaseTransitions": transitions,
+    }
+
+
+def leading(candidate: Candidate) -> None:
+    """Start ``candidate`` on a missing Lease and wait until it leads."""
+    candidate.start()
+    assert candidate.started.wait(PATIENCE)
+    assert candidate.elector.is_leader()
+
+
+# --------------------------------------------------------------------- construction
+
+
+def _make(lease: float, renew: float, retry: float, **kw: Any) -> LeaderElector:
+    args: dict[str, Any] = {
+        "lease_name": LEASE,
+        "namespace": NS,
+        "identity": "a",
+        "lease_duration": lease,
+        "renew_deadline": renew,
+        "retry_period": retry,
+        "on_started_leading": lambda: None,
+        "on_stopped_leading": lambda: None,
+        **kw,
+    }
+    return LeaderElector(FakeLeaseApi(), **args)
+
+
+@pytest.mark.parametrize(
+    ("lease", "renew", "retry", "kw", "message"),
+    [
+        pytest.param(15, 15, 2, {}, "greater than the renew deadline", id="lease-equals-renew"),
+        pytest.param(10, 15, 2, {}, "greater than the renew deadline", id="lease-below-renew"),
+        pytest.param(15, 2.4, 2, {}, "1.2 x the retry period", id="renew-equals-1.2-retry"),
+        pytest.param(15, 10, 10, {}, "1.2 x the retry period", id="renew-equals-retry"),
+        pytest.param(15, 10, 0, {}, "positive", id="zero-retry"),
+        pytest.param(15, -1, -2, {}, "positive", id="negative"),
+        pytest.param(0.9, 0.5, 0.1, {}, "at least 1s", id="lease-under-one-second"),
+        pytest.param(15, 10, 2, {"identity": ""}, "identity", id="empty-identity"),
+        pytest.param(15, 10, 2, {"lease_name": ""}, "lease name", id="empty-lease-name"),
+        pytest.param(15, 10, 2, {"namespace": ""}, "namespace", id="empty-namespace"),
+    ],
+)
+def test_constructor_rejects_bad_settings(
+    lease: float, renew: float, retry: float, kw: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        _make(lease, renew, retry, **kw)
+
+
+@pytest.mark.parametrize(
+    ("lease", "renew", "retry"),
+    [
+        pytest.param(15, 10, 2, id="controller-runtime-defaults"),
+        pytest.param(137, 107, 26, id="kube-controller-manager-like"),
+        pytest.param(1, 0.5, 0.4, id="fast"),
+    ],
+)
+def test_constructor_accepts_consistent_timings(lease: float, renew: float, retry: float) -> None:
+    elector = _make(lease, renew, retry)
+    assert not elector.is_leader()
+    assert elector.identity == "a"
+
+
+def test_micro_time_is_utc_with_microseconds() -> None:
+    plus_two = timezone(timedelta(hours=2))
+    assert micro_time(datetime(2024, 5, 1, 14, 0, 0, 5, tzinfo=plus_two)) == (
+        "2024-05-01T12:00:00.000005Z"
+    )
+    with pytest.raises(ValueError, match="aware"):
+        micro_time(datetime(2024, 5, 1))
+
+
+# --------------------------------------------------------------------- acquiring
+
+
+def test_creates_a_missing_lease_and_leads(
+    api: FakeLeaseApi, candidates: Callable[..., Candidate]
+) -> None:
+    a = candidates()
+    first_renew = a.start()
+    assert a.started.wait(PATIENCE)
+    assert a.elector.is_leader()
+    assert a.metric() == 1.0
+    assert api.calls == ["get", "create"]
+    spec = api.spec()
+    assert spec["holderIdentity"] == "a"
+    assert spec["leaseDurationSeconds"] == 15
+    assert spec["leaseTransitions"] == 0
+    assert MICRO_TIME.match(spec["acquireTime"])
+    assert spec["renewTime"] == spec["acquireTime"]
+    # The callback runs in its own thread, not the election loop's.
+    assert a.thread is not None
+    assert a.started_thread != [a.thread.ident]
+    # The first renewal comes exactly one retry period later.
+    assert first_renew == pytest.approx(1000.0 + RETRY)
+    assert a.seen_leaders() == ["a"]
+
+
+def test_takes_a_released_lease_at_once(
+    api: FakeLeaseApi, candidates: Callable[..., Candidate]
+) -> None:
+    api.put(**held_by("", duration=1, transitions=3))
+    a = candidates()
+    a.start()
+    assert a.started.wait(PATIENCE)
+    spec = api.spec()
+    assert spec["holderIdentity"] == "a"
+    assert spec["leaseTransitions"] == 4
+    assert spec["leaseDurationSeconds"] == 15
+    assert spec["acquireTime"] != LONG_AGO
+    assert api.calls == ["get", "update"]
+
+
+def test_a_held_lease_expires_by_the_local_clock_not_the_renew_time(
+    api: FakeLeaseApi, candidates: Callable[..., Candidate]
+) -> None:
+    # By the server's renewTime this lease expired decades ago; that must not matter.
+    api.put(**held_by("b"))
+    a = candidates()
+    a.start()
+    first_seen = 1000.0
+    while not a.started.is_set():
+        assert a.clock.now() < first_seen + LEASE_DURATION + MAX_ACQUIRE_WAIT
+        assert not a.elector.is_leader()
+        assert api.writes() == [], "took the lease before it expired locally"
+        a.tick()
+    assert a.started.wait(PATIENCE)
+    took_at = a.clock.now()
+    assert first_seen + LEASE_DURATION <= took_at < first_seen + LEASE_DURATION + MAX_ACQUIRE_WAIT
+    spec = api.spec()
+    assert spec["holderIdentity"] == "a"
+    assert spec["leaseTransitions"] == 3
+    assert a.seen_leaders() == ["b", "a"]
+    assert a.metric() == 1.0
+
+
+def test_a_holder_that_keeps_renewing_keeps_the_lease(
+    api: FakeLeaseApi, candidates: Callable[..., Candidate]
+) -> None:
+    api.put(**held_by("b"))
+    a = candidates()
+    a.start()
+    while a.clock.now() < 1000.0 + 4 * LEASE_DURATION:
+        api.renew_as("b")
+        a.tick()
+    assert not a.started.is_set()
+    assert not a.elector.is_leader()
+    assert a.metric() == 0.0
+    assert api.writes() == []
+    assert api.spec()["holderIdentity"] == "b"
+
+
+def test_expiry_uses_the_duration_written_by_the_holder(
+    api: FakeLeaseApi, candidates: Callable[..., Candidate]
+) -> None:
+    api.put(**held_by("b", duration=5))
+    a = candidates()
+    a.start()
+    while not a.started.is_set():
+        assert a.clock.now() < 1000.0 + 5 + MAX_ACQUIRE_WAIT
+        a.tick()
+    assert a.clock.now() >= 1005.0
+    assert api.spec()["holderIdentity"] == "a"
+
+
+def test_acquire_attempts_are_jittered_up_to_1_2_times_the_retry_period(
+    api: FakeLeaseApi, candidates: Callable[..., Candidate]
+) -> None:
+    api.put(**held_by("b"))
+    a = candidates()
+    wake = a.start()
+    waits = [wake - 1000.0]
+    for _ in range(25):
+        api.renew_as("b")
+        attempt_at = wake
+        a.clock.set(wake)
+        wake = a.park()
+        waits.append(wake - attempt_at)
+    assert all(RETRY <= w < MAX_ACQUIRE_WAIT for w in waits), waits
+    assert len(set(waits)) > 1, "no jitter"
+
+
+def test_conflict_on_update_means_another_candidate_won(
+    api: FakeLeaseApi, candidates: Callable[..., Candidate]
+) -> None:
+    api.put(**held_by("", duration=1))
+    # b writes itself in between a's read and a's update.
+    api.hooks["update"] = lambda: api.put(**held_by("b"))
+    a = candidates()
+    a.start()
+    assert not a.elector.is_leader()
+    assert api.spec()["holderIdentity"] == "b"
+    # Next attempt: b holds a fresh lease, so a leaves it alone.
+    a.tick()
+    assert not a.elector.is_leader()
+    assert api.calls == ["get", "update", "get"]
+    assert a.seen_leaders() == ["b"]
+
+
+def test_already_exists_on_create_means_another_candidate_won(
+    api: FakeLeaseApi, candidates: Callable[..., Candidate]
+) -> None:
+    api.hooks["create"] = lambda: api.put(**held_by("b"))
+    a = candidates()
+    a.start()
+    assert not a.elector.is_leader()
+    a.tick()
+    assert not a.elector.is_leader()
+    assert api.calls == ["get", "create", "get"]
+    assert api.spec()["holderIdentity"] == "b"
+
+
+def test_api_errors_while_acquiring_are_retried(
+    api: FakeLeaseApi, candidates: Callable[..., Candidate]
+) -> None:
+    api.down = True
+    a = candidates()
+    a.start()
+    a.tick()
+    assert not a.elector.is_leader()
+    api.down = False
+    a.tick()
+    assert a.started.wait(PATIENCE)
+    assert api.calls == ["get", "get", "get", "create"]
+
+
+# --------------------------------------------------------------------- renewing
+
+
+def test_the_leader_renews_every_retry_period(
+    api: FakeLeaseApi, candidates: Callable[..., Candidate]
+) -> None:
+    a = candidates()
+    leading(a)
+    acquired = api.spec()
+    rv = api.resource_version()
+    renew_times = [acquired["renewTime"]]
+    wake = a.park()
+    for _ in range(3):
+        next_wake = a.tick()
+        assert next_wake == pytest.approx(wake + RETRY)
+        wake = next_wake
+        spec = api.spec()
+        assert spec["holderIdentity"] == "a"
+        assert spec["acquireTime"] == acquired["acquireTime"]
+        assert spec["leaseTransitions"] == acquired["leaseTransitions"]
+        renew_times.append(spec["renewTime"])
+        assert api.resource_version() != rv
+        rv = api.resource_version()
+    assert a.elector.is_leader()
+    # Renewals take the optimistic path: one update each, no read.
+    assert api.calls == ["get", "create", "update", "update", "update"]
+    assert renew_times == sorted(renew_times)
+
+
+def test_a_blocking_on_started_leading_does_not_hold_up_renewals(
+    api: FakeLeaseApi, candidates: Callable[..., Candidate]
+) -> None:
+    release = threading.Event()
+    a = candidates(on_started=lambda: release.wait(PATIENCE))
+    leading(a)
+    a.tick()
+    a.tick()
+    assert api.calls == ["get", "create", "update", "update"]
+    release.set()
+
+
+def test_failures_shorter_than_the_renew_deadline_are_survived(
+    api: FakeLeaseApi, candidates: Callable[..., Candidate]
+) -> None:
+    a = candidates()
+    leading(a)
+    api.down = True
+    for _ in range(4):  # attempts at +2, +4, +6, +8 s fail
+        a.tick()
+    assert a.elector.is_leader()
+    api.down = False
+    a.tick()  # the fifth attempt, at +10 s, is still before the deadline (+12 s)
+    assert a.elector.is_leader()
+    assert not a.stopped.is_set()
+    assert api.spec()["holderIdentity"] == "a"
+    assert api.calls[-1] == "update"
+
+
+@pytest.mark.parametrize(
+    ("renew_deadline", "attempts"),
+    [
+        pytest.param(RENEW_DEADLINE, 5, id="deadline-on-a-retry"),
+        pytest.param(9.0, 5, id="deadline-between-retries"),
+        pytest.param(5.0, 3, id="short-deadline"),
+    ],
+)
+def test_leadership_is_lost_when_renewals_fail_until_the_deadline(
+    api: FakeLeaseApi,
+    candidates: Callable[..., Candidate],
+    renew_deadline: float,
+    attempts: int,
+) -> None:
+    a = candidates(renew_deadline=renew_deadline)
+    leading(a)
+    acquired_at = a.clock.now()
+    api.down = True
+    calls_before = len(api.calls)
+    # The round starts at +2 s and retries every 2 s until renew_deadline has passed.
+    attempt_times = []
+    wake = a.park()
+    while wake < acquired_at + RETRY + renew_deadline:
+        attempt_times.append(wake)
+        assert a.elector.is_leader()
+        wake = a.tick()
+    assert wake == pytest.approx(acquired_at + RETRY + renew_deadline)
+    assert attempt_times == pytest.approx([acquired_at + RETRY * (1 + i) for i in range(attempts)])
+    # The API server is back just as the deadline passes: too late, and a lost lease is
+    # not released (its remaining time is this process's grace to stop working).
+    api.down = False
+    a.wake_and_finish()
+    assert a.stopped.is_set()
+    assert not a.elector.is_leader()
+    assert a.metric() == 0.0
+    # Every attempt tried the optimistic update, then a read; nothing after the loss.
+    assert api.calls[calls_before:] == ["update", "get"] * attempts
+    assert api.spec()["holderIdentity"] == "a"
+    assert api.spec()["leaseDurationSeconds"] == 15
+    assert not a.error
+
+
+def test_leadership_ends_at_once_when_another_holder_took_the_lease(
+    api: FakeLeaseApi, candidates: Callable[..., Candidate]
+) -> None:
+    a = candidates()
+    leading(a)
+    acquired_at = a.clock.now()
+    api.put(**held_by("b"))
+    a.wake_and_finish()
+    assert a.clock.now() == pytest.approx(acquired_at + RETRY)
+    assert a.stopped.is_set()
+    assert not a.elector.is_leader()
+    assert api.spec()["holderIdentity"] == "b", "overwrote the new holder"
+    assert api.calls[-2:] == ["update", "get"]
+    assert a.seen_leaders() == ["a", "b"]
+
+
+def test_a_deleted_lease_is_recreated_by_the_leader(
+    api: FakeLeaseApi, candidates: Callable[..., Candidate]
+) -> None:
+    a = candidates()
+    leading(a)
+    api.leases.clear()
+    a.tick()
+    assert a.elector.is_leader()
+    assert api.calls[-3:] == ["update", "get", "create"]
+    assert api.spec()["holderIdentity"] == "a"
+
+
+def test_an_unexpected_error_while_leading_ends_leadership(
+    api: FakeLeaseApi, candidates: Callable[..., Candidate]
+) -> None:
+    a = candidates()
+    leading(a)
+    api.explode = RuntimeError("bug")
+    a.wake_and_finish()
+    assert [type(e) for e in a.error] == [RuntimeError]
+    assert a.stopped.is_set()
+    assert not a.elector.is_leader()
+    assert a.metric() == 0.0
+
+
+# --------------------------------------------------------------------- stopping
+
+
+def test_stop_while_leading_releases_the_lease_before_on_stopped_leading(
+    api: FakeLeaseApi, candidates: Callable[..., Candidate]
+) -> None:
+    seen_in_callback: list[dict[str, Any]] = []
+    a = candidates(on_stopped=lambda: seen_in_callback.append(api.spec()))
+    leading(a)
+    acquired = api.spec()
+    a.finish()
+    released = api.spec()
+    assert released["holderIdentity"] == ""
+    assert released["leaseDurationSeconds"] == 1
+    assert released["leaseTransitions"] == acquired["leaseTransitions"]
+    assert MICRO_TIME.match(released["renewTime"])
+    assert seen_in_callback == [released], "on_stopped_leading ran before the release"
+    assert not a.elector.is_leader()
+    assert a.metric() == 0.0
+
+
+def test_stop_without_release_on_cancel_leaves_the_lease(
+    api: FakeLeaseApi, candidates: Callable[..., Candidate]
+) -> None:
+    a = candidates(release_on_cancel=False)
+    leading(a)
+    writes = len(api.writes())
+    a.finish()
+    assert a.stopped.is_set()
+    assert api.spec()["holderIdentity"] == "a"
+    assert len(api.writes()) == writes
+
+
+def test_release_never_overwrites_a_successor(
+    api: FakeLeaseApi, candidates: Callable[..., Candidate]
+) -> None:
+    a = candidates()
+    leading(a)
+    a.park()
+    api.put(**held_by("b"))
+    a.finish()
+    assert a.stopped.is_set()
+    assert api.spec()["holderIdentity"] == "b"
+    assert api.calls[-1] == "get"
+
+
+def test_stop_before_leading_calls_no_callback(
+    api: FakeLeaseApi, candidates: Callable[..., Candidate]
+) -> None:
+    api.put(**held_by("b"))
+    a = candidates()
+    a.start()
+    a.finish()
+    assert not a.started.is_set()
+    assert not a.stopped.is_set()
+    assert api.writes() == []
+    assert a.metric() == 0.0
+
+
+def test_a_successor_takes_over_at_once_after_a_release(
+    api: FakeLeaseApi, candidates: Callable[..., Candidate]
+) -> None:
+    a = candidates(identity="a")
+    leading(a)
+    b = candidates(identity="b")
+    b_first_seen = b.clock.now()
+    b.start()
+    assert not b.elector.is_leader()
+    a.finish()
+    b.tick()
+    assert b.started.wait(PATIENCE)
+    # b did not wait out a's 15 s lease: one retry (jittered) was enough.
+    assert b.clock.now() - b_first_seen < MAX_ACQUIRE_WAIT
+    spec = api.spec()
+    assert spec["holderIdentity"] == "b"
+    assert spec["leaseTransitions"] == 1
+    assert b.seen_leaders() == ["a", "b"]
+
+
+def test_run_cannot_run_twice_at_once(
+    api: FakeLeaseApi, candidates: Callable[..., Candidate]
+) -> None:
+    a = candidates()
+    leading(a)
+    with pytest.raises(RuntimeError, match="already running"):
+        a.elector.run(threading.Event())
+    assert a.elector.is_leader()
