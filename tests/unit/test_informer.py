@@ -326,10 +326,12 @@ def test_gone_relists_and_delivers_missing_keys_as_tombstones(
             {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"}
         )
     )
-    # As client-go's reflector, the relist waits one backoff step (0.8 s here).
-    assert h.clock.wait_for_waiter(deadline=h.clock.now() + 0.8)
+    # As client-go's reflector, the relist waits one (jittered) backoff step.
+    assert h.clock.wait_for_waiter()
+    (due,) = h.clock.waiter_deadlines()
+    assert 0.6 <= due - h.clock.now() <= 0.8
     assert len(h.fake.lists) == 1
-    h.clock.step(0.8)
+    h.clock.step(due - h.clock.now())
     h.fake.wait_lists(2)
     # A relist after 410 is a consistent read (no resourceVersion), as client-go.
     assert h.fake.lists[1]["resource_version"] is None

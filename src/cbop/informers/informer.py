@@ -11,8 +11,9 @@ This module owns the informer loop, a Python rendering of client-go's ``tools/ca
   ``timeoutSeconds`` drawn uniformly from [300, 600). Every event, bookmarks included,
   advances :meth:`SharedInformer.last_sync_resource_version`. A watch that ends (its
   timeout) is re-opened at once from that RV, without a list.
-* **410 Gone / Expired** (an ``ERROR`` event or an error answer): relist with
-  ``resourceVersion=""`` (a consistent read, as client-go after
+* **410 Gone / Expired** (an ``ERROR`` event or an error answer): after a short pause
+  (its own backoff schedule, so that a 410 right after an outage does not wait out the
+  outage's long delays) relist with ``resourceVersion=""`` (a consistent read, as client-go after
   ``isLastSyncResourceVersionUnavailable``). Keys the cache holds that the relist lacks
   are delivered as deletions of a :class:`DeletedFinalStateUnknown` tombstone; listed
   objects already cached are delivered as updates (old = cached, new = listed), the
@@ -161,6 +162,9 @@ class SharedInformer:
             before :meth:`healthy` turns ``False``.
         rng: random source for watch timeouts, resync and backoff jitter.
         page_size: list page size (500).
+        min_watch_timeout: each watch asks for ``timeoutSeconds`` drawn uniformly from
+            ``[min_watch_timeout, 2 * min_watch_timeout)`` (300 s, as client-go). The API
+            server also sends a bookmark 2 s before that deadline.
         backoff: retry schedule (default: 0.8 s doubling to 30 s, reset after 2 min).
     """
 
@@ -181,6 +185,7 @@ class SharedInformer:
         unhealthy_after: float = 60.0,
         rng: random.Random | None = None,
         page_size: int = LIST_PAGE_SIZE,
+        min_watch_timeout: float = MIN_WATCH_TIMEOUT,
         backoff: Backoff | None = None,
     ) -> None:
         self._client = client
@@ -195,9 +200,13 @@ class SharedInformer:
         self._unhealthy_after = unhealthy_after
         self._rng = rng if rng is not None else random.Random()
         self._page_size = page_size
+        self._min_watch_timeout = min_watch_timeout
         self._backoff = (
             backoff if backoff is not None else Backoff(self._clock, rand=self._rng.random)
         )
+        # Relists after 410 have their own schedule: a 410 that follows an outage must
+        # not inherit the outage's long delays, but repeated 410s still slow down.
+        self._relist_backoff = Backoff(self._clock, rand=self._rng.random)
         self._indexer = Indexer(indexers)
         self._lister = Lister(self._indexer)
         if name is None:
@@ -513,8 +522,8 @@ class SharedInformer:
         if self._stopping:
             raise _Stopped
 
-    def _pause(self, error: BaseException | None) -> None:
-        delay = self._backoff.next_delay()
+    def _pause(self, error: BaseException | None, *, relist: bool = False) -> None:
+        delay = (self._relist_backoff if relist else self._backoff).next_delay()
         retry_after = getattr(error, "retry_after", None)
         if isinstance(retry_after, int | float) and retry_after > delay:
             delay = float(retry_after)
@@ -568,7 +577,7 @@ class SharedInformer:
                     self._log.info("watch expired; relisting", error=str(err))
                     need_list = True
                     list_rv = ""
-                    self._pause(None)
+                    self._pause(None, relist=True)
                     continue
                 self._log.warning("watch failed", error=str(err), status=err.status)
                 self._mark_down()
@@ -633,7 +642,7 @@ class SharedInformer:
             ApiError: the watch could not be opened, broke, or reported an ERROR.
             _Stopped: the informer is stopping.
         """
-        timeout_seconds = int(MIN_WATCH_TIMEOUT * (1.0 + self._rng.random()))
+        timeout_seconds = max(1, int(self._min_watch_timeout * (1.0 + self._rng.random())))
         stream = self._client.watch(
             self._resource,
             self._namespace,

@@ -416,13 +416,13 @@ class KubeClient:
 
         Sets the pool size (``connection_pool_maxsize``, which the generated
         ``RESTClientObject`` passes to urllib3 as ``maxsize``), TCP keepalive (as
-        client-go dials), and urllib3 retries limited to connection establishment:
+        client-go dials), and urllib3 retries limited to one new connection attempt:
         a request that reached the server is never silently re-sent by urllib3.
         """
         configuration.connection_pool_maxsize = pool_size
         configuration.keep_alive = True
         configuration.retries = urllib3.util.Retry(
-            total=2, connect=2, read=0, redirect=0, status=0, other=0, raise_on_status=False
+            total=1, connect=1, read=0, redirect=0, status=0, other=0, raise_on_status=False
         )
         api_client = k8s_client.ApiClient(configuration)
         api_client.user_agent = user_agent
