@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -230,7 +231,7 @@ class Operator:
                 records.append(json.loads(line))
         return records
 
-    def signal(self, sig: int) -> None:
+    def send(self, sig: int) -> None:
         self.proc.send_signal(sig)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 40.0) -> int:
