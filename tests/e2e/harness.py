@@ -19,7 +19,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -29,15 +29,14 @@ REPO = Path(__file__).resolve().parents[2]
 CRD = REPO / "manifests" / "crd" / "cbop.dev_configbundles.yaml"
 WRITE_VERBS = ("CREATE", "UPDATE", "PATCH", "DELETE", "DELETECOLLECTION", "APPLY")
 
-T = TypeVar("T")
 
 
 def wait_for(
-    probe: Callable[[], T | None],
+    probe: Callable[[], Any],
     timeout: float = 30.0,
     interval: float = 0.1,
     message: str = "condition",
-) -> T:
+) -> Any:
     """Poll ``probe`` until it returns a truthy value; return it.
 
     Raises:

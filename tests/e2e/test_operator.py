@@ -128,9 +128,10 @@ def set_spec(kube: KubeClient, namespace: str, name: str, spec: dict[str, Any]) 
 def converged(
     kube: KubeClient, namespace: str, name: str, generation: int | None = None, timeout: float = 30
 ) -> dict[str, Any]:
-    return wait_for(
+    got: dict[str, Any] = wait_for(
         lambda: ready(kube, namespace, name, generation), timeout, message=f"{name} Ready"
     )
+    return got
 
 
 # -- admission (CRD validation; no operator needed) ------------------------------------
