@@ -50,13 +50,20 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     )
 
 
-def new_signing_key_pem() -> bytes:
-    """Return a fresh ECDSA P-256 private key as PEM, for service-account token signing.
+def new_signing_key_pem() -> tuple[bytes, bytes]:
+    """Return a fresh ECDSA P-256 key for service-account token signing.
 
-    kube-apiserver reads the public half from the same file
-    (``--service-account-key-file``) as it signs with (``--service-account-signing-key-file``).
+    Returns:
+        ``(private_pem, public_pem)``: the PKCS#8 private key, for kube-apiserver's
+        ``--service-account-signing-key-file`` and kube-controller-manager's
+        ``--service-account-private-key-file``, and the SubjectPublicKeyInfo public key,
+        for ``--service-account-key-file`` (which accepts no PKCS#8 private key).
     """
-    return _key_pem(_new_key())
+    key = _new_key()
+    public = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    return _key_pem(key), public
 
 
 class CertificateAuthority:
