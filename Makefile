@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: all venv binaries test test-unit test-e2e lint fmt dev dev-cluster dev-cluster-down \
+.PHONY: all venv binaries tools test test-unit test-e2e lint fmt dev dev-cluster dev-cluster-down \
         run install uninstall deploy undeploy bench clean
 
 all: lint test
@@ -25,14 +25,31 @@ venv: $(VENV)/.installed
 binaries:
 	@hack/build-control-plane.sh >/dev/null
 
-test: venv binaries
+# promtool (Debian's prometheus package) checks the /metrics exposition in the e2e tests.
+tools:
+	@command -v promtool >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing promtool (Debian package prometheus)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+	  else echo "promtool is missing: install Debian's prometheus package" >&2; exit 1; fi; }
+
+test: venv binaries tools
 	$(PY) -m pytest tests $(PYTEST_ARGS)
 
 test-unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-test-e2e: venv binaries
+test-e2e: venv binaries tools
 	$(PY) -m pytest tests/e2e $(PYTEST_ARGS)
+
+# A fresh machine to a running operator: local control plane, CRD, samples, then cbop in
+# the foreground. Ctrl-C stops cbop and the control plane.
+dev: venv binaries
+	@hack/dev.sh
+
+# cbop against the current kubeconfig (the CRD must be installed: make install).
+run: venv
+	$(VENV)/bin/cbop $(CBOP_ARGS)
 
 # A local control plane (etcd, kube-apiserver, kube-controller-manager) for development,
 # detached so it outlives make; prints `export KUBECONFIG=...` (also in
