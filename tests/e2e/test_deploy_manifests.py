@@ -1,0 +1,407 @@
+"""End-to-end checks of the deployment manifests (manifests/) against a real API server.
+
+``kubectl apply -k manifests/`` is run for real (server-side dry run first), with the
+kubectl built next to the control plane. Then the ServiceAccount's token is used to show
+that RBAC grants what cbop needs and nothing else (no Secrets), and the monitoring
+manifests are checked against the metrics cbop really exports. The local control plane
+has no scheduler or kubelet: the Deployment is stored, never run; its pod template is
+checked by admitting a Pod made from it under the namespace's enforced Pod Security
+Standard.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+import yaml
+from prometheus_client import CollectorRegistry
+
+from cbop.envtest import ControlPlane
+from cbop.kube import CONFIGMAPS, ApiError, KubeClient, Resource
+from cbop.metrics.controller import (
+    BundleReadinessCollector,
+    ControllerMetrics,
+    LeaderElectionMetrics,
+)
+from cbop.metrics.workqueue import PrometheusWorkqueueMetricsProvider
+
+REPO = Path(__file__).resolve().parents[2]
+MANIFESTS = REPO / "manifests"
+NAMESPACE = "cbop-system"
+SECRETS = Resource("", "v1", "secrets", "Secret")
+PODS = Resource("", "v1", "pods", "Pod")
+DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment")
+SERVICES = Resource("", "v1", "services", "Service")
+CRDS = Resource(
+    "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False
+)
+KUBECTL_TIMEOUT = 60.0
+
+Kubectl = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture(scope="module")
+def kubectl(control_plane: ControlPlane) -> Kubectl:
+    """Run the control plane's kubectl as the admin (or ``kubeconfig=``); never raises."""
+    binary = str(control_plane.binaries.kubectl)
+    admin = str(control_plane.kubeconfig_path)
+
+    def run(*args: str, kubeconfig: str | Path | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [binary, f"--kubeconfig={kubeconfig or admin}", *args],
+            capture_output=True,
+            text=True,
+            timeout=KUBECTL_TIMEOUT,
+            check=False,
+        )
+
+    return run
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    """Return stdout of a kubectl run that must have succeeded."""
+    assert result.returncode == 0, (
+        f"{' '.join(result.args[2:])} exited {result.returncode}\n"
+        f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    )
+    return result.stdout
+
+
+def render(kubectl: Kubectl, path: Path) -> list[dict[str, Any]]:
+    """``kubectl kustomize path``, parsed."""
+    return [doc for doc in yaml.safe_load_all(ok(kubectl("kustomize", str(path)))) if doc]
+
+
+def object_ids(objects: list[dict[str, Any]]) -> set[str]:
+    """``kind/name`` of each object, lower-cased as kubectl prints them (without group)."""
+    return {f"{o['kind'].lower()}/{o['metadata']['name']}" for o in objects}
+
+
+def printed_ids(output: str) -> set[str]:
+    """``kind/name`` of each line kubectl apply printed (``kind.group/name verb``)."""
+    ids = set()
+    for line in output.splitlines():
+        ref = line.split(" ", 1)[0]
+        kind_group, _, name = ref.partition("/")
+        ids.add(f"{kind_group.split('.', 1)[0]}/{name}")
+    return ids
+
+
+def assert_no_pod_security_warning(result: subprocess.CompletedProcess[str]) -> None:
+    assert "PodSecurity" not in result.stderr, result.stderr
+
+
+@pytest.fixture(scope="module")
+def admin(control_plane: ControlPlane) -> Iterator[KubeClient]:
+    client = KubeClient.from_config(kubeconfig=str(control_plane.kubeconfig_path), qps=0)
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def installed(kubectl: Kubectl) -> subprocess.CompletedProcess[str]:
+    """Apply manifests/ for real (idempotent); return the apply's result."""
+    result = kubectl("apply", "-k", str(MANIFESTS))
+    ok(result)
+    return result
+
+
+def test_server_side_dry_run_accepts_every_object(kubectl: Kubectl, admin: KubeClient) -> None:
+    # A dry run creates nothing, so namespaced objects need their namespace to exist.
+    ok(kubectl("apply", "-f", str(MANIFESTS / "namespace.yaml")))
+    deployment_before = _exists(admin, DEPLOYMENTS, NAMESPACE, "cbop")
+
+    result = kubectl("apply", "--dry-run=server", "-k", str(MANIFESTS))
+
+    out = ok(result)
+    expected = object_ids(render(kubectl, MANIFESTS))
+    assert printed_ids(out) == expected
+    assert all(line.endswith("(server dry run)") for line in out.splitlines()), out
+    assert_no_pod_security_warning(result)
+    if not deployment_before:
+        assert not _exists(admin, DEPLOYMENTS, NAMESPACE, "cbop"), "the dry run persisted"
+
+
+def test_apply_installs_every_object_and_is_idempotent(
+    kubectl: Kubectl, admin: KubeClient, installed: subprocess.CompletedProcess[str]
+) -> None:
+    objects = render(kubectl, MANIFESTS)
+    assert printed_ids(installed.stdout) == object_ids(objects)
+    assert_no_pod_security_warning(installed)
+
+    again = kubectl("apply", "-k", str(MANIFESTS))
+    out = ok(again)
+    assert all(line.endswith(" unchanged") for line in out.splitlines()), out
+
+    deployment = admin.get(DEPLOYMENTS, NAMESPACE, "cbop")
+    pod_spec = deployment["spec"]["template"]["spec"]
+    (container,) = pod_spec["containers"]
+    assert deployment["spec"]["replicas"] == 2
+    assert container["image"] == "cbop:0.1.0"
+    assert pod_spec["serviceAccountName"] == "cbop"
+    assert pod_spec["terminationGracePeriodSeconds"] == 40
+    assert "--leader-elect" in container["args"]
+    service = admin.get(SERVICES, NAMESPACE, "cbop-metrics")
+    assert [(p["name"], p["port"]) for p in service["spec"]["ports"]] == [("metrics", 8080)]
+    crd = admin.get(CRDS, None, "configbundles.cbop.dev")
+    assert crd["spec"]["group"] == "cbop.dev"
+
+
+def test_the_pod_template_meets_the_restricted_pod_security_standard(
+    admin: KubeClient, installed: subprocess.CompletedProcess[str]
+) -> None:
+    namespace = admin.get(Resource("", "v1", "namespaces", "Namespace", False), None, NAMESPACE)
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    template = admin.get(DEPLOYMENTS, NAMESPACE, "cbop")["spec"]["template"]
+    pod = {"metadata": {"name": "cbop-template-check"}, "spec": template["spec"]}
+
+    admitted = admin.create(PODS, NAMESPACE, pod, dry_run=True)
+    assert admitted["spec"]["securityContext"]["runAsUser"] == 65532
+
+    # The check has teeth: the same pod with privilege escalation allowed is refused.
+    bad = json.loads(json.dumps(pod))
+    bad["spec"]["containers"][0]["securityContext"]["allowPrivilegeEscalation"] = True
+    with pytest.raises(ApiError) as refused:
+        admin.create(PODS, NAMESPACE, bad, dry_run=True)
+    assert refused.value.is_forbidden
+    assert "PodSecurity" in refused.value.message
+
+
+# ------------------------------------------------------------------------- RBAC
+
+#: Every (apiGroup, resource, verb) the manifests grant to cbop's ServiceAccount.
+EXPECTED_CLUSTER_GRANTS = {
+    *(("cbop.dev", "configbundles", v) for v in ("get", "list", "watch", "patch")),
+    *(("cbop.dev", "configbundles/status", v) for v in ("get", "update", "patch")),
+    ("cbop.dev", "configbundles/finalizers", "update"),
+    *(
+        ("", "configmaps", v)
+        for v in ("get", "list", "watch", "create", "update", "patch", "delete")
+    ),
+    ("", "events", "create"),
+    ("", "events", "patch"),
+}
+EXPECTED_LEASE_GRANTS = {("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")}
+
+
+def _grants(role: dict[str, Any]) -> set[tuple[str, str, str]]:
+    return {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def test_roles_grant_exactly_what_cbop_uses(kubectl: Kubectl) -> None:
+    objects = render(kubectl, MANIFESTS)
+    roles = {(o["kind"], o["metadata"]["name"]): o for o in objects if o["kind"].endswith("Role")}
+    assert set(roles) == {("ClusterRole", "cbop"), ("Role", "cbop-leader-election")}
+    assert _grants(roles["ClusterRole", "cbop"]) == EXPECTED_CLUSTER_GRANTS
+    lease_role = roles["Role", "cbop-leader-election"]
+    assert lease_role["metadata"]["namespace"] == NAMESPACE
+    assert _grants(lease_role) == EXPECTED_LEASE_GRANTS
+    for role in roles.values():
+        for rule in role["rules"]:
+            assert "resourceNames" not in rule
+            for field in ("apiGroups", "resources", "verbs"):
+                assert "*" not in rule[field], f"wildcard in {role['metadata']['name']}"
+    bindings = [o for o in objects if o["kind"].endswith("RoleBinding")]
+    assert {o["roleRef"]["name"] for o in bindings} == {"cbop", "cbop-leader-election"}
+    for binding in bindings:
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "cbop", "namespace": NAMESPACE}
+        ]
+
+
+@pytest.fixture(scope="module")
+def service_account_kubeconfig(
+    control_plane: ControlPlane, installed: subprocess.CompletedProcess[str]
+) -> Path:
+    return control_plane.kubeconfig_for_service_account(NAMESPACE, "cbop")
+
+
+def test_the_service_account_lists_configmaps_but_not_secrets(
+    service_account_kubeconfig: Path,
+) -> None:
+    with KubeClient.from_config(kubeconfig=str(service_account_kubeconfig), qps=0) as sa:
+        listing = sa.list(CONFIGMAPS, None, limit=1)
+        assert "items" in listing
+        with pytest.raises(ApiError) as cluster_wide:
+            sa.list(SECRETS, None, limit=1)
+        assert cluster_wide.value.is_forbidden
+        with pytest.raises(ApiError) as own_namespace:
+            sa.list(SECRETS, NAMESPACE, limit=1)
+        assert own_namespace.value.is_forbidden
+
+
+class CanI(NamedTuple):
+    """One ``kubectl auth can-i`` question and the answer cbop's RBAC must give."""
+
+    allowed: bool
+    verb: str
+    resource: str
+    subresource: str | None
+    namespace: str | None  # None: all namespaces
+
+    @property
+    def id(self) -> str:
+        sub = f"-{self.subresource}" if self.subresource else ""
+        where = self.namespace or "all"
+        word = "may" if self.allowed else "may-not"
+        return f"{word}-{self.verb}-{self.resource.split('.')[0]}{sub}-{where}"
+
+
+CAN_I = [
+    CanI(True, "list", "configbundles.cbop.dev", None, None),
+    CanI(True, "watch", "configbundles.cbop.dev", None, None),
+    CanI(True, "patch", "configbundles.cbop.dev", None, "default"),
+    CanI(False, "update", "configbundles.cbop.dev", None, "default"),
+    CanI(False, "create", "configbundles.cbop.dev", None, "default"),
+    CanI(False, "delete", "configbundles.cbop.dev", None, "default"),
+    CanI(True, "update", "configbundles.cbop.dev", "status", "default"),
+    CanI(True, "patch", "configbundles.cbop.dev", "status", "default"),
+    CanI(True, "update", "configbundles.cbop.dev", "finalizers", "default"),
+    CanI(True, "list", "configmaps", None, None),
+    CanI(True, "create", "configmaps", None, "default"),
+    CanI(True, "update", "configmaps", None, "default"),
+    CanI(True, "delete", "configmaps", None, "default"),
+    CanI(False, "deletecollection", "configmaps", None, "default"),
+    CanI(True, "create", "events", None, "default"),
+    CanI(False, "delete", "events", None, "default"),
+    CanI(True, "get", "leases.coordination.k8s.io", None, NAMESPACE),
+    CanI(True, "create", "leases.coordination.k8s.io", None, NAMESPACE),
+    CanI(True, "update", "leases.coordination.k8s.io", None, NAMESPACE),
+    CanI(False, "delete", "leases.coordination.k8s.io", None, NAMESPACE),
+    CanI(False, "update", "leases.coordination.k8s.io", None, "kube-system"),
+    CanI(False, "get", "secrets", None, NAMESPACE),
+    CanI(False, "list", "secrets", None, None),
+    CanI(False, "create", "pods", None, NAMESPACE),
+    CanI(False, "*", "*", None, None),
+]
+
+
+@pytest.mark.parametrize("case", CAN_I, ids=[c.id for c in CAN_I])
+def test_kubectl_auth_can_i_as_the_service_account(
+    kubectl: Kubectl, service_account_kubeconfig: Path, case: CanI
+) -> None:
+    args = ["auth", "can-i", case.verb, case.resource]
+    if case.subresource:
+        args.append(f"--subresource={case.subresource}")
+    args.append(f"--namespace={case.namespace}" if case.namespace else "--all-namespaces")
+    result = kubectl(*args, kubeconfig=service_account_kubeconfig)
+    assert result.stdout.strip() == ("yes" if case.allowed else "no"), result.stderr
+    assert result.returncode == (0 if case.allowed else 1)
+
+
+# ------------------------------------------------------------------- monitoring
+
+_METRIC = re.compile(
+    r"\b((?:controller_runtime|workqueue|leader_election|cbop)_[a-z_]+)(\{[^}]*\})?"
+)
+_LABEL_MATCHER = re.compile(r"([a-zA-Z_]\w*)\s*(?:=~|!~|!=|=)")
+
+
+def exported_samples() -> dict[str, set[str]]:
+    """Sample name -> label names, of everything cbop's manager registers."""
+    registry = CollectorRegistry()
+    ControllerMetrics("configbundle", registry)
+    LeaderElectionMetrics("cbop-leader", registry).set_leading(False)
+    provider = PrometheusWorkqueueMetricsProvider(registry)
+    for new in (
+        provider.new_depth_metric,
+        provider.new_adds_metric,
+        provider.new_latency_metric,
+        provider.new_work_duration_metric,
+        provider.new_unfinished_work_seconds_metric,
+        provider.new_longest_running_processor_seconds_metric,
+        provider.new_retries_metric,
+    ):
+        new("configbundle")
+    registry.register(BundleReadinessCollector(list))
+    samples: dict[str, set[str]] = {}
+    for family in registry.collect():
+        for sample in family.samples:
+            samples.setdefault(sample.name, set()).update(sample.labels)
+    return samples
+
+
+def _monitoring(kubectl: Kubectl) -> tuple[dict[str, Any], dict[str, Any]]:
+    objects = render(kubectl, MANIFESTS / "monitoring")
+    by_kind = {o["kind"]: o for o in objects}
+    assert set(by_kind) == {"ServiceMonitor", "PrometheusRule", "ConfigMap"}
+    dashboard_cm = by_kind["ConfigMap"]
+    assert dashboard_cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dashboard = json.loads(dashboard_cm["data"]["cbop-dashboard.json"])
+    return by_kind["PrometheusRule"], dashboard
+
+
+def test_alerts_and_dashboard_query_only_metrics_cbop_exports(kubectl: Kubectl) -> None:
+    rule, dashboard = _monitoring(kubectl)
+    alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert {name: r["for"] for name, r in alerts.items()} == {
+        "CbopReconcileErrors": "15m",
+        "CbopWorkqueueGrowing": "15m",
+        "CbopNoLeader": "5m",
+    }
+    assert "absent(leader_election_master_status" in alerts["CbopNoLeader"]["expr"]
+    exprs = [r["expr"] for r in alerts.values()]
+    exprs += [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+
+    samples = exported_samples()
+    used = 0
+    for expr in exprs:
+        for name, selector in _METRIC.findall(expr):
+            used += 1
+            assert name in samples, f"{name} is not exported by cbop (in {expr!r})"
+            for label in _LABEL_MATCHER.findall(selector):
+                assert label in samples[name], f"{name} has no label {label!r}"
+    assert used >= len(exprs)
+
+
+def test_the_dashboard_has_the_panels_operators_need(kubectl: Kubectl) -> None:
+    _, dashboard = _monitoring(kubectl)
+    titles = {p["title"] for p in dashboard["panels"]}
+    assert titles == {
+        "Reconciles by result",
+        "Reconcile time (p99)",
+        "Work queue depth",
+        "Queue latency (p99)",
+        "ConfigMap writes by operation",
+        "Drift corrections",
+        "ConfigBundles by Ready",
+        "Leader",
+    }
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+    assert all(p["datasource"]["uid"] == "${datasource}" for p in dashboard["panels"])
+
+
+def test_the_service_monitor_selects_the_metrics_service(kubectl: Kubectl) -> None:
+    objects = render(kubectl, MANIFESTS)
+    (service,) = [o for o in objects if o["kind"] == "Service"]
+    (monitor,) = [
+        o for o in render(kubectl, MANIFESTS / "monitoring") if o["kind"] == "ServiceMonitor"
+    ]
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= service["metadata"]["labels"].items()
+    port_names = {p["name"] for p in service["spec"]["ports"]}
+    assert {e["port"] for e in monitor["spec"]["endpoints"]} <= port_names
+    assert monitor["spec"]["namespaceSelector"]["matchNames"] == [service["metadata"]["namespace"]]
+
+
+def _exists(client: KubeClient, res: Resource, namespace: str | None, name: str) -> bool:
+    try:
+        client.get(res, namespace, name)
+    except ApiError as err:
+        if err.is_not_found:
+            return False
+        raise
+    return True
