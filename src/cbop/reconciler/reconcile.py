@@ -27,7 +27,7 @@ from __future__ import annotations
 import datetime
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -54,7 +54,7 @@ class Lister(Protocol):
         """Return the cached object or None."""
         ...
 
-    def by_index(self, index_name: str, value: str) -> list[Mapping[str, Any]]:
+    def by_index(self, index_name: str, value: str) -> Sequence[Mapping[str, Any]]:
         """Return cached objects whose index ``index_name`` yields ``value``."""
         ...
 

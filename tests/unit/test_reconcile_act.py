@@ -1,0 +1,289 @@
+"""The reconcile act layer against a fake client that records actions.
+
+As sample-controller's tests: call the sync handler directly with listers and a fake
+client, then compare the recorded API actions with the expected ones.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from cbop.api import parse_spec
+from cbop.kube import ApiError, Resource
+from cbop.reconciler import Action, Reconciler, Requeue
+from cbop.reconciler.decision import decide
+from cbop.reconciler.events import EventRecorder
+
+from .bundles import bundle, synced_status, written
+
+NOW = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
+
+
+class FakeClient:
+    """Records (verb, resource, name) of every call; scripted errors per verb."""
+
+    def __init__(self) -> None:
+        self.actions: list[tuple[str, str, str]] = []
+        self.bodies: list[Any] = []
+        self.errors: dict[str, list[ApiError]] = {}
+        self.objects: dict[str, dict[str, Any]] = {}
+
+    def _act(self, verb: str, res: Resource, name: str, body: Any = None) -> None:
+        self.actions.append((verb, res.plural, name))
+        self.bodies.append(body)
+        queue = self.errors.get(verb)
+        if queue:
+            raise queue.pop(0)
+
+    def get(self, res: Resource, namespace: str | None, name: str) -> dict[str, Any]:
+        self._act("get", res, name)
+        if name not in self.objects:
+            raise ApiError(404, "NotFound", f"{name} not found")
+        return copy.deepcopy(self.objects[name])
+
+    def create(
+        self, res: Resource, namespace: str | None, body: Mapping[str, Any], **kw: Any
+    ) -> dict[str, Any]:
+        self._act("create", res, body["metadata"].get("name", ""), body)
+        return dict(body)
+
+    def update(
+        self,
+        res: Resource,
+        namespace: str | None,
+        name: str,
+        body: Mapping[str, Any],
+        subresource: str | None = None,
+        **kw: Any,
+    ) -> dict[str, Any]:
+        self._act("update", res, name, body)
+        return dict(body)
+
+    def patch(
+        self, res: Resource, namespace: str | None, name: str, body: Any, **kw: Any
+    ) -> dict[str, Any]:
+        sub = kw.get("subresource")
+        self._act("patch" + (f"/{sub}" if sub else ""), res, name, body)
+        return {
+            "metadata": {"name": name, "namespace": namespace, "uid": "u", "resourceVersion": "101"}
+        }
+
+    def delete(self, res: Resource, namespace: str | None, name: str, **kw: Any) -> dict[str, Any]:
+        self._act("delete", res, name, kw.get("preconditions"))
+        return {}
+
+    def writes(self) -> list[tuple[str, str, str]]:
+        return [a for a in self.actions if a[0] not in ("get",) and a[1] != "events"]
+
+
+class FakeLister:
+    def __init__(self, *objs: dict[str, Any]) -> None:
+        self.objs = {o["metadata"]["name"]: o for o in objs}
+
+    def get(self, namespace: str | None, name: str) -> dict[str, Any] | None:
+        return self.objs.get(name)
+
+    def by_index(self, index_name: str, value: str) -> list[dict[str, Any]]:
+        return [
+            o
+            for o in self.objs.values()
+            if any(r.get("uid") == value for r in o["metadata"].get("ownerReferences", []))
+        ]
+
+
+def reconciler(
+    client: FakeClient, b: dict[str, Any], *cms: dict[str, Any], dry_run: bool = False
+) -> Reconciler:
+    return Reconciler(
+        client=client,
+        bundles=FakeLister(b),
+        configmaps=FakeLister(*cms),
+        recorder=EventRecorder(client, clock=lambda: NOW),
+        dry_run=dry_run,
+        now=lambda: NOW,
+    )
+
+
+def converged_bundle(spec: dict[str, Any]) -> dict[str, Any]:
+    """A bundle whose status already says what reconcile would write."""
+    b = bundle(spec, status=synced_status())
+    client = FakeClient()
+    reconciler(client, b, written(b)).reconcile("demo/app")
+    status_patches = [
+        body
+        for (verb, _, _), body in zip(client.actions, client.bodies, strict=True)
+        if verb == "patch/status"
+    ]
+    if status_patches:
+        b["status"] = status_patches[-1]["status"]
+    return b
+
+
+def test_create_then_status_then_event() -> None:
+    client = FakeClient()
+    result = reconciler(client, bundle()).reconcile("demo/app")
+    assert result.action is Action.CREATE
+    assert result.ready == "True"
+    assert client.writes() == [
+        ("create", "configmaps", "app"),
+        ("patch/status", "configbundles", "app"),
+    ]
+    assert ("create", "events", "") in [(v, r, "") for v, r, _ in client.actions]
+
+
+def test_converged_bundle_makes_no_request_at_all() -> None:
+    b = converged_bundle({"data": {"a": "1"}})
+    client = FakeClient()
+    result = reconciler(client, b, written(b)).reconcile("demo/app")
+    assert result.action is Action.NONE
+    assert client.actions == []
+
+
+def test_status_lasttransitiontime_is_kept_when_status_is_unchanged() -> None:
+    b = converged_bundle({"data": {"a": "1"}})
+    before = b["status"]["conditions"][0]["lastTransitionTime"]
+    cm = written(b)
+    cm["data"] = {"a": "tampered"}
+    client = FakeClient()
+    reconciler(client, b, cm).reconcile("demo/app")
+    assert client.writes() == [("update", "configmaps", "app")]
+    assert before == b["status"]["conditions"][0]["lastTransitionTime"]
+
+
+def test_already_exists_from_stale_cache_reads_fresh_and_updates() -> None:
+    b = bundle({"data": {"a": "2"}}, generation=2)
+    client = FakeClient()
+    client.errors["create"] = [ApiError(409, "AlreadyExists", "exists")]
+    client.objects["app"] = written(bundle({"data": {"a": "1"}}))
+    result = reconciler(client, b).reconcile("demo/app")
+    assert result.action is Action.UPDATE
+    assert [a for a in client.actions if a[1] == "configmaps"] == [
+        ("create", "configmaps", "app"),
+        ("get", "configmaps", "app"),
+        ("update", "configmaps", "app"),
+    ]
+
+
+def test_already_exists_foreign_configmap_becomes_conflict() -> None:
+    client = FakeClient()
+    client.errors["create"] = [ApiError(409, "AlreadyExists", "exists")]
+    client.objects["app"] = {
+        "metadata": {"name": "app", "namespace": "demo", "uid": "x", "resourceVersion": "1"},
+        "data": {"k": "mine"},
+    }
+    result = reconciler(client, bundle()).reconcile("demo/app")
+    assert result.action is Action.CONFLICT
+    assert result.reason is not None
+    assert result.reason.value == "ConfigMapConflict"
+    assert result.requeue_after == 15.0
+    assert ("update", "configmaps", "app") not in client.actions
+
+
+def test_conflict_on_update_is_a_quiet_requeue() -> None:
+    b = bundle({"data": {"a": "2"}}, generation=2)
+    client = FakeClient()
+    client.errors["update"] = [ApiError(409, "Conflict", "the object has been modified")]
+    with pytest.raises(Requeue):
+        reconciler(client, b, written(bundle({"data": {"a": "1"}}))).reconcile("demo/app")
+    assert not [a for a in client.actions if a[0] == "patch/status"]
+
+
+def test_api_rejection_is_reported_as_invalid_spec_without_retry() -> None:
+    client = FakeClient()
+    client.errors["create"] = [
+        ApiError(422, "Invalid", 'ConfigMap "app" is invalid: metadata.labels: Invalid value')
+    ]
+    result = reconciler(client, bundle()).reconcile("demo/app")
+    assert result.action is Action.INVALID
+    assert result.reason is not None
+    assert result.reason.value == "InvalidSpec"
+    status = client.bodies[client.actions.index(("patch/status", "configbundles", "app"))]["status"]
+    assert status["conditions"][0]["reason"] == "InvalidSpec"
+    assert "metadata.labels" in status["conditions"][0]["message"]
+
+
+def test_other_api_errors_are_reported_and_raised() -> None:
+    client = FakeClient()
+    client.errors["create"] = [ApiError(500, "InternalError", "etcd is down")]
+    with pytest.raises(ApiError):
+        reconciler(client, bundle()).reconcile("demo/app")
+    status = client.bodies[client.actions.index(("patch/status", "configbundles", "app"))]["status"]
+    assert status["conditions"][0]["reason"] == "ReconcileError"
+    assert "etcd is down" in status["conditions"][0]["message"]
+
+
+def test_update_hitting_immutable_configmap_replaces_from_fresh_read() -> None:
+    b = bundle({"data": {"a": "2"}}, generation=2)
+    stale = written(bundle({"data": {"a": "1"}}))
+    fresh = copy.deepcopy(stale)
+    fresh["immutable"] = True
+    client = FakeClient()
+    client.errors["update"] = [
+        ApiError(422, "Invalid", "data: Forbidden: field is immutable when `immutable` is set")
+    ]
+    client.objects["app"] = fresh
+    result = reconciler(client, b, stale).reconcile("demo/app")
+    assert result.action is Action.REPLACE
+    verbs = [a for a in client.actions if a[1] == "configmaps"]
+    assert verbs[-2:] == [("delete", "configmaps", "app"), ("create", "configmaps", "app")]
+    pre = client.bodies[client.actions.index(("delete", "configmaps", "app"))]
+    assert pre == {"uid": "cm-uid", "resourceVersion": "7"}
+
+
+def test_invalid_spec_reports_once_and_writes_nothing_else() -> None:
+    b = bundle({"data": {"bad key": "1"}})
+    client = FakeClient()
+    result = reconciler(client, b).reconcile("demo/app")
+    assert result.action is Action.INVALID
+    assert result.requeue_after is None
+    assert client.writes() == [("patch/status", "configbundles", "app")]
+
+
+def test_dry_run_writes_only_with_server_dry_run_and_returns_a_diff() -> None:
+    client = FakeClient()
+    result = reconciler(client, bundle({"data": {"a": "1"}}), dry_run=True).reconcile("demo/app")
+    assert result.action is Action.CREATE
+    assert "+data:" in result.diff
+    assert client.writes() == [("create", "configmaps", "app")]  # sent with dryRun=All
+
+
+def test_orphan_release_strips_ownership_then_drops_finalizer() -> None:
+    spec = {"data": {"a": "1"}, "deletionPolicy": "Orphan"}
+    live = bundle(spec)
+    cm = written(live)
+    gone = bundle(spec, finalizers=["cbop.dev/orphan"], deleting=True)
+    client = FakeClient()
+    result = reconciler(client, gone, cm).reconcile("demo/app")
+    assert result.action is Action.RELEASE
+    assert client.writes() == [("update", "configmaps", "app"), ("patch", "configbundles", "app")]
+    released = client.bodies[client.actions.index(("update", "configmaps", "app"))]
+    assert released["metadata"]["ownerReferences"] == []
+    finalizer_patch = client.bodies[client.actions.index(("patch", "configbundles", "app"))]
+    assert finalizer_patch["metadata"]["finalizers"] == []
+
+
+def test_stale_configmap_after_rename_is_deleted_with_uid_precondition() -> None:
+    old = written(bundle({"data": {"a": "1"}}))
+    b = bundle({"data": {"a": "1"}, "configMapName": "new"}, generation=2)
+    client = FakeClient()
+    reconciler(client, b, old).reconcile("demo/app")
+    assert ("create", "configmaps", "new") in client.actions
+    assert ("delete", "configmaps", "app") in client.actions
+    assert client.bodies[client.actions.index(("delete", "configmaps", "app"))] == {"uid": "cm-uid"}
+
+
+def test_bundle_gone_from_cache_does_nothing() -> None:
+    client = FakeClient()
+    r = Reconciler(client=client, bundles=FakeLister(), configmaps=FakeLister())
+    assert r.reconcile("demo/app").action is None
+    assert client.actions == []
+
+
+def test_decide_matches_written_state() -> None:
+    b = bundle({"data": {"a": "1"}})
+    assert decide(b, parse_spec(b), written(b)).action is Action.NONE
