@@ -146,7 +146,7 @@ def _start_detached(files: _Files, timeout: float) -> int:
         f"--state-dir={files.dir}",
         f"--timeout={timeout}",
     ]
-    with files.daemon_log.open("ab") as log:
+    with files.daemon_log.open("wb") as log:
         # Its own session and no parent-death binding: it must outlive us and make.
         daemon = process.spawn(command, log, bind_to_parent=False)
     deadline = time.monotonic() + timeout + 30
