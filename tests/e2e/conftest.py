@@ -213,5 +213,5 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
         lines = "\n".join(f"  {pid}: {cmd[:200]}" for pid, cmd in left.items())
-        print(f"\ncontrol-plane processes survived the session (killed now):\n{lines}")
+        print(f"\nprocesses started under {base} survived the session (killed now):\n{lines}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

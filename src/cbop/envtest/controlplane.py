@@ -178,6 +178,8 @@ class ControlPlane:
         self._paused = False
         self.startup_seconds: float = 0.0
         """Seconds the last :meth:`start` took from spawning etcd to all components ready."""
+        self.startup_phases: dict[str, float] = {}
+        """Seconds each component took to become ready in the last :meth:`start`, by name."""
 
     # ----------------------------------------------------------------- properties
 
@@ -472,6 +474,7 @@ class ControlPlane:
     def _wait(self, name: str, deadline: float, probe: Callable[[], bool]) -> None:
         popen = self._children[name]
         last_error = "no answer yet"
+        began = time.monotonic()
         while True:
             code = popen.poll()
             if code is not None:
@@ -482,6 +485,7 @@ class ControlPlane:
                 raise ControlPlaneStartError(f"{message}; log tail:\n{tail}")
             try:
                 if probe():
+                    self.startup_phases[name] = time.monotonic() - began
                     return
             except (OSError, ssl.SSLError, ValueError) as exc:
                 last_error = str(exc)
