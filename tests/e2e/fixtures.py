@@ -1,0 +1,86 @@
+"""Fixtures shared by the operator's end-to-end tests (loaded by tests/conftest.py).
+
+* ``crd`` (session): the ConfigBundle CRD installed and served.
+* ``kube``: a :class:`cbop.kube.KubeClient` for the admin, without client-side limits.
+* ``cbop``: a factory starting cbop subprocesses scoped to the test's namespace with a
+  2 s resync period; every one is stopped (and must stop cleanly) after the test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cbop.envtest import ControlPlane
+from cbop.kube import CONFIGBUNDLES, ApiError, KubeClient, Resource
+
+from .harness import REPO, Operator, wait_for
+
+CRDS = Resource(
+    "apiextensions.k8s.io",
+    "v1",
+    "customresourcedefinitions",
+    "CustomResourceDefinition",
+    namespaced=False,
+)
+RESYNC = "2s"
+
+
+@pytest.fixture(scope="session")
+def crd(control_plane: ControlPlane) -> None:
+    """Install the ConfigBundle CRD once and wait until it is served."""
+    kube = KubeClient.from_config(kubeconfig=str(control_plane.kubeconfig_path))
+    body = yaml.safe_load((REPO / "manifests" / "crd" / "cbop.dev_configbundles.yaml").read_text())
+    try:
+        kube.create(CRDS, None, body)
+    except ApiError as err:
+        if not err.is_already_exists:
+            raise
+
+    def established() -> bool:
+        got = kube.get(CRDS, None, body["metadata"]["name"])
+        conds = {c["type"]: c["status"] for c in (got.get("status") or {}).get("conditions") or []}
+        if conds.get("Established") != "True":
+            return False
+        try:
+            kube.list(CONFIGBUNDLES, "default", limit=1)
+        except ApiError:
+            return False
+        return True
+
+    wait_for(established, 30, message="CRD established")
+
+
+@pytest.fixture
+def kube(kubeconfig: str, crd: None) -> Iterator[KubeClient]:
+    client = KubeClient.from_config(kubeconfig=kubeconfig, qps=0)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def cbop(
+    kubeconfig: str, namespace: str, tmp_path: Path, crd: None
+) -> Iterator[Callable[..., Operator]]:
+    """Factory: start cbop scoped to the test namespace; all are stopped after the test."""
+    started: list[Operator] = []
+
+    def start(*args: str, namespaces: list[str] | None = None, wait: bool = True) -> Operator:
+        op = Operator(
+            kubeconfig,
+            namespaces if namespaces is not None else [namespace],
+            args=["--resync-period", RESYNC, *args],
+            log_path=tmp_path / f"cbop-{len(started)}.log",
+        )
+        started.append(op)
+        if wait:
+            op.wait_ready()
+        return op
+
+    yield start
+    for op in started:
+        code = op.stop()
+        assert code in (0, -9), f"cbop did not stop cleanly ({code}):\n{op.logs()[-4000:]}"
