@@ -37,7 +37,6 @@ from .harness import (
     wait_for,
 )
 
-RESYNC = "2s"  # the cbop fixture's resync period (see fixtures.py)
 
 
 def create(
