@@ -30,7 +30,6 @@ CRD = REPO / "manifests" / "crd" / "cbop.dev_configbundles.yaml"
 WRITE_VERBS = ("CREATE", "UPDATE", "PATCH", "DELETE", "DELETECOLLECTION", "APPLY")
 
 
-
 def wait_for(
     probe: Callable[[], Any],
     timeout: float = 30.0,

@@ -38,7 +38,6 @@ from .harness import (
 )
 
 
-
 def create(
     kube: KubeClient, namespace: str, name: str, spec: dict[str, Any], **meta: Any
 ) -> dict[str, Any]:
