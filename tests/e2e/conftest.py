@@ -36,6 +36,7 @@ from cbop.envtest import (
     Binaries,
     BinariesUnavailableError,
     ControlPlane,
+    ControlPlaneError,
     ControlPlaneStartError,
     find_binaries,
 )
@@ -105,8 +106,20 @@ def control_plane(
     yield control
     workdir = control.workdir
     control.stop()
-    left = processes_mentioning(str(workdir))
+    left = processes_mentioning(f"{workdir}{os.sep}")
     assert not left, f"control-plane processes left after stop: {left}"
+
+
+@pytest.fixture(autouse=True)
+def _control_plane_alive(request: pytest.FixtureRequest) -> None:
+    """Fail a test up front, with the reason, if a component of the session's control
+    plane has died (say, kube-controller-manager: garbage collection would silently stop)."""
+    if "control_plane" in request.fixturenames:
+        control: ControlPlane = request.getfixturevalue("control_plane")
+        try:
+            control.check()
+        except ControlPlaneError as exc:
+            pytest.fail(f"the session's control plane is broken: {exc}", pytrace=False)
 
 
 @pytest.fixture

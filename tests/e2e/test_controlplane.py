@@ -24,7 +24,7 @@ from kubernetes import client, watch
 from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 
-from cbop.envtest import ControlPlane
+from cbop.envtest import ControlPlane, ControlPlaneError
 from cbop.envtest.process import pid_alive, processes_mentioning
 
 REPO = Path(__file__).resolve().parents[2]
@@ -378,6 +378,12 @@ def test_stop_leaves_no_process(tmp_path: Path) -> None:
         control.restart_apiserver()
         spawned = list(control.spawned_pids)
         assert len(spawned) == 4
+        control.check()
+        # A dead component is reported, with the reason, rather than left unnoticed.
+        os.kill(control.pids()["kube-controller-manager"], signal.SIGKILL)
+        wait_until(lambda: "kube-controller-manager" not in control.pids(), 5)
+        with pytest.raises(ControlPlaneError, match=r"kube-controller-manager .* status -9"):
+            control.check()
     finally:
         control.stop()
     assert not control.running
@@ -391,7 +397,7 @@ _CHILD = textwrap.dedent(
     """
     import json, sys, time
     from pathlib import Path
-    from cbop.envtest import ControlPlane
+    from cbop.envtest import ControlPlane, ControlPlaneError
     control = ControlPlane(workdir=Path(sys.argv[1]))
     control.start()
     print(json.dumps(list(control.pids().values())), flush=True)
@@ -449,3 +455,44 @@ def test_nothing_survives_a_pytest_session(tmp_path: Path) -> None:
     assert "1 passed" in result.stdout
     assert "control plane: ready in" in result.stdout
     assert not processes_mentioning(f"{base}{os.sep}")
+
+
+def test_dev_cluster_cli_detaches_and_stops(tmp_path: Path, make_api_client: MakeClient) -> None:
+    state = tmp_path / "dev-cluster"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), *sys.path])}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "cbop.envtest", f"--state-dir={state}", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    started = cli("start", "--detach")
+    assert started.returncode == 0, started.stderr
+    assert started.stdout.strip() == f"export KUBECONFIG={state / 'kubeconfig'}"
+    assert (state / "env").read_text().strip() == started.stdout.strip()
+    daemon = int((state / "pid").read_text())
+    info = json.loads((state / "info.json").read_text())
+    try:
+        # The daemon outlived the command that started it.
+        assert pid_alive(daemon)
+        core = client.CoreV1Api(make_api_client(state / "kubeconfig"))
+        assert "default" in [meta(ns).name for ns in core.list_namespace().items]
+        status = cli("status")
+        assert status.returncode == 0
+        assert info["api_url"] in status.stdout
+        again = cli("start", "--detach")
+        assert again.returncode == 0
+        assert "already running" in again.stderr
+    finally:
+        stopped = cli("stop")
+    assert stopped.returncode == 0, stopped.stderr
+    assert not pid_alive(daemon)
+    assert not any(pid_alive(p) for p in info["components"].values())
+    assert not processes_mentioning(f"{state}{os.sep}")
+    assert not (state / "kubeconfig").exists()
+    assert cli("status").returncode == 3

@@ -210,6 +210,9 @@ def _status(files: _Files) -> int:
     for key in ("api_url", "kubeconfig", "workdir", "components"):
         if key in info:
             print(f"  {key}: {info[key]}")
+    if not files.env.exists():
+        print("  starting (not ready yet)")
+        return 0
     print(f"  {files.env.read_text(encoding='utf-8').strip()}")
     return 0
 

@@ -256,6 +256,23 @@ class ControlPlane:
         with self._lock:
             return {name: p.pid for name, p in self._children.items() if p.poll() is None}
 
+    def check(self) -> None:
+        """Raise unless every component is still running.
+
+        Raises:
+            ControlPlaneNotRunningError: Not started.
+            ControlPlaneError: A component exited; the message has its status and log tail.
+        """
+        with self._lock:
+            self._require_running()
+            for name, popen in self._children.items():
+                code = popen.poll()
+                if code is not None:
+                    tail = _tail(self.log_paths()[name], 40)
+                    raise ControlPlaneError(
+                        f"{name} (pid {popen.pid}) exited with status {code}; log tail:\n{tail}"
+                    )
+
     @property
     def spawned_pids(self) -> tuple[int, ...]:
         """Every process id this control plane ever started (restarts included)."""
