@@ -24,7 +24,7 @@ from kubernetes import client, watch
 from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 
-from cbop.envtest import ControlPlane, ControlPlaneError
+from cbop.envtest import ControlPlane, ControlPlaneError, ControlPlaneStartError
 from cbop.envtest.process import pid_alive, processes_mentioning
 
 REPO = Path(__file__).resolve().parents[2]
@@ -496,3 +496,16 @@ def test_dev_cluster_cli_detaches_and_stops(tmp_path: Path, make_api_client: Mak
     assert not processes_mentioning(f"{state}{os.sep}")
     assert not (state / "kubeconfig").exists()
     assert cli("status").returncode == 3
+
+
+def test_failed_start_reports_the_log_and_leaves_nothing(tmp_path: Path) -> None:
+    control = ControlPlane(workdir=tmp_path / "cp", extra_apiserver_flags=["--no-such-flag"])
+    with pytest.raises(ControlPlaneStartError) as failed:
+        control.start(timeout=30)
+    message = str(failed.value)
+    assert "kube-apiserver exited with status" in message
+    assert "unknown flag: --no-such-flag" in message
+    assert not control.running
+    assert control.spawned_pids  # etcd and kube-apiserver were started...
+    assert not any(pid_alive(p) for p in control.spawned_pids)  # ...and are gone
+    assert not processes_mentioning(f"{tmp_path / 'cp'}{os.sep}")

@@ -489,14 +489,16 @@ class ControlPlane:
         self._spawned.append(popen.pid)
 
     def _wait(self, name: str, deadline: float, probe: Callable[[], bool]) -> None:
-        popen = self._children[name]
         last_error = "no answer yet"
         began = time.monotonic()
         while True:
-            code = popen.poll()
-            if code is not None:
-                tail = _tail(self.log_paths()[name], 40)
-                message = f"{name} exited with status {code} during start-up"
+            # Any component dying (not only the awaited one) ends the wait.
+            for component, popen in self._children.items():
+                code = popen.poll()
+                if code is None:
+                    continue
+                tail = _tail(self.log_paths()[component], 40)
+                message = f"{component} exited with status {code} during start-up"
                 if "address already in use" in tail:
                     raise _PortInUseError(f"{message}:\n{tail}")
                 raise ControlPlaneStartError(f"{message}; log tail:\n{tail}")
