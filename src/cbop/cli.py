@@ -145,6 +145,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=parse_duration,
         help="time in-flight reconciles get on shutdown (default 30s)",
     )
+    flag(
+        "watch-read-timeout",
+        90.0,
+        type=parse_duration,
+        help="a watch connection silent for this long is dead and re-established "
+        "(default 90s; bookmarks arrive about once a minute)",
+    )
     flag("once", False, action="store_true", help="reconcile every bundle once, then exit")
     flag(
         "dry-run",
@@ -302,6 +309,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 leader_election_id=args.leader_election_id,
                 leader_election_namespace=args.leader_election_namespace,
                 shutdown_timeout=args.shutdown_timeout,
+                read_timeout=args.watch_read_timeout,
             ),
         )
     except (ValueError, OSError) as err:

@@ -1,0 +1,207 @@
+"""cbop as it runs in a cluster: leader election, its own RBAC identity, probes.
+
+The operator authenticates as the ``cbop`` ServiceAccount of the shipped RBAC (a
+TokenRequest token) while kube-apiserver runs the OwnerReferencesPermissionEnforcement
+admission plugin (the session control plane always does), so these tests also prove
+the ClusterRole suffices for ``blockOwnerDeletion`` (field case 16).
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from cbop.envtest import ControlPlane
+from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, KubeClient, Resource
+
+from .harness import REPO, Operator, bundle, condition, get_or_none, ready, wait_for
+
+SECRETS = Resource("", "v1", "secrets", "Secret")
+
+
+@pytest.fixture(scope="module")
+def sa_kubeconfig(control_plane: ControlPlane, crd: None) -> Path:
+    """The shipped namespace and RBAC applied; a kubeconfig for cbop-system/cbop."""
+    kubectl = str(control_plane.binaries.kubectl)
+    for args in (
+        ["-f", str(REPO / "manifests" / "namespace.yaml")],
+        ["-k", str(REPO / "manifests" / "rbac")],
+    ):
+        subprocess.run(
+            [kubectl, "--kubeconfig", str(control_plane.kubeconfig_path), "apply", *args],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+    return control_plane.kubeconfig_for_service_account("cbop-system", "cbop")
+
+
+@pytest.fixture
+def elect(sa_kubeconfig: Path, namespace: str, tmp_path: Path) -> Iterator[Callable[[], Operator]]:
+    """Factory of cbop candidates with leader election on a Lease unique to the test."""
+    lease = f"cbop-e2e-{uuid.uuid4().hex[:8]}"
+    started: list[Operator] = []
+
+    def start() -> Operator:
+        op = Operator(
+            sa_kubeconfig,
+            [namespace],
+            args=[
+                "--leader-elect",
+                "--leader-election-namespace=cbop-system",
+                f"--leader-election-id={lease}",
+                "--resync-period=0",
+            ],
+            log_path=tmp_path / f"candidate-{len(started)}.log",
+        )
+        started.append(op)
+        return op.wait_ready()
+
+    yield start
+    for op in started:
+        op.stop(signal.SIGKILL)
+
+
+def _leading(op: Operator) -> bool:
+    if op.proc.poll() is not None:
+        return False
+    values = [v for k, v in op.metrics().items() if k.startswith("leader_election_master_status")]
+    return values == [1.0]
+
+
+def _successes(op: Operator) -> float:
+    return op.metrics()[
+        'controller_runtime_reconcile_total{controller="configbundle",result="success"}'
+    ]
+
+
+def _set_data(kube: KubeClient, namespace: str, name: str, data: dict[str, str]) -> None:
+    current = kube.get(CONFIGBUNDLES, namespace, name)
+    current["spec"]["data"] = data
+    kube.update(CONFIGBUNDLES, namespace, name, current)
+
+
+def test_service_account_runs_the_operator_under_owner_reference_enforcement(
+    sa_kubeconfig: Path, kube: KubeClient, namespace: str, tmp_path: Path
+) -> None:
+    """The main scenarios as the ``cbop`` identity; and that identity may not read Secrets."""
+    sa = KubeClient.from_config(kubeconfig=str(sa_kubeconfig))
+    with pytest.raises(ApiError) as denied:
+        sa.list(SECRETS, namespace)
+    assert denied.value.status == 403
+    sa.list(CONFIGMAPS, namespace)
+
+    op = Operator(
+        sa_kubeconfig, [namespace], args=["--resync-period=5s"], log_path=tmp_path / "sa.log"
+    )
+    try:
+        op.wait_ready()
+        kube.create(CONFIGBUNDLES, namespace, bundle("owned", {"data": {"a": "1"}}))
+        kube.create(
+            CONFIGBUNDLES,
+            namespace,
+            bundle("kept", {"data": {"a": "1"}, "deletionPolicy": "Orphan"}),
+        )
+        wait_for(lambda: ready(kube, namespace, "owned"), 30, message="owned Ready")
+        wait_for(lambda: ready(kube, namespace, "kept"), 30, message="kept Ready")
+        cm = kube.get(CONFIGMAPS, namespace, "owned")
+        assert cm["metadata"]["ownerReferences"][0]["blockOwnerDeletion"] is True
+        kube.patch(CONFIGMAPS, namespace, "owned", {"data": {"a": "tampered"}})
+        wait_for(
+            lambda: kube.get(CONFIGMAPS, namespace, "owned")["data"] == {"a": "1"},
+            15,
+            message="healed",
+        )
+        _set_data(kube, namespace, "owned", {"a": "2"})
+        wait_for(
+            lambda: kube.get(CONFIGMAPS, namespace, "owned")["data"] == {"a": "2"},
+            15,
+            message="updated",
+        )
+        kube.delete(CONFIGBUNDLES, namespace, "owned")
+        kube.delete(CONFIGBUNDLES, namespace, "kept")
+        wait_for(lambda: get_or_none(kube, namespace, "owned") is None, 30, message="collected")
+        wait_for(
+            lambda: (
+                (c := get_or_none(kube, namespace, "kept"))
+                and not c["metadata"].get("ownerReferences")
+            ),
+            30,
+            message="orphaned",
+        )
+        m = op.metrics()
+        assert m['controller_runtime_reconcile_errors_total{controller="configbundle"}'] == 0, (
+            op.logs()[-3000:]
+        )
+    finally:
+        assert op.stop() == 0
+
+
+def test_exactly_one_leader_reconciles_and_failover_is_fast(
+    elect: Callable[[], Operator], kube: KubeClient, namespace: str
+) -> None:
+    """SIGKILL the leader: the standby takes over within 20 s; SIGTERM: within 5 s."""
+    a, b = elect(), elect()
+    wait_for(lambda: _leading(a) != _leading(b), 30, message="one leader")
+    leader, standby = (a, b) if _leading(a) else (b, a)
+    kube.create(CONFIGBUNDLES, namespace, bundle("le", {"data": {"v": "1"}}))
+    wait_for(lambda: ready(kube, namespace, "le"), 20, message="reconciled by the leader")
+    assert _successes(leader) >= 1
+    assert _successes(standby) == 0
+    assert standby.get("/readyz")[0] == 200, "a standby keeps warm caches and is ready"
+
+    leader.stop(signal.SIGKILL)
+    _set_data(kube, namespace, "le", {"v": "2"})
+    changed = time.monotonic()
+    wait_for(
+        lambda: kube.get(CONFIGMAPS, namespace, "le")["data"] == {"v": "2"},
+        20,
+        message="standby took over",
+    )
+    assert time.monotonic() - changed <= 20
+    assert _leading(standby)
+
+    third = elect()
+    time.sleep(1)
+    assert not _leading(third)
+    assert standby.stop(signal.SIGTERM) == 0, "a graceful stop exits 0 after releasing the lease"
+    _set_data(kube, namespace, "le", {"v": "3"})
+    changed = time.monotonic()
+    wait_for(
+        lambda: kube.get(CONFIGMAPS, namespace, "le")["data"] == {"v": "3"},
+        5,
+        message="successor took over",
+    )
+    assert time.monotonic() - changed <= 5
+
+
+def test_healthz_turns_unhealthy_while_the_watch_is_dead(
+    kube: KubeClient, namespace: str, control_plane: ControlPlane, tmp_path: Path, kubeconfig: str
+) -> None:
+    """Liveness tells the truth: a dead watch (apiserver frozen) fails /healthz; it recovers."""
+    op = Operator(
+        kubeconfig, [namespace], args=["--watch-read-timeout=3s"], log_path=tmp_path / "h.log"
+    )
+    try:
+        op.wait_ready()
+        assert op.get("/healthz")[0] == 200
+        control_plane.pause_apiserver()
+        try:
+            wait_for(lambda: op.get("/healthz")[0] == 503, 120, interval=1, message="/healthz 503")
+            assert "failed" in op.get("/healthz")[1]
+        finally:
+            control_plane.resume_apiserver()
+        wait_for(
+            lambda: op.get("/healthz")[0] == 200, 60, interval=0.5, message="/healthz back to 200"
+        )
+        kube.create(CONFIGBUNDLES, namespace, bundle("after", {"data": {"a": "1"}}))
+        wait_for(lambda: ready(kube, namespace, "after"), 30, message="reconciles again")
+        assert condition(kube, namespace, "after") is not None
+    finally:
+        op.stop()
