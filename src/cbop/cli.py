@@ -315,7 +315,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, OSError) as err:
         _fail(str(err))
     _install_signal_handlers(manager.stop_event)
-    return manager.run()
+    try:
+        return manager.run()
+    except OSError as err:  # e.g. the metrics or probe port is taken
+        _fail(f"cannot serve: {err}")
 
 
 if __name__ == "__main__":

@@ -287,3 +287,22 @@ def test_bundle_gone_from_cache_does_nothing() -> None:
 def test_decide_matches_written_state() -> None:
     b = bundle({"data": {"a": "1"}})
     assert decide(b, parse_spec(b), written(b)).action is Action.NONE
+
+
+def test_conflict_recheck_reads_instead_of_failing_a_create_again() -> None:
+    client = FakeClient()
+    client.errors["create"] = [ApiError(409, "AlreadyExists", "exists")]
+    client.objects["app"] = {
+        "metadata": {"name": "app", "namespace": "demo", "uid": "x", "resourceVersion": "1"},
+        "data": {"k": "mine"},
+    }
+    r = reconciler(client, bundle())
+    assert r.reconcile("demo/app").action is Action.CONFLICT
+    client.actions.clear()
+    assert r.reconcile("demo/app").action is Action.CONFLICT
+    assert [a for a in client.actions if a[1] == "configmaps"] == [("get", "configmaps", "app")]
+    # The blocker goes away: the next recheck creates.
+    del client.objects["app"]
+    client.actions.clear()
+    assert r.reconcile("demo/app").action is Action.CREATE
+    assert ("create", "configmaps", "app") in client.actions

@@ -25,12 +25,14 @@ syncHandler:
 from __future__ import annotations
 
 import datetime
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import cachetools
 import structlog
 
 from cbop.api import FINALIZER_ORPHAN, BundleSpec, Reason, SpecError, parse_spec
@@ -208,6 +210,13 @@ class Reconciler:
         self._conflict_recheck = conflict_recheck
         self._now = now or (lambda: datetime.datetime.now(datetime.UTC))
         self._field_manager = field_manager
+        # Bundles whose ConfigMap name is taken by a ConfigMap cbop does not watch (it
+        # carries no managed-by label): their rechecks read it first instead of trying
+        # a create that is bound to fail. Entries expire on their own.
+        self._conflicts: cachetools.TTLCache[str, bool] = cachetools.TTLCache(
+            maxsize=100_000, ttl=4 * conflict_recheck
+        )
+        self._conflicts_lock = threading.Lock()
 
     # -- entry point ---------------------------------------------------------------
 
@@ -234,6 +243,8 @@ class Reconciler:
         except SpecError as err:
             spec = err
         current = self._cached_configmap(bundle, spec)
+        if current is None and isinstance(spec, BundleSpec) and self._known_conflict(key):
+            current = self._fresh_configmap(namespace, spec.config_map_name)
         decision = decide(bundle, spec, current)
         try:
             result = self._act(key, bundle, spec, decision)
@@ -262,6 +273,7 @@ class Reconciler:
                 duration=round(time.monotonic() - started, 6),
             )
             raise
+        self._remember_conflict(key, result.action is Action.CONFLICT)
         logger.info(
             "reconciled",
             action=result.action.value if result.action else None,
@@ -272,6 +284,17 @@ class Reconciler:
         return result
 
     # -- reads ----------------------------------------------------------------------
+
+    def _known_conflict(self, key: str) -> bool:
+        with self._conflicts_lock:
+            return key in self._conflicts
+
+    def _remember_conflict(self, key: str, conflict: bool) -> None:
+        with self._conflicts_lock:
+            if conflict:
+                self._conflicts[key] = True
+            else:
+                self._conflicts.pop(key, None)
 
     def _cached_configmap(
         self, bundle: Mapping[str, Any], spec: BundleSpec | SpecError
