@@ -65,10 +65,40 @@ lint: venv
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/hadolint --config .hadolint.yaml Dockerfile
 
 fmt: venv
 	$(VENV)/bin/ruff format src tests bench
 	$(VENV)/bin/ruff check --fix src tests bench
+
+# --- The cluster of the current kubeconfig (docs/deploy.md) ---------------------------
+# kubectl: $KUBECTL if set, else the one built with the local control plane.
+KUBECTL ?= $$(hack/build-control-plane.sh)/kubectl
+
+# The ConfigBundle CRD only.
+install:
+	$(KUBECTL) apply -f manifests/crd/cbop.dev_configbundles.yaml
+
+# Deletes the CRD and with it every ConfigBundle. Run it while cbop still runs: bundles
+# with deletionPolicy Orphan carry a finalizer that only cbop removes.
+uninstall:
+	$(KUBECTL) delete --ignore-not-found -f manifests/crd/cbop.dev_configbundles.yaml
+
+# CRD, namespace, RBAC, Deployment and metrics Service: kubectl apply -k manifests/.
+deploy:
+	$(KUBECTL) apply -k manifests/
+
+# Removes the operator (Deployment first, so the replicas shut down and release the
+# Lease) but keeps the CRD and the ConfigBundles; `make uninstall` removes those.
+undeploy:
+	$(KUBECTL) delete --ignore-not-found -f manifests/deployment.yaml -f manifests/service.yaml
+	$(KUBECTL) delete --ignore-not-found -k manifests/rbac/
+	$(KUBECTL) delete --ignore-not-found -f manifests/namespace.yaml
+
+# The Dockerfile's build and install steps in fresh virtualenvs (no container engine).
+.PHONY: image-check
+image-check:
+	hack/check-image-install.sh
 
 clean:
 	rm -rf $(VENV) build dist .mypy_cache .pytest_cache .ruff_cache
