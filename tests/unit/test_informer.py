@@ -93,6 +93,8 @@ class FakeListWatch:
         self,
         res: Resource,
         namespace: str | None = None,
+        *,
+        item_hook: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         **kw: Any,
     ) -> dict[str, Any]:
         with self.calls:
@@ -102,7 +104,8 @@ class FakeListWatch:
         if isinstance(answer, BaseException):
             raise answer
         assert isinstance(answer, dict)
-        return answer
+        assert item_hook is not None  # the informer shapes items while they are decoded
+        return {**answer, "items": [item_hook(item) for item in answer["items"]]}
 
     def watch(self, res: Resource, namespace: str | None = None, **kw: Any) -> FakeStream:
         with self.calls:

@@ -40,6 +40,7 @@ class Reply:
     # until `release` is set (or close it at once when `release` is None).
     chunks: list[bytes] | None = None
     release: threading.Event | None = None
+    abort: bool = False  # close the connection without ending the chunked body
 
 
 Responder = Callable[[Seen], Reply]
@@ -84,6 +85,9 @@ class FakeApiServer:
                         self.wfile.flush()
                     if reply.release is not None:
                         reply.release.wait(10)
+                    if reply.abort:
+                        self.close_connection = True
+                        return
                     self.wfile.write(b"0\r\n\r\n")
                     self.wfile.flush()
                     self.close_connection = True
@@ -495,3 +499,50 @@ def test_in_cluster_token_is_reread_after_rotation(server_factory: Any, tmp_path
     client.get(CONFIGMAPS, "ns", "a")
     auths = [r.headers["authorization"] for r in srv.requests]
     assert auths == ["bearer token-one", "bearer token-one", "bearer token-two"]
+
+
+def test_list_is_decoded_while_it_streams_in(server_factory: Any) -> None:
+    items = [
+        {"metadata": {"name": f"cm-{i}", "managedFields": [{"manager": "x"}]}, "data": {"k": "v"}}
+        for i in range(500)
+    ]
+    body = json.dumps(
+        {"kind": "ConfigMapList", "metadata": {"resourceVersion": "77"}, "items": items},
+        separators=(",", ":"),
+    ).encode()
+    chunks = [body[i : i + 1500] for i in range(0, len(body), 1500)]
+    srv = server_factory(lambda seen: Reply(200, chunks=chunks))
+    client = make_client(srv.url)
+    seen: list[str] = []
+
+    def hook(item: dict[str, Any]) -> dict[str, Any]:
+        seen.append(item["metadata"]["name"])
+        del item["metadata"]["managedFields"]
+        return item
+
+    out = client.list(CONFIGMAPS, resource_version="0", limit=500, item_hook=hook)
+    assert out["metadata"] == {"resourceVersion": "77"}
+    assert seen == [f"cm-{i}" for i in range(500)]
+    assert out["items"][42] == {"metadata": {"name": "cm-42"}, "data": {"k": "v"}}
+    assert client.request_counts() == {("list", "configmaps"): 1}
+    # The connection went back to the pool and is reusable.
+    assert client.list(CONFIGMAPS)["metadata"] == {"resourceVersion": "77"}
+
+
+def test_list_cut_short_is_an_error(server_factory: Any) -> None:
+    body = json.dumps({"items": [{"metadata": {"name": "a"}}] * 50}).encode()
+    half = body[: len(body) // 2]
+    answers = iter(
+        [
+            Reply(200, chunks=[half]),  # a complete HTTP response with half a document
+            Reply(200, chunks=[half], abort=True),  # the connection dies mid-body
+        ]
+    )
+    srv = server_factory(lambda seen: next(answers))
+    client = make_client(srv.url)
+    with pytest.raises(ApiError) as info:
+        client.list(CONFIGMAPS)
+    assert info.value.status == 200
+    assert info.value.reason == "InvalidResponse"
+    with pytest.raises(ConnectionFailed):
+        client.list(CONFIGMAPS)

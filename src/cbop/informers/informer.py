@@ -64,6 +64,7 @@ from cbop.informers.indexer import (
     meta_namespace_key,
 )
 from cbop.kube import ApiError, Resource
+from cbop.kube.jsonstream import intern_keys, paused_gc
 
 __all__ = [
     "DEFAULT_RESYNC_PERIOD",
@@ -116,8 +117,9 @@ class ListWatchClient(Protocol):
         limit: int | None = None,
         continue_: str | None = None,
         resource_version: str | None = None,
+        item_hook: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
-        """LIST one page (see :meth:`cbop.kube.KubeClient.list`)."""
+        """LIST one page (see :meth:`cbop.kube.KubeClient.list`), ``item_hook`` per item."""
         ...
 
     def watch(
@@ -271,6 +273,10 @@ class SharedInformer:
     def has_synced(self) -> bool:
         """Whether the first full list has been stored and delivered to the handlers."""
         return self._synced.is_set()
+
+    def wait_for_sync(self, timeout: float | None = None) -> bool:
+        """Block until :meth:`has_synced` (``timeout`` in real seconds); return it."""
+        return self._synced.wait(timeout)
 
     def last_sync_resource_version(self) -> str:
         """Return the resourceVersion of the last list or watch event seen (``""`` before any)."""
@@ -452,7 +458,8 @@ class SharedInformer:
                 named.append((meta_namespace_key(obj), obj))
             except ValueError:
                 self._log.warning("dropping a listed object without a name")
-        self._indexer.replace((obj for _, obj in named), rv)
+        with paused_gc():  # indexing allocates a few containers per object
+            self._indexer.replace((obj for _, obj in named), rv)
         for key, obj in named:
             old = previous.pop(key, None)
             if old is None:
@@ -608,6 +615,7 @@ class SharedInformer:
                     limit=self._page_size,
                     continue_=continue_,
                     resource_version=None if continue_ else (rv or None),
+                    item_hook=self._prepare,
                 )
             except ApiError as err:
                 if not (err.is_gone and continue_):
@@ -620,6 +628,7 @@ class SharedInformer:
                     label_selector=self._label_selector,
                     field_selector=self._field_selector,
                     resource_version=rv or None,
+                    item_hook=self._prepare,
                 )
                 items = []
                 continue_ = None
@@ -633,7 +642,7 @@ class SharedInformer:
                 break
         if self._stopping:
             raise _Stopped
-        return [self._prepare(obj) for obj in items], list_rv
+        return items, list_rv
 
     def _watch_once(self) -> None:
         """Open one watch from the current RV and pump its events into the FIFO.
@@ -688,7 +697,7 @@ class SharedInformer:
         meta = obj.get("metadata")
         rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
         if typ in ("ADDED", "MODIFIED", "DELETED"):
-            self._enqueue(("event", typ, self._prepare(obj)))
+            self._enqueue(("event", typ, intern_keys(self._prepare(obj))))
         elif typ != "BOOKMARK":
             self._log.warning("ignoring a watch event of unknown type", type=typ)
             return
@@ -704,16 +713,15 @@ def wait_for_cache_sync(*informers: SharedInformer, timeout: float, poll: float 
     Args:
         informers: the informers to wait for.
         timeout: real seconds to wait at most.
-        poll: real seconds between checks.
+        poll: real seconds between checks of the deadline (each informer's sync is
+            awaited on an event, not polled).
 
     Returns:
         ``True`` once all have synced, ``False`` if ``timeout`` passed first.
     """
     deadline = time.monotonic() + timeout
-    while True:
-        if all(inf.has_synced() for inf in informers):
-            return True
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return False
-        time.sleep(min(poll, remaining))
+    for informer in informers:
+        while not informer.wait_for_sync(max(0.0, min(poll, deadline - time.monotonic()))):
+            if time.monotonic() >= deadline:
+                return False
+    return True

@@ -48,6 +48,7 @@ from kubernetes.config.incluster_config import (
 import cbop
 from cbop.clock import Clock, RealClock
 from cbop.kube.errors import ApiError, ConfigError, ConnectionFailed
+from cbop.kube.jsonstream import ItemHook, StreamDecodeError, decode_list, paused_gc
 from cbop.kube.resources import Resource
 from cbop.tokenbucket import TokenBucket
 
@@ -76,6 +77,7 @@ RequestHook = Callable[[str, str, int, float], None]
 _CONNECT_TIMEOUT: Final = 10.0
 _TOKEN_REFRESH_PERIOD: Final = 60.0
 _READ_SIZE: Final = 64 * 1024
+_LIST_READ_SIZE: Final = 256 * 1024
 _MAX_RETRY_AFTER: Final = 60.0
 # Transport failures raised by urllib3 and the sockets under it. The generated REST layer
 # turns TLS errors into ApiException(status=0).
@@ -530,6 +532,8 @@ class KubeClient:
         body: Any = None,
         content_type: str = "application/json",
         timeout: float | None = 30.0,
+        stream_items: bool = False,
+        item_hook: ItemHook | None = None,
     ) -> dict[str, Any]:
         request_timeout = None if timeout is None else (min(_CONNECT_TIMEOUT, timeout), timeout)
         attempt = 0
@@ -546,6 +550,16 @@ class KubeClient:
                 content_type=content_type,
                 timeout=request_timeout,
             )
+            if stream_items and 200 <= int(response.status) < 300:
+                return self._decode_streamed(
+                    verb=verb,
+                    resource=resource,
+                    method=method,
+                    path=path,
+                    response=response,
+                    start=start,
+                    item_hook=item_hook,
+                )
             try:
                 data = response.read()
             except _TRANSPORT_ERRORS as exc:
@@ -573,6 +587,42 @@ class KubeClient:
                 self._clock.sleep(min(error.retry_after, _MAX_RETRY_AFTER))
                 continue
             raise error
+
+    def _decode_streamed(
+        self,
+        *,
+        verb: str,
+        resource: str,
+        method: str,
+        path: str,
+        response: Any,
+        start: float,
+        item_hook: ItemHook | None,
+    ) -> dict[str, Any]:
+        """Decode a 2xx list body item by item while it arrives (see ``jsonstream``)."""
+        raw = response.response
+        status = int(response.status)
+
+        def chunks() -> Iterator[bytes]:
+            while True:
+                chunk = raw.read(_LIST_READ_SIZE)
+                if not chunk:
+                    return
+                yield chunk
+
+        try:
+            with paused_gc():
+                decoded = decode_list(chunks(), item_hook)
+        except _TRANSPORT_ERRORS as exc:
+            self._record(verb, resource, 0, self._clock.now() - start)
+            raise _connection_failed(exc, f"{method} {path}: reading the response") from exc
+        except StreamDecodeError as exc:
+            self._record(verb, resource, status, self._clock.now() - start)
+            raise ApiError(status, "InvalidResponse", f"undecodable list body: {exc}") from exc
+        finally:
+            raw.release_conn()
+        self._record(verb, resource, status, self._clock.now() - start)
+        return decoded
 
     # ----------------------------------------------------------------- raw
 
@@ -647,8 +697,14 @@ class KubeClient:
         resource_version: str | None = None,
         resource_version_match: str | None = None,
         timeout: float | None = 60.0,
+        item_hook: ItemHook | None = None,
     ) -> dict[str, Any]:
         """LIST a collection (one page); returns the list dict.
+
+        The body is decoded item by item while it arrives (:mod:`cbop.kube.jsonstream`):
+        the raw body is never held whole, each item may be reduced by ``item_hook``
+        before the next is decoded, and object keys are interned. The cyclic garbage
+        collector is paused while decoding.
 
         The result has ``metadata.resourceVersion`` (the list's RV), ``metadata.continue``
         when more pages follow, and ``items`` (each item lacks ``kind``/``apiVersion``, as
@@ -666,6 +722,8 @@ class KubeClient:
                 (consistent), or a specific RV.
             resource_version_match: ``"NotOlderThan"`` or ``"Exact"``.
             timeout: seconds for the connection and for each socket read.
+            item_hook: ``hook(item) -> item`` applied to each element of ``items`` as
+                soon as it is decoded (e.g. to drop fields); its result is kept.
 
         Raises:
             ApiError: ``is_gone`` for an expired continue token or a compacted RV.
@@ -685,7 +743,14 @@ class KubeClient:
         if resource_version_match:
             query["resourceVersionMatch"] = resource_version_match
         return self._call(
-            "list", res.plural, "GET", res.path(namespace), query=query, timeout=timeout
+            "list",
+            res.plural,
+            "GET",
+            res.path(namespace),
+            query=query,
+            timeout=timeout,
+            stream_items=True,
+            item_hook=item_hook,
         )
 
     def create(
