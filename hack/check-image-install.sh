@@ -29,6 +29,7 @@ say() { echo "check-image-install: $*" >&2; }
 fail() { say "FAILED: $*"; exit 1; }
 
 # 1. The Dockerfile still does what this script reproduces.
+# shellcheck disable=SC1003 # the backslash ends that Dockerfile line: it is meant literally
 for line in \
   'COPY pyproject.toml README.md ./' \
   'COPY src ./src' \
