@@ -576,3 +576,30 @@ def test_custom_index_is_maintained(harness_factory: Callable[..., Harness]) -> 
     stream.push(ev("DELETED", cm("a", "7")))
     h.rec.wait(3)
     assert h.informer.lister().by_index(CONTROLLER_UID_INDEX, "u-1") == []
+
+
+def test_gone_after_an_outage_relists_without_the_outage_backoff(
+    harness_factory: Callable[..., Harness],
+) -> None:
+    h = harness_factory()
+    stream = h.start(cm("a", "5"), rv="10")
+    h.rec.wait(1)
+    for _ in range(4):
+        h.fake.watch_answers.put(ConnectionFailed("connection refused"))
+    h.fake.watch_answers.put(ApiError(410, "Expired", "too old resource version"))
+    h.fake.list_answers.put(page(cm("a", "5"), rv="50"))
+    h.fake.watch_answers.put(FakeStream())
+    stream.push(ConnectionFailed("reset"))
+    for delay in (0.8, 1.6, 3.2, 6.4, 12.8):  # the reset, then four refusals
+        assert h.clock.wait_for_waiter(deadline=h.clock.now() + delay)
+        h.clock.step(delay)
+    # The API server is back but our RV is gone: relist after one short step (<= 0.8 s),
+    # not after the 25.6 s the outage's schedule has reached.
+    assert h.clock.wait_for_waiter()
+    (due,) = h.clock.waiter_deadlines()
+    assert due - h.clock.now() <= 0.8
+    h.clock.step(due - h.clock.now())
+    h.fake.wait_lists(2)
+    h.fake.wait_watches(7)
+    assert h.fake.lists[-1]["resource_version"] is None
+    assert h.fake.watches[-1]["resource_version"] == "50"

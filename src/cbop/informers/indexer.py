@@ -101,6 +101,14 @@ def meta_namespace_key(obj: Mapping[str, Any] | DeletedFinalStateUnknown) -> str
     """
     if isinstance(obj, DeletedFinalStateUnknown):
         return obj.key
+    try:  # the common shape, without ABC isinstance checks
+        meta = obj["metadata"]
+        name = meta["name"]
+        namespace = meta.get("namespace")
+        if type(name) is str and name and (namespace is None or type(namespace) is str):
+            return f"{namespace}/{name}" if namespace else name
+    except (KeyError, TypeError, AttributeError):
+        pass
     meta = obj.get("metadata")
     if not isinstance(meta, Mapping):
         raise ValueError("object has no metadata")
@@ -137,7 +145,11 @@ def split_key(key: str) -> tuple[str | None, str]:
 
 def index_by_namespace(obj: Mapping[str, Any]) -> list[str]:
     """Index function: ``[metadata.namespace]`` (``[""]`` for cluster-scoped objects)."""
-    meta = obj.get("metadata") or {}
+    meta = obj.get("metadata")
+    if type(meta) is dict:
+        namespace = meta.get("namespace")
+        return [namespace if type(namespace) is str else ""]
+    meta = meta or {}
     namespace = meta.get("namespace") if isinstance(meta, Mapping) else None
     return [namespace if isinstance(namespace, str) else ""]
 
@@ -298,6 +310,8 @@ class Indexer:
         except Exception:  # a broken index must not break the cache
             log.exception("index function failed", index=name, key=meta_namespace_key(obj))
             return []
+        if len(values) <= 1:
+            return values if isinstance(values, list) else list(values)
         return list(dict.fromkeys(values))
 
     def _file_locked(self, key: str, obj: Mapping[str, Any]) -> None:
@@ -389,7 +403,13 @@ class Indexer:
         Raises:
             ValueError: an object has no name.
         """
-        items = {meta_namespace_key(obj): obj for obj in objs}
+        self.replace_keyed(((meta_namespace_key(obj), obj) for obj in objs), resource_version)
+
+    def replace_keyed(
+        self, pairs: Iterable[tuple[str, Mapping[str, Any]]], resource_version: str
+    ) -> None:
+        """As :meth:`replace`, with the keys already computed: ``(key, obj)`` pairs."""
+        items = dict(pairs)
         with self._lock:
             self._items = items
             self._indices = {name: {} for name in self._index_funcs}

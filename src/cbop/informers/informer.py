@@ -451,6 +451,11 @@ class SharedInformer:
             self._handlers.append(handler)
 
     def _apply_replace(self, objs: list[dict[str, Any]], rv: str) -> None:
+        # A relist touches every object; the collector would rescan the whole cache.
+        with paused_gc():
+            self._replace_and_notify(objs, rv)
+
+    def _replace_and_notify(self, objs: list[dict[str, Any]], rv: str) -> None:
         previous = dict(self._indexer.items())
         named: list[tuple[str, dict[str, Any]]] = []
         for obj in objs:
@@ -458,8 +463,7 @@ class SharedInformer:
                 named.append((meta_namespace_key(obj), obj))
             except ValueError:
                 self._log.warning("dropping a listed object without a name")
-        with paused_gc():  # indexing allocates a few containers per object
-            self._indexer.replace((obj for _, obj in named), rv)
+        self._indexer.replace_keyed(named, rv)
         for key, obj in named:
             old = previous.pop(key, None)
             if old is None:
