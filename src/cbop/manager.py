@@ -201,7 +201,7 @@ class Manager:
             elector = self.elector
             elector_thread = threading.Thread(
                 target=elector.run,
-                args=(self.stop_event,),
+                args=(self._elector_stop,),
                 name="cbop-leader-election",
                 daemon=True,
             )

@@ -81,6 +81,20 @@ def cbop(
         return op
 
     yield start
+    # Delete the bundles while cbop still runs, so their Orphan finalizers are handled
+    # and the namespace can finish deleting after the test.
+    if any(op.proc.poll() is None for op in started):
+        kube = KubeClient.from_config(kubeconfig=kubeconfig, qps=0)
+        for item in kube.list(CONFIGBUNDLES, namespace)["items"]:
+            try:
+                kube.delete(CONFIGBUNDLES, namespace, item["metadata"]["name"])
+            except ApiError as err:
+                if not err.is_not_found:
+                    raise
+        wait_for(
+            lambda: not kube.list(CONFIGBUNDLES, namespace)["items"], 30, message="bundles gone"
+        )
+        kube.close()
     for op in started:
         code = op.stop()
         assert code in (0, -9), f"cbop did not stop cleanly ({code}):\n{op.logs()[-4000:]}"

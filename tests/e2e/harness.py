@@ -23,7 +23,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, EVENTS, ApiError, KubeClient
+from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, EVENTS, NAMESPACES, ApiError, KubeClient
 
 REPO = Path(__file__).resolve().parents[2]
 CRD = REPO / "manifests" / "crd" / "cbop.dev_configbundles.yaml"
@@ -72,6 +72,21 @@ def bundle(name: str, spec: Mapping[str, Any], **metadata: Any) -> dict[str, Any
     }
 
 
+def set_spec(kube: KubeClient, namespace: str, name: str, spec: Mapping[str, Any]) -> int:
+    """Replace the bundle's whole spec with one JSON patch (no read-modify-write race).
+
+    Returns the new ``metadata.generation``.
+    """
+    out = kube.patch(
+        CONFIGBUNDLES,
+        namespace,
+        name,
+        [{"op": "replace", "path": "/spec", "value": dict(spec)}],
+        patch_type="json",
+    )
+    return int(out["metadata"]["generation"])
+
+
 def ready(
     kube: KubeClient, namespace: str, name: str, generation: int | None = None
 ) -> dict[str, Any] | None:
@@ -107,6 +122,19 @@ def get_or_none(kube: KubeClient, namespace: str, name: str) -> dict[str, Any] |
 def events(kube: KubeClient, namespace: str, reason: str | None = None) -> list[dict[str, Any]]:
     items = kube.list(EVENTS, namespace)["items"]
     return [e for e in items if reason is None or e.get("reason") == reason]
+
+
+def wait_no_terminating_namespaces(kube: KubeClient, timeout: float = 120.0) -> None:
+    """Wait until no namespace is terminating: their deletion makes writes of its own."""
+    wait_for(
+        lambda: all(
+            (n.get("status") or {}).get("phase") != "Terminating"
+            for n in kube.list(NAMESPACES)["items"]
+        ),
+        timeout,
+        interval=1,
+        message="no namespace terminating",
+    )
 
 
 def apiserver_writes(

@@ -20,7 +20,7 @@ import pytest
 from cbop.envtest import ControlPlane
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, KubeClient, Resource
 
-from .harness import REPO, Operator, bundle, condition, get_or_none, ready, wait_for
+from .harness import REPO, Operator, bundle, condition, get_or_none, ready, set_spec, wait_for
 
 SECRETS = Resource("", "v1", "secrets", "Secret")
 
@@ -81,12 +81,6 @@ def _successes(op: Operator) -> float:
     ]
 
 
-def _set_data(kube: KubeClient, namespace: str, name: str, data: dict[str, str]) -> None:
-    current = kube.get(CONFIGBUNDLES, namespace, name)
-    current["spec"]["data"] = data
-    kube.update(CONFIGBUNDLES, namespace, name, current)
-
-
 def test_service_account_runs_the_operator_under_owner_reference_enforcement(
     sa_kubeconfig: Path, kube: KubeClient, namespace: str, tmp_path: Path
 ) -> None:
@@ -118,7 +112,7 @@ def test_service_account_runs_the_operator_under_owner_reference_enforcement(
             15,
             message="healed",
         )
-        _set_data(kube, namespace, "owned", {"a": "2"})
+        set_spec(kube, namespace, "owned", {"data": {"a": "2"}})
         wait_for(
             lambda: kube.get(CONFIGMAPS, namespace, "owned")["data"] == {"a": "2"},
             15,
@@ -126,7 +120,7 @@ def test_service_account_runs_the_operator_under_owner_reference_enforcement(
         )
         kube.delete(CONFIGBUNDLES, namespace, "owned")
         kube.delete(CONFIGBUNDLES, namespace, "kept")
-        wait_for(lambda: get_or_none(kube, namespace, "owned") is None, 30, message="collected")
+        wait_for(lambda: get_or_none(kube, namespace, "owned") is None, 90, message="collected")
         wait_for(
             lambda: (
                 (c := get_or_none(kube, namespace, "kept"))
@@ -157,7 +151,7 @@ def test_exactly_one_leader_reconciles_and_failover_is_fast(
     assert standby.get("/readyz")[0] == 200, "a standby keeps warm caches and is ready"
 
     leader.stop(signal.SIGKILL)
-    _set_data(kube, namespace, "le", {"v": "2"})
+    set_spec(kube, namespace, "le", {"data": {"v": "2"}})
     changed = time.monotonic()
     wait_for(
         lambda: kube.get(CONFIGMAPS, namespace, "le")["data"] == {"v": "2"},
@@ -171,7 +165,7 @@ def test_exactly_one_leader_reconciles_and_failover_is_fast(
     time.sleep(1)
     assert not _leading(third)
     assert standby.stop(signal.SIGTERM) == 0, "a graceful stop exits 0 after releasing the lease"
-    _set_data(kube, namespace, "le", {"v": "3"})
+    set_spec(kube, namespace, "le", {"data": {"v": "3"}})
     changed = time.monotonic()
     wait_for(
         lambda: kube.get(CONFIGMAPS, namespace, "le")["data"] == {"v": "3"},

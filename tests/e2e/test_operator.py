@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from cbop.envtest import ControlPlane
-from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, NAMESPACES, ApiError, KubeClient
+from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, KubeClient
 
 from .harness import (
     REPO,
@@ -34,7 +34,9 @@ from .harness import (
     get_or_none,
     ready,
     run_cli,
+    set_spec,
     wait_for,
+    wait_no_terminating_namespaces,
 )
 
 
@@ -42,20 +44,6 @@ def create(
     kube: KubeClient, namespace: str, name: str, spec: dict[str, Any], **meta: Any
 ) -> dict[str, Any]:
     return kube.create(CONFIGBUNDLES, namespace, bundle(name, spec, **meta))
-
-
-def set_spec(kube: KubeClient, namespace: str, name: str, spec: dict[str, Any]) -> int:
-    """Replace the bundle's spec (merge patch with nulls for removed keys); return generation."""
-    current = kube.get(CONFIGBUNDLES, namespace, name)
-    patch_spec: dict[str, Any] = {k: None for k in current.get("spec", {})}
-    patch_spec.update(spec)
-    # Maps are merged by a merge patch; send them whole by nulling first.
-    out = kube.patch(CONFIGBUNDLES, namespace, name, {"spec": patch_spec}, patch_type="merge")
-    for field in ("data", "binaryData", "labels", "annotations"):
-        if field in spec and out["spec"].get(field) != spec[field]:
-            body = {**out, "spec": {**out["spec"], field: spec[field]}}
-            out = kube.update(CONFIGBUNDLES, namespace, name, body)
-    return int(out["metadata"]["generation"])
 
 
 def converged(
@@ -227,15 +215,7 @@ def test_quiet_after_convergence(
     kube.patch(CONFIGMAPS, namespace, "q0", {"metadata": {"labels": {"team": "x"}}})
     # Let that event be handled, and no namespace be terminating (their deletion writes).
     time.sleep(3)
-    wait_for(
-        lambda: all(
-            n.get("status", {}).get("phase") != "Terminating"
-            for n in kube.list(NAMESPACES)["items"]
-        ),
-        120,
-        interval=1,
-        message="no namespace terminating",
-    )
+    wait_no_terminating_namespaces(kube)
     cm = kube.get(CONFIGMAPS, namespace, "q0")
     versions = {
         i: kube.get(CONFIGMAPS, namespace, f"q{i}")["metadata"]["resourceVersion"] for i in range(5)
@@ -439,7 +419,7 @@ def test_deletion_policies(kube: KubeClient, namespace: str, cbop: Callable[...,
     del kept
     kube.delete(CONFIGBUNDLES, namespace, "gone")
     kube.delete(CONFIGBUNDLES, namespace, "kept")
-    wait_for(lambda: get_or_none(kube, namespace, "gone") is None, 30, message="garbage collected")
+    wait_for(lambda: get_or_none(kube, namespace, "gone") is None, 90, message="garbage collected")
 
     def bundle_gone() -> bool:
         try:

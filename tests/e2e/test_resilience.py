@@ -10,41 +10,34 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 
 from cbop.envtest import ControlPlane
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, KubeClient
 
-from .harness import Operator, apiserver_writes, bundle, wait_for
+from .harness import (
+    Operator,
+    apiserver_writes,
+    bundle,
+    set_spec,
+    wait_for,
+    wait_no_terminating_namespaces,
+)
 
 FAST = ["--kube-api-qps", "500", "--kube-api-burst", "1000", "--resync-period", "10s"]
 
 
 @pytest.fixture
-def operators(
-    kubeconfig: str, namespace: str, tmp_path: Path, crd: None
-) -> Iterator[Callable[..., Operator]]:
-    started: list[Operator] = []
+def operators(cbop: Callable[..., Operator]) -> Callable[..., Operator]:
+    """cbop processes with generous client-side limits and a 10 s resync."""
 
     def start(*args: str, wait: bool = True) -> Operator:
-        op = Operator(
-            kubeconfig,
-            [namespace],
-            args=[*FAST, *args],
-            log_path=tmp_path / f"cbop-{len(started)}.log",
-        )
-        started.append(op)
-        if wait:
-            op.wait_ready()
-        return op
+        return cbop(*FAST, *args, wait=wait)
 
-    yield start
-    for op in started:
-        op.stop()
+    return start
 
 
 def _all_converged(kube: KubeClient, namespace: str, expected: dict[str, dict[str, str]]) -> bool:
@@ -68,9 +61,7 @@ def test_two_operators_without_leader_election_converge_without_flapping(
     a, b = operators(), operators()
     kube.create(CONFIGBUNDLES, namespace, bundle("twin", {"data": {"v": "0"}}))
     for i in range(1, 21):
-        current = kube.get(CONFIGBUNDLES, namespace, "twin")
-        current["spec"]["data"] = {"v": str(i), f"k{i}": "x"}
-        kube.update(CONFIGBUNDLES, namespace, "twin", current)
+        set_spec(kube, namespace, "twin", {"data": {"v": str(i), f"k{i}": "x"}})
         time.sleep(0.05)
     final = {"v": "20", "k20": "x"}
     wait_for(
@@ -161,6 +152,7 @@ def test_restart_mid_work_converges_without_duplicates_and_restart_is_quiet(
     second.stop()
 
     # A restart on a converged cluster makes no writes.
+    wait_no_terminating_namespaces(kube)
     before = apiserver_writes(kube)
     again = operators()
     wait_for(
@@ -205,9 +197,7 @@ def test_compacted_watch_relists_and_sees_deletion_made_in_the_gap(
         60,
         message="deletion seen after relist",
     )
-    current = kube.get(CONFIGBUNDLES, namespace, "keep")
-    current["spec"]["data"] = {"a": "changed"}
-    kube.update(CONFIGBUNDLES, namespace, "keep", current)
+    set_spec(kube, namespace, "keep", {"data": {"a": "changed"}})
     wait_for(
         lambda: kube.get(CONFIGMAPS, namespace, "keep").get("data") == {"a": "changed"},
         30,

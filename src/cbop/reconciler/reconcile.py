@@ -463,6 +463,10 @@ class Reconciler:
         except ApiError as err:
             if err.is_conflict:
                 raise Requeue("bundle changed while its finalizer was being set") from err
+            if err.is_not_found and change is FinalizerChange.REMOVE:
+                # Already gone: a previous reconcile removed the last finalizer and the
+                # cache has not seen the deletion yet. Nothing is left to do.
+                return bundle
             raise
 
     def _release(self, key: str, bundle: Mapping[str, Any], decision: Decision) -> Result:
