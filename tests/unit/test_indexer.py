@@ -238,3 +238,35 @@ def test_concurrent_writers_and_readers_keep_indexes_consistent() -> None:
     total = sum(len(idx.index_keys(CONTROLLER_UID_INDEX, f"u{u}")) for u in range(3))
     assert total == len(idx)
     assert sum(len(idx.index_keys(BY_NAMESPACE, f"ns{w}")) for w in range(4)) == len(idx)
+
+
+def test_staging_is_swapped_in_at_once() -> None:
+    idx = Indexer({CONTROLLER_UID_INDEX: index_by_controller_uid})
+    old_a = obj("a", "ns1")
+    idx.add(old_a)
+    idx.add(obj("gone", "ns1"))
+    staging = idx.staging()
+    staging.add("ns1/a", obj("a", "ns1", rv="2", owner="u"))
+    staging.add("ns2/b", obj("b", "ns2", owner="u"))
+    staging.add("ns2/b", obj("b", "ns2", rv="3"))  # a later duplicate wins
+    # Nothing is visible before the swap.
+    assert sorted(idx.list_keys()) == ["ns1/a", "ns1/gone"]
+    previous = idx.swap_in(staging, "99")
+    assert previous == {"ns1/a": old_a, "ns1/gone": obj("gone", "ns1")}
+    assert sorted(idx.list_keys()) == ["ns1/a", "ns2/b"]
+    assert idx.resource_version == "99"
+    assert idx.index_keys(CONTROLLER_UID_INDEX, "u") == ["ns1/a"]
+    assert idx.list_index_values(BY_NAMESPACE) == ["ns1", "ns2"]
+    with pytest.raises(RuntimeError, match="swapped"):
+        staging.add("ns3/c", obj("c", "ns3"))
+
+
+def test_staging_survives_indexes_added_meanwhile() -> None:
+    idx = Indexer()
+    staging = idx.staging()
+    staging.add("ns/a", obj("a", "ns", owner="u"))
+    idx.add_indexers({CONTROLLER_UID_INDEX: index_by_controller_uid})
+    idx.swap_in(staging, "5")
+    assert idx.index_keys(CONTROLLER_UID_INDEX, "u") == ["ns/a"]
+    assert idx.index_keys(BY_NAMESPACE, "ns") == ["ns/a"]
+    assert idx.resource_version == "5"

@@ -43,6 +43,7 @@ __all__ = [
     "CacheMutationError",
     "DeletedFinalStateUnknown",
     "IndexFunc",
+    "IndexStaging",
     "Indexer",
     "Lister",
     "MutationDetector",
@@ -314,32 +315,49 @@ class Indexer:
             return values if isinstance(values, list) else list(values)
         return list(dict.fromkeys(values))
 
-    def _file_locked(self, key: str, obj: Mapping[str, Any]) -> None:
+    def _file_into(
+        self,
+        indices: dict[str, dict[str, set[str]]],
+        filed_by_key: dict[str, dict[str, list[str]]],
+        key: str,
+        obj: Mapping[str, Any],
+    ) -> None:
         filed: dict[str, list[str]] = {}
         for name, fn in self._index_funcs.items():
             values = self._values(name, fn, obj)
             filed[name] = values
-            index = self._indices[name]
+            index = indices[name]
             for value in values:
                 keys = index.get(value)
                 if keys is None:
                     index[value] = {key}
                 else:
                     keys.add(key)
-        self._filed[key] = filed
+        filed_by_key[key] = filed
 
-    def _unfile_locked(self, key: str) -> None:
-        filed = self._filed.pop(key, None)
+    @staticmethod
+    def _unfile_from(
+        indices: dict[str, dict[str, set[str]]],
+        filed_by_key: dict[str, dict[str, list[str]]],
+        key: str,
+    ) -> None:
+        filed = filed_by_key.pop(key, None)
         if not filed:
             return
         for name, values in filed.items():
-            index = self._indices[name]
+            index = indices[name]
             for value in values:
                 keys = index.get(value)
                 if keys is not None:
                     keys.discard(key)
                     if not keys:
                         del index[value]
+
+    def _file_locked(self, key: str, obj: Mapping[str, Any]) -> None:
+        self._file_into(self._indices, self._filed, key, obj)
+
+    def _unfile_locked(self, key: str) -> None:
+        self._unfile_from(self._indices, self._filed, key)
 
     # ------------------------------------------------------------- writes
 
@@ -421,6 +439,34 @@ class Indexer:
             self._detector.forget_all()
             for key, obj in items.items():
                 self._detector.track(key, obj)
+
+    def staging(self) -> IndexStaging:
+        """Return an empty :class:`IndexStaging` that indexes with this indexer's functions."""
+        return IndexStaging(self)
+
+    def swap_in(self, staging: IndexStaging, resource_version: str) -> dict[str, Mapping[str, Any]]:
+        """Replace the whole content with a filled :class:`IndexStaging`, atomically.
+
+        Returns:
+            The previous content, ``{key: object}``.
+        """
+        with self._lock:
+            previous = self._items
+            if staging.index_names != tuple(self._index_funcs):
+                # Indexes were added while staging: file everything afresh.
+                self._items = {}
+                self.replace_keyed(staging.items.items(), resource_version)
+            else:
+                self._items = staging.items
+                self._indices = staging.indices
+                self._filed = staging.filed
+                self._resource_version = resource_version
+                if self._detector is not None:
+                    self._detector.forget_all()
+                    for key, obj in self._items.items():
+                        self._detector.track(key, obj)
+        staging.spent = True
+        return previous
 
     def set_resource_version(self, resource_version: str) -> None:
         """Record the resourceVersion the content is current at."""
@@ -515,6 +561,35 @@ class Indexer:
         """
         if self._detector is not None:
             self._detector.check()
+
+
+class IndexStaging:
+    """The content of an :class:`Indexer` being built aside, to be swapped in at once.
+
+    An informer fills one while a list streams in (indexing each object as it is
+    decoded, off the critical path), then :meth:`Indexer.swap_in` replaces the cache
+    with it in one step. Not thread-safe: one thread fills it.
+    """
+
+    def __init__(self, indexer: Indexer) -> None:
+        self._indexer = indexer
+        self.index_names = tuple(indexer.index_names())
+        self.items: dict[str, Mapping[str, Any]] = {}
+        self.indices: dict[str, dict[str, set[str]]] = {n: {} for n in self.index_names}
+        self.filed: dict[str, dict[str, list[str]]] = {}
+        self.spent = False
+
+    def add(self, key: str, obj: Mapping[str, Any]) -> None:
+        """Stage ``obj`` under ``key`` (a later object with the same key wins)."""
+        if self.spent:
+            raise RuntimeError("this staging was already swapped in")
+        if key in self.items:
+            Indexer._unfile_from(self.indices, self.filed, key)
+        self.items[key] = obj
+        self._indexer._file_into(self.indices, self.filed, key, obj)
+
+    def __len__(self) -> int:
+        return len(self.items)
 
 
 class Lister:

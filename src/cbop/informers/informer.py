@@ -60,6 +60,7 @@ from cbop.informers.indexer import (
     DeletedFinalStateUnknown,
     Indexer,
     IndexFunc,
+    IndexStaging,
     Lister,
     meta_namespace_key,
 )
@@ -442,29 +443,22 @@ class SharedInformer:
             else:
                 self._dispatch("update", old, obj)
         elif kind == "replace":
-            _, objs, rv = item
-            self._apply_replace(objs, rv)
+            _, staging, rv = item
+            self._apply_replace(staging, rv)
         elif kind == "handler":
             handler = item[1]
             for obj in self._indexer.list():
                 self._call(handler, "add", obj)
             self._handlers.append(handler)
 
-    def _apply_replace(self, objs: list[dict[str, Any]], rv: str) -> None:
+    def _apply_replace(self, staging: IndexStaging, rv: str) -> None:
         # A relist touches every object; the collector would rescan the whole cache.
         with paused_gc():
-            self._replace_and_notify(objs, rv)
+            self._replace_and_notify(staging, rv)
 
-    def _replace_and_notify(self, objs: list[dict[str, Any]], rv: str) -> None:
-        previous = dict(self._indexer.items())
-        named: list[tuple[str, dict[str, Any]]] = []
-        for obj in objs:
-            try:
-                named.append((meta_namespace_key(obj), obj))
-            except ValueError:
-                self._log.warning("dropping a listed object without a name")
-        self._indexer.replace_keyed(named, rv)
-        for key, obj in named:
+    def _replace_and_notify(self, staging: IndexStaging, rv: str) -> None:
+        previous = self._indexer.swap_in(staging, rv)
+        for key, obj in staging.items.items():
             old = previous.pop(key, None)
             if old is None:
                 self._dispatch("add", obj)
@@ -475,7 +469,7 @@ class SharedInformer:
         if not self._synced.is_set():
             self._synced.set()
             self._schedule_resync()
-            self._log.info("cache synced", objects=len(named), resource_version=rv)
+            self._log.info("cache synced", objects=len(staging), resource_version=rv)
         elif previous:
             self._log.info("relist found deletions", deleted=len(previous))
 
@@ -559,7 +553,7 @@ class SharedInformer:
         while not self._stopping:
             if need_list:
                 try:
-                    objs, rv = self._list(list_rv)
+                    staging, rv = self._list(list_rv)
                 except ApiError as err:
                     if self._stopping:
                         return
@@ -574,7 +568,7 @@ class SharedInformer:
                     self._mark_down()
                     self._pause(err)
                     continue
-                self._enqueue(("replace", objs, rv))
+                self._enqueue(("replace", staging, rv))
                 self._set_rv(rv)
                 need_list = False
             try:
@@ -600,13 +594,28 @@ class SharedInformer:
                 self._mark_down()
                 self._pause(err)
 
-    def _list(self, rv: str) -> tuple[list[dict[str, Any]], str]:
-        """List every page; return (prepared objects, list resourceVersion).
+    def _list(self, rv: str) -> tuple[IndexStaging, str]:
+        """List every page into a new :class:`IndexStaging`; return it and the list's RV.
+
+        Each object is transformed and indexed as soon as it is decoded, while the rest
+        of the body is still arriving; the cache itself is replaced later, at once, on
+        the informer thread.
 
         Raises:
             ApiError: the list failed (``is_gone`` when ``rv`` is too old).
         """
-        items: list[dict[str, Any]] = []
+        staging = self._indexer.staging()
+
+        def stage(obj: dict[str, Any]) -> dict[str, Any]:
+            obj = self._prepare(obj)
+            try:
+                key = meta_namespace_key(obj)
+            except ValueError:
+                self._log.warning("dropping a listed object without a name")
+                return obj
+            staging.add(key, obj)
+            return obj
+
         list_rv = rv
         continue_: str | None = None
         while True:
@@ -619,24 +628,23 @@ class SharedInformer:
                     limit=self._page_size,
                     continue_=continue_,
                     resource_version=None if continue_ else (rv or None),
-                    item_hook=self._prepare,
+                    item_hook=stage,
                 )
             except ApiError as err:
                 if not (err.is_gone and continue_):
                     raise
                 # The continue token expired (compaction): one unpaged list instead.
                 self._log.info("list continuation expired; listing in one go")
+                staging = self._indexer.staging()
+                continue_ = None
                 page = self._client.list(
                     self._resource,
                     self._namespace,
                     label_selector=self._label_selector,
                     field_selector=self._field_selector,
                     resource_version=rv or None,
-                    item_hook=self._prepare,
+                    item_hook=stage,
                 )
-                items = []
-                continue_ = None
-            items.extend(page.get("items") or ())
             meta = page.get("metadata") or {}
             page_rv = meta.get("resourceVersion")
             if page_rv:
@@ -646,7 +654,7 @@ class SharedInformer:
                 break
         if self._stopping:
             raise _Stopped
-        return items, list_rv
+        return staging, list_rv
 
     def _watch_once(self) -> None:
         """Open one watch from the current RV and pump its events into the FIFO.
