@@ -1,0 +1,134 @@
+package main
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/scheme"
+)
+
+// GroupVersion of the ConfigBundle API (manifests/crd/cbop.dev_configbundles.yaml).
+var GroupVersion = schema.GroupVersion{Group: "cbop.dev", Version: "v1alpha1"}
+
+var schemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+
+// ConfigBundleSpec is the part of the spec this peer acts on.
+type ConfigBundleSpec struct {
+	ConfigMapName string            `json:"configMapName,omitempty"`
+	Data          map[string]string `json:"data,omitempty"`
+	BinaryData    map[string][]byte `json:"binaryData,omitempty"`
+	Labels        map[string]string `json:"labels,omitempty"`
+	Annotations   map[string]string `json:"annotations,omitempty"`
+	Immutable     bool              `json:"immutable,omitempty"`
+	Suspend       bool              `json:"suspend,omitempty"`
+}
+
+// ConfigBundleStatus mirrors cbop's status fields.
+type ConfigBundleStatus struct {
+	ObservedGeneration int64              `json:"observedGeneration,omitempty"`
+	ConfigMapName      string             `json:"configMapName,omitempty"`
+	ContentHash        string             `json:"contentHash,omitempty"`
+	KeyCount           int                `json:"keyCount,omitempty"`
+	Conditions         []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// ConfigBundle declares one ConfigMap.
+type ConfigBundle struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   ConfigBundleSpec   `json:"spec,omitempty"`
+	Status ConfigBundleStatus `json:"status,omitempty"`
+}
+
+// ConfigBundleList is a list of ConfigBundles.
+type ConfigBundleList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ConfigBundle `json:"items"`
+}
+
+func init() {
+	schemeBuilder.Register(&ConfigBundle{}, &ConfigBundleList{})
+}
+
+func copyStrings(in map[string]string) map[string]string {
+	if in == nil {
+		return nil
+	}
+	out := make(map[string]string, len(in))
+	for k, v := range in {
+		out[k] = v
+	}
+	return out
+}
+
+// DeepCopyInto copies the spec (what controller-gen would generate).
+func (in *ConfigBundleSpec) DeepCopyInto(out *ConfigBundleSpec) {
+	*out = *in
+	out.Data = copyStrings(in.Data)
+	out.Labels = copyStrings(in.Labels)
+	out.Annotations = copyStrings(in.Annotations)
+	if in.BinaryData != nil {
+		out.BinaryData = make(map[string][]byte, len(in.BinaryData))
+		for k, v := range in.BinaryData {
+			out.BinaryData[k] = append([]byte(nil), v...)
+		}
+	}
+}
+
+// DeepCopyInto copies the status.
+func (in *ConfigBundleStatus) DeepCopyInto(out *ConfigBundleStatus) {
+	*out = *in
+	if in.Conditions != nil {
+		out.Conditions = make([]metav1.Condition, len(in.Conditions))
+		for i := range in.Conditions {
+			in.Conditions[i].DeepCopyInto(&out.Conditions[i])
+		}
+	}
+}
+
+// DeepCopyInto copies the whole object.
+func (in *ConfigBundle) DeepCopyInto(out *ConfigBundle) {
+	*out = *in
+	out.TypeMeta = in.TypeMeta
+	in.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	in.Spec.DeepCopyInto(&out.Spec)
+	in.Status.DeepCopyInto(&out.Status)
+}
+
+// DeepCopy returns a copy.
+func (in *ConfigBundle) DeepCopy() *ConfigBundle {
+	if in == nil {
+		return nil
+	}
+	out := new(ConfigBundle)
+	in.DeepCopyInto(out)
+	return out
+}
+
+// DeepCopyObject implements runtime.Object.
+func (in *ConfigBundle) DeepCopyObject() runtime.Object { return in.DeepCopy() }
+
+// DeepCopyInto copies the list.
+func (in *ConfigBundleList) DeepCopyInto(out *ConfigBundleList) {
+	*out = *in
+	out.TypeMeta = in.TypeMeta
+	in.ListMeta.DeepCopyInto(&out.ListMeta)
+	if in.Items != nil {
+		out.Items = make([]ConfigBundle, len(in.Items))
+		for i := range in.Items {
+			in.Items[i].DeepCopyInto(&out.Items[i])
+		}
+	}
+}
+
+// DeepCopyObject implements runtime.Object.
+func (in *ConfigBundleList) DeepCopyObject() runtime.Object {
+	if in == nil {
+		return nil
+	}
+	out := new(ConfigBundleList)
+	in.DeepCopyInto(out)
+	return out
+}

@@ -1,0 +1,96 @@
+// Command controller-runtime-peer is a small controller-runtime operator implementing
+// cbop's ConfigBundle contract, used by bench/operators.py as a peer to measure against.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"net/http"
+	"os"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+)
+
+func controllerOptions(workers int) controller.Options {
+	return controller.Options{MaxConcurrentReconciles: workers}
+}
+
+func main() {
+	var namespace, metricsAddr, probeAddr string
+	var workers, burst int
+	var qps float64
+	var resync time.Duration
+	flag.StringVar(&namespace, "namespace", "", "namespace to watch (default: all)")
+	flag.IntVar(&workers, "workers", 4, "MaxConcurrentReconciles")
+	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "metrics address (0 disables)")
+	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "health probe address")
+	flag.DurationVar(&resync, "resync-period", 10*time.Hour, "informer resync period (SyncPeriod)")
+	flag.Float64Var(&qps, "kube-api-qps", 0, "client QPS (0: controller-runtime's default, no client-side limit)")
+	flag.IntVar(&burst, "kube-api-burst", 0, "client burst (0: default)")
+	opts := zap.Options{}
+	opts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
+	log := ctrl.Log.WithName("peer")
+
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		panic(err)
+	}
+	if err := schemeBuilder.AddToScheme(scheme); err != nil {
+		panic(err)
+	}
+	cfg := ctrl.GetConfigOrDie()
+	if qps != 0 {
+		cfg.QPS = float32(qps)
+	}
+	if burst != 0 {
+		cfg.Burst = burst
+	}
+	cacheOpts := cache.Options{SyncPeriod: &resync}
+	if namespace != "" {
+		cacheOpts.DefaultNamespaces = map[string]cache.Config{namespace: {}}
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Cache:                  cacheOpts,
+		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
+		HealthProbeBindAddress: probeAddr,
+	})
+	if err != nil {
+		log.Error(err, "creating the manager")
+		os.Exit(1)
+	}
+	r := &BundleReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme()}
+	if err := r.SetupWithManager(mgr, workers); err != nil {
+		log.Error(err, "setting up the controller")
+		os.Exit(1)
+	}
+	if err := mgr.AddHealthzCheck("ping", func(*http.Request) error { return nil }); err != nil {
+		panic(err)
+	}
+	synced := func(req *http.Request) error {
+		ctx, cancel := context.WithTimeout(req.Context(), 100*time.Millisecond)
+		defer cancel()
+		if !mgr.GetCache().WaitForCacheSync(ctx) {
+			return errors.New("caches not synced")
+		}
+		return nil
+	}
+	if err := mgr.AddReadyzCheck("informers-synced", synced); err != nil {
+		panic(err)
+	}
+	log.Info("starting", "namespace", namespace, "workers", workers, "qps", cfg.QPS, "burst", cfg.Burst)
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		log.Error(err, "manager exited")
+		os.Exit(1)
+	}
+}
