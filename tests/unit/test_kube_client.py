@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import queue
 import socket
@@ -41,6 +42,7 @@ class Reply:
     chunks: list[bytes] | None = None
     release: threading.Event | None = None
     abort: bool = False  # close the connection without ending the chunked body
+    raw: bytes | None = None  # a body sent as is (with `headers`), not JSON-encoded
 
 
 Responder = Callable[[Seen], Reply]
@@ -92,7 +94,10 @@ class FakeApiServer:
                     self.wfile.flush()
                     self.close_connection = True
                     return
-                data = b"" if reply.body is None else json.dumps(reply.body).encode()
+                if reply.raw is not None:
+                    data = reply.raw
+                else:
+                    data = b"" if reply.body is None else json.dumps(reply.body).encode()
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -546,3 +551,23 @@ def test_list_cut_short_is_an_error(server_factory: Any) -> None:
     assert info.value.reason == "InvalidResponse"
     with pytest.raises(ConnectionFailed):
         client.list(CONFIGMAPS)
+
+
+def test_gzip_is_requested_and_decoded_but_not_for_watches(server_factory: Any) -> None:
+    body = json.dumps(
+        {"metadata": {"resourceVersion": "9"}, "items": [cm(f"o{i}") for i in range(300)]},
+        separators=(",", ":"),
+    ).encode()
+    answers = iter(
+        [
+            Reply(200, raw=gzip.compress(body), headers={"Content-Encoding": "gzip"}),
+            Reply(200, chunks=[]),
+        ]
+    )
+    srv = server_factory(lambda seen: next(answers))
+    client = make_client(srv.url)
+    out = client.list(CONFIGMAPS)
+    assert [o["metadata"]["name"] for o in out["items"]] == [f"o{i}" for i in range(300)]
+    assert srv.requests[0].headers["accept-encoding"] == "gzip"
+    list(client.watch(CONFIGMAPS, resource_version="9", timeout_seconds=1, read_timeout=5))
+    assert srv.requests[1].headers.get("accept-encoding", "identity") != "gzip"

@@ -14,6 +14,8 @@ Behaviour borrowed from client-go's ``rest`` package:
   watch streams;
 * a 429 or 5xx answer that carries ``Retry-After`` is retried after that many seconds,
   at most ``max_retries`` (10) times, for every verb (the server did not process it);
+* responses may be gzip-compressed (``Accept-Encoding: gzip``, as Go's HTTP transport
+  asks for by default; the API server compresses bodies over 128 KiB), except watches;
 * every request is counted by (verb, resource plural), see :meth:`KubeClient.request_counts`,
   and reported to an optional ``on_request(verb, resource, status_code, seconds)`` hook so
   that upper layers can attach metrics without this package importing Prometheus.
@@ -33,6 +35,7 @@ from pathlib import Path
 from typing import Any, Final, cast
 
 import urllib3
+import yaml
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
@@ -173,6 +176,11 @@ class _TokenFileRefresher:
         self._period = period
         self._lock = threading.Lock()
         self._next_read = clock.now() + period
+
+    def force(self) -> None:
+        """Make the next request re-read the file (after a 401: the token was rotated)."""
+        with self._lock:
+            self._next_read = float("-inf")
 
     def __call__(self, configuration: Any) -> None:
         now = self._clock.now()
@@ -380,6 +388,7 @@ class KubeClient:
         configuration = k8s_client.Configuration()
         if kubeconfig is not None:
             _load_kubeconfig(configuration, kubeconfig, context)
+            _watch_token_file(configuration, kubeconfig, context, clk)
         elif _in_cluster():
             _load_in_cluster(configuration, clk)
         else:
@@ -392,6 +401,7 @@ class KubeClient:
                     f"a pod, and {'$KUBECONFIG=' + env if env else '~/.kube/config'} does not exist"
                 )
             _load_kubeconfig(configuration, candidate, context)
+            _watch_token_file(configuration, candidate.split(os.pathsep)[0], context, clk)
         return cls.from_configuration(
             configuration,
             qps=qps,
@@ -493,6 +503,10 @@ class KubeClient:
             ConnectionFailed: no answer.
         """
         headers = {"Accept": "application/json"}
+        if verb != "watch":
+            # As Go's HTTP transport under client-go: the API server compresses
+            # responses over 128 KiB, which is far cheaper to read than the plain body.
+            headers["Accept-Encoding"] = "gzip"
         if body is not None:
             headers["Content-Type"] = content_type
             if isinstance(body, bytes | str) and _is_json(content_type):
@@ -521,6 +535,14 @@ class KubeClient:
             self._record(verb, resource, 0, self._clock.now() - start)
             raise _connection_failed(exc, f"{method} {path}") from exc
 
+    def _reread_token(self) -> bool:
+        """After a 401: re-read a watched token file now; True when there is one."""
+        hook = getattr(self._api.configuration, "refresh_api_key_hook", None)
+        if isinstance(hook, _TokenFileRefresher):
+            hook.force()
+            return True
+        return False
+
     def _call(
         self,
         verb: str,
@@ -537,6 +559,7 @@ class KubeClient:
     ) -> dict[str, Any]:
         request_timeout = None if timeout is None else (min(_CONNECT_TIMEOUT, timeout), timeout)
         attempt = 0
+        reauthenticated = False
         while True:
             self._throttle()
             start = self._clock.now()
@@ -578,6 +601,9 @@ class KubeClient:
                     ) from exc
                 return decoded if isinstance(decoded, dict) else {"items": decoded}
             error = ApiError.from_response(status, response.getheaders(), data)
+            if status == 401 and not reauthenticated and self._reread_token():
+                reauthenticated = True
+                continue
             if (
                 error.retry_after is not None
                 and (status == 429 or 500 <= status <= 599)
@@ -987,6 +1013,8 @@ class KubeClient:
         )
         status = int(response.status)
         self._record("watch", res.plural, status, self._clock.now() - start)
+        if status == 401:
+            self._reread_token()  # the informer's next attempt uses the rotated token
         if not 200 <= status < 300:
             try:
                 data = response.read()
@@ -1023,6 +1051,28 @@ def _load_kubeconfig(configuration: Any, path: str, context: str | None) -> None
         )
     except (ConfigException, OSError, ValueError, KeyError) as exc:
         raise ConfigError(f"cannot load kubeconfig {path!r} (context {context!r}): {exc}") from exc
+
+
+def _watch_token_file(configuration: Any, path: str, context: str | None, clock: Clock) -> None:
+    """Re-read a kubeconfig user's ``tokenFile`` periodically, as client-go does.
+
+    The client's kubeconfig loader reads ``tokenFile`` once; a projected or rotated
+    token would then stop working when it expires. When the selected user names a
+    ``tokenFile``, install a :class:`_TokenFileRefresher` for it.
+    """
+    try:
+        doc = yaml.safe_load(Path(path).expanduser().read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return
+    contexts = {c.get("name"): c.get("context") or {} for c in doc.get("contexts") or ()}
+    selected = contexts.get(context or doc.get("current-context"), {})
+    users = {u.get("name"): u.get("user") or {} for u in doc.get("users") or ()}
+    token_file = users.get(selected.get("user"), {}).get("tokenFile")
+    if token_file:
+        token_path = Path(token_file).expanduser()
+        if not token_path.is_absolute():
+            token_path = Path(path).expanduser().parent / token_path
+        configuration.refresh_api_key_hook = _TokenFileRefresher(str(token_path), clock)
 
 
 def _load_in_cluster(

@@ -260,6 +260,10 @@ def _decode_items(reader: _Reader, hook: ItemHook | None) -> list[Any]:
             batch, tried = reader.batch(marker)
             if tried and batch is None:
                 misses += 1
+            elif not tried and reader.fill():
+                # No item boundary ahead yet: the window ends inside this item. Read
+                # on instead of decoding (and failing on) the partial item.
+                continue
         if batch:
             for item in batch:
                 items.append(hook(item) if hook is not None and isinstance(item, dict) else item)
