@@ -14,8 +14,10 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from cbop.envtest import ControlPlane
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, KubeClient, Resource
@@ -199,3 +201,71 @@ def test_healthz_turns_unhealthy_while_the_watch_is_dead(
         assert condition(kube, namespace, "after") is not None
     finally:
         op.stop()
+
+
+def test_rotated_token_keeps_cbop_reconciling(
+    control_plane: ControlPlane,
+    sa_kubeconfig: Path,
+    kube: KubeClient,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    """The token file is replaced and the old token invalidated; cbop keeps working.
+
+    Tokens are bound to Secrets (TokenRequest ``boundObjectRef``): deleting the Secret
+    invalidates its token, as a deleted pod invalidates its projected token.
+    """
+
+    def bound_token(secret: dict[str, Any]) -> str:
+        meta = secret["metadata"]
+        ref = {"kind": "Secret", "apiVersion": "v1", "name": meta["name"], "uid": meta["uid"]}
+        path = control_plane.kubeconfig_for_service_account("cbop-system", "cbop", bound_object=ref)
+        return str(yaml.safe_load(path.read_text())["users"][0]["user"]["token"])
+
+    first = kube.create(SECRETS, "cbop-system", {"metadata": {"generateName": "token-binding-"}})
+    second = kube.create(SECRETS, "cbop-system", {"metadata": {"generateName": "token-binding-"}})
+    token_file = tmp_path / "token"
+    old_token = bound_token(first)
+    token_file.write_text(old_token)
+    doc = yaml.safe_load(sa_kubeconfig.read_text())
+    doc["users"][0]["user"] = {"tokenFile": str(token_file)}
+    rotating = tmp_path / "rotating.kubeconfig"
+    rotating.write_text(yaml.safe_dump(doc))
+    doc["users"][0]["user"] = {"token": old_token}
+    stale = tmp_path / "stale.kubeconfig"
+    stale.write_text(yaml.safe_dump(doc))
+
+    op = Operator(rotating, [namespace], args=["--resync-period=0"], log_path=tmp_path / "rot.log")
+    try:
+        op.wait_ready()
+        kube.create(CONFIGBUNDLES, namespace, bundle("before", {"data": {"a": "1"}}))
+        wait_for(lambda: ready(kube, namespace, "before"), 30, message="before Ready")
+
+        token_file.write_text(bound_token(second))
+        kube.delete(SECRETS, "cbop-system", first["metadata"]["name"])
+        old = KubeClient.from_config(kubeconfig=str(stale), qps=0)
+
+        def rejected() -> bool:
+            try:
+                old.list(CONFIGMAPS, namespace, limit=1)
+            except ApiError as err:
+                return err.status == 401
+            return False
+
+        wait_for(rejected, 60, interval=1, message="old token rejected")
+        old.close()
+
+        kube.create(CONFIGBUNDLES, namespace, bundle("after", {"data": {"a": "2"}}))
+        wait_for(lambda: ready(kube, namespace, "after"), 60, message="after Ready, new token")
+        set_spec(kube, namespace, "before", {"data": {"a": "changed"}})
+        wait_for(
+            lambda: kube.get(CONFIGMAPS, namespace, "before")["data"] == {"a": "changed"},
+            60,
+            message="update with the new token",
+        )
+        errors = op.metrics()[
+            'controller_runtime_reconcile_errors_total{controller="configbundle"}'
+        ]
+        assert errors == 0, op.logs()[-3000:]
+    finally:
+        assert op.stop() == 0

@@ -1072,7 +1072,12 @@ def _watch_token_file(configuration: Any, path: str, context: str | None, clock:
         token_path = Path(token_file).expanduser()
         if not token_path.is_absolute():
             token_path = Path(path).expanduser().parent / token_path
-        configuration.refresh_api_key_hook = _TokenFileRefresher(str(token_path), clock)
+        refresher = _TokenFileRefresher(str(token_path), clock)
+        # Read it now too: the stock loader keeps a trailing newline, which is not a
+        # valid header value.
+        refresher.force()
+        refresher(configuration)
+        configuration.refresh_api_key_hook = refresher
 
 
 def _load_in_cluster(
