@@ -137,7 +137,7 @@ class Manager:
                     "--leader-elect needs --leader-election-namespace when not running in a pod"
                 )
             self.elector = LeaderElector(
-                client,
+                client.with_limits(qps=0, burst=0, max_retries=0),
                 lease_name=options.leader_election_id,
                 namespace=namespace,
                 identity=options.identity,

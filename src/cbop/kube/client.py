@@ -440,6 +440,22 @@ class KubeClient:
         api_client.user_agent = user_agent
         return cls(api_client, qps=qps, burst=burst, clock=clock, on_request=on_request)
 
+    def with_limits(self, *, qps: float, burst: int, max_retries: int) -> KubeClient:
+        """Return a client sharing this one's connections and credentials, not its limits.
+
+        For traffic that must not queue behind the controller's, as client-go gives
+        leader election a client of its own: renewals must not wait for a client-side
+        rate limiter or for Retry-After sleeps past the renew deadline.
+        """
+        return KubeClient(
+            self._api,
+            qps=qps,
+            burst=burst,
+            clock=self._clock,
+            max_retries=max_retries,
+            on_request=self._on_request,
+        )
+
     @property
     def host(self) -> str:
         """The API server URL, e.g. ``https://127.0.0.1:6443``."""
