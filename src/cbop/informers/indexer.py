@@ -17,7 +17,7 @@ handlers receive them too), exactly as client-go's listers do. A caller that wan
 change an object first takes ``copy.deepcopy(obj)``. This costs nothing on the hot
 path: no copy per read, no frozen wrapper per nested dict/list (a recursively frozen
 object costs about as much memory again as the object and breaks ``json.dumps`` and
-``isinstance(x, dict)``; a deep copy per read costs ~20 us per 1 KiB ConfigMap).
+``isinstance(x, dict)``; a deep copy per read costs ~30 us per 1 KiB ConfigMap).
 The contract is enforced in tests by the cache mutation detector
 (:class:`MutationDetector`, like client-go's ``KUBE_CACHE_MUTATION_DETECTOR``): with
 ``CBOP_CACHE_MUTATION_DETECTOR=true`` in the environment (or ``detect_mutations=True``)

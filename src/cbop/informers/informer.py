@@ -6,18 +6,21 @@ This module owns the informer loop, a Python rendering of client-go's ``tools/ca
 * **List.** The first list asks for ``resourceVersion=0`` (may be served from the API
   server's watch cache), paged with ``limit=500``; the server may ignore the limit for
   RV 0 and answer in one page, and both are handled. A ``continue`` token that expires
-  mid-way (410) falls back to one unpaged list, as client-go's pager does.
+  mid-way (410) falls back to one unpaged list, as client-go's pager does. The body is
+  decoded while it streams in (:mod:`cbop.kube.jsonstream`); each object is transformed
+  and indexed into an :class:`~cbop.informers.indexer.IndexStaging` as soon as it is
+  decoded, and the staging replaces the cache in one step on the informer thread.
 * **Watch.** From the list's resourceVersion with ``allowWatchBookmarks=true`` and
   ``timeoutSeconds`` drawn uniformly from [300, 600). Every event, bookmarks included,
   advances :meth:`SharedInformer.last_sync_resource_version`. A watch that ends (its
   timeout) is re-opened at once from that RV, without a list.
 * **410 Gone / Expired** (an ``ERROR`` event or an error answer): after a short pause
   (its own backoff schedule, so that a 410 right after an outage does not wait out the
-  outage's long delays) relist with ``resourceVersion=""`` (a consistent read, as client-go after
-  ``isLastSyncResourceVersionUnavailable``). Keys the cache holds that the relist lacks
-  are delivered as deletions of a :class:`DeletedFinalStateUnknown` tombstone; listed
-  objects already cached are delivered as updates (old = cached, new = listed), the
-  others as adds.
+  outage's long delays) relist with ``resourceVersion=""``, a consistent read, as
+  client-go does after ``isLastSyncResourceVersionUnavailable``. Keys the cache holds
+  that the relist lacks are delivered as deletions of a :class:`DeletedFinalStateUnknown`
+  tombstone; listed objects already cached are delivered as updates (old = cached,
+  new = listed, even if unchanged, as client-go), the others as adds.
 * **Transport failures, 429, 5xx** (and any other watch error): back off
   (:class:`~cbop.informers.backoff.Backoff`: 0.8 s doubling to 30 s, jittered, reset
   after 2 min of health; at least ``Retry-After``) and re-watch from the last RV,
@@ -34,6 +37,8 @@ Threads: :meth:`SharedInformer.run` runs the processing loop (cache writes and h
 calls, in order) on the calling thread (the "informer thread"); the list/watch loop runs
 on a second thread and feeds it through a FIFO; a third waits for the stop event and
 interrupts blocking reads. Handler exceptions are logged and never stop the informer.
+The FIFO is unbounded: slow handlers delay delivery (and grow memory), never the watch,
+so the server never sees a stalled reader.
 
 Cached objects are parsed JSON dicts, shared with the handlers and listers, never
 copied: see the caching contract in :mod:`cbop.informers.indexer`. By default each
