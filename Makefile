@@ -102,3 +102,14 @@ image-check:
 
 clean:
 	rm -rf $(VENV) build dist .mypy_cache .pytest_cache .ruff_cache
+
+# Operator benchmark (bench/README.md, "Operators"): cbop against the raw API floor,
+# controller-runtime and kopf on a fresh local control plane. Not part of `make test`.
+# The full run takes 40-60 minutes and updates bench/results/ and bench/README.md.
+BENCH_ARGS ?=
+bench: venv binaries
+	$(PY) -m bench.operators --update-readme $(BENCH_ARGS)
+
+.PHONY: bench-quick
+bench-quick: venv binaries
+	$(PY) -m bench.operators --quick --out $${TMPDIR:-/tmp}/cbop-bench $(BENCH_ARGS)
