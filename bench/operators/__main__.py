@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import re
 import signal
 import socket
@@ -70,7 +71,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     impls = [i for i in args.impls.split(",") if i]
     scenarios = set(args.scenarios.split(","))
     started = datetime.datetime.now()
-    stamp = started.strftime("%Y-%m-%d-%H%M")
+    stamp = started.strftime("%Y-%m-%d-%H%M%S") + f"-{os.getpid()}"
     workdir = procs.cache_dir() / "runs" / stamp
     logs = workdir / "logs"
     logs.mkdir(parents=True, exist_ok=True)

@@ -1,8 +1,8 @@
 """Summarise py-spy collapsed stacks: where an operator's samples go.
 
-``python -m bench.operators.profile FILE.collapsed [--top 30]`` prints, for every thread
-name and in total, the share of samples per package (inclusive: a sample counts for every
-package on its stack) and the hottest functions by inclusive share.
+``python -m bench.operators.profile FILE.collapsed [--top 30]`` prints the share of
+samples per thread, per package (inclusive: a sample counts once for every package on its
+stack), and the hottest functions, inclusive and self.
 """
 
 from __future__ import annotations
@@ -16,12 +16,16 @@ _FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^():]+)(?::\d+)?\)$")
 
 
 def package(path: str) -> str:
-    """A coarse owner of a source file: ``cbop.<subpackage>``, a library, or the stdlib."""
-    if "/cbop/" in path:
-        rest = path.split("/cbop/", 1)[1].split("/")
-        return "cbop." + rest[0].removesuffix(".py") if len(rest) > 1 else "cbop"
-    if "site-packages/" in path:
-        return path.split("site-packages/", 1)[1].split("/", maxsplit=1)[0].removesuffix(".py")
+    """A coarse owner of a source file (py-spy prints paths relative to sys.path).
+
+    ``cbop/reconciler/reconcile.py`` -> ``cbop.reconciler``; ``urllib3/...`` -> ``urllib3``;
+    a bare ``threading.py`` -> ``stdlib:threading``.
+    """
+    parts = path.split("/")
+    if parts[0] == "cbop":
+        return "cbop." + parts[1].removesuffix(".py") if len(parts) > 1 else "cbop"
+    if len(parts) > 1:
+        return parts[0]
     return "stdlib:" + Path(path).stem
 
 
@@ -30,6 +34,7 @@ def summarise(path: Path, top: int) -> str:
     threads: Counter[str] = Counter()
     packages: Counter[str] = Counter()
     functions: Counter[str] = Counter()
+    leaves: Counter[str] = Counter()
     for line in path.read_text().splitlines():
         stack, _, count_text = line.rpartition(" ")
         if not stack or not count_text.isdigit():
@@ -37,32 +42,31 @@ def summarise(path: Path, top: int) -> str:
         count = int(count_text)
         frames = stack.split(";")
         thread = next((f for f in frames if f.startswith("thread ")), "thread ?")
-        name = re.sub(r"thread \(0x[0-9a-fA-F]+\)", "", thread).strip() or thread
         total += count
-        threads[name] += count
-        seen_pkg: set[str] = set()
-        seen_fn: set[str] = set()
-        for frame in frames:
-            m = _FRAME.match(frame)
-            if m is None:
-                continue
-            pkg = package(m["file"])
-            fn = f"{pkg}:{m['func']}"
-            if pkg not in seen_pkg:
-                seen_pkg.add(pkg)
-                packages[pkg] += count
-            if fn not in seen_fn:
-                seen_fn.add(fn)
-                functions[fn] += count
+        threads[re.sub(r"^thread \(\d+\): ", "", thread)] += count
+        parsed = [m for f in frames if (m := _FRAME.match(f)) is not None]
+        if parsed:
+            leaves[f"{package(parsed[-1]['file'])}:{parsed[-1]['func']}"] += count
+        for pkg in {package(m["file"]) for m in parsed}:
+            packages[pkg] += count
+        for fn in {f"{package(m['file'])}:{m['func']}" for m in parsed}:
+            functions[fn] += count
     if not total:
         return "no samples"
-    lines = [f"{total} samples", "", "by thread:"]
-    lines += [f"  {100 * c / total:5.1f} %  {t}" for t, c in threads.most_common(top)]
-    lines += ["", "by package (inclusive):"]
-    lines += [f"  {100 * c / total:5.1f} %  {p}" for p, c in packages.most_common(top)]
-    lines += ["", "by function (inclusive):"]
-    lines += [f"  {100 * c / total:5.1f} %  {f}" for f, c in functions.most_common(top)]
-    return "\n".join(lines)
+
+    def block(title: str, counter: Counter[str]) -> list[str]:
+        rows = [f"  {100 * c / total:5.1f} %  {k}" for k, c in counter.most_common(top)]
+        return ["", title, *rows]
+
+    return "\n".join(
+        [
+            f"{total} samples",
+            *block("by thread:", threads),
+            *block("by package (inclusive):", packages),
+            *block("by function (inclusive):", functions),
+            *block("by function (self):", leaves),
+        ]
+    )
 
 
 def main() -> None:

@@ -59,12 +59,16 @@ def expectations(n: int) -> dict[str, cluster.Expected]:
 
 
 def profiler(pid: int, out: Path) -> subprocess.Popen[bytes]:
-    """py-spy (from the bench virtualenv) sampling ``pid`` at 100 Hz into collapsed stacks."""
+    """py-spy sampling ``pid`` at 100 Hz into collapsed stacks, only threads holding the GIL.
+
+    With ``--gil`` the samples show where the process spends CPU in Python; threads
+    waiting for the API server (the bulk of a worker's wall time) are left out.
+    """
     out.parent.mkdir(parents=True, exist_ok=True)
     spy = Path(bench_python()).with_name("py-spy")
     cmd = [str(spy), "record", "--pid", str(pid), "--rate", "100", "--format", "raw"]
     return subprocess.Popen(
-        [*cmd, "--output", str(out), "--threads"],
+        [*cmd, "--output", str(out), "--threads", "--gil"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
