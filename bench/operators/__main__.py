@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "kubernetes": "{} / etcd {}".format(*pinned_versions()),
         "impls": impls,
         "quick": quick,
-        "settings": {k: v for k, v in vars(settings).items() if not isinstance(v, Path)},
+        "settings": {k: v for k, v in vars(settings).items() if not isinstance(v, Path | None)},
         "limits": "cbop --kube-api-qps 0; controller-runtime's default QPS -1; kopf has none",
         "s1": [],
         "s2": [],
@@ -106,7 +106,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     results["settings"]["heal_rate"] = settings.heal_rate
     t_start = time.monotonic()
-    cp = ControlPlane(workdir=workdir / "cluster")
+    settings.audit = workdir / "audit" / "audit.log"
+    cp = ControlPlane(
+        workdir=workdir / "cluster", extra_apiserver_flags=cluster.audit_flags(workdir / "audit")
+    )
     bench: Bench | None = None
     try:
         log(f"starting the control plane in {workdir}")

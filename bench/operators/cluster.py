@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import subprocess
 import time
 from collections.abc import Mapping
@@ -282,6 +283,67 @@ def wait_api_quiet(kube: KubeClient, *, quiet: float = 2.0, timeout: float = 60.
         elif time.monotonic() - calm_since >= quiet:
             break
     return time.monotonic() - start
+
+
+AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  - level: Metadata
+    verbs: ["get"]
+    resources:
+      - group: "cbop.dev"
+        resources: ["configbundles"]
+      - group: ""
+        resources: ["configmaps", "events"]
+  - level: None
+"""
+
+
+def audit_flags(workdir: Path) -> list[str]:
+    """kube-apiserver flags that log only single-object GETs of our resources.
+
+    apiserver_request_total has no client label; this log tells who made the reads
+    outside list/watch (an operator, or kube-controller-manager's garbage collector).
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    policy = workdir / "audit-policy.yaml"
+    policy.write_text(AUDIT_POLICY)
+    return [
+        f"--audit-policy-file={policy}",
+        f"--audit-log-path={workdir / 'audit.log'}",
+        "--audit-log-format=json",
+        "--audit-log-maxsize=0",
+    ]
+
+
+class AuditTail:
+    """Counts audited GETs by client (user agent's first word) since the last mark."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+
+    def mark(self) -> None:
+        self._offset = self.path.stat().st_size if self.path.exists() else 0
+
+    def gets(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        if not self.path.exists():
+            return out
+        with self.path.open("rb") as f:
+            f.seek(self._offset)
+            for line in f:
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                agent = str(event.get("userAgent", "?")).split("/")[0].split(" ")[0]
+                resource = (event.get("objectRef") or {}).get("resource", "?")
+                key = f"{agent} {resource}"
+                out[key] = out.get(key, 0) + 1
+        return out
 
 
 def delta(after: RequestCounts, before: RequestCounts) -> RequestCounts:

@@ -42,6 +42,7 @@ class Settings:
     steady_seconds: float = 10.0
     seed: int = 1
     profile: Path | None = None
+    audit: Path | None = None
 
 
 def log(msg: str) -> None:
@@ -114,6 +115,7 @@ class Bench:
         self.s = settings
         self.current: Operator | None = None
         self._seq = 0
+        self.audit = cluster.AuditTail(settings.audit) if settings.audit else None
 
     # ----------------------------------------------------------------- plumbing
 
@@ -224,6 +226,8 @@ class Bench:
             self.canary(ns, observer, feed)
             before = cluster.apiserver_requests(self.kube)
             own_before = self.kube.request_counts()
+            if self.audit is not None:
+                self.audit.mark()
             cpu0 = cpu_seconds(op.pid) if op else 0.0
             sent: dict[str, float] = {}
             spy = None
@@ -242,6 +246,12 @@ class Bench:
             cpu1 = cpu_seconds(op.pid) if op else 0.0
             own = own_requests(own_before, self.kube.request_counts())
             api = subtract(cluster.delta(cluster.apiserver_requests(self.kube), before), own)
+            gets = self.audit.gets() if self.audit is not None else {}
+            # The garbage collector GETs owners it has not seen yet; not the operator's.
+            for who, count in gets.items():
+                agent, _, resource = who.partition(" ")
+                if agent == "kube-controller-manager":
+                    api = subtract(api, {("GET", resource, ""): float(count)})
         finally:
             observer.stop()
             if sampler is not None:
@@ -268,6 +278,7 @@ class Bench:
             "ready_seconds": ready_s,
             "cpu_seconds": cpu1 - cpu0,
             "requests": {"|".join(k): v for k, v in sorted(api.items())},
+            "gets_by_client": gets,
             "latencies": sorted(latencies),
         }
         if sampler is not None:
@@ -372,10 +383,13 @@ class Bench:
             f"p50 {heal['p50']:.3f} s, p99 {heal['p99']:.3f} s"
         )
 
+        cluster.wait_api_quiet(self.kube)
+        at_start = cluster.apiserver_requests(self.kube)
         op = self.start(impl, ns, resync=self.s.resync_idle, tag="-idle")
         try:
             settle = wait_quiet(op.pid, timeout=120)
             before = cluster.apiserver_requests(self.kube)
+            startup = cluster.delta(before, at_start)
             own_before = self.kube.request_counts()
             cpu0 = cpu_seconds(op.pid)
             log(f"S3 {impl}: idle {self.s.idle_seconds:.0f} s with resync {self.s.resync_idle:g} s")
@@ -400,6 +414,11 @@ class Bench:
             "cpu_seconds": cpu1 - cpu0,
             "writes": sum(writes.values()),
             "requests": {"|".join(k): v for k, v in sorted(api.items())},
+            "startup_writes": sum(
+                v
+                for k, v in startup.items()
+                if k[0] in cluster.WRITE_VERBS and k[1] in cluster.BUNDLE_RESOURCES
+            ),
         }
         log(f"S3 {impl}: {idle['writes']:.0f} writes, {idle['cpu_seconds']:.2f} CPU s")
         return heal, idle
