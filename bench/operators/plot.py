@@ -24,6 +24,7 @@ STYLE = {
     "cbop-qps20": ("tab:cyan", "s"),
     "controller-runtime": ("tab:green", "^"),
     "kopf": ("tab:red", "v"),
+    "kopf-wl4": ("tab:orange", "v"),
 }
 
 
@@ -41,7 +42,7 @@ def convergence(results: dict[str, Any], out: Path) -> Path:
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("bundles created (N)")
-    ax.set_ylabel("seconds until all ConfigMaps match and all bundles are Ready")
+    ax.set_ylabel("seconds until all converged")
     ax.set_title("S1 burst: convergence time")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
@@ -63,7 +64,7 @@ def cdf(records: list[dict[str, Any]], title: str, xlabel: str, path: Path) -> P
         ax.step(values, ys, where="post", color=color, label=rec["impl"])
     ax.set_xscale("log")
     ax.set_xlabel(xlabel)
-    ax.set_ylabel("fraction")
+    ax.set_ylabel("fraction of bundles")
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
