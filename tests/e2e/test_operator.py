@@ -580,6 +580,15 @@ def test_metrics_are_valid_and_count_what_happened(
     ):
         assert f'{name}{{controller="configbundle",name="configbundle"}}' in m
     assert m['controller_runtime_reconcile_time_seconds_count{controller="configbundle"}'] >= 3
+    # Every reconcile log line is a JSON object with the fields operators search by.
+    lines = [r for r in op.log_records() if r.get("event") == "reconciled"]
+    assert len(lines) >= 3
+    for line in lines:
+        assert {"controller", "namespace", "name", "reconcile_id", "action", "duration"} <= set(
+            line
+        )
+        assert line["controller"] == "configbundle"
+        assert line["namespace"] == namespace
 
 
 def test_probes(kube: KubeClient, namespace: str, cbop: Callable[..., Operator]) -> None:

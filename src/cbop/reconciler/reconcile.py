@@ -186,6 +186,7 @@ class Reconciler:
         conflict_recheck: seconds between rechecks of a name taken by a foreign ConfigMap.
         now: wall clock for condition transition times.
         field_manager: the field manager name sent with writes.
+        controller_name: the ``controller`` field of every reconcile log line.
     """
 
     def __init__(
@@ -200,8 +201,10 @@ class Reconciler:
         conflict_recheck: float = 15.0,
         now: Callable[[], datetime.datetime] | None = None,
         field_manager: str = "cbop",
+        controller_name: str = "configbundle",
     ) -> None:
         self._client = client
+        self._controller_name = controller_name
         self._bundles = bundles
         self._configmaps = configmaps
         self._recorder = recorder
@@ -237,7 +240,12 @@ class Reconciler:
             return Result(key, None, message="bundle not found; nothing to do")
         started = time.monotonic()
         reconcile_id = uuid.uuid4().hex[:12]
-        logger = log.bind(namespace=namespace, name=name, reconcile_id=reconcile_id)
+        logger = log.bind(
+            controller=self._controller_name,
+            namespace=namespace,
+            name=name,
+            reconcile_id=reconcile_id,
+        )
         try:
             spec: BundleSpec | SpecError = parse_spec(bundle)
         except SpecError as err:
