@@ -209,12 +209,13 @@ def _ready_word(result: Result) -> str:
 
 def run_once(args: argparse.Namespace, client: KubeClient) -> int:
     """Reconcile every bundle in scope once; print results; return the exit code."""
+    recorder = None if args.dry_run else EventRecorder(client)
     controller = Controller(
         client,
         namespaces=args.namespaces,
         workers=1,
         resync_period=0,
-        recorder=None if args.dry_run else EventRecorder(client),
+        recorder=recorder,
         dry_run=args.dry_run,
     )
     controller.start_informers()
@@ -227,6 +228,8 @@ def run_once(args: argparse.Namespace, client: KubeClient) -> int:
             _fail(f"reconcile failed: {err}")
     finally:
         controller.shutdown(1.0)
+        if recorder is not None:
+            recorder.close(timeout=5.0)
     if args.output == "json":
         rows = [
             {

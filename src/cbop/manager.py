@@ -113,6 +113,7 @@ class Manager:
         self._metrics_address = parse_bind_address(options.metrics_bind_address)
         self._probe_address = parse_bind_address(options.health_probe_bind_address)
         self.metrics = ControllerMetrics(CONTROLLER_NAME, self.registry)
+        self.recorder = EventRecorder(client, instance=options.identity)
         self.controller = Controller(
             client,
             namespaces=options.namespaces,
@@ -120,7 +121,7 @@ class Manager:
             resync_period=options.resync_period,
             metrics=self.metrics,
             queue_metrics=PrometheusWorkqueueMetricsProvider(self.registry),
-            recorder=EventRecorder(client, instance=options.identity),
+            recorder=self.recorder,
             read_timeout=options.read_timeout,
         )
         self.registry.register(BundleReadinessCollector(self.controller.bundles.list))
@@ -219,6 +220,7 @@ class Manager:
         drained = self.controller.shutdown(opts.shutdown_timeout)
         if not drained:
             log.warning("in-flight reconciles did not finish in time")
+        self.recorder.close(timeout=2.0)
         self._elector_stop.set()
         if elector_thread is not None:
             elector_thread.join(opts.renew_deadline)

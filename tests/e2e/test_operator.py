@@ -134,8 +134,14 @@ def test_samples_converge_with_owner_reference_and_status(
             spec.get("binaryData", {})
         )
         assert b["status"]["contentHash"] == cm["metadata"]["annotations"]["cbop.dev/content-hash"]
-    created = {e["involvedObject"]["name"] for e in events(kube, namespace, "Created")}
-    assert created == {n for n, _ in names}
+    expected = {n for n, _ in names}
+    wait_for(
+        lambda: (
+            {e["involvedObject"]["name"] for e in events(kube, namespace, "Created")} == expected
+        ),
+        10,
+        message="a Created Event per bundle",
+    )
 
 
 def test_binary_content_is_byte_exact(
@@ -181,7 +187,7 @@ def test_immutable_content_change_replaces_without_retry_storm(
     second = kube.get(CONFIGMAPS, namespace, "imm")
     assert second["data"] == {"a": "2"}
     assert second["metadata"]["uid"] != first["metadata"]["uid"]
-    assert events(kube, namespace, "Replaced")
+    wait_for(lambda: events(kube, namespace, "Replaced"), 10, message="Replaced Event")
 
     # Someone makes a mutable ConfigMap immutable by hand; then the bundle changes.
     create(kube, namespace, "hand", {"data": {"a": "1"}})

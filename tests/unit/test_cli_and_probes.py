@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
@@ -116,6 +117,7 @@ def test_identical_events_are_deduplicated() -> None:
     recorder.event(OBJ, "Warning", "ConfigMapConflict", "taken")
     recorder.event(OBJ, "Warning", "ConfigMapConflict", "taken")
     recorder.event(OBJ, "Normal", "Created", "made")
+    assert recorder.flush()
     assert [b["reason"] for b in writer.bodies] == ["ConfigMapConflict", "Created"]
     body = writer.bodies[0]
     assert body["involvedObject"]["uid"] == "u"
@@ -124,9 +126,33 @@ def test_identical_events_are_deduplicated() -> None:
 
 
 def test_event_failures_never_raise() -> None:
-    EventRecorder(_RecordingWriter(fail=True), clock=lambda: NOW).event(
-        OBJ, "Normal", "Created", "x"
-    )
+    writer = _RecordingWriter(fail=True)
+    recorder = EventRecorder(writer, clock=lambda: NOW)
+    recorder.event(OBJ, "Normal", "Created", "x")
+    assert recorder.flush()
+    assert len(writer.bodies) == 1
+    recorder.close()
+
+
+def test_event_queue_is_bounded_and_drops_when_full() -> None:
+    gate = threading.Event()
+
+    class _Blocked(_RecordingWriter):
+        def create(
+            self, res: Resource, namespace: str | None, body: Mapping[str, Any]
+        ) -> dict[str, Any]:
+            gate.wait(10)
+            return super().create(res, namespace, body)
+
+    writer = _Blocked()
+    recorder = EventRecorder(writer, clock=lambda: NOW)
+    for i in range(1_100):
+        recorder.event(OBJ, "Normal", "Created", f"event {i}")
+    assert recorder.dropped >= 99
+    gate.set()
+    assert recorder.flush(10)
+    assert len(writer.bodies) == 1_100 - recorder.dropped
+    recorder.close()
 
 
 def test_flags_read_cbop_environment(monkeypatch: pytest.MonkeyPatch) -> None:

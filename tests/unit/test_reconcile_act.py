@@ -126,9 +126,12 @@ def converged_bundle(spec: dict[str, Any]) -> dict[str, Any]:
 
 def test_create_then_status_then_event() -> None:
     client = FakeClient()
-    result = reconciler(client, bundle()).reconcile("demo/app")
+    r = reconciler(client, bundle())
+    result = r.reconcile("demo/app")
     assert result.action is Action.CREATE
     assert result.ready == "True"
+    assert r._recorder is not None
+    assert r._recorder.flush()
     assert client.writes() == [
         ("create", "configmaps", "app"),
         ("patch/status", "configbundles", "app"),

@@ -3,15 +3,19 @@
 :class:`EventRecorder` writes core/v1 Events, as client-go's record.EventRecorder. Like
 client-go's EventCorrelator it suppresses an identical event (same object, type, reason
 and message) seen within the last 10 minutes, so a repeating condition (a name conflict
-rechecked every few seconds) does not flood the API server. Failures to record are
-logged and never fail a reconcile.
+rechecked every few seconds) does not flood the API server. Like client-go's
+broadcaster, events are written by a background thread from a bounded queue (1,000
+events; more are dropped and logged), so a reconcile never waits for an Event write.
+Failures to record are logged and never fail a reconcile.
 """
 
 from __future__ import annotations
 
 import datetime
 import hashlib
+import queue
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any, Literal, Protocol
 
@@ -21,6 +25,9 @@ import structlog
 from cbop.kube import EVENTS, ApiError, Resource
 
 log = structlog.get_logger("cbop.events")
+
+#: Events waiting to be written, at most (client-go's broadcaster queue is 1,000 too).
+_QUEUE_SIZE = 1000
 
 EventType = Literal["Normal", "Warning"]
 
@@ -63,6 +70,13 @@ class EventRecorder:
             maxsize=10_000, ttl=dedup_seconds
         )
         self._lock = threading.Lock()  # guards _recent (TTLCache is not thread-safe)
+        # Reconcile threads put, the sink thread takes; None asks the sink to stop.
+        self._pending: queue.Queue[tuple[str, dict[str, Any]] | None] = queue.Queue(
+            maxsize=_QUEUE_SIZE
+        )
+        self._sink: threading.Thread | None = None
+        self._sink_lock = threading.Lock()
+        self.dropped = 0
 
     def event(self, obj: Mapping[str, Any], type_: EventType, reason: str, message: str) -> None:
         """Record one Event about ``obj`` (a dict with apiVersion, kind and metadata).
@@ -100,7 +114,51 @@ class EventRecorder:
             "lastTimestamp": stamp,
             "count": 1,
         }
+        self._start_sink()
         try:
-            self._client.create(EVENTS, meta["namespace"], body)
-        except ApiError as err:
-            log.debug("event not recorded", reason=reason, error=str(err))
+            self._pending.put_nowait((meta["namespace"], body))
+        except queue.Full:
+            self.dropped += 1
+            log.warning("event queue full; event dropped", reason=reason, dropped=self.dropped)
+
+    def _start_sink(self) -> None:
+        with self._sink_lock:
+            if self._sink is None:
+                self._sink = threading.Thread(target=self._drain, name="cbop-events", daemon=True)
+                self._sink.start()
+
+    def _drain(self) -> None:
+        while True:
+            item = self._pending.get()
+            try:
+                if item is None:
+                    return
+                namespace, body = item
+                try:
+                    self._client.create(EVENTS, namespace, body)
+                except ApiError as err:
+                    log.debug("event not recorded", reason=body["reason"], error=str(err))
+            finally:
+                self._pending.task_done()
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait up to ``timeout`` seconds until every queued Event was written (or failed).
+
+        Returns:
+            True when the queue drained in time.
+        """
+        deadline = time.monotonic() + timeout
+        while self._pending.unfinished_tasks:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Write what is queued (up to ``timeout`` seconds), then stop the sink thread."""
+        self.flush(timeout)
+        with self._sink_lock:
+            sink, self._sink = self._sink, None
+        if sink is not None:
+            self._pending.put(None)
+            sink.join(timeout)
