@@ -392,9 +392,15 @@ class Bench:
             startup = cluster.delta(before, at_start)
             own_before = self.kube.request_counts()
             cpu0 = cpu_seconds(op.pid)
+            spy = None
+            if self.s.profile is not None and impl.startswith("cbop"):
+                spy = profiler(op.pid, self.s.profile / f"{impl}-s3-idle.collapsed")
             log(f"S3 {impl}: idle {self.s.idle_seconds:.0f} s with resync {self.s.resync_idle:g} s")
             time.sleep(self.s.idle_seconds)
             cpu1 = cpu_seconds(op.pid)
+            if spy is not None:
+                spy.send_signal(signal.SIGINT)
+                spy.wait(60)
             own = own_requests(own_before, self.kube.request_counts())
             api = subtract(cluster.delta(cluster.apiserver_requests(self.kube), before), own)
         finally:
