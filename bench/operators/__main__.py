@@ -148,6 +148,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         if bench is not None:
             bench.stop()
+            results["cbop_revisions"] = sorted(bench.revisions)
         cp.stop()
     results["wall_seconds"] = time.monotonic() - t_start
     results["workdir"] = str(workdir)
@@ -171,16 +172,20 @@ def write(results: dict[str, Any], out: Path, update_readme: bool) -> Path:
     md_path.write_text(md)
     if update_readme:
         text = README.read_text()
-        body = md.split("\n", 1)[1].replace("](", "](results/")
+        body = md.split("\n", 1)[1].replace("](", "](results/").replace("\n### ", "\n#### ")
         block = (
-            f"{BEGIN}\nLatest full run ([{md_path.name}](results/{md_path.name})):\n{body}\n{END}"
+            f"{BEGIN}\n### Latest results\n\n"
+            f"Latest full run ([{md_path.name}](results/{md_path.name})):\n{body}\n{END}"
         )
         if BEGIN in text:
             text = re.sub(
                 re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: block, text, flags=re.S
             )
-        else:
-            text = text.rstrip("\n") + "\n\n" + block + "\n"
+        else:  # at the end of the "Operators" section
+            start = text.index("## Operators")
+            nxt = text.find("\n## ", start + 1)
+            at = len(text) if nxt < 0 else nxt + 1
+            text = text[:at].rstrip("\n") + "\n\n" + block + "\n\n" + text[at:].lstrip("\n")
         README.write_text(text)
     return md_path
 

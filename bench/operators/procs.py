@@ -286,6 +286,18 @@ def run_plot(results_json: Path, out_prefix: Path) -> list[Path]:
     return [Path(line) for line in out.stdout.splitlines() if line.strip()]
 
 
+def cbop_revision() -> str:
+    """The commit cbop runs from, with ``+dirty`` when src/ has uncommitted changes."""
+    git = ["git", "-C", str(REPO)]
+    head = subprocess.run(
+        [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    )
+    dirty = subprocess.run(
+        [*git, "status", "--porcelain", "src"], capture_output=True, text=True, check=False
+    )
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
 def machine() -> Mapping[str, str]:
     """nproc, memory, CPU model, load, kernel and toolchain versions of this machine."""
     model = "unknown"

@@ -350,7 +350,9 @@ def markdown(results: Mapping[str, Any], plots: Sequence[str]) -> str:
         "",
         f"Machine: {m['nproc']} CPUs ({m['cpu']}), {m['memory']} RAM, kernel {m['kernel']}, "
         f"load average at start {m['load']}; Python {m['python']}, {m['go']}; "
-        f"Kubernetes control plane {results.get('kubernetes', '?')}.",
+        f"Kubernetes control plane {results.get('kubernetes', '?')}; cbop at "
+        f"{', '.join(results.get('cbop_revisions') or ['?'])} (the commit each cbop process "
+        "started from).",
         "",
         f"Settings: {s['workers']} workers for every operator (and the raw floor), loader with "
         f"{s['loader_threads']} threads, no client-side rate limit anywhere "

@@ -16,7 +16,14 @@ from typing import Any
 
 from bench.operators import cluster
 from bench.operators.cluster import RequestCounts
-from bench.operators.procs import Operator, Sampler, bench_python, cpu_seconds, wait_quiet
+from bench.operators.procs import (
+    Operator,
+    Sampler,
+    bench_python,
+    cbop_revision,
+    cpu_seconds,
+    wait_quiet,
+)
 from bench.operators.watch import Observer
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, KubeClient
 
@@ -114,6 +121,7 @@ class Bench:
         self.kube = kube
         self.s = settings
         self.current: Operator | None = None
+        self.revisions: set[str] = set()
         self._seq = 0
         self.audit = cluster.AuditTail(settings.audit) if settings.audit else None
 
@@ -131,6 +139,8 @@ class Bench:
         op = Operator(
             impl, self.s.kubeconfig, ns, workers=self.s.workers, resync=resync, log_path=log_path
         )
+        if impl.startswith("cbop"):
+            self.revisions.add(cbop_revision())
         self.current = op
         op.wait_ready()
         return op
