@@ -518,6 +518,17 @@ class Indexer:
         with self._lock:
             return list(self._index_funcs)
 
+    def _index(self, index_name: str) -> dict[str, set[str]]:
+        """Return the named index (value -> keys); called with the lock held.
+
+        Raises:
+            KeyError: no such index.
+        """
+        index = self._indices.get(index_name)
+        if index is None:
+            raise KeyError(f"index {index_name!r} does not exist")
+        return index
+
     def index_keys(self, index_name: str, value: str) -> _Strings:
         """Return the keys filed under ``value`` in index ``index_name``.
 
@@ -525,9 +536,7 @@ class Indexer:
             KeyError: no such index.
         """
         with self._lock:
-            index = self._indices.get(index_name)
-            if index is None:
-                raise KeyError(f"index {index_name!r} does not exist")
+            index = self._index(index_name)
             return sorted(index.get(value, ()))
 
     def by_index(self, index_name: str, value: str) -> _Objects:
@@ -537,9 +546,7 @@ class Indexer:
             KeyError: no such index.
         """
         with self._lock:
-            index = self._indices.get(index_name)
-            if index is None:
-                raise KeyError(f"index {index_name!r} does not exist")
+            index = self._index(index_name)
             return [self._items[k] for k in sorted(index.get(value, ()))]
 
     def list_index_values(self, index_name: str) -> _Strings:
@@ -549,9 +556,7 @@ class Indexer:
             KeyError: no such index.
         """
         with self._lock:
-            index = self._indices.get(index_name)
-            if index is None:
-                raise KeyError(f"index {index_name!r} does not exist")
+            index = self._index(index_name)
             return sorted(index)
 
     def check_mutations(self) -> None:
