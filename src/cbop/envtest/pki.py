@@ -15,6 +15,7 @@ import datetime
 import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 try:
     from cryptography import x509
@@ -72,6 +73,41 @@ def new_signing_key_pem() -> tuple[bytes, bytes]:
     return _key_pem(key), public
 
 
+def _base_builder(
+    subject: x509.Name, issuer: x509.Name, public_key: Any, *, ca: bool
+) -> x509.CertificateBuilder:
+    """Return a builder with what every certificate here shares.
+
+    Validity from an hour ago (clock skew) for ``VALIDITY_DAYS``, basic constraints, and
+    a critical key usage: digital signature, plus certificate and CRL signing for a CA.
+    """
+    now = datetime.datetime.now(datetime.UTC)
+    return (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(seconds=_BACKDATE_SECONDS))
+        .not_valid_after(now + datetime.timedelta(days=VALIDITY_DAYS))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=ca,
+                crl_sign=ca,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+    )
+
+
 class CertificateAuthority:
     """A self-signed CA that issues serving and client certificates.
 
@@ -81,32 +117,10 @@ class CertificateAuthority:
 
     def __init__(self, common_name: str = "cbop-envtest-ca") -> None:
         self._key = _new_key()
-        now = datetime.datetime.now(datetime.UTC)
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
         self._name = name
         self._cert = (
-            x509.CertificateBuilder()
-            .subject_name(name)
-            .issuer_name(name)
-            .public_key(self._key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(seconds=_BACKDATE_SECONDS))
-            .not_valid_after(now + datetime.timedelta(days=VALIDITY_DAYS))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    content_commitment=False,
-                    key_encipherment=False,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    key_cert_sign=True,
-                    crl_sign=True,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
+            _base_builder(name, name, self._key.public_key(), ca=True)
             .add_extension(
                 x509.SubjectKeyIdentifier.from_public_key(self._key.public_key()),
                 critical=False,
@@ -148,7 +162,6 @@ class CertificateAuthority:
             The PEM certificate and key.
         """
         key = _new_key()
-        now = datetime.datetime.now(datetime.UTC)
         attributes = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
         attributes.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
         usages = []
@@ -156,33 +169,11 @@ class CertificateAuthority:
             usages.append(ExtendedKeyUsageOID.CLIENT_AUTH)
         if server:
             usages.append(ExtendedKeyUsageOID.SERVER_AUTH)
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(x509.Name(attributes))
-            .issuer_name(self._name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(seconds=_BACKDATE_SECONDS))
-            .not_valid_after(now + datetime.timedelta(days=VALIDITY_DAYS))
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    content_commitment=False,
-                    key_encipherment=False,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    key_cert_sign=False,
-                    crl_sign=False,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
-            .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_public_key(self._key.public_key()),
-                critical=False,
-            )
+        builder = _base_builder(
+            x509.Name(attributes), self._name, key.public_key(), ca=False
+        ).add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(self._key.public_key()),
+            critical=False,
         )
         if usages:
             builder = builder.add_extension(x509.ExtendedKeyUsage(usages), critical=False)
