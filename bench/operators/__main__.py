@@ -14,6 +14,7 @@ import datetime
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import sys
@@ -150,6 +151,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             bench.stop()
             results["cbop_revisions"] = sorted(bench.revisions)
         cp.stop()
+        # Keep the logs (operators, control plane, audit), not the etcd data.
+        shutil.rmtree(workdir / "cluster" / "etcd", ignore_errors=True)
     results["wall_seconds"] = time.monotonic() - t_start
     results["workdir"] = str(workdir)
     return results
