@@ -282,7 +282,10 @@ class Reconciler:
             )
             raise
         self._remember_conflict(key, result.action is Action.CONFLICT)
-        logger.info(
+        # A reconcile that found everything in sync (every resync brings one per bundle)
+        # is logged at debug level: a converged operator's log stays quiet.
+        emit = logger.debug if result.action is Action.NONE else logger.info
+        emit(
             "reconciled",
             action=result.action.value if result.action else None,
             ready=result.ready,
