@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import structlog
@@ -331,8 +331,3 @@ class Controller:
                         raise
                     time.sleep(0.2 * (attempt + 1))
         return results
-
-
-def keys_of(objs: Iterable[Mapping[str, Any]]) -> list[str]:
-    """Sorted ``namespace/name`` keys of ``objs``."""
-    return sorted(object_key(o) for o in objs)

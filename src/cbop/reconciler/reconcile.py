@@ -363,7 +363,14 @@ class Reconciler:
         self._record_action(bundle, decision)
         ready, reason, message, requeue = self._outcome(decision)
         assert isinstance(spec, BundleSpec) or decision.action is Action.INVALID
-        self._write_status(bundle, spec, ready, reason, message)
+        self._write_status(
+            bundle,
+            spec,
+            ready,
+            reason,
+            message,
+            desired_hash=decision.desired.content_hash if decision.desired else None,
+        )
         return Result(
             key,
             decision.action,
@@ -568,17 +575,27 @@ class Reconciler:
         ready: ConditionStatus,
         reason: Reason,
         message: str,
+        *,
+        desired_hash: str | None = None,
     ) -> None:
+        """Write ``status`` if its content changed.
+
+        ``desired_hash`` is the content hash the decision already computed; it is
+        computed here only when the decision had no desired ConfigMap (a suspended
+        bundle, an error path), so a resync hashes up to 1 MiB of content once, not twice.
+        """
         if self._dry_run:
             return
         valid = spec if isinstance(spec, BundleSpec) else None
+        if valid is not None and desired_hash is None:
+            desired_hash = content_hash(valid.data, valid.binary_data)
         new_status = compute_status(
             bundle,
             ready=ready,
             reason=reason,
             message=message,
             config_map_name=valid.config_map_name if valid else None,
-            content_hash=content_hash(valid.data, valid.binary_data) if valid else None,
+            content_hash=desired_hash if valid else None,
             key_count=valid.key_count if valid else None,
             now=self._now(),
         )

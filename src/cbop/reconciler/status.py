@@ -139,11 +139,3 @@ def status_equal(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bo
     conds_a = {c.get("type"): c for c in a.pop("conditions", None) or ()}
     conds_b = {c.get("type"): c for c in b.pop("conditions", None) or ()}
     return a == b and conds_a == conds_b
-
-
-def ready_condition(bundle: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """Return the bundle's ``Ready`` condition, or None."""
-    for cond in (bundle.get("status") or {}).get("conditions") or ():
-        if cond.get("type") == CONDITION_READY:
-            return cond  # type: ignore[no-any-return]
-    return None
