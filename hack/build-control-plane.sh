@@ -7,7 +7,16 @@
 # Honours KUBEBUILDER_ASSETS: when it is set, nothing is built and that directory is
 # printed instead. Concurrent runs wait for each other (flock on the cache directory).
 # Progress and per-binary build times go to stderr; stdout is only the directory.
+# With --check nothing is built: it exits 0 when every binary is present and current,
+# else 1 naming the binaries a run would build.
 set -euo pipefail
+
+check_only=false
+case "${1:-}" in
+  "") ;;
+  --check) check_only=true ;;
+  *) echo "usage: $0 [--check]" >&2; exit 2 ;;
+esac
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 k8s_version="$(grep -oE "^\s*k8s.io/kubernetes v[0-9.]+" "$here/k8s/go.mod" | awk '{print $2}')"
@@ -42,18 +51,32 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 done
 
 up_to_date() { # up_to_date <binary name>
-  local bin="$cache/$1"
+  local bin="$cache/$1" out
   [[ -x "$bin" ]] || return 1
+  # The version output is read whole before it is compared: piping it into `grep -q`
+  # (which exits at the first match) can kill the binary with SIGPIPE, and under
+  # pipefail that made a current binary look stale at random.
   case "$1" in
     etcd) return 0 ;; # etcd's version is compiled in, not stamped
-    kubectl) "$bin" version --client 2>/dev/null | grep -qF "Client Version: ${k8s_version}" ;;
-    *) "$bin" --version 2>/dev/null | grep -qF "Kubernetes ${k8s_version}" ;;
+    kubectl)
+      out="$("$bin" version --client 2>/dev/null)" || return 1
+      [[ "$out" == *"Client Version: ${k8s_version}"* ]]
+      ;;
+    *)
+      out="$("$bin" --version 2>/dev/null)" || return 1
+      [[ "$out" == *"Kubernetes ${k8s_version}"* ]]
+      ;;
   esac
 }
 
+stale=()
 build() { # build <module dir> <package> <binary name> [ldflags]
   local dir="$1" pkg="$2" name="$3" ldflags="${4:-}"
   if up_to_date "$name"; then
+    return 0
+  fi
+  if $check_only; then
+    stale+=("$name")
     return 0
   fi
   if ! command -v go >/dev/null 2>&1; then
@@ -71,4 +94,8 @@ build "$here/etcd" go.etcd.io/etcd/server/v3 etcd
 build "$here/k8s" k8s.io/kubernetes/cmd/kube-apiserver kube-apiserver "$k8s_ldflags"
 build "$here/k8s" k8s.io/kubernetes/cmd/kube-controller-manager kube-controller-manager "$k8s_ldflags"
 build "$here/k8s" k8s.io/kubernetes/cmd/kubectl kubectl "$k8s_ldflags"
+if ((${#stale[@]})); then
+  echo "build-control-plane: missing or not ${k8s_version} in $cache: ${stale[*]}" >&2
+  exit 1
+fi
 echo "$cache"
