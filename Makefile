@@ -8,10 +8,16 @@ PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: all venv binaries tools test test-unit test-e2e lint fmt dev dev-cluster dev-cluster-down \
-        run install uninstall deploy undeploy bench clean
+.PHONY: help all venv binaries tools test test-unit test-e2e lint fmt dev dev-cluster \
+        dev-cluster-down run install uninstall deploy undeploy bench clean
 
-all: lint test
+.DEFAULT_GOAL := all
+
+# `make help` prints every target with the text after its `## `.
+help: ## list the targets
+	@awk -F ':.*## ' '/^[a-zA-Z0-9_-]+:.*## / { printf "  %-18s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+
+all: lint test ## lint, then every test
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,97 +25,110 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $@
 
-venv: $(VENV)/.installed
+venv: $(VENV)/.installed ## .venv with cbop (editable) and the dev tools
 
 # Builds (or reuses) kube-apiserver, kube-controller-manager, kubectl and etcd.
-binaries:
+binaries: ## build (or reuse) etcd, kube-apiserver, kube-controller-manager, kubectl
 	@hack/build-control-plane.sh >/dev/null
 
 # promtool (Debian's prometheus package) checks the /metrics exposition in the e2e tests.
-tools:
+tools: ## install promtool (Debian's prometheus) when missing
 	@command -v promtool >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing promtool (Debian package prometheus)"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
 	  else echo "promtool is missing: install Debian's prometheus package" >&2; exit 1; fi; }
 
-test: venv binaries tools
+test: venv binaries tools ## unit and e2e tests (PYTEST_ARGS=...)
 	$(PY) -m pytest tests $(PYTEST_ARGS)
 
-test-unit: venv
+test-unit: venv ## unit tests only
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-test-e2e: venv binaries tools
+test-e2e: venv binaries tools ## e2e tests against a local control plane
 	$(PY) -m pytest tests/e2e $(PYTEST_ARGS)
 
-# A fresh machine to a running operator: local control plane, CRD, samples, then cbop in
-# the foreground. Ctrl-C stops cbop and the control plane.
-dev: venv binaries
-	@hack/dev.sh
+# Each checkout has its own local control plane, kept in DEV_CLUSTER_DIR.
+DEV_CLUSTER_DIR ?= $(CURDIR)/.dev-cluster
+# Where `make dev` serves cbop's /metrics and /healthz + /readyz (loopback only).
+METRICS_ADDR ?= 127.0.0.1:8080
+PROBE_ADDR ?= 127.0.0.1:8081
+# 1: `make dev` uses the control plane already running in DEV_CLUSTER_DIR (and leaves it
+# running); otherwise a running one is an error, so make dev never stops what it did not start.
+REUSE_CLUSTER ?=
+ENVTEST := $(PY) -m cbop.envtest --state-dir $(DEV_CLUSTER_DIR)
 
-# cbop against the current kubeconfig (the CRD must be installed: make install).
-run: venv
+# A fresh machine to a running operator: local control plane, CRD, samples, then cbop in
+# the foreground. Ctrl-C stops cbop and the control plane it started. See hack/dev.sh.
+dev: venv binaries ## control plane, CRD, samples, then cbop in the foreground
+	@DEV_CLUSTER_DIR=$(DEV_CLUSTER_DIR) METRICS_ADDR=$(METRICS_ADDR) PROBE_ADDR=$(PROBE_ADDR) \
+	  REUSE_CLUSTER=$(REUSE_CLUSTER) hack/dev.sh $(CBOP_ARGS)
+
+# cbop against the current kubeconfig (the CRD must be installed: make install). It
+# listens on cbop's defaults, :8080 and :8081 on all interfaces, unless CBOP_ARGS says else.
+run: venv ## cbop against the current kubeconfig (CBOP_ARGS=...)
 	$(VENV)/bin/cbop $(CBOP_ARGS)
 
 # A local control plane (etcd, kube-apiserver, kube-controller-manager) for development,
 # detached so it outlives make; prints `export KUBECONFIG=...` (also in
-# ${XDG_CACHE_HOME:-~/.cache}/cbop/dev-cluster/env). See docs/control-plane.md.
-dev-cluster: venv binaries
-	@$(PY) -m cbop.envtest start --detach
+# $(DEV_CLUSTER_DIR)/env). Already running: reuses it and says so. See docs/control-plane.md.
+dev-cluster: venv binaries ## this checkout's control plane, in the background
+	@$(ENVTEST) start --detach
 
-dev-cluster-down: venv
-	@$(PY) -m cbop.envtest stop
+dev-cluster-down: venv ## stop this checkout's control plane
+	@$(ENVTEST) stop
 
-lint: venv
-	$(VENV)/bin/ruff format --check src tests bench
-	$(VENV)/bin/ruff check src tests bench
+lint: venv ## ruff format check, ruff, mypy strict, import-linter, hadolint
+	$(VENV)/bin/ruff format --check src tests bench hack
+	$(VENV)/bin/ruff check src tests bench hack
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/hadolint --config .hadolint.yaml Dockerfile
 
-fmt: venv
-	$(VENV)/bin/ruff format src tests bench
-	$(VENV)/bin/ruff check --fix src tests bench
+fmt: venv ## ruff format and ruff --fix
+	$(VENV)/bin/ruff format src tests bench hack
+	$(VENV)/bin/ruff check --fix src tests bench hack
 
 # --- The cluster of the current kubeconfig (docs/deploy.md) ---------------------------
 # kubectl: $KUBECTL if set, else the one built with the local control plane.
 KUBECTL ?= $$(hack/build-control-plane.sh)/kubectl
 
 # The ConfigBundle CRD only.
-install:
+install: ## apply the ConfigBundle CRD to the current kubeconfig's cluster
 	$(KUBECTL) apply -f manifests/crd/cbop.dev_configbundles.yaml
 
-# Deletes the CRD and with it every ConfigBundle. Run it while cbop still runs: bundles
-# with deletionPolicy Orphan carry a finalizer that only cbop removes.
-uninstall:
-	$(KUBECTL) delete --ignore-not-found -f manifests/crd/cbop.dev_configbundles.yaml
+# Deletes the CRD and with it every ConfigBundle. Bundles with deletionPolicy Orphan carry
+# cbop's finalizer: a running cbop releases them; if it does not within 5 s, the script
+# releases them as cbop would. It never hangs: see hack/uninstall.py.
+uninstall: venv ## delete the CRD and every ConfigBundle; says what stays behind
+	$(PY) hack/uninstall.py
 
 # CRD, namespace, RBAC, Deployment and metrics Service: kubectl apply -k manifests/.
-deploy:
+deploy: ## kubectl apply -k manifests/ (CRD, namespace, RBAC, Deployment, Service)
 	$(KUBECTL) apply -k manifests/
 
 # Removes the operator (Deployment first, so the replicas shut down and release the
 # Lease) but keeps the CRD and the ConfigBundles; `make uninstall` removes those.
-undeploy:
+undeploy: ## remove the operator; keep the CRD and the ConfigBundles
 	$(KUBECTL) delete --ignore-not-found -f manifests/deployment.yaml -f manifests/service.yaml
 	$(KUBECTL) delete --ignore-not-found -k manifests/rbac/
 	$(KUBECTL) delete --ignore-not-found -f manifests/namespace.yaml
 
 # The Dockerfile's build and install steps in fresh virtualenvs (no container engine).
 .PHONY: image-check
-image-check:
+image-check: ## the Dockerfile's install steps in fresh virtualenvs
 	hack/check-image-install.sh
 
-clean:
+clean: ## remove .venv and the build and tool caches
 	rm -rf $(VENV) build dist .mypy_cache .pytest_cache .ruff_cache
 
 # Operator benchmark (bench/README.md, "Operators"): cbop against the raw API floor,
 # controller-runtime and kopf on a fresh local control plane. Not part of `make test`.
 # The full run takes 40-60 minutes and updates bench/results/ and bench/README.md.
 BENCH_ARGS ?=
-bench: venv binaries
+bench: venv binaries ## operator benchmark, 40-60 min; updates bench/README.md
 	$(PY) -m bench.operators --update-readme $(BENCH_ARGS)
 
 .PHONY: bench-quick
-bench-quick: venv binaries
+bench-quick: venv binaries ## short operator benchmark into $TMPDIR/cbop-bench
 	$(PY) -m bench.operators --quick --out $${TMPDIR:-/tmp}/cbop-bench $(BENCH_ARGS)

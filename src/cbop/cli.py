@@ -321,7 +321,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return manager.run()
     except OSError as err:  # e.g. the metrics or probe port is taken
-        _fail(f"cannot serve: {err}")
+        _fail(str(err))
 
 
 if __name__ == "__main__":

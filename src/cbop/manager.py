@@ -11,11 +11,12 @@ rejoins as a clean candidate, as client-go's leader election expects.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import structlog
@@ -86,6 +87,22 @@ def pod_namespace() -> str | None:
         return os.environ.get("POD_NAMESPACE")
 
 
+@contextlib.contextmanager
+def _bind_errors(flag: str, address: str) -> Iterator[None]:
+    """Re-raise a bad or unusable bind address as an error naming the flag and address.
+
+    Raises:
+        ValueError: the address does not parse.
+        OSError: the socket cannot be bound (the port is taken, the host is not local).
+    """
+    try:
+        yield
+    except ValueError as err:
+        raise ValueError(f"{flag} {address}: {err}") from err
+    except OSError as err:
+        raise OSError(f"{flag} {address}: cannot listen: {err.strerror or err}") from err
+
+
 class Manager:
     """Runs cbop until stopped.
 
@@ -110,8 +127,10 @@ class Manager:
         self.options = options
         self.registry = registry or CollectorRegistry()
         self._client = client
-        self._metrics_address = parse_bind_address(options.metrics_bind_address)
-        self._probe_address = parse_bind_address(options.health_probe_bind_address)
+        with _bind_errors("--metrics-bind-address", options.metrics_bind_address):
+            self._metrics_address = parse_bind_address(options.metrics_bind_address)
+        with _bind_errors("--health-probe-bind-address", options.health_probe_bind_address):
+            self._probe_address = parse_bind_address(options.health_probe_bind_address)
         self.metrics = ControllerMetrics(CONTROLLER_NAME, self.registry)
         self.recorder = EventRecorder(client, instance=options.identity)
         self.controller = Controller(
@@ -151,11 +170,12 @@ class Manager:
             )
         self.probes: ProbeServer | None = None
         if self._probe_address is not None:
-            self.probes = ProbeServer(
-                self._probe_address,
-                liveness={"informers-and-workers": self.controller.healthy},
-                readiness={"informers-synced": self.controller.synced},
-            )
+            with _bind_errors("--health-probe-bind-address", options.health_probe_bind_address):
+                self.probes = ProbeServer(
+                    self._probe_address,
+                    liveness={"informers-and-workers": self.controller.healthy},
+                    readiness={"informers-synced": self.controller.synced},
+                )
 
     def _start_leading(self) -> None:
         log.info("became leader; starting workers", identity=self.options.identity)
@@ -182,9 +202,10 @@ class Manager:
         opts = self.options
         metrics_server = None
         if self._metrics_address is not None:
-            metrics_server, _ = start_http_server(
-                self._metrics_address[1], self._metrics_address[0], registry=self.registry
-            )
+            with _bind_errors("--metrics-bind-address", opts.metrics_bind_address):
+                metrics_server, _ = start_http_server(
+                    self._metrics_address[1], self._metrics_address[0], registry=self.registry
+                )
         if self.probes is not None:
             self.probes.start()
         log.info(

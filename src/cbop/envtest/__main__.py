@@ -5,10 +5,13 @@ Ctrl-C; ``start --detach`` runs it as a background daemon that survives the call
 shell (and ``make``) and returns once it is ready. Either way the admin kubeconfig is
 copied to ``<state-dir>/kubeconfig``, the line ``export KUBECONFIG=...`` is written to
 ``<state-dir>/env`` and printed, and the daemon's pid is kept in ``<state-dir>/pid``.
-``stop`` ends the daemon named by the pid file; ``status`` reports on it.
+``stop`` ends the daemon named by the pid file; ``status`` reports on it. A second
+``start --detach`` on a running state directory reuses it (exit 0, it says so), or with
+``--fail-if-running`` exits 4 and leaves it alone.
 
-The state directory defaults to ``${XDG_CACHE_HOME:-~/.cache}/cbop/dev-cluster``. This
-is what ``make dev-cluster`` / ``make dev-cluster-down`` run.
+The state directory defaults to ``${XDG_CACHE_HOME:-~/.cache}/cbop/dev-cluster``;
+``make dev-cluster`` / ``make dev-cluster-down`` / ``make dev`` pass ``--state-dir``
+``.dev-cluster`` in the checkout, so each checkout has its own cluster.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from cbop.envtest.errors import EnvtestError
 
 #: Exit status of ``status`` when no control plane runs (as LSB init scripts).
 EXIT_NOT_RUNNING = 3
+#: Exit status of ``start --detach --fail-if-running`` when one already runs.
+EXIT_ALREADY_RUNNING = 4
 #: Seconds ``stop`` waits for the daemon to exit after SIGTERM before SIGKILL.
 STOP_TIMEOUT = 30.0
 
@@ -131,10 +136,16 @@ def _run_foreground(files: _Files, timeout: float) -> int:
             files.clear()
 
 
-def _start_detached(files: _Files, timeout: float) -> int:
+def _start_detached(files: _Files, timeout: float, *, reuse: bool = True) -> int:
     files.dir.mkdir(parents=True, exist_ok=True)
     if (pid := _running_pid(files)) is not None:
-        print(f"cbop.envtest: already running (pid {pid})", file=sys.stderr)
+        if not reuse:
+            print(
+                f"cbop.envtest: already running in {files.dir} (pid {pid}); not reusing it",
+                file=sys.stderr,
+            )
+            return EXIT_ALREADY_RUNNING
+        print(f"cbop.envtest: already running (pid {pid}); reusing it", file=sys.stderr)
         print(files.env.read_text(encoding="utf-8").strip())
         return 0
     files.clear()
@@ -239,6 +250,12 @@ def main(argv: list[str] | None = None) -> int:
     start.add_argument(
         "--timeout", type=float, default=60.0, help="seconds to become ready (default 60)"
     )
+    start.add_argument(
+        "--fail-if-running",
+        action="store_true",
+        help=f"with --detach: exit {EXIT_ALREADY_RUNNING} when a control plane already runs "
+        "in the state directory, instead of reusing it",
+    )
     stop = commands.add_parser("stop", help="stop the background control plane")
     stop.add_argument("--state-dir", type=Path, default=argparse.SUPPRESS)
     status = commands.add_parser("status", help="report on the background control plane")
@@ -247,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     files = _Files(args.state_dir.expanduser().resolve())
     if args.command == "start":
         if args.detach:
-            return _start_detached(files, args.timeout)
+            return _start_detached(files, args.timeout, reuse=not args.fail_if_running)
         return _run_foreground(files, args.timeout)
     if args.command == "stop":
         return _stop(files)

@@ -1,0 +1,233 @@
+"""`make uninstall`: delete the ConfigBundle CRD without ever hanging.
+
+Deleting the CRD deletes every ConfigBundle. A bundle with ``deletionPolicy: Orphan``
+carries cbop's finalizer ``cbop.dev/orphan``, which a running cbop removes after it has
+released the bundle's ConfigMap; without cbop the bundle, and the CRD with it, would stay
+"deletion in progress" forever. So this script deletes the CRD, gives a running cbop
+``--grace`` seconds, then releases what is still waiting itself, exactly as cbop does
+(``cbop.reconciler.decision.release_body``: the bundle's owner reference and cbop's
+labels and annotations come off the ConfigMap, which keeps its content; then the
+finalizer comes off the bundle). Finalizers of others are never touched: if they still
+hold bundles at ``--timeout``, it names them, says how to proceed and exits 1.
+
+Prints what was deleted and which ConfigMaps were left behind. Uses the current
+kubeconfig context ($KUBECONFIG, else ~/.kube/config), as kubectl does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from cbop.api import FINALIZER_ORPHAN, LABEL_BUNDLE
+from cbop.kube import (
+    CONFIGBUNDLES,
+    CONFIGMAPS,
+    ApiError,
+    ConfigError,
+    ConnectionFailed,
+    KubeClient,
+    Resource,
+)
+from cbop.reconciler.decision import has_finalizer, release_body
+from cbop.reconciler.desired import is_controlled_by
+
+CRDS = Resource(
+    "apiextensions.k8s.io",
+    "v1",
+    "customresourcedefinitions",
+    "CustomResourceDefinition",
+    namespaced=False,
+)
+CRD_NAME = "configbundles.cbop.dev"
+FIELD_MANAGER = "cbop-uninstall"
+
+Bundle = Mapping[str, Any]
+
+
+def _key(obj: Mapping[str, Any]) -> str:
+    return f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+
+
+def _say(message: str) -> None:
+    print(f"uninstall: {message}", flush=True)
+
+
+def _bundles(kube: KubeClient) -> list[dict[str, Any]]:
+    try:
+        return list(kube.list(CONFIGBUNDLES, None)["items"])
+    except ApiError as err:
+        if err.is_not_found:  # the CRD is gone, and every bundle with it
+            return []
+        raise
+
+
+def _release(kube: KubeClient, bundle: Bundle) -> list[str]:
+    """Release the ConfigMaps ``bundle`` controls, then drop cbop's finalizer.
+
+    Returns:
+        ``namespace/name`` of each ConfigMap released.
+
+    Raises:
+        ApiError: other than a conflict (retried from a fresh read) or not-found.
+    """
+    meta = bundle["metadata"]
+    released = []
+    selector = f"{LABEL_BUNDLE}={meta['name']}"
+    for listed in kube.list(CONFIGMAPS, meta["namespace"], label_selector=selector)["items"]:
+        cm = listed
+        while is_controlled_by(cm, bundle):
+            try:
+                kube.update(
+                    CONFIGMAPS,
+                    meta["namespace"],
+                    cm["metadata"]["name"],
+                    release_body(cm, bundle),
+                    field_manager=FIELD_MANAGER,
+                )
+                released.append(_key(cm))
+                break
+            except ApiError as err:
+                if err.is_not_found:
+                    break
+                if not err.is_conflict:
+                    raise
+                cm = kube.get(CONFIGMAPS, meta["namespace"], cm["metadata"]["name"])
+    while has_finalizer(bundle):
+        finalizers = [
+            f for f in bundle["metadata"].get("finalizers") or () if f != FINALIZER_ORPHAN
+        ]
+        patch = {
+            "metadata": {
+                "finalizers": finalizers,
+                "resourceVersion": bundle["metadata"]["resourceVersion"],
+            }
+        }
+        try:
+            kube.patch(CONFIGBUNDLES, meta["namespace"], meta["name"], patch)
+            break
+        except ApiError as err:
+            if err.is_not_found:
+                break
+            if not err.is_conflict:
+                raise
+            bundle = kube.get(CONFIGBUNDLES, meta["namespace"], meta["name"])
+    return released
+
+
+def uninstall(kube: KubeClient, *, grace: float, timeout: float) -> int:
+    """Delete the CRD and wait for it to go; return the exit status (0 gone, 1 blocked).
+
+    Args:
+        kube: client for the cluster.
+        grace: seconds a running cbop gets to release Orphan bundles itself.
+        timeout: seconds to wait for the CRD to be gone.
+    """
+    try:
+        kube.get(CRDS, None, CRD_NAME)
+    except ApiError as err:
+        if err.is_not_found:
+            _say(f"CRD {CRD_NAME} is not installed; nothing to do")
+            return 0
+        raise
+    before = _bundles(kube)
+    orphans = [b for b in before if (b.get("spec") or {}).get("deletionPolicy") == "Orphan"]
+    _say(
+        f"deleting CRD {CRD_NAME} and with it {len(before)} ConfigBundle(s) "
+        f"({len(orphans)} with deletionPolicy Orphan)"
+    )
+    try:
+        kube.delete(CRDS, None, CRD_NAME, propagation_policy="Background")
+    except ApiError as err:
+        if not err.is_not_found:
+            raise
+    start = time.monotonic()
+    released: list[str] = []
+    announced = False
+    waiting: list[dict[str, Any]] = []
+    while True:
+        try:
+            kube.get(CRDS, None, CRD_NAME)
+        except ApiError as err:
+            if not err.is_not_found:
+                raise
+            break
+        elapsed = time.monotonic() - start
+        waiting = [b for b in _bundles(kube) if b["metadata"].get("deletionTimestamp")]
+        ours = [b for b in waiting if has_finalizer(b)]
+        if ours and elapsed >= grace:
+            if not announced:
+                _say(
+                    f"cbop did not release {len(ours)} Orphan bundle(s) within {grace:g}s "
+                    "(is it running?); releasing them as cbop would"
+                )
+                announced = True
+            for bundle in ours:
+                released.extend(_release(kube, bundle))
+        elif elapsed >= timeout:
+            return _blocked(waiting)
+        time.sleep(0.5)
+    _say(f"CRD {CRD_NAME} and every ConfigBundle deleted")
+    for key in released:
+        _say(f"released ConfigMap {key} (owner reference and cbop's labels removed)")
+    left = [key for key in map(_configmap_key, orphans) if _exists(kube, key)]
+    if left:
+        _say(
+            "left behind (deletionPolicy Orphan; delete them yourself if unwanted): "
+            + ", ".join(f"ConfigMap {key}" for key in left)
+        )
+    return 0
+
+
+def _configmap_key(bundle: Bundle) -> str:
+    """``namespace/name`` of the ConfigMap cbop manages for ``bundle``."""
+    name = (bundle.get("status") or {}).get("configMapName")
+    name = name or (bundle.get("spec") or {}).get("configMapName") or bundle["metadata"]["name"]
+    return f"{bundle['metadata']['namespace']}/{name}"
+
+
+def _exists(kube: KubeClient, key: str) -> bool:
+    namespace, name = key.split("/", 1)
+    try:
+        kube.get(CONFIGMAPS, namespace, name)
+    except ApiError as err:
+        if err.is_not_found:
+            return False
+        raise
+    return True
+
+
+def _blocked(waiting: list[dict[str, Any]]) -> int:
+    """Say what holds the CRD and how to proceed; return 1."""
+    _say(f"CRD {CRD_NAME} is still being deleted; these ConfigBundles hold it:")
+    for bundle in waiting:
+        finalizers = ", ".join(bundle["metadata"].get("finalizers") or ()) or "none"
+        _say(f"  {_key(bundle)}: finalizers {finalizers}")
+    _say(
+        "their finalizers belong to other controllers: start those, or remove the "
+        "finalizers by hand (kubectl patch configbundle NAME -n NS --type=merge "
+        '-p \'{"metadata":{"finalizers":null}}\'); the CRD then goes by itself'
+    )
+    return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the flags and run :func:`uninstall`; errors are one line, exit 2."""
+    parser = argparse.ArgumentParser(prog="hack/uninstall.py", description=__doc__.split("\n")[0])
+    parser.add_argument("--kubeconfig", help="kubeconfig path (default: as kubectl)")
+    parser.add_argument("--grace", type=float, default=5.0, help="seconds (default 5)")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds (default 60)")
+    args = parser.parse_args(argv)
+    try:
+        kube = KubeClient.from_config(kubeconfig=args.kubeconfig, qps=0)
+        return uninstall(kube, grace=args.grace, timeout=args.timeout)
+    except (ApiError, ConfigError, ConnectionFailed) as err:
+        print(f"uninstall: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
