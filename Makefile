@@ -100,8 +100,9 @@ install: ## apply the ConfigBundle CRD to the current kubeconfig's cluster
 # Deletes the CRD and with it every ConfigBundle. Bundles with deletionPolicy Orphan carry
 # cbop's finalizer: a running cbop releases them; if it does not within 5 s, the script
 # releases them as cbop would. It never hangs: see hack/uninstall.py.
+UNINSTALL_ARGS ?=
 uninstall: venv ## delete the CRD and every ConfigBundle; says what stays behind
-	$(PY) hack/uninstall.py
+	@$(PY) hack/uninstall.py $(UNINSTALL_ARGS)
 
 # CRD, namespace, RBAC, Deployment and metrics Service: kubectl apply -k manifests/.
 deploy: ## kubectl apply -k manifests/ (CRD, namespace, RBAC, Deployment, Service)

@@ -265,6 +265,11 @@ def test_connection_refused_is_connection_failed() -> None:
     assert info.value.status == 0
     assert seen == [0]
     assert client.request_counts() == {("get", "configmaps"): 1}
+    # urllib3's NewConnectionError subclasses ConnectTimeoutError: refused is no timeout.
+    assert not info.value.timed_out
+    assert info.value.reason == "ConnectionFailed"
+    assert str(info.value).startswith("connection failed: GET ")
+    assert "Timeout" not in str(info.value)
 
 
 def test_verbs_send_the_right_requests(server_factory: Any) -> None:
@@ -466,6 +471,17 @@ def test_from_config_uses_the_kubeconfig(server_factory: Any, tmp_path: Path) ->
     assert client._api.rest_client.pool_manager.connection_pool_kw["maxsize"] == 7
     with pytest.raises(ConfigError, match="nope"):
         KubeClient.from_config(kubeconfig=str(kubeconfig), context="nope")
+
+
+def test_unreadable_kubeconfig_error_names_only_a_given_context(tmp_path: Path) -> None:
+    bad = tmp_path / "kubeconfig"
+    bad.write_text("apiVersion: v1\nkind: Config\nclusters: []\n")
+    with pytest.raises(ConfigError) as info:
+        KubeClient.from_config(kubeconfig=str(bad))
+    assert "context" not in str(info.value).split(":")[0]
+    assert "None" not in str(info.value)
+    with pytest.raises(ConfigError, match=r"\(context 'dev'\)"):
+        KubeClient.from_config(kubeconfig=str(bad), context="dev")
 
 
 def test_from_config_without_any_configuration_raises(

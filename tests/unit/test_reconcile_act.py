@@ -247,6 +247,35 @@ def test_invalid_spec_reports_once_and_writes_nothing_else() -> None:
     assert client.writes() == [("patch/status", "configbundles", "app")]
 
 
+@pytest.mark.parametrize(
+    ("spec", "shown"),
+    [
+        pytest.param({"data": {"bad key": "1"}}, "app", id="default-name"),
+        pytest.param({"configMapName": "conf", "data": {"bad key": "1"}}, "conf", id="named"),
+        pytest.param({"configMapName": "Not_Valid", "data": {"a": "1"}}, None, id="bad-name"),
+    ],
+)
+def test_invalid_bundle_still_names_its_configmap(spec: dict[str, Any], shown: str | None) -> None:
+    # The CONFIGMAP printer column (status.configMapName) and --once's CONFIGMAP column
+    # show the name cbop would use while the rest of the spec is invalid.
+    client = FakeClient()
+    result = reconciler(client, bundle(spec)).reconcile("demo/app")
+    assert result.action is Action.INVALID
+    assert result.config_map == shown
+    status = client.bodies[client.actions.index(("patch/status", "configbundles", "app"))]["status"]
+    assert status.get("configMapName") == shown
+
+
+@pytest.mark.parametrize(
+    ("data", "count"), [({"a": "1"}, "1 key,"), ({"a": "1", "b": "2"}, "2 keys,")]
+)
+def test_synced_message_counts_keys_in_english(data: dict[str, str], count: str) -> None:
+    client = FakeClient()
+    reconciler(client, bundle({"data": data})).reconcile("demo/app")
+    status = client.bodies[client.actions.index(("patch/status", "configbundles", "app"))]["status"]
+    assert f"matches the spec ({count} sha256:" in status["conditions"][0]["message"]
+
+
 def test_dry_run_writes_only_with_server_dry_run_and_returns_a_diff() -> None:
     client = FakeClient()
     result = reconciler(client, bundle({"data": {"a": "1"}}), dry_run=True).reconcile("demo/app")

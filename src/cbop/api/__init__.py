@@ -11,6 +11,7 @@ from cbop.api.spec import (
     DeletionPolicy,
     SpecError,
     TooLargeError,
+    config_map_name_of,
     parse_spec,
 )
 from cbop.api.types import (
@@ -55,5 +56,6 @@ __all__ = [
     "Reason",
     "SpecError",
     "TooLargeError",
+    "config_map_name_of",
     "parse_spec",
 ]

@@ -205,6 +205,22 @@ def _bool(spec: Mapping[str, Any], field: str) -> bool:
     return value
 
 
+def config_map_name_of(bundle: Mapping[str, Any]) -> str | None:
+    """Return the ConfigMap name cbop uses for ``bundle``, even if the rest of its spec is invalid.
+
+    ``spec.configMapName``, else ``metadata.name``; None when that name is not a valid
+    ConfigMap name (or the spec is not an object). Status and ``--once`` show it while a
+    bundle is invalid, so the user sees which ConfigMap it is about.
+    """
+    raw_spec = bundle.get("spec") or {}
+    if not isinstance(raw_spec, Mapping):
+        return None
+    name = raw_spec.get("configMapName") or bundle.get("metadata", {}).get("name", "")
+    if not isinstance(name, str) or len(name) > _MAX_KEY_LENGTH:
+        return None
+    return name if _DNS1123_SUBDOMAIN.match(name) else None
+
+
 def parse_spec(bundle: Mapping[str, Any]) -> BundleSpec:
     """Validate a ConfigBundle object and return its typed spec.
 
@@ -221,12 +237,9 @@ def parse_spec(bundle: Mapping[str, Any]) -> BundleSpec:
     raw_spec = bundle.get("spec") or {}
     if not isinstance(raw_spec, Mapping):
         raise SpecError("spec must be an object")
-    name = raw_spec.get("configMapName") or bundle.get("metadata", {}).get("name", "")
-    if (
-        not isinstance(name, str)
-        or len(name) > _MAX_KEY_LENGTH
-        or not _DNS1123_SUBDOMAIN.match(name)
-    ):
+    name = config_map_name_of(bundle)
+    if name is None:
+        name = raw_spec.get("configMapName") or bundle.get("metadata", {}).get("name", "")
         raise SpecError(
             f"spec.configMapName {_show(str(name))} is not a valid ConfigMap name "
             "(lowercase DNS subdomain, at most 253 characters)"

@@ -96,11 +96,17 @@ def _is_json(content_type: str) -> bool:
 
 
 def _is_timeout(exc: BaseException) -> bool:
-    """Return whether a transport error is a connect or read timeout."""
-    if isinstance(exc, urllib3.exceptions.TimeoutError | TimeoutError):
-        return True
-    reason = getattr(exc, "reason", None)
-    return isinstance(reason, urllib3.exceptions.TimeoutError | TimeoutError)
+    """Return whether a transport error is a connect or read timeout.
+
+    urllib3's ``NewConnectionError`` (connection refused, no route) subclasses its
+    ``ConnectTimeoutError`` for historical reasons; it is no timeout.
+    """
+    for err in (exc, getattr(exc, "reason", None)):
+        if isinstance(err, urllib3.exceptions.NewConnectionError):
+            return False
+        if isinstance(err, urllib3.exceptions.TimeoutError | TimeoutError):
+            return True
+    return False
 
 
 def _connection_failed(exc: BaseException, what: str) -> ConnectionFailed:
@@ -1066,7 +1072,8 @@ def _load_kubeconfig(configuration: Any, path: str, context: str | None) -> None
             persist_config=False,
         )
     except (ConfigException, OSError, ValueError, KeyError) as exc:
-        raise ConfigError(f"cannot load kubeconfig {path!r} (context {context!r}): {exc}") from exc
+        where = f" (context {context!r})" if context else ""
+        raise ConfigError(f"cannot load kubeconfig {path!r}{where}: {exc}") from exc
 
 
 def _watch_token_file(configuration: Any, path: str, context: str | None, clock: Clock) -> None:

@@ -246,6 +246,10 @@ class ConnectionFailed(ApiError):  # noqa: N818 - the name the callers use
         self.cause = cause
         self.timed_out = timed_out
 
+    def __str__(self) -> str:
+        # No HTTP status to show: "timed out: ..." or "connection failed: ...".
+        return f"{'timed out' if self.timed_out else 'connection failed'}: {self.message}"
+
     @property
     def is_retryable(self) -> bool:
         """Always ``True``: a transport failure may succeed on the next attempt."""

@@ -35,7 +35,14 @@ from typing import Any, Protocol
 import cachetools
 import structlog
 
-from cbop.api import FINALIZER_ORPHAN, BundleSpec, Reason, SpecError, parse_spec
+from cbop.api import (
+    FINALIZER_ORPHAN,
+    BundleSpec,
+    Reason,
+    SpecError,
+    config_map_name_of,
+    parse_spec,
+)
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, Resource
 from cbop.reconciler.decision import Action, Decision, FinalizerChange, decide
 from cbop.reconciler.desired import content_hash
@@ -267,7 +274,7 @@ class Reconciler:
                 ready="False",
                 reason=Reason.INVALID_SPEC,
                 message=err.message,
-                config_map=spec.config_map_name if isinstance(spec, BundleSpec) else None,
+                config_map=config_map_name_of(bundle),
             )
         except Requeue:
             logger.debug("reconcile lost a race; requeueing", action=decision.action.value)
@@ -377,7 +384,7 @@ class Reconciler:
             ready=ready,
             reason=reason,
             message=message,
-            config_map=spec.config_map_name if isinstance(spec, BundleSpec) else None,
+            config_map=config_map_name_of(bundle),
             requeue_after=requeue,
             diff=diff,
         )
@@ -528,7 +535,8 @@ class Reconciler:
         return (
             "True",
             Reason.SYNCED,
-            f"ConfigMap {desired.name} matches the spec ({keys} keys, {desired.content_hash})",
+            f"ConfigMap {desired.name} matches the spec "
+            f"({keys} {'key' if keys == 1 else 'keys'}, {desired.content_hash})",
             None,
         )
 
@@ -594,7 +602,7 @@ class Reconciler:
             ready=ready,
             reason=reason,
             message=message,
-            config_map_name=valid.config_map_name if valid else None,
+            config_map_name=valid.config_map_name if valid else config_map_name_of(bundle),
             content_hash=desired_hash if valid else None,
             key_count=valid.key_count if valid else None,
             now=self._now(),
