@@ -99,8 +99,8 @@ def _dev_script(env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[byt
             proc.wait(10)
 
 
-def _ctrl_c(proc: subprocess.Popen[bytes], probe_port: int, log: Path) -> int:
-    """Wait until cbop is ready, then send SIGINT to the group (Ctrl-C); return the status."""
+def _wait_ready(proc: subprocess.Popen[bytes], probe_port: int, log: Path) -> None:
+    """Wait until the cbop that make dev started answers /readyz with 200."""
 
     def ready() -> bool:
         assert proc.poll() is None, f"make dev exited with {proc.returncode}:\n{log.read_text()}"
@@ -111,6 +111,10 @@ def _ctrl_c(proc: subprocess.Popen[bytes], probe_port: int, log: Path) -> int:
         return False
 
     wait_for(ready, 240, interval=0.5, message="cbop started by make dev to be ready")
+
+
+def _ctrl_c(proc: subprocess.Popen[bytes]) -> int:
+    """Send SIGINT to the whole process group, as Ctrl-C does; return the exit status."""
     os.killpg(proc.pid, signal.SIGINT)
     return proc.wait(120)
 
@@ -187,7 +191,8 @@ def test_make_dev_leaves_a_cluster_it_did_not_start_running(tmp_path: Path) -> N
         ports = _ports()
         log = tmp_path / "dev.log"
         with _dev_script(_env(DEV_CLUSTER_DIR=str(state), REUSE_CLUSTER="1", **ports), log) as proc:
-            code = _ctrl_c(proc, int(ports["PROBE_ADDR"].rsplit(":", 1)[1]), log)
+            _wait_ready(proc, int(ports["PROBE_ADDR"].rsplit(":", 1)[1]), log)
+            code = _ctrl_c(proc)
         assert code == 0, log.read_text()
         assert "the control plane keeps running" in log.read_text()
         assert _envtest(state, "status").returncode == 0
@@ -200,8 +205,9 @@ def test_make_dev_stops_the_cluster_it_started(tmp_path: Path) -> None:
     log = tmp_path / "dev.log"
     try:
         with _dev_script(_env(DEV_CLUSTER_DIR=str(state), **ports), log) as proc:
-            code = _ctrl_c(proc, int(ports["PROBE_ADDR"].rsplit(":", 1)[1]), log)
+            _wait_ready(proc, int(ports["PROBE_ADDR"].rsplit(":", 1)[1]), log)
             components = json.loads((state / "info.json").read_text())["components"]
+            code = _ctrl_c(proc)
         assert code == 0, log.read_text()
         assert _envtest(state, "status").returncode == 3, "the control plane still runs"
         assert not [p for p in components.values() if process.pid_alive(p)]
