@@ -284,3 +284,21 @@ def test_make_uninstall_names_foreign_finalizers_instead_of_hanging(tmp_path: Pa
         assert "kubectl patch configbundle" in result.stdout
         kube.patch(CONFIGBUNDLES, "default", "held", {"metadata": {"finalizers": None}})
         wait_for(lambda: _crd_gone(kube), 60, message="the CRD to go once the finalizer is removed")
+
+
+def test_warm_binaries_are_never_rebuilt() -> None:
+    # The up-to-date check piped kubectl into `grep -q` under pipefail and failed about 5
+    # times in 30 (SIGPIPE), rebuilding kubectl for minutes. Without Go on PATH, a run
+    # that decided to build would fail instead of compiling.
+    script = REPO / "hack" / "build-control-plane.sh"
+    env = _env(PATH="/usr/bin:/bin")
+    for _ in range(100):
+        result = subprocess.run(
+            [str(script), "--check"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr

@@ -168,3 +168,28 @@ def test_commands_shown_run(block: Block, docs_env: dict[str, str]) -> None:
             timeout=120,
             check=False,
         )
+
+
+def test_bundle_over_256_kib_needs_server_side_apply(
+    docs_env: dict[str, str], tmp_path: Path
+) -> None:
+    # What the README says under "Bundles over 256 KiB".
+    big = {
+        "apiVersion": "cbop.dev/v1alpha1",
+        "kind": "ConfigBundle",
+        "metadata": {"name": "big", "namespace": NAMESPACE},
+        "spec": {"data": {"blob": "x" * 300_000}},
+    }
+    path = tmp_path / "big.yaml"
+    path.write_text(yaml.safe_dump(big), encoding="utf-8")
+    plain = subprocess.run(
+        ["kubectl", "apply", "-f", str(path)],
+        env=docs_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert plain.returncode != 0
+    assert "metadata.annotations: Too long" in plain.stderr, plain.stderr
+    _run(f"kubectl apply --server-side -f {path}", docs_env)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from cbop.api import parse_spec
-from cbop.kube import ApiError, Resource
+from cbop.kube import ApiError, ConnectionFailed, Resource
 from cbop.reconciler import Action, Reconciler, Requeue
 from cbop.reconciler.decision import decide
 from cbop.reconciler.events import EventRecorder
@@ -218,6 +218,19 @@ def test_other_api_errors_are_reported_and_raised() -> None:
     status = client.bodies[client.actions.index(("patch/status", "configbundles", "app"))]["status"]
     assert status["conditions"][0]["reason"] == "ReconcileError"
     assert "etcd is down" in status["conditions"][0]["message"]
+
+
+def test_unanswered_write_is_not_reported_as_refused() -> None:
+    client = FakeClient()
+    client.errors["create"] = [ConnectionFailed("POST /api/v1/...: connection refused")]
+    with pytest.raises(ConnectionFailed):
+        reconciler(client, bundle()).reconcile("demo/app")
+    status = client.bodies[client.actions.index(("patch/status", "configbundles", "app"))]["status"]
+    message = status["conditions"][0]["message"]
+    assert message == (
+        "a write got no answer from the API server: "
+        "connection failed: POST /api/v1/...: connection refused"
+    )
 
 
 def test_update_hitting_immutable_configmap_replaces_from_fresh_read() -> None:

@@ -327,8 +327,12 @@ def test_valid_edge_keys_are_accepted(key: str) -> None:
 
 
 def test_same_key_in_both_maps_is_rejected() -> None:
-    with pytest.raises(SpecError, match="'cfg'"):
+    with pytest.raises(SpecError, match="'cfg'") as one:
         parse_spec(bundle({"data": {"cfg": "x"}, "binaryData": {"cfg": "aGk="}}))
+    assert str(one.value).startswith("key 'cfg' appears in both spec.data and spec.binaryData")
+    with pytest.raises(SpecError) as two:
+        parse_spec(bundle({"data": {"a": "x", "b": "y"}, "binaryData": {"a": "aGk=", "b": "aGk="}}))
+    assert str(two.value).startswith("keys 'a', 'b' appear in both")
 
 
 def test_invalid_base64_is_rejected() -> None:

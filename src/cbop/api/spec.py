@@ -252,10 +252,11 @@ def parse_spec(bundle: Mapping[str, Any]) -> BundleSpec:
     both = sorted(set(data).intersection(encoded))
     if both:
         raise SpecError(
-            "keys "
+            ("key " if len(both) == 1 else "keys ")
             + ", ".join(map(_show, both[:5]))
             + _more(len(both) - 5)
-            + " appear in both spec.data and spec.binaryData; a key may be in only one"
+            + (" appears" if len(both) == 1 else " appear")
+            + " in both spec.data and spec.binaryData; a key may be in only one"
         )
     binary: dict[str, bytes] = {}
     for key, value in encoded.items():

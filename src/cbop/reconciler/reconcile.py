@@ -43,7 +43,7 @@ from cbop.api import (
     config_map_name_of,
     parse_spec,
 )
-from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, Resource
+from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, ConnectionFailed, Resource
 from cbop.reconciler.decision import Action, Decision, FinalizerChange, decide
 from cbop.reconciler.desired import content_hash
 from cbop.reconciler.diff import configmap_diff
@@ -570,7 +570,10 @@ class Reconciler:
         self, bundle: Mapping[str, Any], spec: BundleSpec | SpecError, err: ApiError
     ) -> None:
         """Best effort: say in status why the reconcile failed; never mask ``err``."""
-        message = f"the API server refused a write: {err.message or err.reason}"
+        if isinstance(err, ConnectionFailed):
+            message = f"a write got no answer from the API server: {err}"
+        else:
+            message = f"the API server refused a write: {err.message or err.reason}"
         try:
             self._write_status(bundle, spec, "False", Reason.RECONCILE_ERROR, message)
         except ApiError as status_err:
