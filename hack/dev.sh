@@ -32,8 +32,10 @@ for flag, variable, address in (
         bind = parse_bind_address(address)
         if bind is None:
             continue
-        with socket.create_server(bind):
-            pass
+        family = socket.AF_INET6 if ":" in bind[0] else socket.AF_INET
+        with socket.socket(family) as probe:  # as cbop binds: SO_REUSEADDR, no listen
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(bind)
     except (ValueError, OSError) as err:
         sys.exit(
             f"make dev: {flag} {address}: {getattr(err, 'strerror', None) or err}; "

@@ -52,6 +52,10 @@ def _key(obj: Mapping[str, Any]) -> str:
     return f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _say(message: str) -> None:
     print(f"uninstall: {message}", flush=True)
 
@@ -136,7 +140,7 @@ def uninstall(kube: KubeClient, *, grace: float, timeout: float) -> int:
     before = _bundles(kube)
     orphans = [b for b in before if (b.get("spec") or {}).get("deletionPolicy") == "Orphan"]
     _say(
-        f"deleting CRD {CRD_NAME} and with it {len(before)} ConfigBundle(s) "
+        f"deleting CRD {CRD_NAME} and with it {_count(len(before), 'ConfigBundle')} "
         f"({len(orphans)} with deletionPolicy Orphan)"
     )
     try:
@@ -161,7 +165,7 @@ def uninstall(kube: KubeClient, *, grace: float, timeout: float) -> int:
         if ours and elapsed >= grace:
             if not announced:
                 _say(
-                    f"cbop did not release {len(ours)} Orphan bundle(s) within {grace:g}s "
+                    f"cbop did not release {_count(len(ours), 'Orphan bundle')} within {grace:g}s "
                     "(is it running?); releasing them as cbop would"
                 )
                 announced = True
