@@ -1,4 +1,4 @@
-"""Benchmark cbop.workqueue against the standard library's queue.Queue.
+"""Benchmark cbop.workqueue's queues against the standard library's queue.Queue.
 
 Run from the repository root (``PYTHONPATH=src`` unless cbop is installed)::
 
@@ -8,7 +8,12 @@ Throughput: each of T worker threads loops ``add(key) -> get() -> done(item)`` o
 share of N distinct pre-built keys (``put -> get -> task_done`` for queue.Queue), all
 threads on one queue; reported as cycles per second, best of R runs. cbop runs an
 unnamed ``RateLimitingQueue`` (what a controller uses, no metrics) and, for reference,
-a named one exporting Prometheus metrics to a private registry.
+a named one exporting Prometheus metrics to a private registry. ``cbop-priority`` is an
+unnamed ``PriorityQueue`` with every add at the normal priority, ``cbop-priority-mixed``
+the same with every other key added at the low priority (two FIFOs, so each ``get``
+also checks ageing), and ``cbop-priority+prometheus`` a named one (depth by priority).
+The second table gives each queue's rate as a ratio to queue.Queue and to cbop's plain
+rate-limiting queue.
 
 Memory: K distinct keys queued, each queue measured in a fresh subprocess: the
 tracemalloc peak while filling the queue and the growth of the process's RSS. The keys
@@ -20,6 +25,7 @@ Prints markdown tables.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import os
@@ -35,7 +41,7 @@ from collections.abc import Callable, Sequence
 from prometheus_client import CollectorRegistry
 
 from cbop.metrics.workqueue import PrometheusWorkqueueMetricsProvider
-from cbop.workqueue import RateLimitingQueue
+from cbop.workqueue import LOW_PRIORITY, PriorityQueue, RateLimitingQueue
 
 Worker = Callable[[Sequence[str]], None]
 Close = Callable[[], None]
@@ -54,12 +60,18 @@ def make_stdlib() -> tuple[Worker, Close]:
     return work, lambda: None
 
 
-def make_cbop(*, metrics: bool = False) -> tuple[Worker, Close]:
+def make_cbop(
+    kind: type[RateLimitingQueue[str]] = RateLimitingQueue,
+    *,
+    metrics: bool = False,
+    mixed: bool = False,
+) -> tuple[Worker, Close]:
+    """A cbop queue of ``kind``; ``mixed``: every other key at the low priority."""
     if metrics:
         provider = PrometheusWorkqueueMetricsProvider(CollectorRegistry())
-        q = RateLimitingQueue[str](name="bench", metrics_provider=provider)
+        q = kind(name="bench", metrics_provider=provider)
     else:
-        q = RateLimitingQueue[str]()
+        q = kind()
 
     def work(keys: Sequence[str]) -> None:
         add, get, done = q.add, q.get, q.done
@@ -68,6 +80,17 @@ def make_cbop(*, metrics: bool = False) -> tuple[Worker, Close]:
             item, _ = get()
             done(item)  # type: ignore[arg-type]  # never None: the queue is not shut down
 
+    def work_mixed(keys: Sequence[str]) -> None:
+        assert isinstance(q, PriorityQueue)
+        get, done = q.get, q.done
+        adds = (q.add, functools.partial(q.add, priority=LOW_PRIORITY))
+        for i, key in enumerate(keys):
+            adds[i & 1](key)
+            item, _ = get()
+            done(item)
+
+    if mixed:
+        return work_mixed, q.shut_down
     return work, q.shut_down
 
 
@@ -75,6 +98,9 @@ MAKERS: dict[str, Callable[[], tuple[Worker, Close]]] = {
     "queue.Queue": make_stdlib,
     "cbop": make_cbop,
     "cbop+prometheus": lambda: make_cbop(metrics=True),
+    "cbop-priority": lambda: make_cbop(PriorityQueue),
+    "cbop-priority-mixed": lambda: make_cbop(PriorityQueue, mixed=True),
+    "cbop-priority+prometheus": lambda: make_cbop(PriorityQueue, metrics=True),
 }
 
 
@@ -105,21 +131,25 @@ def throughput(cycles: int, thread_counts: list[int], repeat: int) -> None:
     keys = [f"ns/bundle-{i}" for i in range(cycles)]
     print(f"### Throughput: add -> get -> done cycles/s ({cycles:,} cycles, best of {repeat})")
     print()
-    print(
-        "| workers | queue.Queue | cbop | cbop / queue.Queue "
-        "| cbop+prometheus | cbop+prometheus / queue.Queue |"
-    )
-    print("|---:|---:|---:|---:|---:|---:|")
+    print("| workers | " + " | ".join(MAKERS) + " |")
+    print("|---:|" + "---:|" * len(MAKERS))
+    ratios: list[str] = []
     for threads in thread_counts:
         best: dict[str, float] = {name: 0.0 for name in MAKERS}
         for _ in range(repeat):
             for name, make in MAKERS.items():  # interleaved, so load drifts hit all alike
                 best[name] = max(best[name], run_once(make, threads, keys))
-        base = best["queue.Queue"]
-        print(
-            f"| {threads} | {base:,.0f} | {best['cbop']:,.0f} | {best['cbop'] / base:.2f}x "
-            f"| {best['cbop+prometheus']:,.0f} | {best['cbop+prometheus'] / base:.2f}x |"
+        print(f"| {threads} | " + " | ".join(f"{best[n]:,.0f}" for n in MAKERS) + " |")
+        stdlib, plain = best["queue.Queue"], best["cbop"]
+        ratios.extend(
+            f"| {threads} | {name} | {rate / stdlib:.2f}x | {rate / plain:.2f}x |"
+            for name, rate in best.items()
+            if name != "queue.Queue"
         )
+    print()
+    print("| workers | queue | / queue.Queue | / cbop |")
+    print("|---:|---|---:|---:|")
+    print("\n".join(ratios))
     print()
 
 
@@ -133,8 +163,8 @@ def rss_bytes() -> int:
 
 
 def fill(kind: str, keys: list[str]) -> object:
-    if kind == "cbop":
-        q = RateLimitingQueue[str]()
+    if kind in ("cbop", "cbop-priority"):
+        q = RateLimitingQueue[str]() if kind == "cbop" else PriorityQueue[str]()
         add = q.add
         for key in keys:
             add(key)
@@ -164,13 +194,16 @@ def memory_child(kind: str, count: int) -> None:
     print(json.dumps({"rss_delta": rss_delta, "peak": peak}))
 
 
+MEMORY_KINDS = ("queue.Queue", "cbop", "cbop-priority")
+
+
 def memory(count: int) -> None:
     print(f"### Memory: {count:,} distinct keys queued (keys themselves excluded)")
     print()
     print("| queue | tracemalloc peak | per key | RSS delta |")
     print("|---|---:|---:|---:|")
     results: dict[str, dict[str, int]] = {}
-    for kind in ("queue.Queue", "cbop"):
+    for kind in MEMORY_KINDS:
         out = subprocess.run(
             [sys.executable, "-m", "bench.workqueue", "--memory-child", kind, "--keys", str(count)],
             check=True,
@@ -180,9 +213,10 @@ def memory(count: int) -> None:
         results[kind] = json.loads(out.strip().splitlines()[-1])
         peak, rss = results[kind]["peak"], results[kind]["rss_delta"]
         print(f"| {kind} | {peak / 2**20:.1f} MiB | {peak / count:.0f} B | {rss / 2**20:.1f} MiB |")
-    ratio = results["cbop"]["peak"] / results["queue.Queue"]["peak"]
     print()
-    print(f"cbop / queue.Queue tracemalloc peak: {ratio:.1f}x")
+    for kind in MEMORY_KINDS[1:]:
+        ratio = results[kind]["peak"] / results["queue.Queue"]["peak"]
+        print(f"{kind} / queue.Queue tracemalloc peak: {ratio:.1f}x")
     print()
 
 
@@ -194,7 +228,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--keys", type=int, default=1_000_000, help="keys for the memory test")
     parser.add_argument("--skip-memory", action="store_true", help="throughput only")
     parser.add_argument("--skip-throughput", action="store_true", help="memory only")
-    parser.add_argument("--memory-child", choices=("cbop", "queue.Queue"), help=argparse.SUPPRESS)
+    parser.add_argument("--memory-child", choices=MEMORY_KINDS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.memory_child:
         memory_child(args.memory_child, args.keys)

@@ -86,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
         env = _env(name)
         if env is not None:
             kind = kw.get("type")
-            if kw.get("action") == "store_true":
+            if kw.get("action") in ("store_true", argparse.BooleanOptionalAction):
                 default = env.lower() in ("1", "true", "yes", "on")
             elif kw.get("action") == "append":
                 default = [v for v in env.split(",") if v]
@@ -118,6 +118,13 @@ def build_parser() -> argparse.ArgumentParser:
         36000.0,
         type=parse_duration,
         help="informer resync period, e.g. 10h (default; 0 disables)",
+    )
+    flag(
+        "priority-queue",
+        True,
+        action=argparse.BooleanOptionalAction,
+        help="queue initial-list and resync keys behind real changes, as controller-runtime; "
+        "--no-priority-queue: one FIFO for all",
     )
     flag("metrics-bind-address", ":8080", help="address of /metrics (default :8080; 0 disables)")
     flag(
@@ -313,6 +320,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 leader_election_namespace=args.leader_election_namespace,
                 shutdown_timeout=args.shutdown_timeout,
                 read_timeout=args.watch_read_timeout,
+                priority_queue=args.priority_queue,
             ),
         )
     except (ValueError, OSError) as err:

@@ -9,6 +9,13 @@ Why a queue at all: events arrive in bursts (a relist, a resync, a flapping clie
 and only the latest state matters; the queue collapses a burst for one bundle into one
 reconcile, never runs the same bundle on two workers, and spaces out retries.
 
+The queue is a priority queue by default (``priority_queue=False``: the plain
+rate-limiting queue), as controller-runtime's since v0.23: adds from an informer's
+initial list (delivered before the informer reports synced) and from resyncs or relists
+that find an object unchanged (same resourceVersion) go in at low priority, real changes
+at normal priority, so a restart's thousands of converged bundles do not delay the one
+someone just changed. Retries keep the priority the key was handed out with.
+
 The worker's outcome policy is controller-runtime's: an error -> ``add_rate_limited``;
 a requeue after a delay -> ``forget`` then ``add_after``; success -> ``forget``. An
 unexpected exception (a bug) is logged with its traceback, counted as a panic, and
@@ -17,9 +24,10 @@ retried like an error: it never kills the worker.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import structlog
@@ -35,7 +43,7 @@ from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, KubeClient
 from cbop.metrics.controller import ControllerMetrics
 from cbop.reconciler import CONTROLLER_UID_INDEX, EventRecorder, Reconciler, Requeue, Result
 from cbop.reconciler.desired import controller_reference, is_bundle_reference
-from cbop.workqueue import MetricsProvider, RateLimitingQueue
+from cbop.workqueue import LOW_PRIORITY, MetricsProvider, PriorityQueue, RateLimitingQueue
 
 log = structlog.get_logger("cbop.controller")
 
@@ -96,11 +104,29 @@ class MultiNamespaceLister:
 
 
 class _Enqueue:
-    """Informer event handler mapping events to bundle keys on the queue."""
+    """Informer event handler mapping events to bundle keys on the queue.
 
-    def __init__(self, queue: RateLimitingQueue[str], *, owned: bool) -> None:
+    ``synced`` is the informer's ``has_synced``: an add delivered before it is true comes
+    from the initial list (client-go's ``isInInitialList``). On a ``PriorityQueue``, those
+    and updates that change nothing (a resync, or a relist finding the same
+    resourceVersion) go in at ``LOW_PRIORITY``, as controller-runtime's handlers do.
+    """
+
+    def __init__(
+        self,
+        queue: RateLimitingQueue[str],
+        *,
+        owned: bool,
+        synced: Callable[[], bool] | None = None,
+    ) -> None:
         self._queue = queue
         self._owned = owned
+        self._synced = synced
+        self._add_low: Callable[[str], None] = (
+            functools.partial(queue.add, priority=LOW_PRIORITY)
+            if isinstance(queue, PriorityQueue)
+            else queue.add
+        )
 
     def _key(self, obj: Any) -> str | None:
         if isinstance(obj, DeletedFinalStateUnknown):
@@ -109,18 +135,19 @@ class _Enqueue:
                 return None
         return owner_key(obj) if self._owned else object_key(obj)
 
-    def _add(self, obj: Any) -> None:
+    def _add(self, obj: Any, *, low: bool = False) -> None:
         key = self._key(obj)
         if key is not None:
-            self._queue.add(key)
+            (self._add_low if low else self._queue.add)(key)
 
     def on_add(self, obj: Mapping[str, Any]) -> None:
-        """Enqueue the bundle of an added object."""
-        self._add(obj)
+        """Enqueue the bundle of an added object (low priority from the initial list)."""
+        self._add(obj, low=self._synced is not None and not self._synced())
 
     def on_update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
-        """Enqueue the bundle(s) of both the old and the new object."""
-        self._add(new)
+        """Enqueue the bundle(s) of both the old and the new object (low if unchanged)."""
+        unchanged = old is new or _resource_version(old) == _resource_version(new)
+        self._add(new, low=unchanged)
         if self._owned:
             old_key, new_key = self._key(old), self._key(new)
             if old_key is not None and old_key != new_key:
@@ -129,6 +156,11 @@ class _Enqueue:
     def on_delete(self, obj: Any) -> None:
         """Enqueue the bundle of a deleted object (tombstones included)."""
         self._add(obj)
+
+
+def _resource_version(obj: Mapping[str, Any]) -> str | None:
+    rv: str | None = obj.get("metadata", {}).get("resourceVersion")
+    return rv
 
 
 class Controller:
@@ -145,6 +177,8 @@ class Controller:
         recorder: Event recorder, or None to record no Events.
         dry_run: see :class:`cbop.reconciler.Reconciler`.
         read_timeout: the informers' watch socket read timeout in seconds.
+        priority_queue: use a ``PriorityQueue`` (initial list and resyncs at low
+            priority); False: the plain ``RateLimitingQueue``.
     """
 
     def __init__(
@@ -159,10 +193,13 @@ class Controller:
         recorder: EventRecorder | None = None,
         dry_run: bool = False,
         read_timeout: float = 90.0,
+        priority_queue: bool = True,
     ) -> None:
         self._workers = max(1, workers)
         self._metrics = metrics
-        self.queue: RateLimitingQueue[str] = RateLimitingQueue(
+        self.queue: RateLimitingQueue[str] = (
+            PriorityQueue if priority_queue else RateLimitingQueue
+        )(
             name=CONTROLLER_NAME if queue_metrics is not None else None,
             metrics_provider=queue_metrics,
         )
@@ -192,9 +229,11 @@ class Controller:
             for ns in scopes
         }
         for informer in self.bundle_informers.values():
-            informer.add_event_handler(_Enqueue(self.queue, owned=False))
+            informer.add_event_handler(
+                _Enqueue(self.queue, owned=False, synced=informer.has_synced)
+            )
         for informer in self.configmap_informers.values():
-            informer.add_event_handler(_Enqueue(self.queue, owned=True))
+            informer.add_event_handler(_Enqueue(self.queue, owned=True, synced=informer.has_synced))
         self.bundles = MultiNamespaceLister(
             {ns: inf.lister() for ns, inf in self.bundle_informers.items()}
         )

@@ -58,6 +58,8 @@ class Options:
         shutdown_timeout: how long in-flight reconciles may take on shutdown, seconds.
         cache_sync_timeout: how long to wait for the first list, seconds.
         read_timeout: informer watch socket read timeout, seconds.
+        priority_queue: a priority workqueue (initial list and resyncs behind real
+            changes); False: the plain rate-limiting queue.
         identity: this candidate's identity (default: hostname plus a random suffix).
     """
 
@@ -75,6 +77,7 @@ class Options:
     shutdown_timeout: float = 30.0
     cache_sync_timeout: float = 120.0
     read_timeout: float = 90.0
+    priority_queue: bool = True
     identity: str = field(default_factory=lambda: f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}")
 
 
@@ -142,6 +145,7 @@ class Manager:
             queue_metrics=PrometheusWorkqueueMetricsProvider(self.registry),
             recorder=self.recorder,
             read_timeout=options.read_timeout,
+            priority_queue=options.priority_queue,
         )
         self.registry.register(BundleReadinessCollector(self.controller.bundles.list))
         self.stop_event = threading.Event()

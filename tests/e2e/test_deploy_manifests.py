@@ -432,8 +432,15 @@ def _leader(pod: str, values: str) -> dict[str, str]:
     return _series("leader_election_master_status", pod, values, name="cbop-leader")
 
 
-def _depth(pod: str, values: str) -> dict[str, str]:
-    return _series("workqueue_depth", pod, values, name="configbundle", controller="configbundle")
+def _depth(pod: str, values: str, priority: str = "0") -> dict[str, str]:
+    return _series(
+        "workqueue_depth",
+        pod,
+        values,
+        name="configbundle",
+        controller="configbundle",
+        priority=priority,
+    )
 
 
 def _errors(pod: str, values: str) -> dict[str, str]:
@@ -459,6 +466,14 @@ def _alert_test(
 
 
 POD_LABELS = {"job": "cbop-metrics", "namespace": NAMESPACE}
+QUEUE_GROWING_ON_CBOP_A = {
+    **POD_LABELS,
+    "severity": "warning",
+    "instance": "cbop-a:8080",
+    "pod": "cbop-a",
+    "name": "configbundle",
+    "controller": "configbundle",
+}
 
 ALERT_CASES = {
     "no-leader-fires-after-5m": _alert_test(
@@ -488,16 +503,17 @@ ALERT_CASES = {
         ],
         "CbopWorkqueueGrowing",
         "16m",
+        [QUEUE_GROWING_ON_CBOP_A],
+    ),
+    "queue-growing-across-priorities-fires-on-the-sum": _alert_test(
         [
-            {
-                **POD_LABELS,
-                "severity": "warning",
-                "instance": "cbop-a:8080",
-                "pod": "cbop-a",
-                "name": "configbundle",
-                "controller": "configbundle",
-            }
+            _leader("cbop-a", "1x40"),
+            _depth("cbop-a", "60x40", priority="0"),
+            _depth("cbop-a", "60x40", priority="-100"),
         ],
+        "CbopWorkqueueGrowing",
+        "16m",
+        [QUEUE_GROWING_ON_CBOP_A],
     ),
     "queue-full-on-a-standby-is-quiet": _alert_test(
         [

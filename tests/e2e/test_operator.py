@@ -576,7 +576,11 @@ def test_metrics_are_valid_and_count_what_happened(
     assert m['controller_runtime_max_concurrent_reconciles{controller="configbundle"}'] == 4
     assert 'controller_runtime_active_workers{controller="configbundle"}' in m
     assert m['workqueue_adds_total{controller="configbundle",name="configbundle"}'] >= 3
-    assert 'workqueue_depth{controller="configbundle",name="configbundle"}' in m
+    for priority in ("0", "-100"):  # the priority queue's depth, by priority
+        assert (
+            f'workqueue_depth{{controller="configbundle",name="configbundle",priority="{priority}"}}'
+            in m
+        )
     for name in ("workqueue_queue_duration_seconds_count", "workqueue_work_duration_seconds_count"):
         assert m[f'{name}{{controller="configbundle",name="configbundle"}}'] >= 3
     for name in (

@@ -176,3 +176,20 @@ def test_bad_environment_value_is_a_usage_error(
         build_parser()
     assert exit_.value.code == 2
     assert "CBOP_WORKERS" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "expected"),
+    [
+        pytest.param([], None, True, id="default-on"),
+        pytest.param(["--no-priority-queue"], None, False, id="flag-off"),
+        pytest.param([], "false", False, id="env-off"),
+        pytest.param(["--priority-queue"], "false", True, id="flag-beats-env"),
+    ],
+)
+def test_priority_queue_flag(
+    monkeypatch: pytest.MonkeyPatch, argv: list[str], env: str | None, expected: bool
+) -> None:
+    if env is not None:
+        monkeypatch.setenv("CBOP_PRIORITY_QUEUE", env)
+    assert build_parser().parse_args(argv).priority_queue is expected

@@ -17,7 +17,14 @@ from cbop.informers import DeletedFinalStateUnknown
 from cbop.kube import ApiError
 from cbop.metrics.controller import ControllerMetrics
 from cbop.reconciler import Action, Requeue, Result
-from cbop.workqueue import FakeClock, RateLimitingQueue
+from cbop.workqueue import (
+    LOW_PRIORITY,
+    NORMAL_PRIORITY,
+    FakeClock,
+    PriorityQueue,
+    RateLimitingQueue,
+)
+from tests.unit.test_informer import Harness, cm, ev, wait_until
 
 
 class _ScriptedReconciler:
@@ -186,3 +193,99 @@ def test_multi_namespace_lister_dispatches_by_namespace() -> None:
     assert lister.get("c", "x") is None
     assert lister.by_index("controller-uid", "1") == [a, b]
     assert len(lister.list()) == 2
+
+
+def _bundle(name: str, rv: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "demo", "resourceVersion": rv}}
+
+
+def _drain(queue: PriorityQueue[str]) -> list[tuple[str | None, int]]:
+    got: list[tuple[str | None, int]] = []
+    while len(queue):
+        item, priority, _ = queue.get_with_priority()
+        got.append((item, priority))
+        queue.done(item or "")
+    return got
+
+
+def test_initial_list_and_unchanged_updates_go_in_low_real_changes_normal() -> None:
+    queue: PriorityQueue[str] = PriorityQueue(clock=FakeClock())
+    synced = False
+    handler = _Enqueue(queue, owned=False, synced=lambda: synced)
+    handler.on_add(_bundle("listed", "1"))  # initial list: the informer has not synced
+    synced = True
+    handler.on_add(_bundle("created", "2"))
+    resync = _bundle("resynced", "3")
+    handler.on_update(resync, resync)
+    handler.on_update(_bundle("relisted", "4"), _bundle("relisted", "4"))  # same RV
+    handler.on_update(_bundle("changed", "5"), _bundle("changed", "6"))
+    handler.on_delete(_bundle("deleted", "7"))
+    assert _drain(queue) == [
+        ("demo/created", NORMAL_PRIORITY),
+        ("demo/changed", NORMAL_PRIORITY),
+        ("demo/deleted", NORMAL_PRIORITY),
+        ("demo/listed", LOW_PRIORITY),
+        ("demo/resynced", LOW_PRIORITY),
+        ("demo/relisted", LOW_PRIORITY),
+    ]
+    queue.shut_down()
+
+
+def test_a_real_change_overtakes_the_initial_list_through_a_real_informer() -> None:
+    h = Harness(resync_period=100.0)
+    queue: PriorityQueue[str] = PriorityQueue(clock=FakeClock())
+    h.informer.add_event_handler(_Enqueue(queue, owned=False, synced=h.informer.has_synced))
+    try:
+        stream = h.start(cm("a", "5"), cm("b", "6"), cm("c", "7"), rv="10")
+        wait_until(lambda: queue.ready_by_priority() == {LOW_PRIORITY: 3})
+        stream.push(ev("MODIFIED", cm("c", "11", k="1")), ev("ADDED", cm("d", "12")))
+        wait_until(lambda: queue.ready_by_priority() == {NORMAL_PRIORITY: 2, LOW_PRIORITY: 2})
+        assert _drain(queue) == [
+            ("ns/c", NORMAL_PRIORITY),
+            ("ns/d", NORMAL_PRIORITY),
+            ("ns/a", LOW_PRIORITY),
+            ("ns/b", LOW_PRIORITY),
+        ]
+        # A resync re-delivers every cached object, unchanged: low priority.
+        assert h.clock.wait_for_waiter()
+        (due,) = h.clock.waiter_deadlines()
+        h.clock.set(due)
+        wait_until(lambda: queue.ready_by_priority() == {LOW_PRIORITY: 4})
+    finally:
+        h.stop()
+        queue.shut_down()
+
+
+def test_plain_queue_takes_every_add_when_the_priority_queue_is_off() -> None:
+    queue: RateLimitingQueue[str] = RateLimitingQueue(clock=FakeClock())
+    handler = _Enqueue(queue, owned=False, synced=lambda: False)
+    handler.on_add(_bundle("listed", "1"))
+    handler.on_update(_bundle("resynced", "2"), _bundle("resynced", "2"))
+    assert [queue.get()[0] for _ in range(2)] == ["demo/listed", "demo/resynced"]
+    queue.shut_down()
+
+
+@pytest.mark.parametrize("got", [LOW_PRIORITY, NORMAL_PRIORITY], ids=["low", "normal"])
+def test_a_failed_reconcile_is_retried_at_the_priority_it_was_handed_out_with(got: int) -> None:
+    clock = FakeClock()
+    ctrl, metrics = _controller(_raise(ApiError(500, "InternalError", "boom")), clock)
+    ctrl.queue = PriorityQueue(clock=clock)
+    ctrl.queue.add("ns/a", got)
+    assert ctrl.process_next_work_item()
+    assert _count(metrics, "error") == 1
+    assert clock.wait_for_waiter(0.005)
+    clock.step(0.005)
+    assert ctrl.queue.get_with_priority() == ("ns/a", got, False)
+    ctrl.queue.shut_down()
+
+
+@pytest.mark.parametrize("priority_queue", [True, False], ids=["priority", "plain"])
+def test_the_controller_builds_the_queue_the_flag_asks_for(priority_queue: bool) -> None:
+    ctrl = Controller(
+        None,  # type: ignore[arg-type]  # the informers are built, never started
+        resync_period=0,
+        priority_queue=priority_queue,
+    )
+    assert isinstance(ctrl.queue, PriorityQueue) is priority_queue
+    assert isinstance(ctrl.queue, RateLimitingQueue)
+    ctrl.queue.shut_down()

@@ -1,5 +1,8 @@
 """Behaviour of cbop.workqueue.DelayingQueue.add_after, driven by a FakeClock.
 
+The contracts run against ``DelayingQueue`` and ``PriorityQueue`` (default priorities);
+the one place they differ (``add_after`` of a key already queued) is tested for each.
+
 Synchronisation: the waiting loop parks on the clock with a deadline equal to the earliest
 ready time. ``clock.wait_for_waiter(t)`` returns once it is parked at ``t``; stepping the
 clock short of ``t`` then cannot wake it, so "nothing released yet" is deterministic, and
@@ -14,7 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from cbop.workqueue import DelayingQueue, FakeClock, RealClock
+from cbop.workqueue import DelayingQueue, FakeClock, PriorityQueue, RealClock
 
 JOIN = 5.0  # real seconds; only bounds a hung test
 
@@ -24,9 +27,15 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
+@pytest.fixture(params=[DelayingQueue, PriorityQueue], ids=["delaying", "priority"])
+def kind(request: pytest.FixtureRequest) -> type[DelayingQueue[str]]:
+    chosen: type[DelayingQueue[str]] = request.param
+    return chosen
+
+
 @pytest.fixture
-def q(clock: FakeClock) -> Iterator[DelayingQueue[str]]:
-    queue = DelayingQueue[str](clock=clock)
+def q(clock: FakeClock, kind: type[DelayingQueue[str]]) -> Iterator[DelayingQueue[str]]:
+    queue = kind(clock=clock)
     yield queue
     queue.shut_down()
 
@@ -102,9 +111,8 @@ class TestReadyTime:
         assert clock.wait_for_waiter(10.0)
         assert len(q) == 0
 
-    def test_released_item_is_deduplicated_with_a_plain_add(
-        self, q: DelayingQueue[str], clock: FakeClock
-    ) -> None:
+    def test_released_item_is_deduplicated_with_a_plain_add(self, clock: FakeClock) -> None:
+        q = DelayingQueue[str](clock=clock)  # the priority queue merges at once: see below
         q.add("a")
         q.add_after("a", 1.0)
         assert clock.wait_for_waiter(1.0)
@@ -114,6 +122,34 @@ class TestReadyTime:
         q.add_after("probe", 1.0)
         assert clock.wait_for_waiter(2.0)
         assert len(q) == 1
+        q.shut_down()
+
+    def test_priority_queue_merges_a_delayed_add_into_a_queued_key(self, clock: FakeClock) -> None:
+        q = PriorityQueue[str](clock=clock)
+        q.add("a")
+        q.add_after("a", 1.0)  # "a" will be handed out sooner than asked: nothing waits
+        assert q.waiting_len() == 0
+        assert get_n(q, 1) == ["a"]
+        q.add_after("probe", 2.0)
+        assert clock.wait_for_waiter(2.0)
+        clock.step(1.0)
+        assert len(q) == 0  # "a" is not added a second time
+        q.shut_down()
+
+    def test_priority_queue_makes_a_waiting_key_ready_on_a_plain_add(
+        self, clock: FakeClock
+    ) -> None:
+        q = PriorityQueue[str](clock=clock)
+        q.add_after("a", 1.0)
+        q.add("a")
+        assert (len(q), q.waiting_len()) == (1, 0)
+        assert get_n(q, 1) == ["a"]
+        q.add_after("probe", 2.0)
+        assert clock.wait_for_waiter(1.0)  # the loop still waits for the stale entry
+        clock.step(1.0)
+        assert clock.wait_for_waiter(2.0)  # stale entry popped, "a" not released again
+        assert len(q) == 0
+        q.shut_down()
 
 
 class TestReAdd:
@@ -167,9 +203,9 @@ class TestShutDown:
         assert q.get() == (None, True)
 
     def test_shutdown_stops_the_waiting_loop_and_drops_waiting_items(
-        self, clock: FakeClock
+        self, clock: FakeClock, kind: type[DelayingQueue[str]]
     ) -> None:
-        q = DelayingQueue[str](name="delaying-shutdown-test", clock=clock)
+        q = kind(name="delaying-shutdown-test", clock=clock)
         loops = [
             t
             for t in threading.enumerate()
@@ -187,8 +223,8 @@ class TestShutDown:
 
 
 class TestRealClock:
-    def test_short_delay_with_the_real_clock(self) -> None:
-        q = DelayingQueue[str](clock=RealClock())
+    def test_short_delay_with_the_real_clock(self, kind: type[DelayingQueue[str]]) -> None:
+        q = kind(clock=RealClock())
         try:
             q.add_after("a", 0.01)
             assert q.get() == ("a", False)

@@ -1,4 +1,8 @@
-"""Workqueue metrics: what is counted when, through a recording provider and Prometheus."""
+"""Workqueue metrics: what is counted when, through a recording provider and Prometheus.
+
+The contracts run against ``RateLimitingQueue`` and ``PriorityQueue``; depth by priority
+is the priority queue's own.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,8 @@ from prometheus_client import CollectorRegistry
 
 from cbop.metrics.workqueue import LATENCY_BUCKETS, PrometheusWorkqueueMetricsProvider
 from cbop.workqueue import (
+    LOW_PRIORITY,
+    NORMAL_PRIORITY,
     CounterMetric,
     DelayingQueue,
     FakeClock,
@@ -19,6 +25,9 @@ from cbop.workqueue import (
     Interface,
     MetricsProvider,
     NoopMetricsProvider,
+    PriorityGaugeMetric,
+    PriorityMetricsProvider,
+    PriorityQueue,
     Queue,
     RateLimitingQueue,
     get_provider,
@@ -102,6 +111,29 @@ class RecordingProvider:
         return self._for(name, "retries").retries
 
 
+@dataclass
+class GaugeByPriority:
+    values: dict[int, int] = field(default_factory=dict)
+
+    def inc(self, priority: int, /) -> None:
+        self.values[priority] = self.values.get(priority, 0) + 1
+
+    def dec(self, priority: int, /) -> None:
+        self.values[priority] = self.values.get(priority, 0) - 1
+
+
+class PriorityRecordingProvider(RecordingProvider):
+    """A RecordingProvider that also keeps depth by priority, per queue name."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.depth_by_priority: dict[str, GaugeByPriority] = {}
+
+    def new_depth_with_priority_metric(self, name: str) -> PriorityGaugeMetric:
+        self.calls.append("depth_by_priority")
+        return self.depth_by_priority.setdefault(name, GaugeByPriority())
+
+
 def metrics_threads(name: str) -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == f"workqueue-metrics[{name}]"]
 
@@ -116,9 +148,11 @@ def provider() -> RecordingProvider:
     return RecordingProvider()
 
 
-@pytest.fixture
-def q(clock: FakeClock, provider: RecordingProvider) -> Iterator[RateLimitingQueue[str]]:
-    queue = RateLimitingQueue[str](name="cb", clock=clock, metrics_provider=provider)
+@pytest.fixture(params=[RateLimitingQueue, PriorityQueue], ids=["ratelimiting", "priority"])
+def q(
+    clock: FakeClock, provider: RecordingProvider, request: pytest.FixtureRequest
+) -> Iterator[RateLimitingQueue[str]]:
+    queue: RateLimitingQueue[str] = request.param(name="cb", clock=clock, metrics_provider=provider)
     yield queue
     queue.shut_down()
 
@@ -150,6 +184,7 @@ class TestWhichQueuesAreMeasured:
             pytest.param(lambda p: Queue[str](metrics_provider=p), id="queue"),
             pytest.param(lambda p: DelayingQueue[str](metrics_provider=p), id="delaying"),
             pytest.param(lambda p: RateLimitingQueue[str](metrics_provider=p), id="ratelimiting"),
+            pytest.param(lambda p: PriorityQueue[str](metrics_provider=p), id="priority"),
         ],
     )
     def test_unnamed_queue_has_no_metrics(
@@ -324,8 +359,10 @@ class TestUnfinishedWork:
         assert not clock.has_waiters()
 
 
-def sample(registry: CollectorRegistry, metric: str, queue: str = "bundles") -> float | None:
-    return registry.get_sample_value(metric, {"name": queue, "controller": queue})
+def sample(
+    registry: CollectorRegistry, metric: str, queue: str = "bundles", **labels: str
+) -> float | None:
+    return registry.get_sample_value(metric, {"name": queue, "controller": queue, **labels})
 
 
 class TestPrometheusProvider:
@@ -350,7 +387,7 @@ class TestPrometheusProvider:
         finally:
             q.shut_down()
         assert sample(registry, "workqueue_adds_total") == 2.0
-        assert sample(registry, "workqueue_depth") == 1.0
+        assert sample(registry, "workqueue_depth", priority="") == 1.0
         assert sample(registry, "workqueue_retries_total") == 1.0
         assert sample(registry, "workqueue_queue_duration_seconds_count") == 1.0
         assert sample(registry, "workqueue_queue_duration_seconds_sum") == 0.5
@@ -393,4 +430,92 @@ class TestPrometheusProvider:
 
     def test_provider_satisfies_the_protocol(self) -> None:
         provider: MetricsProvider = PrometheusWorkqueueMetricsProvider(CollectorRegistry())
+        assert provider is not None
+
+
+class TestDepthByPriority:
+    @pytest.fixture
+    def pprovider(self) -> PriorityRecordingProvider:
+        return PriorityRecordingProvider()
+
+    @pytest.fixture
+    def pq(
+        self, clock: FakeClock, pprovider: PriorityRecordingProvider
+    ) -> Iterator[PriorityQueue[str]]:
+        queue = PriorityQueue[str](name="pq", clock=clock, metrics_provider=pprovider)
+        yield queue
+        queue.shut_down()
+
+    def test_priority_queue_uses_the_by_priority_gauge_instead_of_depth(
+        self, pq: PriorityQueue[str], pprovider: PriorityRecordingProvider
+    ) -> None:
+        assert "depth_by_priority" in pprovider.calls
+        assert "depth" not in pprovider.calls
+        plain = Queue[str](name="plain", clock=FakeClock(), metrics_provider=pprovider)
+        plain.shut_down()
+        assert pprovider.calls.count("depth") == 1  # plain queues keep the plain gauge
+
+    def test_depth_follows_each_item_priority(
+        self, pq: PriorityQueue[str], pprovider: PriorityRecordingProvider, clock: FakeClock
+    ) -> None:
+        depth = pprovider.depth_by_priority["pq"]
+        m = pprovider.queues["pq"]
+        pq.add("a", LOW_PRIORITY)
+        pq.add("b", LOW_PRIORITY)
+        pq.add("c")
+        assert depth.values == {LOW_PRIORITY: 2, NORMAL_PRIORITY: 1}
+        pq.add("a", NORMAL_PRIORITY)  # raised: moves, not a new add
+        assert depth.values == {LOW_PRIORITY: 1, NORMAL_PRIORITY: 2}
+        assert m.adds.value == 3
+        pq.add("b", LOW_PRIORITY - 1)  # lower: ignored
+        assert depth.values == {LOW_PRIORITY: 1, NORMAL_PRIORITY: 2}
+        assert pq.get_with_priority() == ("c", NORMAL_PRIORITY, False)
+        assert pq.get_with_priority() == ("a", NORMAL_PRIORITY, False)
+        assert depth.values == {LOW_PRIORITY: 1, NORMAL_PRIORITY: 0}
+        pq.add("a", LOW_PRIORITY)  # while processing: counted at once, queued on done
+        pq.add("a", NORMAL_PRIORITY)
+        assert depth.values == {LOW_PRIORITY: 1, NORMAL_PRIORITY: 1}
+        pq.done("a")
+        assert pq.get_with_priority() == ("a", NORMAL_PRIORITY, False)
+        assert pq.get_with_priority() == ("b", LOW_PRIORITY, False)
+        assert depth.values == {LOW_PRIORITY: 0, NORMAL_PRIORITY: 0}
+
+    def test_delayed_item_counts_under_its_priority_when_released(
+        self, pq: PriorityQueue[str], pprovider: PriorityRecordingProvider, clock: FakeClock
+    ) -> None:
+        depth = pprovider.depth_by_priority["pq"]
+        pq.add_after("a", 1.0, LOW_PRIORITY)
+        assert depth.values == {}
+        assert pprovider.queues["pq"].retries.value == 1
+        assert clock.wait_for_waiter(1.0)
+        clock.step(1.0)
+        assert pq.get_with_priority() == ("a", LOW_PRIORITY, False)
+        assert depth.values == {LOW_PRIORITY: 0}
+
+    def test_prometheus_exports_depth_labelled_by_priority(self, clock: FakeClock) -> None:
+        registry = CollectorRegistry()
+        provider = PrometheusWorkqueueMetricsProvider(registry)
+        pq = PriorityQueue[str](name="bundles", clock=clock, metrics_provider=provider)
+        plain = Queue[str](name="plain", clock=clock, metrics_provider=provider)
+        try:
+            # Both standard priorities are exported from the start, at 0.
+            assert sample(registry, "workqueue_depth", priority="0") == 0.0
+            assert sample(registry, "workqueue_depth", priority="-100") == 0.0
+            assert sample(registry, "workqueue_depth", priority="") is None
+            for key in ("a", "b", "c"):
+                pq.add(key, LOW_PRIORITY)
+            pq.add("d")
+            pq.add("e", 7)
+            plain.add("x")
+        finally:
+            pq.shut_down()
+            plain.shut_down()
+        assert sample(registry, "workqueue_depth", priority="-100") == 3.0
+        assert sample(registry, "workqueue_depth", priority="0") == 1.0
+        assert sample(registry, "workqueue_depth", priority="7") == 1.0
+        assert sample(registry, "workqueue_depth", "plain", priority="") == 1.0
+        assert sample(registry, "workqueue_adds_total") == 5.0
+
+    def test_prometheus_provider_satisfies_the_priority_protocol(self) -> None:
+        provider: PriorityMetricsProvider = PrometheusWorkqueueMetricsProvider(CollectorRegistry())
         assert provider is not None

@@ -1,9 +1,13 @@
-"""Behaviour of cbop.workqueue.Queue: dedup, one worker per item, shutdown and drain."""
+"""Behaviour of cbop.workqueue.Queue: dedup, one worker per item, shutdown and drain.
+
+Every test is a contract of the basic queue, so each runs against ``Queue`` and against
+``PriorityQueue`` with all adds at the default priority.
+"""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -12,6 +16,8 @@ from cbop.workqueue import (
     DelayingQueue,
     FakeClock,
     Interface,
+    PriorityInterface,
+    PriorityQueue,
     Queue,
     RateLimitingInterface,
     RateLimitingQueue,
@@ -40,9 +46,11 @@ def drain(q: Queue[str]) -> list[str]:
     return items
 
 
-@pytest.fixture
-def q() -> Queue[str]:
-    return Queue[str](clock=FakeClock())
+@pytest.fixture(params=[Queue, PriorityQueue], ids=["queue", "priority"])
+def q(request: pytest.FixtureRequest) -> Iterator[Queue[str]]:
+    queue: Queue[str] = request.param(clock=FakeClock())
+    yield queue
+    queue.shut_down()
 
 
 class TestProtocols:
@@ -51,7 +59,8 @@ class TestProtocols:
         basic: Interface[str] = Queue[str]()
         delaying: DelayingInterface[str] = DelayingQueue[str]()
         limited: RateLimitingInterface[str] = RateLimitingQueue[str]()
-        for queue in (basic, delaying, limited):
+        prioritised: PriorityInterface[str] = PriorityQueue[str]()
+        for queue in (basic, delaying, limited, prioritised):
             queue.shut_down()
             assert queue.shutting_down()
 

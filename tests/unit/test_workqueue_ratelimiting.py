@@ -1,4 +1,7 @@
-"""Behaviour of cbop.workqueue.RateLimitingQueue: retries through a rate limiter."""
+"""Behaviour of cbop.workqueue.RateLimitingQueue: retries through a rate limiter.
+
+Each test runs against ``RateLimitingQueue`` and ``PriorityQueue`` (default priorities).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from cbop.workqueue import (
     FakeClock,
     ItemExponentialFailureRateLimiter,
     MaxOfRateLimiter,
+    PriorityQueue,
     RateLimitingQueue,
 )
 
@@ -19,9 +23,15 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
+@pytest.fixture(params=[RateLimitingQueue, PriorityQueue], ids=["ratelimiting", "priority"])
+def kind(request: pytest.FixtureRequest) -> type[RateLimitingQueue[str]]:
+    chosen: type[RateLimitingQueue[str]] = request.param
+    return chosen
+
+
 @pytest.fixture
-def q(clock: FakeClock) -> Iterator[RateLimitingQueue[str]]:
-    queue = RateLimitingQueue[str](clock=clock)
+def q(clock: FakeClock, kind: type[RateLimitingQueue[str]]) -> Iterator[RateLimitingQueue[str]]:
+    queue = kind(clock=clock)
     yield queue
     queue.shut_down()
 
@@ -63,9 +73,11 @@ class TestAddRateLimited:
         assert q.num_requeues("a") == 0
         assert q.rate_limiter.when("a") == pytest.approx(0.005)
 
-    def test_custom_limiter_is_used(self, clock: FakeClock) -> None:
+    def test_custom_limiter_is_used(
+        self, clock: FakeClock, kind: type[RateLimitingQueue[str]]
+    ) -> None:
         limiter = ItemExponentialFailureRateLimiter[str](2.0, 60.0)
-        q = RateLimitingQueue[str](limiter, clock=clock)
+        q = kind(limiter, clock=clock)
         try:
             q.add_rate_limited("a")
             assert q.rate_limiter is limiter

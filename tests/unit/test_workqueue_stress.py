@@ -1,4 +1,7 @@
-"""Concurrency stress: many producers and workers on one RateLimitingQueue.
+"""Concurrency stress: many producers and workers on one RateLimitingQueue or PriorityQueue.
+
+The priority queue runs with random priorities per add and ``max_wait=0`` (ageing on
+every other hand-out), so promotion, stale entries and aged picks are all exercised.
 
 Checks the queue's two promises under contention (real threads, real clock), plus drain:
 
@@ -17,11 +20,11 @@ import random
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
-from cbop.workqueue import RateLimitingQueue
+from cbop.workqueue import LOW_PRIORITY, NORMAL_PRIORITY, PriorityQueue, RateLimitingQueue
 
 PRODUCERS = 50
 WORKERS = 10
@@ -73,8 +76,45 @@ def frequent_thread_switches() -> Iterator[None]:
     sys.setswitchinterval(previous)
 
 
-def test_no_overlap_no_lost_add_and_drain_waits_for_in_flight_items() -> None:
-    q = RateLimitingQueue[str]()
+PRIORITIES = (LOW_PRIORITY, NORMAL_PRIORITY, 5)
+
+
+def plain_adds(q: RateLimitingQueue[str], rng: random.Random) -> Callable[[str, bool], None]:
+    def add(key: str, delayed: bool) -> None:
+        if delayed:
+            q.add_after(key, 0.001 * rng.random())
+        else:
+            q.add(key)
+
+    return add
+
+
+def prioritised_adds(q: PriorityQueue[str], rng: random.Random) -> Callable[[str, bool], None]:
+    def add(key: str, delayed: bool) -> None:
+        priority = rng.choice(PRIORITIES)
+        if delayed:
+            q.add_after(key, 0.001 * rng.random(), priority)
+        else:
+            q.add(key, priority)
+
+    return add
+
+
+@pytest.mark.parametrize("kind", ["ratelimiting", "priority"])
+def test_no_overlap_no_lost_add_and_drain_waits_for_in_flight_items(kind: str) -> None:
+    q: RateLimitingQueue[str]
+    if kind == "priority":
+        pq = PriorityQueue[str](max_wait=0.0)
+        q = pq
+
+        def adder(rng: random.Random) -> Callable[[str, bool], None]:
+            return prioritised_adds(pq, rng)
+    else:
+        q = RateLimitingQueue[str]()
+
+        def adder(rng: random.Random) -> Callable[[str, bool], None]:
+            return plain_adds(q, rng)
+
     ledger = Ledger()
     keys = [f"ns/bundle-{i}" for i in range(KEYS)]
     finals = [f"final-{i}" for i in range(WORKERS)]
@@ -83,13 +123,11 @@ def test_no_overlap_no_lost_add_and_drain_waits_for_in_flight_items() -> None:
 
     def producer(seed: int) -> None:
         rng = random.Random(seed)
+        add = adder(rng)
         for n in range(ADDS_PER_PRODUCER):
             key = rng.choice(keys)
             ledger.bump(key)
-            if n % 10 == 0:
-                q.add_after(key, 0.001 * rng.random())
-            else:
-                q.add(key)
+            add(key, n % 10 == 0)
 
     def worker() -> None:
         while True:

@@ -3,7 +3,9 @@
 This module owns the ``workqueue_*`` metric families and the
 ``PrometheusWorkqueueMetricsProvider`` that hands their per-queue children to
 ``cbop.workqueue`` queues (through the ``cbop.workqueue.MetricsProvider`` seam). Families,
-all labelled ``name`` and ``controller`` (both the queue's name):
+all labelled ``name`` and ``controller`` (both the queue's name); ``workqueue_depth`` is
+also labelled ``priority``, as controller-runtime: the priority as a decimal number
+(``"0"`` normal, ``"-100"`` low) for a priority queue, ``""`` for a plain queue.
 
 ==============================================  =========  ==============================
 ``workqueue_depth``                             gauge      items waiting
@@ -27,7 +29,14 @@ from dataclasses import dataclass
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
-from cbop.workqueue import CounterMetric, GaugeMetric, HistogramMetric
+from cbop.workqueue import (
+    LOW_PRIORITY,
+    NORMAL_PRIORITY,
+    CounterMetric,
+    GaugeMetric,
+    HistogramMetric,
+    PriorityGaugeMetric,
+)
 
 __all__ = ["LATENCY_BUCKETS", "PrometheusWorkqueueMetricsProvider"]
 
@@ -73,8 +82,8 @@ class _Families:
         return cls(
             depth=Gauge(
                 "workqueue_depth",
-                "Number of items waiting in the workqueue.",
-                _LABELS,
+                "Number of items waiting in the workqueue, by priority.",
+                (*_LABELS, "priority"),
                 registry=registry,
             ),
             adds=Counter(
@@ -136,10 +145,39 @@ def _families_for(registry: CollectorRegistry) -> _Families:
         return families
 
 
+class _DepthByPriority:
+    """The ``workqueue_depth`` children of one priority queue, one per priority seen."""
+
+    __slots__ = ("_children", "_family", "_name")
+
+    def __init__(self, family: Gauge, name: str) -> None:
+        self._family = family
+        self._name = name
+        self._children: dict[int, Gauge] = {}
+        for priority in (NORMAL_PRIORITY, LOW_PRIORITY):  # exported at 0 from the start
+            self._child(priority)
+
+    def _child(self, priority: int) -> Gauge:
+        child = self._children.get(priority)
+        if child is None:
+            child = self._family.labels(name=self._name, controller=self._name, priority=priority)
+            self._children[priority] = child
+        return child
+
+    def inc(self, priority: int, /) -> None:
+        """Add 1 to the depth of ``priority``."""
+        self._child(priority).inc()
+
+    def dec(self, priority: int, /) -> None:
+        """Subtract 1 from the depth of ``priority``."""
+        self._child(priority).dec()
+
+
 class PrometheusWorkqueueMetricsProvider:
     """A ``cbop.workqueue.MetricsProvider`` backed by ``prometheus_client``.
 
-    As controller-runtime's ``workqueueMetricsProvider``. The metric families are
+    As controller-runtime's ``WorkqueueMetricsProvider`` (a ``PriorityMetricsProvider``
+    too). The metric families are
     registered in ``registry`` (``None``: the global ``prometheus_client.REGISTRY``) once
     per registry: every provider and queue using the same registry shares them, and
     each queue gets the children labelled ``name=controller=<queue name>``. Two queues
@@ -160,8 +198,12 @@ class PrometheusWorkqueueMetricsProvider:
         return self._registry
 
     def new_depth_metric(self, name: str) -> GaugeMetric:
-        """Return the ``workqueue_depth`` gauge of queue ``name``."""
-        return self._families.depth.labels(name=name, controller=name)
+        """Return the ``workqueue_depth`` gauge of plain queue ``name`` (``priority=""``)."""
+        return self._families.depth.labels(name=name, controller=name, priority="")
+
+    def new_depth_with_priority_metric(self, name: str) -> PriorityGaugeMetric:
+        """Return the ``workqueue_depth`` gauges of priority queue ``name``, by priority."""
+        return _DepthByPriority(self._families.depth, name)
 
     def new_adds_metric(self, name: str) -> CounterMetric:
         """Return the ``workqueue_adds_total`` counter of queue ``name``."""

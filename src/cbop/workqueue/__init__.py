@@ -10,11 +10,15 @@ before:
 - ``ratelimiting.RateLimitingQueue``: ``add_rate_limited``/``forget``/``num_requeues``
   through a ``ratelimiters.RateLimiter`` (default: per-item exponential backoff and an
   overall token bucket, as controller-runtime).
+- ``priority.PriorityQueue``: a ``RateLimitingQueue`` whose adds carry a priority
+  (``NORMAL_PRIORITY`` for real changes, ``LOW_PRIORITY`` for an initial list or a
+  resync), FIFO within a priority, with ageing so low keys are never starved; as
+  controller-runtime's ``priorityqueue``.
 
-Callers type against the ``Interface``/``DelayingInterface``/``RateLimitingInterface``
-protocols. Metrics go through the ``MetricsProvider`` seam (``metrics`` module); this
-package never imports Prometheus or Kubernetes. ``Clock``, ``RealClock`` and
-``FakeClock`` are re-exported from ``cbop.clock`` for convenience.
+Callers type against the ``Interface``/``DelayingInterface``/``RateLimitingInterface``/
+``PriorityInterface`` protocols. Metrics go through the ``MetricsProvider`` seam
+(``metrics`` module); this package never imports Prometheus or Kubernetes. ``Clock``,
+``RealClock`` and ``FakeClock`` are re-exported from ``cbop.clock`` for convenience.
 
 Typical worker loop::
 
@@ -34,16 +38,26 @@ Typical worker loop::
 
 from cbop.clock import Clock, FakeClock, RealClock
 from cbop.workqueue.delaying import DelayingQueue
-from cbop.workqueue.interfaces import DelayingInterface, Interface, RateLimitingInterface
+from cbop.workqueue.interfaces import (
+    LOW_PRIORITY,
+    NORMAL_PRIORITY,
+    DelayingInterface,
+    Interface,
+    PriorityInterface,
+    RateLimitingInterface,
+)
 from cbop.workqueue.metrics import (
     CounterMetric,
     GaugeMetric,
     HistogramMetric,
     MetricsProvider,
     NoopMetricsProvider,
+    PriorityGaugeMetric,
+    PriorityMetricsProvider,
     get_provider,
     set_provider,
 )
+from cbop.workqueue.priority import DEFAULT_MAX_WAIT, PriorityQueue
 from cbop.workqueue.queue import Queue
 from cbop.workqueue.ratelimiters import (
     BucketRateLimiter,
@@ -55,6 +69,9 @@ from cbop.workqueue.ratelimiters import (
 from cbop.workqueue.ratelimiting import RateLimitingQueue
 
 __all__ = [
+    "DEFAULT_MAX_WAIT",
+    "LOW_PRIORITY",
+    "NORMAL_PRIORITY",
     "BucketRateLimiter",
     "Clock",
     "CounterMetric",
@@ -68,6 +85,10 @@ __all__ = [
     "MaxOfRateLimiter",
     "MetricsProvider",
     "NoopMetricsProvider",
+    "PriorityGaugeMetric",
+    "PriorityInterface",
+    "PriorityMetricsProvider",
+    "PriorityQueue",
     "Queue",
     "RateLimiter",
     "RateLimitingInterface",

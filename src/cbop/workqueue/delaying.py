@@ -84,24 +84,37 @@ class DelayingQueue(Queue[T]):
                 return
             if self._metrics is not None:
                 self._metrics.retry()
-            ready_at = self._clock.now() + delay_seconds
-            existing = self._waiting_entries.get(item)
-            if existing is not None and existing[0] <= ready_at:
-                return
-            entry = (ready_at, next(self._sequence), item)
-            self._waiting_entries[item] = entry
-            heap = self._waiting
-            heapq.heappush(heap, entry)
-            if existing is not None and len(heap) > 2 * len(self._waiting_entries) + 64:
-                self._compact_waiting_locked()
-                heap = self._waiting
-            if heap[0] is entry:
-                self._waiting_changed.notify()
+            self._wait_locked(item, self._clock.now() + delay_seconds)
 
     def waiting_len(self) -> int:
         """Return the number of distinct items waiting for their ready time."""
         with self._mutex:
             return len(self._waiting_entries)
+
+    def _wait_locked(self, item: T, ready_at: float) -> None:
+        """Make ``item`` wait until ``ready_at``, or keep its earlier ready time.
+
+        Called with the lock held, not shutting down.
+        """
+        existing = self._waiting_entries.get(item)
+        if existing is not None and existing[0] <= ready_at:
+            return
+        entry = (ready_at, next(self._sequence), item)
+        self._waiting_entries[item] = entry
+        heap = self._waiting
+        heapq.heappush(heap, entry)
+        if existing is not None and len(heap) > 2 * len(self._waiting_entries) + 64:
+            self._compact_waiting_locked()
+            heap = self._waiting
+        if heap[0] is entry:
+            self._waiting_changed.notify()
+
+    def _release_locked(self, item: T) -> None:
+        """Add ``item``, whose ready time has come. Called with the lock held.
+
+        Subclasses override this to release with more than the item (a priority).
+        """
+        self._add_locked(item)
 
     def _shut_down_locked(self) -> None:
         """Also wake the waiting loop so it exits. Called with the lock held."""
@@ -126,5 +139,5 @@ class DelayingQueue(Queue[T]):
                     item = entry[2]
                     if entries.get(item) is entry:
                         del entries[item]
-                        self._add_locked(item)
+                        self._release_locked(item)
                 clock.wait_until(self._waiting_changed, heap[0][0] if heap else None)

@@ -1,9 +1,11 @@
-"""The workqueue's typing contracts: the queue protocols and the item type variable.
+"""The workqueue's typing contracts: the queue protocols, the item type, the priorities.
 
-This module owns the three ``typing.Protocol`` classes that callers (the controller) type
+This module owns the ``typing.Protocol`` classes that callers (the controller) type
 against, mirroring client-go's ``workqueue.Interface``, ``DelayingInterface`` and
-``RateLimitingInterface``: each extends the one before. The concrete classes in
-``cbop.workqueue.queue``, ``.delaying`` and ``.ratelimiting`` satisfy them structurally.
+``RateLimitingInterface`` and controller-runtime's ``PriorityQueue``: each extends the one
+before. The concrete classes in ``cbop.workqueue.queue``, ``.delaying``, ``.ratelimiting``
+and ``.priority`` satisfy them structurally. It also owns the two priorities cbop uses,
+with controller-runtime's values.
 """
 
 from __future__ import annotations
@@ -11,10 +13,25 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Protocol, TypeVar
 
-__all__ = ["DelayingInterface", "Interface", "RateLimitingInterface", "T"]
+__all__ = [
+    "LOW_PRIORITY",
+    "NORMAL_PRIORITY",
+    "DelayingInterface",
+    "Interface",
+    "PriorityInterface",
+    "RateLimitingInterface",
+    "T",
+]
 
 T = TypeVar("T", bound=Hashable)
 """The item type of a queue: any hashable value (cbop uses ``str`` keys "namespace/name")."""
+
+NORMAL_PRIORITY = 0
+"""The priority of real changes and of adds that name none (controller-runtime's default 0)."""
+
+LOW_PRIORITY = -100
+"""The priority of keys from an informer's initial list or a resync (controller-runtime's
+``handler.LowPriority``): work that confirms, rather than changes, the world."""
 
 
 class Interface(Protocol[T]):
@@ -79,4 +96,37 @@ class RateLimitingInterface(DelayingInterface[T], Protocol[T]):
 
     def num_requeues(self, item: T) -> int:
         """Return how many times ``item`` has been rate-limited since it was last forgotten."""
+        ...
+
+
+class PriorityInterface(RateLimitingInterface[T], Protocol[T]):
+    """A ``RateLimitingInterface`` with prioritised adds (controller-runtime's ``PriorityQueue``).
+
+    Priorities are ``int``; higher is served first (``NORMAL_PRIORITY`` > ``LOW_PRIORITY``).
+    A key keeps the highest priority and the earliest ready time of its adds. Calls without
+    a priority behave as the ``RateLimitingInterface`` methods they extend.
+    """
+
+    def add(self, item: T, priority: int = NORMAL_PRIORITY) -> None:
+        """Mark ``item`` as needing processing at ``priority`` (or higher, if already so)."""
+        ...
+
+    def add_after(self, item: T, delay_seconds: float, priority: int | None = None) -> None:
+        """Add ``item`` at ``priority`` once ``delay_seconds`` have passed (<= 0: now).
+
+        ``None``: the priority the item was handed out with while a worker holds it,
+        else ``NORMAL_PRIORITY``.
+        """
+        ...
+
+    def add_rate_limited(self, item: T, priority: int | None = None) -> None:
+        """Add ``item`` after its rate limiter's delay; ``priority`` as for ``add_after``."""
+        ...
+
+    def get_with_priority(self) -> tuple[T | None, int, bool]:
+        """As ``get``, also returning the priority the item was handed out with.
+
+        Returns ``(item, priority, False)``, or ``(None, NORMAL_PRIORITY, True)`` once the
+        queue is shutting down and empty.
+        """
         ...

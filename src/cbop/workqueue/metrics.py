@@ -9,7 +9,10 @@ constructed without an explicit ``metrics_provider``; it starts as the no-op pro
 
 What is measured (client-go's ``defaultQueueMetrics``; controller-runtime's names):
 
-- depth (gauge): +1 on an add that creates a new dirty entry, -1 on ``get``.
+- depth (gauge): +1 on an add that creates a new dirty entry, -1 on ``get``. A priority
+  queue keeps it by priority when the provider offers ``new_depth_with_priority_metric``
+  (controller-runtime's ``MetricsProviderWithPriority``): an item counts under the
+  priority it has, and moves when an add raises it.
 - adds (counter): +1 on an add that creates a new dirty entry.
 - latency (histogram, seconds): from the first such add to the ``get`` that hands the
   item out.
@@ -28,7 +31,7 @@ import threading
 from typing import Generic, Protocol, final
 
 from cbop.clock import Clock
-from cbop.workqueue.interfaces import T
+from cbop.workqueue.interfaces import NORMAL_PRIORITY, T
 
 __all__ = [
     "UNFINISHED_WORK_UPDATE_PERIOD",
@@ -37,6 +40,8 @@ __all__ = [
     "HistogramMetric",
     "MetricsProvider",
     "NoopMetricsProvider",
+    "PriorityGaugeMetric",
+    "PriorityMetricsProvider",
     "QueueMetrics",
     "get_provider",
     "new_queue_metrics",
@@ -79,6 +84,18 @@ class HistogramMetric(Protocol):
         ...
 
 
+class PriorityGaugeMetric(Protocol):
+    """A gauge kept per priority (controller-runtime's ``DepthMetricWithPriority``)."""
+
+    def inc(self, priority: int, /) -> None:
+        """Add 1 to the gauge of ``priority``."""
+        ...
+
+    def dec(self, priority: int, /) -> None:
+        """Subtract 1 from the gauge of ``priority``."""
+        ...
+
+
 class MetricsProvider(Protocol):
     """Creates the metric hooks of one named queue (client-go's ``MetricsProvider``).
 
@@ -114,6 +131,19 @@ class MetricsProvider(Protocol):
 
     def new_retries_metric(self, name: str) -> CounterMetric:
         """Return the counter of delayed (retried) adds to queue ``name``."""
+        ...
+
+
+class PriorityMetricsProvider(MetricsProvider, Protocol):
+    """A provider that can also keep a priority queue's depth by priority.
+
+    As controller-runtime's ``MetricsProviderWithPriority``. A priority queue uses
+    ``new_depth_with_priority_metric`` *instead of* ``new_depth_metric`` when its provider
+    has it; plain queues never call it.
+    """
+
+    def new_depth_with_priority_metric(self, name: str) -> PriorityGaugeMetric:
+        """Return the gauge of items waiting in priority queue ``name``, by priority."""
         ...
 
 
@@ -207,6 +237,10 @@ class QueueMetrics(Generic[T]):
     processing item was handed out. Times come from ``clock`` (seconds). Every method
     is called by the queue with the queue's lock held, which is what makes this class
     thread-safe; it has no lock of its own.
+
+    With ``by_priority`` (a priority queue) and a provider that has
+    ``new_depth_with_priority_metric``, depth is kept by priority; otherwise the
+    ``priority`` arguments are ignored.
     """
 
     __slots__ = (
@@ -214,6 +248,7 @@ class QueueMetrics(Generic[T]):
         "_adds",
         "_clock",
         "_depth",
+        "_depth_by_priority",
         "_latency",
         "_longest_running",
         "_processing_starts",
@@ -223,10 +258,18 @@ class QueueMetrics(Generic[T]):
         "name",
     )
 
-    def __init__(self, name: str, provider: MetricsProvider, clock: Clock) -> None:
+    def __init__(
+        self, name: str, provider: MetricsProvider, clock: Clock, *, by_priority: bool = False
+    ) -> None:
         self.name = name
         self._clock = clock
-        self._depth = provider.new_depth_metric(name)
+        factory = getattr(provider, "new_depth_with_priority_metric", None) if by_priority else None
+        self._depth_by_priority: PriorityGaugeMetric | None = (
+            factory(name) if factory is not None else None
+        )
+        self._depth: GaugeMetric = (
+            provider.new_depth_metric(name) if self._depth_by_priority is None else _NOOP
+        )
         self._adds = provider.new_adds_metric(name)
         self._latency = provider.new_latency_metric(name)
         self._work_duration = provider.new_work_duration_metric(name)
@@ -236,16 +279,31 @@ class QueueMetrics(Generic[T]):
         self._add_times: dict[T, float] = {}
         self._processing_starts: dict[T, float] = {}
 
-    def add(self, item: T) -> None:
+    def add(self, item: T, priority: int = NORMAL_PRIORITY) -> None:
         """Count an add that created a new dirty entry. Called with the queue lock held."""
         self._adds.inc()
-        self._depth.inc()
+        by_priority = self._depth_by_priority
+        if by_priority is None:
+            self._depth.inc()
+        else:
+            by_priority.inc(priority)
         if item not in self._add_times:
             self._add_times[item] = self._clock.now()
 
-    def get(self, item: T) -> None:
+    def reprioritize(self, old: int, new: int) -> None:
+        """Move a dirty item's depth from priority ``old`` to ``new``. Lock held."""
+        by_priority = self._depth_by_priority
+        if by_priority is not None:
+            by_priority.dec(old)
+            by_priority.inc(new)
+
+    def get(self, item: T, priority: int = NORMAL_PRIORITY) -> None:
         """Record ``item`` being handed to a worker. Called with the queue lock held."""
-        self._depth.dec()
+        by_priority = self._depth_by_priority
+        if by_priority is None:
+            self._depth.dec()
+        else:
+            by_priority.dec(priority)
         now = self._clock.now()
         added = self._add_times.pop(item, None)
         if added is not None:
@@ -279,7 +337,11 @@ class QueueMetrics(Generic[T]):
 
 
 def new_queue_metrics(
-    name: str | None, provider: MetricsProvider | None, clock: Clock
+    name: str | None,
+    provider: MetricsProvider | None,
+    clock: Clock,
+    *,
+    by_priority: bool = False,
 ) -> QueueMetrics[T] | None:
     """Return the bookkeeping for a queue called ``name``, or ``None`` for no metrics.
 
@@ -293,4 +355,4 @@ def new_queue_metrics(
     effective = provider if provider is not None else get_provider()
     if isinstance(effective, NoopMetricsProvider):
         return None
-    return QueueMetrics(name, effective, clock)
+    return QueueMetrics(name, effective, clock, by_priority=by_priority)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import Generic
+from typing import ClassVar, Generic
 
 from cbop.clock import Clock, RealClock
 from cbop.workqueue.interfaces import T
@@ -46,6 +46,9 @@ class Queue(Generic[T]):
     ``shut_down`` (or ``shut_down_with_drain``) when finished with any queue.
     """
 
+    # Whether this kind of queue keeps its depth metric by priority (the priority queue).
+    _metrics_by_priority: ClassVar[bool] = False
+
     def __init__(
         self,
         *,
@@ -73,7 +76,7 @@ class Queue(Generic[T]):
         # Number of threads blocked in get(); add() and done() skip notify() when zero.
         self._getters = 0
         self._metrics: QueueMetrics[T] | None = new_queue_metrics(
-            name, metrics_provider, self._clock
+            name, metrics_provider, self._clock, by_priority=self._metrics_by_priority
         )
         if self._metrics is not None:
             start = self._clock.now()
