@@ -380,8 +380,10 @@ def _table(results: Sequence[Result], *, dry_run: bool) -> str:
         lines.append("(no ConfigBundles found)")
     if dry_run:
         for r in results:
-            if r.diff:
-                lines.extend(["", f"# {r.key}", r.diff.rstrip("\n")])
+            if r.pending:
+                lines.extend(["", f"# {r.key}: {r.message}"])
+                if r.diff:
+                    lines.append(r.diff.rstrip("\n"))
     return "\n".join(lines)
 
 
