@@ -67,6 +67,14 @@ def bound_fields(logger: Any, method: str, event_dict: Any) -> Any:
     return event_dict
 
 
+def _strip_event(logger: Any, method: str, event_dict: Any) -> Any:
+    """Drop the trailing newline of a foreign message (``warnings`` formats end in one)."""
+    event = event_dict.get("event")
+    if isinstance(event, str):
+        event_dict["event"] = event.rstrip()
+    return event_dict
+
+
 def configure_logging(level: str = "info", fmt: LogFormat | None = None) -> None:
     """Configure structlog and stdlib logging for the process.
 
@@ -112,7 +120,9 @@ def configure_logging(level: str = "info", fmt: LogFormat | None = None) -> None
     )
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
-        structlog.stdlib.ProcessorFormatter(foreign_pre_chain=shared, processors=final)
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[*shared, _strip_event], processors=final
+        )
     )
     root = logging.getLogger()
     for old in list(root.handlers):
