@@ -109,9 +109,8 @@ def configure_logging(level: str = "info", fmt: LogFormat | None = None) -> None
     final: list[structlog.types.Processor] = [
         structlog.stdlib.ProcessorFormatter.remove_processors_meta,
     ]
-    if fmt == "json":
-        final.append(structlog.processors.format_exc_info)
-    final += [bound_fields, renderer]
+    # Tracebacks become an ``exception`` string in both formats, so they are bounded too.
+    final += [structlog.processors.format_exc_info, bound_fields, renderer]
     structlog.configure(
         processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),

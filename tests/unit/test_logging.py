@@ -122,3 +122,20 @@ def test_long_fields_are_shortened_with_a_byte_count() -> None:
     elided = 100_000 - MAX_FIELD_CHARS
     assert f"[... {2 * elided:,} bytes ...]" in event["error"]
     assert shorten("short") == "short"
+
+
+@pytest.mark.parametrize("fmt", ["json", "console"])
+def test_a_traceback_carrying_a_whole_value_is_bounded(fmt: str) -> None:
+    code = (
+        "import structlog\n"
+        "from cbop.logconfig import configure_logging\n"
+        f"configure_logging('info', '{fmt}')\n"
+        "try:\n"
+        "    raise ValueError('v' * 1_000_000)\n"
+        "except ValueError:\n"
+        "    structlog.get_logger('cbop.test').exception('write failed')\n"
+    )
+    proc = _run("-c", code)
+    assert "write failed" in proc.stderr
+    assert "ValueError" in proc.stderr
+    assert len(proc.stderr) < 3 * MAX_FIELD_CHARS, len(proc.stderr)
