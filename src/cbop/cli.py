@@ -2,14 +2,25 @@
 
 Every flag has a ``CBOP_*`` environment equivalent (``--kube-api-qps`` ->
 ``CBOP_KUBE_API_QPS``; repeatable flags take a comma-separated list); a flag on the
-command line wins. Exit codes: 0 success (with ``--once``: every bundle Ready), 1 a
-bundle is not Ready (``--once``) or the operator stopped on an error (lost lease),
-2 usage, configuration or connection errors, reported in one line without a traceback.
+command line wins, and a repeatable flag on the command line replaces the list.
+
+Exit codes (one meaning each, in every mode):
+
+- 0 (:data:`EXIT_OK`): success; with ``--once``, every bundle is Ready; with
+  ``--dry-run``, every bundle is also in sync (nothing would be written);
+- 1 (:data:`EXIT_NOT_READY`): a bundle is not Ready (``--once``) or would not be Ready
+  even after the pending changes (``--dry-run``: invalid spec, name conflict, a write
+  the API server refuses, suspended); or the operator stopped on an error (lost lease);
+- 2 (:data:`EXIT_ERROR`): usage, configuration or connection errors (argparse's code),
+  reported in one line without a traceback;
+- 3 (:data:`EXIT_PENDING`): ``--dry-run`` only: changes are pending, and every bundle
+  would be Ready once they are made (what ``--once`` would then return 0 for).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -30,6 +41,11 @@ from cbop.manager import Manager, Options
 from cbop.reconciler import EventRecorder, Result
 
 log = structlog.get_logger("cbop.cli")
+
+EXIT_OK = 0
+EXIT_NOT_READY = 1
+EXIT_ERROR = 2
+EXIT_PENDING = 3
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -68,36 +84,99 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _env(name: str) -> str | None:
-    return os.environ.get("CBOP_" + name.upper().replace("-", "_"))
+#: Words a boolean ``CBOP_*`` variable may hold, as strconv.ParseBool and most CLIs accept.
+_TRUE = frozenset({"1", "true", "yes", "on", "t", "y"})
+_FALSE = frozenset({"0", "false", "no", "off", "f", "n", ""})
+
+
+def env_name(option: str) -> str:
+    """Return the variable of a long option: ``--kube-api-qps`` -> ``CBOP_KUBE_API_QPS``."""
+    return "CBOP_" + option.lstrip("-").upper().replace("-", "_")
+
+
+def parse_bool(text: str) -> bool:
+    """Parse a boolean environment value (true/false, 1/0, yes/no, on/off; any case).
+
+    Raises:
+        argparse.ArgumentTypeError: any other text.
+    """
+    word = text.strip().lower()
+    if word in _TRUE:
+        return True
+    if word in _FALSE:
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not a boolean: use true or false")
+
+
+class _Repeatable(argparse.Action):
+    """A repeatable option (``--namespace a --namespace b``).
+
+    Its first use on the command line replaces the default (which may come from the
+    environment) instead of adding to it, so flags override the environment for lists too.
+    """
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        current = getattr(namespace, self.dest, None)
+        # argparse puts the default object itself on the namespace before parsing.
+        items = [] if current is None or current is self.default else list(current)
+        items.append(values)
+        setattr(namespace, self.dest, items)
+
+
+def _env_default(parser: argparse.ArgumentParser, action: argparse.Action) -> Any:
+    """Return the default of ``action`` with its ``CBOP_*`` variable applied, if set."""
+    option = action.option_strings[0]
+    text = os.environ.get(env_name(option))
+    if text is None:
+        return action.default
+    try:
+        if isinstance(action, argparse.BooleanOptionalAction):
+            return parse_bool(text)
+        if isinstance(action, _Repeatable):
+            return [v for v in text.split(",") if v]
+        value = action.type(text) if callable(action.type) else text
+    except (argparse.ArgumentTypeError, ValueError) as err:
+        parser.error(f"{env_name(option)}: {err}")
+    if action.choices is not None and value not in action.choices:
+        choices = ", ".join(map(repr, action.choices))
+        parser.error(f"{env_name(option)}: invalid choice {value!r} (choose from {choices})")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Return the argument parser; defaults come from ``CBOP_*`` variables when set."""
+    """Return the argument parser, with the environment applied.
+
+    Precedence, as most CLIs: a flag on the command line beats its ``CBOP_*`` variable,
+    which beats the built-in default. A repeatable flag given on the command line
+    replaces the variable's comma-separated list; every boolean flag has a ``--no-``
+    form (``--no-leader-elect``) to switch off what the environment switched on.
+
+    Raises:
+        SystemExit(2): a ``CBOP_*`` variable holds an invalid value (argparse's usage
+            error, naming the variable).
+    """
     parser = argparse.ArgumentParser(
         prog="cbop",
         description=(
             "The ConfigBundle operator: keeps a managed ConfigMap equal to each "
-            "ConfigBundle. Every flag can also be set as CBOP_<FLAG> in the environment."
+            "ConfigBundle. Every flag can also be set as CBOP_<FLAG> in the environment; "
+            "a flag on the command line wins."
         ),
     )
 
     def flag(name: str, default: Any = None, **kw: Any) -> None:
-        env = _env(name)
-        if env is not None:
-            kind = kw.get("type")
-            if kw.get("action") in ("store_true", argparse.BooleanOptionalAction):
-                default = env.lower() in ("1", "true", "yes", "on")
-            elif kw.get("action") == "append":
-                default = [v for v in env.split(",") if v]
-            elif kind is not None:
-                try:
-                    default = kind(env)
-                except (argparse.ArgumentTypeError, ValueError) as err:
-                    parser.error(f"CBOP_{name.upper().replace('-', '_')}: {err}")
-            else:
-                default = env
-        parser.add_argument(f"--{name}", default=default, **kw)
+        if kw.get("action") == "store_true":
+            kw["action"] = argparse.BooleanOptionalAction
+        elif kw.get("action") == "append":
+            kw["action"] = _Repeatable
+        action = parser.add_argument(f"--{name}", default=default, **kw)
+        action.default = _env_default(parser, action)
 
     conn = parser.add_argument_group("connection")
     flag("kubeconfig", help="path to a kubeconfig (default: in-cluster, then $KUBECONFIG)")
@@ -172,8 +251,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _fail(message: str) -> NoReturn:
-    print(f"cbop: error: {message}", file=sys.stderr)
-    raise SystemExit(2)
+    """Report a fatal error in one line (in the log format once logging is set up)."""
+    if structlog.is_configured():
+        log.error(message)
+    else:
+        print(f"cbop: error: {message}", file=sys.stderr)
+    raise SystemExit(EXIT_ERROR)
 
 
 def _connect(args: argparse.Namespace) -> KubeClient:
@@ -207,6 +290,11 @@ def _connect(args: argparse.Namespace) -> KubeClient:
 
 
 def _ready_word(result: Result) -> str:
+    if result.pending:
+        # A dry run never calls a bundle with a pending change Ready: it says what the
+        # bundle would be once the change is made.
+        after = _ready_word(dataclasses.replace(result, pending=False))
+        return f"Pending (then {after})"
     if result.ready == "True":
         return "Ready"
     if result.reason is not None:
@@ -215,7 +303,13 @@ def _ready_word(result: Result) -> str:
 
 
 def run_once(args: argparse.Namespace, client: KubeClient) -> int:
-    """Reconcile every bundle in scope once; print results; return the exit code."""
+    """Reconcile every bundle in scope once; print results; return the exit code.
+
+    Returns:
+        :data:`EXIT_NOT_READY` when a bundle is not Ready (with ``--dry-run``: would not
+        be Ready after the pending changes), else :data:`EXIT_PENDING` when a dry run
+        found changes pending, else :data:`EXIT_OK`.
+    """
     recorder = None if args.dry_run else EventRecorder(client)
     controller = Controller(
         client,
@@ -244,6 +338,8 @@ def run_once(args: argparse.Namespace, client: KubeClient) -> int:
                 "bundle": r.key.partition("/")[2],
                 "configMap": r.config_map,
                 "action": r.action.value if r.action else None,
+                "pending": r.pending,
+                "result": _ready_word(r),
                 "ready": r.ready,
                 "reason": r.reason.value if r.reason else None,
                 "message": r.message,
@@ -254,8 +350,20 @@ def run_once(args: argparse.Namespace, client: KubeClient) -> int:
         print(json.dumps(rows, indent=2))
     else:
         print(_table(results, dry_run=args.dry_run))
-    considered = [r for r in results if r.ready is not None]
-    return 0 if all(r.ready == "True" for r in considered) else 1
+    return exit_code(results)
+
+
+def exit_code(results: Sequence[Result]) -> int:
+    """Return the ``--once`` exit code for ``results`` (see the module docstring).
+
+    A bundle with no Ready condition to report (gone, being deleted) counts as neither
+    Ready nor broken; in a dry run its pending release still counts as a change.
+    """
+    if any(r.ready is not None and r.ready != "True" for r in results):
+        return EXIT_NOT_READY
+    if any(r.pending for r in results):
+        return EXIT_PENDING
+    return EXIT_OK
 
 
 def _table(results: Sequence[Result], *, dry_run: bool) -> str:
@@ -265,7 +373,7 @@ def _table(results: Sequence[Result], *, dry_run: bool) -> str:
             r.key.partition("/")[0],
             r.key.partition("/")[2],
             r.config_map or "-",
-            (r.action.value if r.action else "-") + (" (dry run)" if dry_run and r.diff else ""),
+            (r.action.value if r.action else "-") + (" (dry run)" if r.pending else ""),
             _ready_word(r),
         )
         for r in results
@@ -279,8 +387,10 @@ def _table(results: Sequence[Result], *, dry_run: bool) -> str:
         lines.append("(no ConfigBundles found)")
     if dry_run:
         for r in results:
-            if r.diff:
-                lines.extend(["", f"# {r.key}", r.diff.rstrip("\n")])
+            if r.pending:
+                lines.extend(["", f"# {r.key}: {r.message}"])
+                if r.diff:
+                    lines.append(r.diff.rstrip("\n"))
     return "\n".join(lines)
 
 
@@ -303,6 +413,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.dry_run and not args.once:
         parser.error("--dry-run only works with --once")
     configure_logging(args.log_level, args.log_format)
+    log.debug(
+        "effective configuration",
+        **{k: v for k, v in sorted(vars(args).items())},
+        environment=sorted(k for k in os.environ if k.startswith("CBOP_")),
+    )
     client = _connect(args)
     if args.once:
         return run_once(args, client)

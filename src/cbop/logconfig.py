@@ -1,27 +1,86 @@
 """Logging setup: structlog, JSON lines by default, a console renderer on a TTY.
 
-Processors are structlog's own (level, ISO timestamp, exception formatting, renderers);
-the standard library's ``logging`` is routed to the same output so messages from the
-Kubernetes client and urllib3 are not lost, at WARNING and above.
+Every line the process writes to stderr goes through one handler on the standard
+library's root logger whose formatter is structlog's
+:class:`structlog.stdlib.ProcessorFormatter`: cbop's own structlog loggers and foreign
+``logging`` records (urllib3, the Kubernetes client, ``warnings.warn`` through
+:func:`logging.captureWarnings`) all come out in the chosen format with the same
+fields: ``timestamp`` (ISO 8601, UTC), ``level``, ``logger`` and ``event``. Libraries
+log at WARNING and above (their debug output may carry whole request bodies); cbop's
+own loggers at the chosen level. No field of a line is longer than
+:data:`MAX_FIELD_CHARS`: a longer one is cut in the middle with a marker that gives the
+number of bytes left out, so no log line ever carries a whole ConfigMap value.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 import structlog
 
 LogFormat = Literal["json", "console"]
 LEVELS = ("debug", "info", "warning", "error")
 
+#: The longest a field of a log line may be, in characters (the head and the tail of a
+#: longer one are kept, with a marker in between).
+MAX_FIELD_CHARS = 2048
+
+
+def shorten(text: str, limit: int = MAX_FIELD_CHARS) -> str:
+    """Return ``text`` (str) cut in the middle when longer than ``limit`` characters.
+
+    A longer text keeps its head and tail around a ``[... N bytes ...]`` marker, N the
+    UTF-8 bytes left out; a text of at most ``limit`` characters is returned as is.
+    The result has at most ``limit`` characters plus the marker (about 30 more).
+    """
+    if len(text) <= limit:
+        return text
+    head = limit // 2
+    tail = limit - head
+    cut = text[head : len(text) - tail]
+    return f"{text[:head]}[... {len(cut.encode('utf-8', 'replace')):,} bytes ...]{text[-tail:]}"
+
+
+def bound_fields(logger: Any, method: str, event_dict: Any) -> Any:
+    """Shorten (a structlog processor) every field longer than :data:`MAX_FIELD_CHARS`.
+
+    Strings are shortened with :func:`shorten`; a container (list, dict, ...) whose
+    ``repr`` is too long is replaced by its shortened ``repr``. Numbers, booleans and
+    None pass unchanged.
+    """
+    for key, value in list(event_dict.items()):
+        if isinstance(value, str):
+            if len(value) > MAX_FIELD_CHARS:
+                event_dict[key] = shorten(value)
+        elif isinstance(value, list | tuple | set | frozenset | Mapping):
+            text = repr(value)
+            if len(text) > MAX_FIELD_CHARS:
+                event_dict[key] = shorten(text)
+        elif not isinstance(value, int | float | bool | type(None)):
+            # Rendered as str() (JSON) or repr() (console): bound what will be shown.
+            text = str(value)
+            if len(text) > MAX_FIELD_CHARS:
+                event_dict[key] = shorten(text)
+    return event_dict
+
+
+def _strip_event(logger: Any, method: str, event_dict: Any) -> Any:
+    """Drop the trailing newline of a foreign message (``warnings`` formats end in one)."""
+    event = event_dict.get("event")
+    if isinstance(event, str):
+        event_dict["event"] = event.rstrip()
+    return event_dict
+
 
 def configure_logging(level: str = "info", fmt: LogFormat | None = None) -> None:
     """Configure structlog and stdlib logging for the process.
 
     Args:
-        level: one of debug, info, warning, error.
+        level: one of debug, info, warning, error (cbop's own loggers; other
+            libraries log at WARNING and above whatever the level).
         fmt: ``json`` (one JSON object per line) or ``console``; None picks console
             when stderr is a terminal, else JSON.
 
@@ -38,19 +97,36 @@ def configure_logging(level: str = "info", fmt: LogFormat | None = None) -> None
         if fmt == "console"
         else structlog.processors.JSONRenderer()
     )
-    processors: list[structlog.types.Processor] = [
+    # Applied to cbop's structlog events before they become logging records, and to
+    # foreign records (urllib3, kubernetes, warnings) in the formatter: the same fields.
+    shared: list[structlog.types.Processor] = [
         structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_logger_name,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         structlog.processors.StackInfoRenderer(),
     ]
-    if fmt == "json":
-        processors.append(structlog.processors.format_exc_info)
-    processors.append(renderer)
+    final: list[structlog.types.Processor] = [
+        structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+    ]
+    # Tracebacks become an ``exception`` string in both formats, so they are bounded too.
+    final += [structlog.processors.format_exc_info, bound_fields, renderer]
     structlog.configure(
-        processors=processors,
+        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.stdlib.LoggerFactory(),
         cache_logger_on_first_use=True,
     )
-    logging.basicConfig(level=max(numeric, logging.WARNING), stream=sys.stderr, force=True)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[*shared, _strip_event], processors=final
+        )
+    )
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(max(numeric, logging.WARNING))
+    logging.getLogger("cbop").setLevel(numeric)
+    logging.captureWarnings(True)

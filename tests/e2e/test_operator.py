@@ -468,10 +468,11 @@ def test_suspend_and_rename(
 def test_once_exit_codes_output_and_dry_run(
     kube: KubeClient, namespace: str, kubeconfig: str
 ) -> None:
-    """``--once``: 0 when all Ready, 1 when not, 2 on errors; ``--dry-run`` writes nothing."""
+    """``--once``: 0 when all Ready, 1 when not, 2 on errors; ``--dry-run`` writes nothing
+    and exits 3 while changes are pending."""
     create(kube, namespace, "one", {"data": {"a": "1"}})
     dry = run_cli(kubeconfig, "--once", "--dry-run", f"--namespace={namespace}")
-    assert dry.returncode == 0, dry.stderr
+    assert dry.returncode == 3, dry.stderr
     assert "create" in dry.stdout
     assert "+data:" in dry.stdout
     assert get_or_none(kube, namespace, "one") is None
@@ -493,9 +494,11 @@ def test_once_exit_codes_output_and_dry_run(
     set_spec(kube, namespace, "one", {"data": {"a": "2"}})
     b = kube.get(CONFIGBUNDLES, namespace, "one")
     dry = run_cli(kubeconfig, "--once", "--dry-run", "--output=json", f"--namespace={namespace}")
-    assert dry.returncode == 0, dry.stderr
+    assert dry.returncode == 3, dry.stderr
     rows = json.loads(dry.stdout)
     assert rows[0]["action"] == "update"
+    assert rows[0]["pending"] is True
+    assert rows[0]["result"] == "Pending (then Ready)"
     assert '-  a: "1"' in rows[0]["diff"] or "-  a: '1'" in rows[0]["diff"]
     assert (
         kube.get(CONFIGMAPS, namespace, "one")["metadata"]["resourceVersion"]
@@ -530,7 +533,9 @@ def test_once_exit_codes_output_and_dry_run(
     )
     assert bad.returncode == 2
     assert "Traceback" not in bad.stderr
-    assert "cbop: error:" in bad.stderr
+    (line,) = bad.stderr.splitlines()
+    assert json.loads(line)["level"] == "error"
+    assert "/nonexistent/kubeconfig" in json.loads(line)["event"]
     usage = run_cli(kubeconfig, "--dry-run")
     assert usage.returncode == 2
     assert "--dry-run only works with --once" in usage.stderr

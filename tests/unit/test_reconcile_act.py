@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
+import structlog
 
 from cbop.api import parse_spec
 from cbop.kube import ApiError, ConnectionFailed, Resource
@@ -351,3 +352,69 @@ def test_conflict_recheck_reads_instead_of_failing_a_create_again() -> None:
     client.actions.clear()
     assert r.reconcile("demo/app").action is Action.CREATE
     assert ("create", "configmaps", "app") in client.actions
+
+
+# -- dry runs never claim a pending change is in sync (issue 11, item 1) -----------------
+
+
+@pytest.mark.parametrize(
+    ("spec", "live_spec", "action"),
+    [
+        ({"data": {"a": "1"}}, None, Action.CREATE),
+        ({"data": {"a": "2"}}, {"data": {"a": "1"}}, Action.UPDATE),
+        (
+            {"data": {"a": "2"}, "immutable": True},
+            {"data": {"a": "1"}, "immutable": True},
+            Action.REPLACE,
+        ),
+    ],
+    ids=["create", "update", "replace"],
+)
+def test_dry_run_result_says_the_change_is_pending(
+    spec: dict[str, Any], live_spec: dict[str, Any] | None, action: Action
+) -> None:
+    cms = [written(bundle(live_spec))] if live_spec is not None else []
+    b = bundle(spec, status=synced_status(), generation=2)
+    client = FakeClient()
+    result = reconciler(client, b, *cms, dry_run=True).reconcile("demo/app")
+    assert result.action is action
+    assert result.pending
+    assert result.message.startswith(f"would {action.value} ConfigMap app")
+    assert "matches" not in result.message
+    assert result.message.endswith("the bundle would then be Ready")
+
+
+def test_dry_run_of_a_bundle_in_sync_has_nothing_pending() -> None:
+    b = converged_bundle({"data": {"a": "1"}})
+    client = FakeClient()
+    result = reconciler(client, b, written(b), dry_run=True).reconcile("demo/app")
+    assert result.action is Action.NONE
+    assert not result.pending
+    assert result.ready == "True"
+    assert result.diff == ""
+    assert client.writes() == []
+
+
+def test_dry_run_counts_a_stale_configmap_and_a_finalizer_as_pending() -> None:
+    old = written(bundle({"data": {"a": "1"}}))
+    renamed = bundle({"data": {"a": "1"}, "configMapName": "new"}, generation=2)
+    client = FakeClient()
+    result = reconciler(client, renamed, old, written(renamed), dry_run=True).reconcile("demo/app")
+    assert result.action is Action.NONE
+    assert result.pending
+    assert "would delete ConfigMap app" in result.message
+    assert client.writes() == []
+    orphan = bundle({"data": {"a": "1"}, "deletionPolicy": "Orphan"})
+    result = reconciler(client, orphan, written(orphan), dry_run=True).reconcile("demo/app")
+    assert result.pending
+    assert "would add the cbop.dev/orphan finalizer" in result.message
+    assert client.writes() == []
+
+
+def test_dry_run_log_never_says_reconciled() -> None:
+    client = FakeClient()
+    with structlog.testing.capture_logs() as logs:
+        reconciler(client, bundle({"data": {"a": "1"}}), dry_run=True).reconcile("demo/app")
+    assert [e["event"] for e in logs] == ["dry run: change pending"]
+    assert logs[0]["action"] == "create"
+    assert logs[0]["ready_after"] == "True"

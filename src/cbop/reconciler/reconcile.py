@@ -165,7 +165,12 @@ class Result:
         message: a one-line account of the outcome.
         config_map: the ConfigMap's name, when known.
         requeue_after: seconds until the key should be looked at again, or None.
-        diff: for dry runs, a unified diff of the ConfigMap (else "").
+        diff: for dry runs, a unified diff of the ConfigMap (else ""), bounded in size
+            (see :func:`cbop.reconciler.diff.configmap_diff`).
+        pending: for dry runs, whether the reconcile would have written something (the
+            ConfigMap, a stale ConfigMap's deletion, the Orphan finalizer, a release);
+            ``ready``/``reason`` then say what the bundle would be once it is written.
+            Always False outside dry runs.
     """
 
     key: str
@@ -176,6 +181,7 @@ class Result:
     config_map: str | None = None
     requeue_after: float | None = None
     diff: str = ""
+    pending: bool = False
 
 
 class Reconciler:
@@ -289,6 +295,16 @@ class Reconciler:
             )
             raise
         self._remember_conflict(key, result.action is Action.CONFLICT)
+        if self._dry_run:
+            # A dry run reconciled nothing: its line says what is pending, never "reconciled".
+            logger.info(
+                "dry run: change pending" if result.pending else "dry run: nothing to write",
+                action=result.action.value if result.action else None,
+                ready_after=result.ready,
+                reason=result.reason.value if result.reason else None,
+                duration=round(time.monotonic() - started, 6),
+            )
+            return result
         # A reconcile that found everything in sync (every resync brings one per bundle)
         # is logged at debug level: a converged operator's log stays quiet.
         emit = logger.debug if result.action is Action.NONE else logger.info
@@ -348,13 +364,11 @@ class Reconciler:
         if decision.finalizer is not None and not self._dry_run:
             bundle = self._set_finalizer(bundle, decision.finalizer)
 
-        diff = ""
+        current = self._cached_configmap(bundle, spec)
         attempts = 0
         while True:
             attempts += 1
             try:
-                if self._dry_run:
-                    diff = self._diff(bundle, spec, decision)
                 self._write_configmap(namespace, decision)
                 break
             except ApiError as err:
@@ -363,12 +377,19 @@ class Reconciler:
                 fresh = self._recover(namespace, spec, decision, err)
                 if fresh is _GIVE_UP:
                     raise
-                decision = decide(bundle, spec, fresh if isinstance(fresh, Mapping) else None)
+                current = fresh if isinstance(fresh, Mapping) else None
+                decision = decide(bundle, spec, current)
 
+        stale: list[str] = []
         if decision.action in (Action.NONE, Action.CREATE, Action.UPDATE, Action.REPLACE):
-            self._delete_stale(bundle, decision)
+            stale = self._delete_stale(bundle, decision)
         self._record_action(bundle, decision)
         ready, reason, message, requeue = self._outcome(decision)
+        diff, pending = "", False
+        if self._dry_run:
+            diff = configmap_diff(current, decision.body) if decision.body is not None else ""
+            after = "Ready" if ready == "True" else reason.value
+            message, pending = _dry_run_account(decision, message, stale, after)
         assert isinstance(spec, BundleSpec) or decision.action is Action.INVALID
         self._write_status(
             bundle,
@@ -387,6 +408,7 @@ class Reconciler:
             config_map=config_map_name_of(bundle),
             requeue_after=requeue,
             diff=diff,
+            pending=pending,
         )
 
     def _write_configmap(self, namespace: str, decision: Decision) -> None:
@@ -440,14 +462,21 @@ class Reconciler:
             raise _RejectedError(err.message) from err
         return _GIVE_UP
 
-    def _delete_stale(self, bundle: Mapping[str, Any], decision: Decision) -> None:
-        """Delete ConfigMaps this bundle controls under a name it no longer declares."""
-        if decision.desired is None or self._dry_run:
-            return
+    def _delete_stale(self, bundle: Mapping[str, Any], decision: Decision) -> list[str]:
+        """Delete ConfigMaps this bundle controls under a name it no longer declares.
+
+        Returns the names of those ConfigMaps (in a dry run: that would be deleted).
+        """
+        if decision.desired is None:
+            return []
         uid = bundle["metadata"]["uid"]
+        names: list[str] = []
         for cm in self._configmaps.by_index(CONTROLLER_UID_INDEX, uid):
             cm_meta = cm["metadata"]
             if cm_meta["name"] == decision.desired.name:
+                continue
+            names.append(cm_meta["name"])
+            if self._dry_run:
                 continue
             try:
                 self._client.delete(
@@ -467,6 +496,7 @@ class Reconciler:
             except ApiError as err:
                 if not (err.is_not_found or err.is_conflict):
                     raise
+        return names
 
     def _set_finalizer(
         self, bundle: Mapping[str, Any], change: FinalizerChange
@@ -498,7 +528,13 @@ class Reconciler:
         """For deletionPolicy Orphan: let go of the ConfigMap, then drop the finalizer."""
         meta = bundle["metadata"]
         if self._dry_run:
-            return Result(key, Action.RELEASE, message=decision.message)
+            return Result(
+                key,
+                Action.RELEASE,
+                message=f"would release the ConfigMap and remove the {FINALIZER_ORPHAN} "
+                f"finalizer: {decision.message}",
+                pending=True,
+            )
         if decision.body is not None:
             name = decision.body["metadata"]["name"]
             try:
@@ -628,11 +664,36 @@ class Reconciler:
                 return  # deleted meanwhile; nothing to report to
             raise
 
-    def _diff(
-        self, bundle: Mapping[str, Any], spec: BundleSpec | SpecError, decision: Decision
-    ) -> str:
-        current = self._cached_configmap(bundle, spec)
-        return configmap_diff(current, decision.body)
+
+def _dry_run_account(
+    decision: Decision, message: str, stale: Sequence[str], after: str
+) -> tuple[str, bool]:
+    """For a dry run: the result's message and whether a write is pending.
+
+    ``message`` is the outcome's own message, ``stale`` the ConfigMaps that would be
+    deleted, ``after`` the Ready word or reason the bundle would then have.
+
+    The message says what would be written and what the bundle would then be; it never
+    says that the ConfigMap matches when a write is pending.
+    """
+    pending: list[str] = []
+    desired = decision.desired
+    if decision.action in (Action.CREATE, Action.UPDATE, Action.REPLACE) and desired is not None:
+        keys = len(desired.data) + len(desired.binary_data)
+        pending.append(
+            f"would {decision.action.value} ConfigMap {desired.name} "
+            f"({keys} keys, {desired.content_hash})"
+        )
+    pending += [f"would delete ConfigMap {name} (no longer spec.configMapName)" for name in stale]
+    if decision.finalizer is FinalizerChange.ADD:
+        pending.append(f"would add the {FINALIZER_ORPHAN} finalizer")
+    elif decision.finalizer is FinalizerChange.REMOVE:
+        pending.append(f"would remove the {FINALIZER_ORPHAN} finalizer")
+    if not pending:
+        if decision.action is Action.NONE and desired is not None:
+            return f"ConfigMap {desired.name} is in sync; nothing to write", False
+        return message, False
+    return "; ".join(pending) + f"; the bundle would then be {after}", True
 
 
 class _RejectedError(ApiError):
