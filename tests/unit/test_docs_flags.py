@@ -24,7 +24,7 @@ def test_flag_summary_matches_the_parser() -> None:
         for option in action.option_strings
         if option.startswith("--") and option != "--help" and not option.startswith("--no-")
     }
-    shown = set(re.findall(r"\[(--[a-z][a-z-]*)", _synopsis()))
+    shown = {"--" + name for name in re.findall(r"\[--(?:\[no-\])?([a-z][a-z-]*)", _synopsis())}
     assert shown == offered, (
         f"missing from the README: {sorted(offered - shown)}; "
         f"not offered by cbop: {sorted(shown - offered)}"
