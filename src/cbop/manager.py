@@ -118,6 +118,9 @@ class Manager:
         ValueError: from the constructor, for a bad bind address or leader-election
             timings that break lease duration > renew deadline > 1.2 x retry period, or
             leader election without a namespace.
+        OSError: a bind address that cannot be bound (the probe address from the
+            constructor, the metrics address from :meth:`run`); the message names the
+            flag and the address.
     """
 
     def __init__(

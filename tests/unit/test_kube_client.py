@@ -482,6 +482,11 @@ def test_unreadable_kubeconfig_error_names_only_a_given_context(tmp_path: Path) 
     assert "None" not in str(info.value)
     with pytest.raises(ConfigError, match=r"\(context 'dev'\)"):
         KubeClient.from_config(kubeconfig=str(bad), context="dev")
+    # Not YAML at all: still a one-line configuration error, never a traceback.
+    bad.write_text("[tool]\nname = 'x'\n")
+    with pytest.raises(ConfigError, match="cannot load kubeconfig") as info:
+        KubeClient.from_config(kubeconfig=str(bad))
+    assert "\n" not in str(info.value)
 
 
 def test_from_config_without_any_configuration_raises(

@@ -1071,9 +1071,10 @@ def _load_kubeconfig(configuration: Any, path: str, context: str | None) -> None
             client_configuration=configuration,
             persist_config=False,
         )
-    except (ConfigException, OSError, ValueError, KeyError) as exc:
+    except (ConfigException, OSError, ValueError, KeyError, yaml.YAMLError) as exc:
         where = f" (context {context!r})" if context else ""
-        raise ConfigError(f"cannot load kubeconfig {path!r}{where}: {exc}") from exc
+        detail = " ".join(str(exc).split())  # YAML errors span lines; errors are one line
+        raise ConfigError(f"cannot load kubeconfig {path!r}{where}: {detail}") from exc
 
 
 def _watch_token_file(configuration: Any, path: str, context: str | None, clock: Clock) -> None:
