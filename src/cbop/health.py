@@ -36,7 +36,7 @@ def run_check(check: Check) -> str | None:
         return f"check raised {type(err).__name__}: {err}"
     if outcome is None or outcome is True:
         return None
-    if outcome is False or not outcome:
+    if not outcome:
         return ""
     return " ".join(str(outcome).split())
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import secrets
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -97,7 +98,7 @@ def _crd_exists(kube: KubeClient) -> bool:
 
 
 def _new_namespace(kube: KubeClient, prefix: str) -> str:
-    name = f"{prefix}-{int(time.monotonic() * 1000) % 10**8}"
+    name = f"{prefix}-{secrets.token_hex(3)}"
     kube.create(NAMESPACES, None, {"metadata": {"name": name}})
     return name
 

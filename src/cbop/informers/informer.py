@@ -22,13 +22,14 @@ This module owns the informer loop, a Python rendering of client-go's ``tools/ca
   tombstone; listed objects already cached are delivered as updates (old = cached,
   new = listed, even if unchanged, as client-go), the others as adds.
 * **404 NotFound** (the resource is not served: its CRD is not installed yet, or was
-  deleted): back off on a short schedule of its own (0.8 s doubling to 5 s), then list
-  again with ``resourceVersion=""``; a CRD that appears (again) is picked up within
-  seconds, and objects that went with the old one are delivered as deletions.
+  deleted): back off on a short schedule of its own (0.8 s doubling to 5 s) and list
+  again (after a watch's 404, with ``resourceVersion=""``); a CRD that appears (again) is
+  picked up within seconds, and objects that went with the old one are delivered as
+  deletions.
 * **403 Forbidden** (RBAC): back off as below and retry: RBAC is often granted after
-  the operator starts. These *refusals* (see
-  :mod:`cbop.informers.problems`) never make :meth:`SharedInformer.healthy` false: the
-  informer is alive and waiting for the cluster to change, which a restart cannot speed.
+  the operator starts. These *refusals* (see :mod:`cbop.informers.problems`) never make
+  :meth:`SharedInformer.healthy` false: the informer is alive and waiting for the
+  cluster to change, which a restart cannot speed up.
 * **Transport failures, 429, 5xx** (and any other watch error): back off
   (:class:`~cbop.informers.backoff.Backoff`: 0.8 s doubling to 30 s, jittered, reset
   after 2 min of health; at least ``Retry-After``) and re-watch from the last RV,
