@@ -277,6 +277,10 @@ def _connect(args: argparse.Namespace) -> KubeClient:
         except ConnectionFailed as err:
             _fail(f"cannot reach the API server at {client.host}: {err.message}")
         except ApiError as err:
+            if not args.once and (err.is_not_found or err.is_forbidden):
+                # The operator waits for its CRD and its RBAC (applied in any order by
+                # GitOps tools): the informers retry and /readyz says what is missing.
+                break
             if err.is_not_found:
                 _fail(
                     "the ConfigBundle API (configbundles.cbop.dev) is not installed; "
@@ -322,6 +326,9 @@ def run_once(args: argparse.Namespace, client: KubeClient) -> int:
     controller.start_informers()
     try:
         if not controller.wait_for_cache_sync(60.0):
+            refused = controller.refusals()
+            if refused:
+                _fail(refused[0].message)
             _fail("timed out listing ConfigBundles and ConfigMaps (60 s)")
         try:
             results = controller.reconcile_all()

@@ -35,6 +35,7 @@ import structlog
 from cbop.api import LABEL_MANAGED_BY, MANAGED_BY_VALUE
 from cbop.informers import (
     DeletedFinalStateUnknown,
+    ListWatchProblem,
     SharedInformer,
     index_by_controller_uid,
     wait_for_cache_sync,
@@ -262,9 +263,76 @@ class Controller:
         for informer in self.informers:
             informer.start()
 
-    def wait_for_cache_sync(self, timeout: float = 120.0) -> bool:
-        """Block until every informer has synced; False after ``timeout`` seconds."""
-        return wait_for_cache_sync(*self.informers, timeout=timeout)
+    def wait_for_cache_sync(
+        self,
+        timeout: float = 120.0,
+        *,
+        stop: threading.Event | None = None,
+        wait_out_refusals: bool = False,
+        poll: float = 0.1,
+    ) -> bool:
+        """Block until every informer has synced.
+
+        Args:
+            timeout: seconds to wait at most; with ``wait_out_refusals``, seconds without
+                a refusal (the clock restarts whenever one is seen), so an operator
+                waits as long as it takes for its CRD or its RBAC to be applied.
+            stop: returns ``False`` soon after this event is set.
+            wait_out_refusals: keep waiting while an informer's list/watch is refused
+                (404: the CRD is not installed; 403: see :meth:`refusals`); otherwise return
+                ``False`` as soon as one is (``cbop --once`` fails fast).
+            poll: seconds between checks of ``stop`` and the refusals.
+
+        Returns:
+            ``True`` once synced; ``False`` on timeout, on ``stop``, or on a refusal.
+        """
+        deadline = time.monotonic() + timeout
+        while not wait_for_cache_sync(*self.informers, timeout=poll, poll=poll):
+            if stop is not None and stop.is_set():
+                return False
+            if self.refusals():
+                if not wait_out_refusals:
+                    return False
+                deadline = time.monotonic() + timeout
+            elif time.monotonic() >= deadline:
+                return False
+        return True
+
+    def refusals(self) -> list[ListWatchProblem]:
+        """Return the refused list/watch requests of informers not synced yet.
+
+        A refusal (404: the ConfigBundle CRD is not installed; 403: RBAC) needs a
+        change in the cluster, not a retry; see :mod:`cbop.informers.problems`.
+        """
+        out = []
+        for informer in self.informers:
+            problem = informer.problem()
+            if problem is not None and problem.refused and not informer.has_synced():
+                out.append(problem)
+        return out
+
+    def readiness_checks(self) -> dict[str, Callable[[], str | None]]:
+        """Return one readiness check per informer, for ``/readyz``.
+
+        Keys are ``informer <name>`` (``informer configmaps/ns``); each check returns
+        ``None`` when its informer has synced and its watch is up, else one line saying
+        why not: the failing request (:attr:`ListWatchProblem.message`: a missing CRD,
+        a 403 naming verb, resource and scope, an unreachable API server) or the first
+        list still in progress.
+        """
+
+        def check(informer: SharedInformer) -> Callable[[], str | None]:
+            def ready() -> str | None:
+                problem = informer.problem()
+                if problem is not None:
+                    return problem.message
+                if not informer.has_synced():
+                    return "the first list is in progress"
+                return None
+
+            return ready
+
+        return {f"informer {inf.name}": check(inf) for inf in self.informers}
 
     def start_workers(self) -> None:
         """Start the worker threads; they run until :meth:`shutdown`."""

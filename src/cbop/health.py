@@ -1,7 +1,8 @@
 """Health probes: ``/healthz`` (liveness) and ``/readyz`` (readiness) over HTTP.
 
 As controller-runtime's healthz server: each endpoint runs its named checks and answers
-200 ``ok`` when all pass, 503 listing the failing checks otherwise. ``?verbose`` lists
+200 ``ok`` when all pass, 503 listing the failing checks otherwise, each with the reason
+it gave (``[-]informer configmaps/ns failed: forbidden to list ...``). ``?verbose`` lists
 every check. The server runs on its own daemon thread (``http.server`` from the
 standard library; probes are tiny and rare).
 """
@@ -17,7 +18,27 @@ import structlog
 
 log = structlog.get_logger("cbop.health")
 
-Check = Callable[[], bool]
+#: A probe check: returns ``True`` or ``None`` when it passes, ``False`` or a non-empty
+#: one-line reason when it fails (as a Go ``healthz.Checker`` returns nil or an error).
+Check = Callable[[], bool | str | None]
+
+
+def run_check(check: Check) -> str | None:
+    """Run one check; return ``None`` when it passes, else why it failed.
+
+    The reason is one line, ``""`` when the check gave none. A check that raises fails
+    with the exception's text (and is logged).
+    """
+    try:
+        outcome = check()
+    except Exception as err:  # a broken check is a failing check
+        log.exception("health check raised")
+        return f"check raised {type(err).__name__}: {err}"
+    if outcome is None or outcome is True:
+        return None
+    if not outcome:
+        return ""
+    return " ".join(str(outcome).split())
 
 
 def parse_bind_address(address: str, default_host: str = "0.0.0.0") -> tuple[str, int] | None:
@@ -65,18 +86,12 @@ class ProbeServer:
                 if checks is None:
                     self.send_error(404)
                     return
-                results = {}
-                for name, check in checks.items():
-                    try:
-                        results[name] = bool(check())
-                    except Exception:  # a broken check is a failing check
-                        log.exception("health check raised", check=name)
-                        results[name] = False
-                failed = [n for n, ok in results.items() if not ok]
+                results = {name: run_check(check) for name, check in checks.items()}
+                failed = [n for n, why in results.items() if why is not None]
                 if "verbose" in url.query or failed:
                     lines = [
-                        f"[{'+' if ok else '-'}]{n} {'ok' if ok else 'failed'}"
-                        for n, ok in results.items()
+                        f"[+]{n} ok" if why is None else f"[-]{n} failed" + (why and f": {why}")
+                        for n, why in results.items()
                     ]
                     body = "\n".join(lines) + ("\nhealthz check failed\n" if failed else "\nok\n")
                 else:

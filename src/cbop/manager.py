@@ -56,7 +56,8 @@ class Options:
         lease_duration, renew_deadline, retry_period: leader election timings, seconds
             (controller-runtime's 15 / 10 / 2 by default).
         shutdown_timeout: how long in-flight reconciles may take on shutdown, seconds.
-        cache_sync_timeout: how long to wait for the first list, seconds.
+        cache_sync_timeout: how long to wait for the first list, seconds; time while a
+            list is refused (CRD not installed, 403) does not count: that is waited out.
         read_timeout: informer watch socket read timeout, seconds.
         priority_queue: a priority workqueue (initial list and resyncs behind real
             changes); False: the plain rate-limiting queue.
@@ -181,17 +182,28 @@ class Manager:
                 self.probes = ProbeServer(
                     self._probe_address,
                     liveness={"informers-and-workers": self.controller.healthy},
-                    readiness={"informers-synced": self.controller.synced},
+                    readiness=self.controller.readiness_checks(),
                 )
 
     def _start_leading(self) -> None:
         log.info("became leader; starting workers", identity=self.options.identity)
-        if not self.controller.wait_for_cache_sync(self.options.cache_sync_timeout):
+        if not self._wait_for_cache_sync():
+            if self.stop_event.is_set():
+                return
             log.error("caches did not sync; giving up leadership")
             self.stop_event.set()
             return
         self.controller.start_workers()
         self._workers_started.set()
+
+    def _wait_for_cache_sync(self) -> bool:
+        # A missing CRD or RBAC not applied yet (GitOps tools apply manifests in any
+        # order) is waited out, not ended in a restart loop: the informers retry with
+        # backoff and /readyz names what is missing. The timeout only counts while
+        # nothing is refused.
+        return self.controller.wait_for_cache_sync(
+            self.options.cache_sync_timeout, stop=self.stop_event, wait_out_refusals=True
+        )
 
     def _stop_leading(self) -> None:
         if self.stop_event.is_set():
@@ -235,10 +247,10 @@ class Manager:
                 daemon=True,
             )
             elector_thread.start()
-        elif self.controller.wait_for_cache_sync(opts.cache_sync_timeout):
+        elif self._wait_for_cache_sync():
             self.controller.start_workers()
             self._workers_started.set()
-        else:
+        elif not self.stop_event.is_set():
             log.error("caches did not sync in time", timeout=opts.cache_sync_timeout)
             code = 1
             self.stop_event.set()

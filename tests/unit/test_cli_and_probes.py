@@ -89,6 +89,38 @@ def test_probes_answer_503_until_checks_pass() -> None:
         crashing.stop()
 
 
+def test_readyz_body_carries_each_failing_checks_reason() -> None:
+    def broken() -> bool:
+        raise RuntimeError("check crashed")
+
+    server = ProbeServer(
+        ("127.0.0.1", 0),
+        liveness={"boom": broken},
+        readiness={
+            "informer configbundles/*": lambda: "the API server does not serve configbundles",
+            "informer configmaps/a": lambda: 'forbidden to list configmaps in namespace "a"',
+            "informer configmaps/b": lambda: None,
+            "plain": lambda: False,
+        },
+    )
+    server.start()
+    try:
+        code, body = _get(server.port, "/readyz")
+        assert code == 503
+        assert body.splitlines() == [
+            "[-]informer configbundles/* failed: the API server does not serve configbundles",
+            '[-]informer configmaps/a failed: forbidden to list configmaps in namespace "a"',
+            "[+]informer configmaps/b ok",
+            "[-]plain failed",
+            "healthz check failed",
+        ]
+        code, body = _get(server.port, "/healthz")
+        assert code == 503
+        assert "[-]boom failed: check raised RuntimeError: check crashed" in body
+    finally:
+        server.stop()
+
+
 class _RecordingWriter:
     def __init__(self, fail: bool = False) -> None:
         self.bodies: list[Mapping[str, Any]] = []

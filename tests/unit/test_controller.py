@@ -6,6 +6,7 @@ fake clock), the reconcile outcome is scripted.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -13,8 +14,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from cbop.controller import Controller, MultiNamespaceLister, _Enqueue, owner_key
-from cbop.informers import DeletedFinalStateUnknown
-from cbop.kube import ApiError
+from cbop.informers import DeletedFinalStateUnknown, ListWatchProblem
+from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError
 from cbop.metrics.controller import ControllerMetrics
 from cbop.reconciler import Action, Requeue, Result
 from cbop.workqueue import (
@@ -289,3 +290,89 @@ def test_the_controller_builds_the_queue_the_flag_asks_for(priority_queue: bool)
     assert isinstance(ctrl.queue, PriorityQueue) is priority_queue
     assert isinstance(ctrl.queue, RateLimitingQueue)
     ctrl.queue.shut_down()
+
+
+class _StubInformer:
+    """What the controller reads of an informer: name, sync state, current problem."""
+
+    def __init__(
+        self, name: str, *, synced: bool = False, problem: ListWatchProblem | None = None
+    ) -> None:
+        self.name = name
+        self.synced = synced
+        self.current = problem
+        self.sync_calls = 0
+        self.sync_after: int | None = None
+
+    def has_synced(self) -> bool:
+        return self.synced
+
+    def wait_for_sync(self, timeout: float | None = None) -> bool:
+        self.sync_calls += 1
+        if self.sync_after is not None and self.sync_calls >= self.sync_after:
+            self.synced, self.current = True, None
+        return self.synced
+
+    def problem(self) -> ListWatchProblem | None:
+        return self.current
+
+
+def _forbidden_problem(namespace: str | None) -> ListWatchProblem:
+    return ListWatchProblem.of(
+        "list", CONFIGMAPS, namespace, ApiError(403, "Forbidden", "configmaps is forbidden")
+    )
+
+
+def _with_informers(*informers: _StubInformer) -> Controller:
+    ctrl = Controller.__new__(Controller)
+    stubs: list[Any] = list(informers)
+    ctrl.bundle_informers = {None: stubs[0]}
+    ctrl.configmap_informers = {str(i): inf for i, inf in enumerate(stubs[1:])}
+    return ctrl
+
+
+def test_a_refused_list_ends_the_cache_sync_wait_at_once_unless_waited_out() -> None:
+    bundles = _StubInformer("configbundles/*", synced=True)
+    configmaps = _StubInformer("configmaps/a", problem=_forbidden_problem("a"))
+    ctrl = _with_informers(bundles, configmaps)
+    assert ctrl.refusals() == [configmaps.current]
+    assert ctrl.wait_for_cache_sync(3600.0, poll=0.001) is False
+    # Waited out (the long-running operator): the timeout does not run while refused.
+    configmaps.sync_after = configmaps.sync_calls + 50
+    assert ctrl.wait_for_cache_sync(0.0, wait_out_refusals=True, poll=0.001) is True
+    assert ctrl.refusals() == []
+
+
+def test_cache_sync_wait_ends_on_stop_and_on_timeout_without_refusal() -> None:
+    ctrl = _with_informers(_StubInformer("configbundles/*"), _StubInformer("configmaps/a"))
+    assert ctrl.wait_for_cache_sync(0.0, wait_out_refusals=True, poll=0.001) is False
+    stop = threading.Event()
+    stop.set()
+    refused = _StubInformer("configmaps/b", problem=_forbidden_problem("b"))
+    ctrl = _with_informers(_StubInformer("configbundles/*"), refused)
+    assert ctrl.wait_for_cache_sync(0.0, stop=stop, wait_out_refusals=True, poll=0.001) is False
+
+
+def test_readiness_has_one_check_per_informer_naming_what_is_wrong() -> None:
+    not_served = ListWatchProblem.of(
+        "list", CONFIGBUNDLES, None, ApiError(404, "NotFound", "404 page not found")
+    )
+    ctrl = _with_informers(
+        _StubInformer("configbundles/*", problem=not_served),
+        _StubInformer("configmaps/a", synced=True, problem=_forbidden_problem("a")),
+        _StubInformer("configmaps/b"),
+        _StubInformer("configmaps/c", synced=True),
+    )
+    checks = {name: check() for name, check in ctrl.readiness_checks().items()}
+    assert checks == {
+        "informer configbundles/*": (
+            "the API server does not serve configbundles of cbop.dev/v1alpha1 (404 on list at "
+            "cluster scope (all namespaces)); install the CustomResourceDefinition "
+            "configbundles.cbop.dev"
+        ),
+        "informer configmaps/a": (
+            'forbidden to list configmaps in namespace "a" (403): configmaps is forbidden'
+        ),
+        "informer configmaps/b": "the first list is in progress",
+        "informer configmaps/c": None,
+    }

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from cbop.clock import FakeClock
 from cbop.informers import (
@@ -603,3 +604,141 @@ def test_gone_after_an_outage_relists_without_the_outage_backoff(
     h.fake.wait_watches(7)
     assert h.fake.lists[-1]["resource_version"] is None
     assert h.fake.watches[-1]["resource_version"] == "50"
+
+
+# ------------------------------------------------------------- refusals: 404 and 403
+
+NOT_SERVED = Resource("cbop.dev", "v1alpha1", "configbundles", "ConfigBundle")
+
+
+def _not_found() -> ApiError:
+    return ApiError(404, "NotFound", "404 page not found")
+
+
+def _forbidden(verb: str = "list") -> ApiError:
+    return ApiError(
+        403,
+        "Forbidden",
+        f'configmaps is forbidden: User "u" cannot {verb} resource "configmaps" in API '
+        'group "" at the cluster scope',
+    )
+
+
+def _next_delay(h: Harness) -> float:
+    """Wait until the reflector sleeps on the clock; return how long it sleeps."""
+    assert h.clock.wait_for_waiter()
+    (due,) = h.clock.waiter_deadlines()
+    return due - h.clock.now()
+
+
+def test_missing_crd_is_retried_every_few_seconds_and_never_fails_liveness(
+    harness_factory: Callable[..., Harness],
+) -> None:
+    h = harness_factory(unhealthy_after=60.0)
+    h.informer = SharedInformer(
+        h.fake, NOT_SERVED, namespace="ns", clock=h.clock, rng=random.Random(1), resync_period=0
+    )
+    for _ in range(30):
+        h.fake.list_answers.put(_not_found())
+    with capture_logs() as logs:
+        h.informer.start()
+        elapsed = 0.0
+        for attempt in range(1, 31):
+            delay = _next_delay(h)
+            assert delay <= 5.0
+            assert len(h.fake.lists) == attempt
+            assert h.informer.healthy()  # waiting for the CRD is not a dead watch
+            problem = h.informer.problem()
+            assert problem is not None
+            assert problem.refused
+            h.clock.step(delay)
+            elapsed += delay
+        assert elapsed > 60.0
+    # One log line per attempt, naming the CRD to install.
+    assert [r["event"] for r in logs] == ["list failed; retrying"] * 30
+    assert "install the CustomResourceDefinition configbundles.cbop.dev" in logs[0]["problem"]
+    # The CRD is installed: the next attempt syncs, and the problem clears.
+    h.fake.list_answers.put(page(cm("a", "5"), rv="10"))
+    h.fake.watch_answers.put(FakeStream())
+    h.fake.wait_lists(31)
+    h.fake.wait_watches(1)
+    assert h.informer.wait_for_sync(WAIT)
+    wait_until(lambda: h.informer.problem() is None)
+
+
+def test_crd_deleted_under_a_watch_relists_afresh_once_it_is_back(
+    harness_factory: Callable[..., Harness],
+) -> None:
+    h = harness_factory()
+    stream = h.start(cm("a", "5"), cm("b", "6"), rv="10")
+    h.rec.wait(2)
+    # The CRD is deleted: the server ends the watch; watching again and listing get 404.
+    h.fake.watch_answers.put(_not_found())
+    h.fake.list_answers.put(_not_found())
+    stream.push(bookmark("11"), _END)
+    h.fake.wait_watches(2)
+    assert _next_delay(h) <= 0.8
+    assert h.informer.problem() is not None
+    h.clock.step(0.8)
+    h.fake.wait_lists(2)
+    # The CRD is back (with "b" only): a consistent list, and "a" is delivered as deleted.
+    h.fake.list_answers.put(page(cm("b", "60"), rv="70"))
+    h.fake.watch_answers.put(FakeStream())
+    h.clock.step(_next_delay(h))
+    h.fake.wait_watches(3)
+    assert [c["resource_version"] for c in h.fake.lists] == ["0", None, None]
+    assert sorted(h.rec.wait(4)[2:]) == [
+        ("delete", "ns/a", "tombstone"),
+        ("update", "ns/b", ("6", "60")),
+    ]
+    assert h.fake.watches[-1]["resource_version"] == "70"
+    wait_until(lambda: h.informer.problem() is None)
+
+
+def test_forbidden_list_is_named_retried_on_the_usual_schedule_and_never_fails_liveness(
+    harness_factory: Callable[..., Harness],
+) -> None:
+    h = harness_factory(unhealthy_after=60.0)
+    for _ in range(8):
+        h.fake.list_answers.put(_forbidden())
+    with capture_logs() as logs:
+        h.informer.start()
+        for attempt, expected in enumerate((0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 30.0, 30.0), 1):
+            assert _next_delay(h) == pytest.approx(expected)
+            assert len(h.fake.lists) == attempt
+            assert h.informer.healthy()
+            h.clock.step(expected)
+    problem = h.informer.problem()
+    assert problem is not None
+    assert problem.refused
+    assert problem.message.startswith(
+        "forbidden to list configmaps at cluster scope (all namespaces) (403): configmaps is"
+    )
+    assert [(r["event"], r["reason"], r["retry_in"]) for r in logs] == [
+        ("list failed; retrying", "Forbidden", d)
+        for d in (0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 30.0, 30.0)
+    ]
+    # RBAC granted: the next list succeeds.
+    h.fake.list_answers.put(page(rv="10"))
+    h.fake.watch_answers.put(FakeStream())
+    h.fake.wait_watches(1)
+    assert h.informer.wait_for_sync(WAIT)
+    wait_until(lambda: h.informer.problem() is None)
+
+
+def test_an_outage_still_fails_liveness_and_is_no_refusal(
+    harness_factory: Callable[..., Harness],
+) -> None:
+    h = harness_factory(unhealthy_after=60.0)
+    for _ in range(8):
+        h.fake.list_answers.put(ConnectionFailed("connection refused"))
+    h.informer.start()
+    for expected in (0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 30.0):
+        assert _next_delay(h) == pytest.approx(expected)
+        h.clock.step(expected)
+    assert _next_delay(h) == pytest.approx(30.0)
+    problem = h.informer.problem()
+    assert problem is not None
+    assert not problem.refused
+    assert problem.reason == "ConnectionFailed"
+    assert not h.informer.healthy()

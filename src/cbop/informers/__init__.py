@@ -36,6 +36,7 @@ from cbop.informers.informer import (
     strip_managed_fields,
     wait_for_cache_sync,
 )
+from cbop.informers.problems import ListWatchProblem
 
 __all__ = [
     "BY_NAMESPACE",
@@ -49,6 +50,7 @@ __all__ = [
     "IndexFunc",
     "Indexer",
     "ListWatchClient",
+    "ListWatchProblem",
     "Lister",
     "ResourceEventHandler",
     "SharedInformer",

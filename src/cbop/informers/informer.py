@@ -21,11 +21,23 @@ This module owns the informer loop, a Python rendering of client-go's ``tools/ca
   that the relist lacks are delivered as deletions of a :class:`DeletedFinalStateUnknown`
   tombstone; listed objects already cached are delivered as updates (old = cached,
   new = listed, even if unchanged, as client-go), the others as adds.
+* **404 NotFound** (the resource is not served: its CRD is not installed yet, or was
+  deleted): back off on a short schedule of its own (0.8 s doubling to 5 s) and list
+  again (after a watch's 404, with ``resourceVersion=""``); a CRD that appears (again) is
+  picked up within seconds, and objects that went with the old one are delivered as
+  deletions.
+* **403 Forbidden** (RBAC): back off as below and retry: RBAC is often granted after
+  the operator starts. These *refusals* (see :mod:`cbop.informers.problems`) never make
+  :meth:`SharedInformer.healthy` false: the informer is alive and waiting for the
+  cluster to change, which a restart cannot speed up.
 * **Transport failures, 429, 5xx** (and any other watch error): back off
   (:class:`~cbop.informers.backoff.Backoff`: 0.8 s doubling to 30 s, jittered, reset
   after 2 min of health; at least ``Retry-After``) and re-watch from the last RV,
   **without** relisting. A watch that ends at once with no event counts as a failure
   (client-go's "very short watch").
+* **Reporting.** Each failed attempt is logged in one line (the failure and the delay
+  before the next attempt); :meth:`SharedInformer.problem` tells what is failing while
+  the list/watch is down, for readiness probes and ``cbop --once``.
 * **Silent watches.** Every socket read has ``read_timeout`` seconds (default 90: a
   real API server sends a bookmark about once a minute); a dead TCP connection is noticed
   after that long and re-watched like any transport failure.
@@ -69,6 +81,7 @@ from cbop.informers.indexer import (
     Lister,
     meta_namespace_key,
 )
+from cbop.informers.problems import ListWatchProblem
 from cbop.kube import ApiError, Resource
 from cbop.kube.jsonstream import intern_keys, paused_gc
 
@@ -91,6 +104,8 @@ LIST_PAGE_SIZE: Final = 500
 MIN_WATCH_TIMEOUT: Final = 300.0
 #: A watch that ends sooner than this with no event is treated as a failure.
 SHORT_WATCH: Final = 1.0
+#: Longest pause, seconds, between attempts while the resource is not served (404).
+ABSENT_BACKOFF_CAP: Final = 5.0
 _STOP_POLL: Final = 0.2
 _JOIN_TIMEOUT: Final = 10.0
 
@@ -215,6 +230,9 @@ class SharedInformer:
         # Relists after 410 have their own schedule: a 410 that follows an outage must
         # not inherit the outage's long delays, but repeated 410s still slow down.
         self._relist_backoff = Backoff(self._clock, rand=self._rng.random)
+        # While the resource is not served (its CRD missing), retry often enough that
+        # its installation is noticed within seconds.
+        self._absent_backoff = Backoff(self._clock, cap=ABSENT_BACKOFF_CAP, rand=self._rng.random)
         self._indexer = Indexer(indexers)
         self._lister = Lister(self._indexer)
         if name is None:
@@ -239,6 +257,7 @@ class SharedInformer:
         self._stream_lock = threading.Lock()
         self._rv = ""
         self._down_since: float | None = None
+        self._problem: ListWatchProblem | None = None
 
         # Lifecycle.
         self._lifecycle = threading.Lock()
@@ -293,7 +312,9 @@ class SharedInformer:
 
         ``False`` if the informer is not running, a thread died, or the watch has been
         down (failing, backing off, or the first list failing) for more than
-        ``unhealthy_after`` seconds. For liveness/readiness probes.
+        ``unhealthy_after`` seconds, unless the current failure is a refusal (404 or 403:
+        see :attr:`ListWatchProblem.refused`), which only the cluster can cure. For
+        liveness probes.
         """
         if not self._running or self._stopping:
             return False
@@ -301,7 +322,20 @@ class SharedInformer:
         if reflector is not None and not reflector.is_alive():
             return False
         down = self._down_since
-        return down is None or self._clock.now() - down <= self._unhealthy_after
+        if down is None:
+            return True
+        problem = self._problem
+        if problem is not None and problem.refused:
+            return True
+        return self._clock.now() - down <= self._unhealthy_after
+
+    def problem(self) -> ListWatchProblem | None:
+        """Return why the list or watch is failing right now, or ``None``.
+
+        Set by every failed list or watch attempt, cleared when a watch is established.
+        ``None`` also while the first list is still in progress without a failure.
+        """
+        return self._problem
 
     def start(self) -> None:
         """Run the informer on a daemon thread; returns at once. Stop it with :meth:`stop`.
@@ -514,6 +548,7 @@ class SharedInformer:
         self._indexer.set_resource_version(rv)
 
     def _mark_up(self) -> None:
+        self._problem = None
         if self._down_since is not None:
             self._down_since = None
             self._log.info("watch established", resource_version=self._rv)
@@ -532,12 +567,33 @@ class SharedInformer:
         if self._stopping:
             raise _Stopped
 
-    def _pause(self, error: BaseException | None, *, relist: bool = False) -> None:
+    def _pause(self, *, relist: bool = False) -> None:
         delay = (self._relist_backoff if relist else self._backoff).next_delay()
+        self._log.info("backing off", seconds=round(delay, 3))
+        self._sleep(delay)
+
+    def _failed(self, verb: str, error: BaseException) -> None:
+        """Record a failed ``verb`` attempt, log it in one line, and wait out the backoff.
+
+        Raises:
+            _Stopped: the informer stops while waiting.
+        """
+        problem = ListWatchProblem.of(verb, self._resource, self._namespace, error)
+        self._problem = problem
+        self._mark_down()
+        schedule = self._absent_backoff if problem.reason == "NotFound" else self._backoff
+        delay = schedule.next_delay()
         retry_after = getattr(error, "retry_after", None)
         if isinstance(retry_after, int | float) and retry_after > delay:
             delay = float(retry_after)
-        self._log.info("backing off", seconds=round(delay, 3), error=str(error) if error else None)
+        self._log.warning(
+            f"{verb} failed; retrying",
+            problem=problem.message,
+            reason=problem.reason,
+            status=problem.status,
+            retry_in=round(delay, 3),
+            exc_info=error if not isinstance(error, ApiError) else None,
+        )
         self._sleep(delay)
 
     def _reflect_loop(self) -> None:
@@ -559,19 +615,14 @@ class SharedInformer:
             if need_list:
                 try:
                     staging, rv = self._list(list_rv)
-                except ApiError as err:
+                except _Stopped:
+                    return
+                except Exception as err:  # noqa: BLE001 - keep the informer alive
                     if self._stopping:
                         return
-                    if err.is_gone:
+                    if isinstance(err, ApiError) and err.is_gone:
                         list_rv = ""
-                    self._log.warning("list failed", error=str(err), status=err.status)
-                    self._mark_down()
-                    self._pause(err)
-                    continue
-                except Exception as err:  # noqa: BLE001 - keep the informer alive
-                    self._log.exception("list failed unexpectedly")
-                    self._mark_down()
-                    self._pause(err)
+                    self._failed("list", err)
                     continue
                 self._enqueue(("replace", staging, rv))
                 self._set_rv(rv)
@@ -587,17 +638,19 @@ class SharedInformer:
                     self._log.info("watch expired; relisting", error=str(err))
                     need_list = True
                     list_rv = ""
-                    self._pause(None, relist=True)
+                    self._pause(relist=True)
                     continue
-                self._log.warning("watch failed", error=str(err), status=err.status)
-                self._mark_down()
-                self._pause(err)
+                if err.is_not_found:
+                    # The resource is no longer served (its CRD was deleted). Once it is
+                    # back, list afresh: the old resourceVersion means nothing to it, and
+                    # the relist delivers what went with the old CRD as deletions.
+                    need_list = True
+                    list_rv = ""
+                self._failed("watch", err)
             except Exception as err:  # noqa: BLE001 - keep the informer alive
                 if self._stopping:
                     return
-                self._log.exception("watch failed unexpectedly")
-                self._mark_down()
-                self._pause(err)
+                self._failed("watch", err)
 
     def _list(self, rv: str) -> tuple[IndexStaging, str]:
         """List every page into a new :class:`IndexStaging`; return it and the list's RV.
@@ -704,7 +757,7 @@ class SharedInformer:
         if events == 0 and self._clock.now() - started < SHORT_WATCH:
             self._log.warning("very short watch: the server closed it at once")
             self._mark_down()
-            self._pause(None)
+            self._pause()
 
     def _on_watch_event(self, event: Mapping[str, Any]) -> None:
         typ = event.get("type")
