@@ -325,6 +325,58 @@ def test_verbs_send_the_right_requests(server_factory: Any) -> None:
         client.patch(CONFIGMAPS, "ns", "a", {}, patch_type="bogus")
 
 
+@pytest.mark.parametrize(
+    "value",
+    ["ї" * 1000, "😀 emoji", "plain ascii", 'quote " backslash \\ newline \n tab \t'],
+    ids=["2-byte", "4-byte", "ascii", "escapes"],
+)
+def test_every_request_body_is_compact_utf8_json(server_factory: Any, value: str) -> None:
+    """Bodies are compact JSON in raw UTF-8, as client-go sends them, on every write verb."""
+    srv = server_factory(lambda seen: Reply(200, cm("a")))
+    client = make_client(srv.url)
+    obj = {"metadata": {"name": "a"}, "data": {"k": value}}
+    client.create(CONFIGMAPS, "ns", obj, dry_run=True)
+    client.update(CONFIGMAPS, "ns", "a", obj)
+    client.update(CONFIGMAPS, "ns", "a", obj, subresource="status")
+    client.patch(CONFIGMAPS, "ns", "a", {"data": {"k": value}})
+    add = [{"op": "add", "path": "/data/k", "value": value}]
+    client.patch(CONFIGMAPS, "ns", "a", add, patch_type="json")
+    client.patch(CONFIGMAPS, "ns", "a", {"data": {"k": value}}, patch_type="apply")
+    client.request("POST", "/api/v1/namespaces/ns/events", body={"message": value})
+    assert len(srv.requests) == 7
+    for seen in srv.requests:
+        compact = json.dumps(
+            json.loads(seen.body.decode("utf-8")), ensure_ascii=False, separators=(",", ":")
+        ).encode("utf-8")
+        assert seen.body == compact, seen.path
+        assert int(seen.headers["content-length"]) == len(compact)
+        assert json.dumps(value, ensure_ascii=False).encode("utf-8") in seen.body
+    # An already encoded body is sent as given.
+    client.request("POST", "/api/v1/namespaces/ns/events", body='{"message": "ї"}')
+    assert srv.requests[-1].body == '{"message": "ї"}'.encode()
+
+
+def test_a_413_carries_the_request_body_size(server_factory: Any) -> None:
+    srv = server_factory(
+        lambda seen: Reply(
+            413,
+            {
+                "kind": "Status",
+                "code": 413,
+                "reason": "RequestEntityTooLarge",
+                "message": "Request entity too large: limit is 3145728",
+            },
+        )
+    )
+    client = make_client(srv.url)
+    obj = {"metadata": {"name": "a"}, "data": {"k": "ї" * 10}}
+    with pytest.raises(ApiError) as info:
+        client.create(CONFIGMAPS, "ns", obj)
+    assert info.value.is_request_entity_too_large
+    assert info.value.request_bytes == len(srv.requests[0].body)
+    assert len(srv.requests) == 1
+
+
 def test_client_side_rate_limit_waits_on_the_clock(server_factory: Any) -> None:
     srv = server_factory(lambda seen: Reply(200, cm("a")))
     clock = FakeClock(0.0)

@@ -210,6 +210,37 @@ def test_api_rejection_is_reported_as_invalid_spec_without_retry() -> None:
     assert "metadata.labels" in status["conditions"][0]["message"]
 
 
+@pytest.mark.parametrize("verb", ["create", "update"])
+def test_request_too_large_is_terminal_with_the_numbers(verb: str) -> None:
+    """A 413 is no retry loop: ConfigMapTooLarge, with the body size and the limit."""
+    b = bundle({"data": {"a": "2"}}, generation=2)
+    cms = [written(bundle({"data": {"a": "1"}}))] if verb == "update" else []
+    client = FakeClient()
+    too_large = ApiError(413, "RequestEntityTooLarge", "Request entity too large: limit is 3145728")
+    too_large.request_bytes = 3_145_812
+    client.errors[verb] = [too_large]
+    result = reconciler(client, b, *cms).reconcile("demo/app")
+    assert result.action is Action.INVALID
+    assert result.reason is not None
+    assert result.reason.value == "ConfigMapTooLarge"
+    status = client.bodies[client.actions.index(("patch/status", "configbundles", "app"))]["status"]
+    message = status["conditions"][0]["message"]
+    assert status["conditions"][0]["reason"] == "ConfigMapTooLarge"
+    assert "3,145,812-byte" in message
+    assert "limit is 3145728" in message
+    assert [a for a in client.actions if a[1] == "configmaps"] == [(verb, "configmaps", "app")]
+
+
+def test_bad_request_is_terminal() -> None:
+    client = FakeClient()
+    client.errors["create"] = [ApiError(400, "BadRequest", "the body is not a ConfigMap")]
+    result = reconciler(client, bundle()).reconcile("demo/app")
+    assert result.action is Action.INVALID
+    assert result.reason is not None
+    assert result.reason.value == "InvalidSpec"
+    assert "400 the body is not a ConfigMap" in result.message
+
+
 def test_other_api_errors_are_reported_and_raised() -> None:
     client = FakeClient()
     client.errors["create"] = [ApiError(500, "InternalError", "etcd is down")]

@@ -38,6 +38,7 @@ import urllib3
 import yaml
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
+from kubernetes.client import rest as k8s_rest
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 from kubernetes.config.incluster_config import (
@@ -61,6 +62,7 @@ __all__ = [
     "KubeClient",
     "RequestHook",
     "WatchStream",
+    "encode_body",
 ]
 
 #: ``User-Agent`` sent when none is given.
@@ -87,14 +89,6 @@ _MAX_RETRY_AFTER: Final = 60.0
 _TRANSPORT_ERRORS: Final = (urllib3.exceptions.HTTPError, OSError)
 
 
-def _is_json(content_type: str) -> bool:
-    """Return whether a Content-Type is JSON (``application/json``, ``...+json``)."""
-    base = content_type.split(";", 1)[0].strip().lower()
-    return base == "application/json" or (
-        base.startswith("application/") and base.endswith("+json")
-    )
-
-
 def _is_timeout(exc: BaseException) -> bool:
     """Return whether a transport error is a connect or read timeout."""
     if isinstance(exc, urllib3.exceptions.TimeoutError | TimeoutError):
@@ -106,6 +100,26 @@ def _is_timeout(exc: BaseException) -> bool:
 def _connection_failed(exc: BaseException, what: str) -> ConnectionFailed:
     """Wrap a transport exception as :class:`ConnectionFailed`."""
     return ConnectionFailed(f"{what}: {exc}", cause=exc, timed_out=_is_timeout(exc))
+
+
+def encode_body(body: Any) -> bytes | None:
+    r"""Encode a request body as the bytes sent on the wire.
+
+    Dicts and lists become compact JSON in raw UTF-8 (no spaces, non-ASCII characters
+    as they are, not ``\uXXXX`` escapes), as client-go and kubectl send JSON: a value
+    of 2-byte characters costs 2 bytes, not 6, so every object the API server accepts
+    from kubectl also fits its 3 MiB request body limit when cbop writes it. JSON is
+    also valid YAML, so server-side apply bodies are encoded the same way. ``str`` is
+    sent as UTF-8 and ``bytes`` as is; ``None`` means no body.
+
+    Raises:
+        TypeError: ``body`` is not JSON-serialisable.
+    """
+    if body is None or isinstance(body, bytes):
+        return body
+    if isinstance(body, str):
+        return body.encode("utf-8")
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 def _query_value(value: str | int | bool) -> str:
@@ -509,11 +523,13 @@ class KubeClient:
         method: str,
         path: str,
         query: Mapping[str, str | int | bool] | None,
-        body: Any,
+        body: bytes | None,
         content_type: str,
         timeout: tuple[float, float] | None,
     ) -> Any:
         """Make one HTTP exchange; return the ``RESTResponse`` (any status).
+
+        ``body`` is the encoded request body (see :func:`encode_body`), sent as is.
 
         Raises:
             ConnectionFailed: no answer.
@@ -525,28 +541,30 @@ class KubeClient:
             headers["Accept-Encoding"] = "gzip"
         if body is not None:
             headers["Content-Type"] = content_type
-            if isinstance(body, bytes | str) and _is_json(content_type):
-                # The generated REST layer json.dumps() JSON bodies itself.
-                body = json.loads(body)
         query_params = [(k, _query_value(v)) for k, v in (query or {}).items()]
         start = self._clock.now()
         try:
-            m, url, header_params, ser_body, post_params = self._api.param_serialize(
+            # The generated layer builds the URL and the authentication headers; the body
+            # is sent as the bytes encode_body() made, not re-serialised by that layer
+            # (whose json.dumps escapes every non-ASCII character).
+            m, url, header_params, _, _ = self._api.param_serialize(
                 method=method,
                 resource_path=path,
                 query_params=query_params,
                 header_params=headers,
-                body=body,
                 auth_settings=["BearerToken"],
             )
-            return self._api.call_api(
+            raw = self._api.rest_client.pool_manager.request(
                 m,
                 url,
-                header_params=header_params,
-                body=ser_body,
-                post_params=post_params,
-                _request_timeout=timeout,
+                body=body,
+                headers=header_params,
+                timeout=urllib3.Timeout(connect=timeout[0], read=timeout[1])
+                if timeout is not None
+                else None,
+                preload_content=False,
             )
+            return k8s_rest.RESTResponse(raw)
         except (*_TRANSPORT_ERRORS, ApiException) as exc:
             self._record(verb, resource, 0, self._clock.now() - start)
             raise _connection_failed(exc, f"{method} {path}") from exc
@@ -574,6 +592,7 @@ class KubeClient:
         item_hook: ItemHook | None = None,
     ) -> dict[str, Any]:
         request_timeout = None if timeout is None else (min(_CONNECT_TIMEOUT, timeout), timeout)
+        payload = encode_body(body)
         attempt = 0
         reauthenticated = False
         while True:
@@ -585,7 +604,7 @@ class KubeClient:
                 method=method,
                 path=path,
                 query=query,
-                body=body,
+                body=payload,
                 content_type=content_type,
                 timeout=request_timeout,
             )
@@ -617,6 +636,7 @@ class KubeClient:
                     ) from exc
                 return decoded if isinstance(decoded, dict) else {"items": decoded}
             error = ApiError.from_response(status, response.getheaders(), data)
+            error.request_bytes = None if payload is None else len(payload)
             if status == 401 and not reauthenticated and self._reread_token():
                 reauthenticated = True
                 continue
