@@ -497,6 +497,52 @@ def test_deletion_policies(kube: KubeClient, namespace: str, cbop: Callable[...,
     assert cm["metadata"]["labels"] == {"x": "y"}
 
 
+def test_orphaned_configmap_is_taken_back_by_the_same_bundle(
+    kube: KubeClient, namespace: str, cbop: Callable[..., Operator]
+) -> None:
+    """Issue 11 item 8: delete an Orphan bundle, apply it again: it adopts its ConfigMap.
+
+    A different bundle naming the same ConfigMap is still refused.
+    """
+    cbop()
+    spec = {"data": {"a": "1"}, "deletionPolicy": "Orphan"}
+    first = create(kube, namespace, "kept", spec)
+    converged(kube, namespace, "kept")
+    kube.delete(CONFIGBUNDLES, namespace, "kept")
+
+    def bundle_gone() -> bool:
+        try:
+            kube.get(CONFIGBUNDLES, namespace, "kept")
+        except ApiError as err:
+            return err.is_not_found
+        return False
+
+    wait_for(bundle_gone, 20, message="orphaning bundle finalized")
+    cm = kube.get(CONFIGMAPS, namespace, "kept")
+    assert cm["metadata"]["annotations"]["cbop.dev/released-by"] == f"{namespace}/kept"
+    assert not cm["metadata"].get("ownerReferences")
+
+    create(kube, namespace, "other", {"data": {"a": "2"}, "configMapName": "kept"})
+    cond = wait_for(
+        lambda: (c := condition(kube, namespace, "other")) and c["status"] == "False" and c,
+        20,
+        message="other: conflict",
+    )
+    assert cond["reason"] == "ConfigMapConflict"
+
+    again = create(kube, namespace, "kept", spec)
+    assert again["metadata"]["uid"] != first["metadata"]["uid"]
+    converged(kube, namespace, "kept", timeout=60)
+    cm = kube.get(CONFIGMAPS, namespace, "kept")
+    assert [r["uid"] for r in cm["metadata"]["ownerReferences"]] == [again["metadata"]["uid"]]
+    assert "cbop.dev/released-by" not in cm["metadata"]["annotations"]
+    assert cm["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "cbop"
+    assert cm["data"] == {"a": "1"}
+    adopted = wait_for(lambda: events(kube, namespace, "Adopted"), 10, message="Adopted event")
+    assert adopted[0]["involvedObject"]["uid"] == again["metadata"]["uid"]
+    assert (condition(kube, namespace, "other") or {}).get("reason") == "ConfigMapConflict"
+
+
 def test_suspend_and_rename(
     kube: KubeClient, namespace: str, cbop: Callable[..., Operator]
 ) -> None:

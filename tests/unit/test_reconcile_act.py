@@ -187,6 +187,30 @@ def test_already_exists_foreign_configmap_becomes_conflict() -> None:
     assert ("update", "configmaps", "app") not in client.actions
 
 
+def test_released_configmap_is_taken_back_with_an_event() -> None:
+    """Not in the managed-ConfigMap cache: create, AlreadyExists, fresh read, adopt."""
+    spec = {"data": {"a": "1"}, "deletionPolicy": "Orphan"}
+    cm = written(bundle(spec))
+    cm["metadata"]["ownerReferences"] = []
+    cm["metadata"]["labels"] = {}
+    cm["metadata"]["annotations"] = {"cbop.dev/released-by": "demo/app"}
+    client = FakeClient()
+    client.errors["create"] = [ApiError(409, "AlreadyExists", "exists")]
+    client.objects["app"] = cm
+    again = bundle(spec, finalizers=["cbop.dev/orphan"])
+    r = reconciler(client, again)
+    result = r.reconcile("demo/app")
+    assert result.action is Action.UPDATE
+    assert result.ready == "True"
+    assert r._recorder is not None
+    assert r._recorder.flush()
+    events = [
+        b for (v, res, _), b in zip(client.actions, client.bodies, strict=True) if res == "events"
+    ]
+    assert [e["reason"] for e in events] == ["Adopted"]
+    assert "taken back" in events[0]["message"]
+
+
 def test_conflict_on_update_is_a_quiet_requeue() -> None:
     b = bundle({"data": {"a": "2"}}, generation=2)
     client = FakeClient()

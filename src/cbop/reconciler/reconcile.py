@@ -551,7 +551,9 @@ class Reconciler:
         action = decision.action
         if action is Action.NONE:
             return
-        if action in (Action.CREATE, Action.UPDATE, Action.REPLACE) and decision.drift:
+        if decision.adopted:
+            self._event(bundle, "Normal", "Adopted", decision.message)
+        elif action in (Action.CREATE, Action.UPDATE, Action.REPLACE) and decision.drift:
             self._observer.drift_corrected()
             self._event(bundle, "Normal", "DriftCorrected", decision.message)
         elif action is Action.CREATE:
