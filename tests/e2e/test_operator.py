@@ -278,6 +278,32 @@ def test_hand_edit_and_hand_delete_are_corrected(
     assert op.metrics()["cbop_drift_corrections_total{}"] >= 2
 
 
+def test_repeated_events_are_counted_on_one_event(
+    kube: KubeClient, namespace: str, cbop: Callable[..., Operator]
+) -> None:
+    """Issue 11 item 9: four drift corrections in 10 minutes: one Event, count 4."""
+    cbop()
+    create(kube, namespace, "again", {"data": {"a": "1"}})
+    converged(kube, namespace, "again")
+    for i in range(4):
+        kube.patch(CONFIGMAPS, namespace, "again", {"data": {"a": f"tampered {i}"}})
+        wait_for(
+            lambda: kube.get(CONFIGMAPS, namespace, "again").get("data") == {"a": "1"},
+            20,
+            message=f"drift {i} restored",
+        )
+    got = wait_for(
+        lambda: (e := events(kube, namespace, "DriftCorrected")) and e[0].get("count") == 4 and e,
+        20,
+        message="DriftCorrected counted 4 times",
+    )
+    assert len(got) == 1
+    event = got[0]
+    assert event["involvedObject"]["name"] == "again"
+    assert event["firstTimestamp"] <= event["lastTimestamp"]
+    assert event["message"] == "ConfigMap again was changed outside cbop; restored it"
+
+
 def test_labels_and_annotations_are_tracked_and_never_leak(
     kube: KubeClient, namespace: str, cbop: Callable[..., Operator]
 ) -> None:
