@@ -30,6 +30,7 @@ from cbop.metrics.controller import (
     ControllerMetrics,
     LeaderElectionMetrics,
 )
+from cbop.metrics.restclient import PrometheusRestClientMetrics
 from cbop.metrics.workqueue import PrometheusWorkqueueMetricsProvider
 from cbop.reconciler import EventRecorder
 
@@ -113,6 +114,7 @@ class Manager:
         self._metrics_address = parse_bind_address(options.metrics_bind_address)
         self._probe_address = parse_bind_address(options.health_probe_bind_address)
         self.metrics = ControllerMetrics(CONTROLLER_NAME, self.registry)
+        client.set_metrics(PrometheusRestClientMetrics(self.registry))
         self.recorder = EventRecorder(client, instance=options.identity)
         self.controller = Controller(
             client,

@@ -17,8 +17,13 @@ Behaviour borrowed from client-go's ``rest`` package:
 * responses may be gzip-compressed (``Accept-Encoding: gzip``, as Go's HTTP transport
   asks for by default; the API server compresses bodies over 128 KiB), except watches;
 * every request is counted by (verb, resource plural), see :meth:`KubeClient.request_counts`,
-  and reported to an optional ``on_request(verb, resource, status_code, seconds)`` hook so
-  that upper layers can attach metrics without this package importing Prometheus.
+  and reported to an optional ``on_request(verb, resource, status_code, seconds)`` hook;
+* client-go's REST client metrics (requests by code, method and host; latency; rate
+  limiter waits; retries after 429/5xx with the seconds waited) go to a
+  :class:`cbop.kube.metrics.RestClientMetrics` (see :meth:`KubeClient.set_metrics`), so
+  that upper layers attach Prometheus without this package importing it;
+* each 429 is logged at debug level with its ``Retry-After``; running out of retries is
+  a warning, at most one every 30 s per client.
 
 Thread-safety: one :class:`KubeClient` is shared by all threads. urllib3's pool manager
 is thread-safe; its per-host pool keeps up to ``pool_size`` idle connections.
@@ -34,6 +39,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final, cast
 
+import structlog
 import urllib3
 import yaml
 from kubernetes import client as k8s_client
@@ -53,6 +59,7 @@ import cbop
 from cbop.clock import Clock, RealClock
 from cbop.kube.errors import ApiError, ConfigError, ConnectionFailed
 from cbop.kube.jsonstream import ItemHook, StreamDecodeError, decode_list, paused_gc
+from cbop.kube.metrics import NO_METRICS, NO_RESPONSE_CODE, RestClientMetrics
 from cbop.kube.resources import Resource
 from cbop.tokenbucket import TokenBucket
 
@@ -84,6 +91,21 @@ _TOKEN_REFRESH_PERIOD: Final = 60.0
 _READ_SIZE: Final = 64 * 1024
 _LIST_READ_SIZE: Final = 256 * 1024
 _MAX_RETRY_AFTER: Final = 60.0
+#: At most one "retries exhausted" warning per this many seconds per client.
+_EXHAUSTED_WARNING_PERIOD: Final = 30.0
+#: Kubernetes verb -> HTTP method, for the client-go metric labels.
+_HTTP_METHODS: Final[Mapping[str, str]] = {
+    "get": "GET",
+    "list": "GET",
+    "watch": "GET",
+    "create": "POST",
+    "update": "PUT",
+    "patch": "PATCH",
+    "delete": "DELETE",
+    "deletecollection": "DELETE",
+}
+
+log = structlog.get_logger("cbop.kube")
 # Transport failures raised by urllib3 and the sockets under it. The generated REST layer
 # turns TLS errors into ApiException(status=0).
 _TRANSPORT_ERRORS: Final = (urllib3.exceptions.HTTPError, OSError)
@@ -342,6 +364,7 @@ class KubeClient:
         on_request: optional ``(verb, resource, status_code, seconds)`` hook, called
             once per HTTP exchange (also for retried attempts); exceptions it raises
             are swallowed.
+        metrics: where client-go's REST client metrics go (default: nowhere).
     """
 
     def __init__(
@@ -353,6 +376,7 @@ class KubeClient:
         clock: Clock | None = None,
         max_retries: int = 10,
         on_request: RequestHook | None = None,
+        metrics: RestClientMetrics | None = None,
     ) -> None:
         self._api = api_client
         self._clock: Clock = clock if clock is not None else RealClock()
@@ -361,6 +385,15 @@ class KubeClient:
         self._on_request = on_request
         self._counts: dict[tuple[str, str], int] = {}
         self._counts_lock = threading.Lock()
+        self._metrics: RestClientMetrics = metrics if metrics is not None else NO_METRICS
+        configuration = getattr(api_client, "configuration", None)
+        host = str(getattr(configuration, "host", "") or "")
+        # client-go's ``host`` label: the API server's host:port.
+        self._metrics_host = urllib3.util.parse_url(host).netloc or "" if host else ""
+        self._exhausted_warnings = TokenBucket(
+            1.0 / _EXHAUSTED_WARNING_PERIOD, 1, clock=self._clock
+        )
+        self._exhausted_suppressed = 0
 
     # ----------------------------------------------------------------- construction
 
@@ -468,7 +501,15 @@ class KubeClient:
             clock=self._clock,
             max_retries=max_retries,
             on_request=self._on_request,
+            metrics=self._metrics,
         )
+
+    def set_metrics(self, metrics: RestClientMetrics) -> None:
+        """Report client-go's REST client metrics to ``metrics`` from now on.
+
+        Clients made afterwards by :meth:`with_limits` report there too.
+        """
+        self._metrics = metrics
 
     @property
     def host(self) -> str:
@@ -501,6 +542,11 @@ class KubeClient:
         with self._counts_lock:
             key = (verb, resource)
             self._counts[key] = self._counts.get(key, 0) + 1
+        method = _HTTP_METHODS.get(verb, verb.upper())
+        code = str(status) if status else NO_RESPONSE_CODE
+        with contextlib.suppress(Exception):
+            self._metrics.request(code, method, self._metrics_host)
+            self._metrics.request_duration(method, self._metrics_host, seconds)
         hook = self._on_request
         if hook is not None:
             # A metrics hook must never break a request.
@@ -509,11 +555,14 @@ class KubeClient:
 
     # ----------------------------------------------------------------- transport
 
-    def _throttle(self) -> None:
-        if self._bucket is not None:
-            wait = self._bucket.reserve()
-            if wait > 0:
-                self._clock.sleep(wait)
+    def _throttle(self, verb: str) -> None:
+        wait = self._bucket.reserve() if self._bucket is not None else 0.0
+        if wait > 0:
+            self._clock.sleep(wait)
+        with contextlib.suppress(Exception):
+            self._metrics.rate_limiter_duration(
+                _HTTP_METHODS.get(verb, verb.upper()), self._metrics_host, wait
+            )
 
     def _send(
         self,
@@ -596,7 +645,7 @@ class KubeClient:
         attempt = 0
         reauthenticated = False
         while True:
-            self._throttle()
+            self._throttle(verb)
             start = self._clock.now()
             response = self._send(
                 verb=verb,
@@ -640,15 +689,54 @@ class KubeClient:
             if status == 401 and not reauthenticated and self._reread_token():
                 reauthenticated = True
                 continue
-            if (
-                error.retry_after is not None
-                and (status == 429 or 500 <= status <= 599)
-                and attempt < self._max_retries
-            ):
-                attempt += 1
-                self._clock.sleep(min(error.retry_after, _MAX_RETRY_AFTER))
-                continue
+            if error.retry_after is not None and (status == 429 or 500 <= status <= 599):
+                if attempt < self._max_retries:
+                    attempt += 1
+                    self._wait_retry_after(verb, resource, path, error, attempt)
+                    continue
+                self._warn_exhausted(verb, resource, path, error, attempt)
             raise error
+
+    def _wait_retry_after(
+        self, verb: str, resource: str, path: str, error: ApiError, attempt: int
+    ) -> None:
+        """Sleep the ``Retry-After`` the server asked for (capped at 60 s), as client-go does."""
+        assert error.retry_after is not None
+        wait = min(error.retry_after, _MAX_RETRY_AFTER)
+        method = _HTTP_METHODS.get(verb, verb.upper())
+        log.debug(
+            "retrying after the server asked to wait",
+            code=error.status,
+            verb=verb,
+            resource=resource,
+            path=path,
+            retry_after=error.retry_after,
+            wait=wait,
+            attempt=attempt,
+        )
+        with contextlib.suppress(Exception):
+            self._metrics.retry(str(error.status), method, self._metrics_host, wait)
+        self._clock.sleep(wait)
+
+    def _warn_exhausted(
+        self, verb: str, resource: str, path: str, error: ApiError, attempts: int
+    ) -> None:
+        """Warn that a request ran out of Retry-After retries (rate limited, with a count)."""
+        with self._counts_lock:
+            if not self._exhausted_warnings.try_take():
+                self._exhausted_suppressed += 1
+                return
+            suppressed, self._exhausted_suppressed = self._exhausted_suppressed, 0
+        log.warning(
+            "giving up after the server kept asking to retry later",
+            code=error.status,
+            verb=verb,
+            resource=resource,
+            path=path,
+            retries=attempts,
+            retry_after=error.retry_after,
+            suppressed_since_last=suppressed,
+        )
 
     def _decode_streamed(
         self,
