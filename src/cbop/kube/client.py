@@ -90,6 +90,9 @@ _CONNECT_TIMEOUT: Final = 10.0
 _TOKEN_REFRESH_PERIOD: Final = 60.0
 _READ_SIZE: Final = 64 * 1024
 _LIST_READ_SIZE: Final = 256 * 1024
+# The longest Retry-After honoured. API Priority and Fairness asks for 1 s at first and
+# doubles that per priority level, up to 32 s, while it keeps rejecting requests
+# (k8s.io/apiserver's dropped-requests tracker); 60 s guards against anything else.
 _MAX_RETRY_AFTER: Final = 60.0
 #: At most one "retries exhausted" warning per this many seconds per client.
 _EXHAUSTED_WARNING_PERIOD: Final = 30.0
