@@ -107,11 +107,11 @@ _HTTP_METHODS: Final[Mapping[str, str]] = {
     "delete": "DELETE",
     "deletecollection": "DELETE",
 }
-
-log = structlog.get_logger("cbop.kube")
 # Transport failures raised by urllib3 and the sockets under it. The generated REST layer
 # turns TLS errors into ApiException(status=0).
 _TRANSPORT_ERRORS: Final = (urllib3.exceptions.HTTPError, OSError)
+
+log = structlog.get_logger("cbop.kube")
 
 
 def _is_timeout(exc: BaseException) -> bool:
