@@ -31,6 +31,7 @@ from cbop.metrics.controller import (
     ControllerMetrics,
     LeaderElectionMetrics,
 )
+from cbop.metrics.restclient import PrometheusRestClientMetrics
 from cbop.metrics.workqueue import PrometheusWorkqueueMetricsProvider
 from cbop.reconciler import EventRecorder
 
@@ -139,6 +140,7 @@ class Manager:
         with _bind_errors("--health-probe-bind-address", options.health_probe_bind_address):
             self._probe_address = parse_bind_address(options.health_probe_bind_address)
         self.metrics = ControllerMetrics(CONTROLLER_NAME, self.registry)
+        client.set_metrics(PrometheusRestClientMetrics(self.registry))
         self.recorder = EventRecorder(client, instance=options.identity)
         self.controller = Controller(
             client,

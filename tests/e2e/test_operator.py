@@ -278,6 +278,32 @@ def test_hand_edit_and_hand_delete_are_corrected(
     assert op.metrics()["cbop_drift_corrections_total{}"] >= 2
 
 
+def test_repeated_events_are_counted_on_one_event(
+    kube: KubeClient, namespace: str, cbop: Callable[..., Operator]
+) -> None:
+    """Issue 11 item 9: four drift corrections in 10 minutes: one Event, count 4."""
+    cbop()
+    create(kube, namespace, "again", {"data": {"a": "1"}})
+    converged(kube, namespace, "again")
+    for i in range(4):
+        kube.patch(CONFIGMAPS, namespace, "again", {"data": {"a": f"tampered {i}"}})
+        wait_for(
+            lambda: kube.get(CONFIGMAPS, namespace, "again").get("data") == {"a": "1"},
+            20,
+            message=f"drift {i} restored",
+        )
+    got = wait_for(
+        lambda: (e := events(kube, namespace, "DriftCorrected")) and e[0].get("count") == 4 and e,
+        20,
+        message="DriftCorrected counted 4 times",
+    )
+    assert len(got) == 1
+    event = got[0]
+    assert event["involvedObject"]["name"] == "again"
+    assert event["firstTimestamp"] <= event["lastTimestamp"]
+    assert event["message"] == "ConfigMap again was changed outside cbop; restored it"
+
+
 def test_labels_and_annotations_are_tracked_and_never_leak(
     kube: KubeClient, namespace: str, cbop: Callable[..., Operator]
 ) -> None:
@@ -390,6 +416,60 @@ def test_size_limits(kube: KubeClient, namespace: str, cbop: Callable[..., Opera
     assert len(kube.get(CONFIGMAPS, namespace, "many")["data"]) == 10_000
 
 
+def kubectl_create(control_plane: ControlPlane, doc: dict[str, Any]) -> None:
+    """``kubectl create -f -``: kubectl sends the object as JSON in raw UTF-8."""
+    done = subprocess.run(
+        [
+            str(control_plane.binaries.kubectl),
+            "--kubeconfig",
+            str(control_plane.kubeconfig_path),
+            "create",
+            "-f",
+            "-",
+        ],
+        input=json.dumps(doc).encode(),
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+
+
+def test_non_ascii_value_just_under_the_limit_is_written(
+    kube: KubeClient, namespace: str, cbop: Callable[..., Operator], control_plane: ControlPlane
+) -> None:
+    """Issue 11 item 7: 1,048,560 bytes of 2-byte characters fit, as they do for kubectl.
+
+    Sent as ``\\u0457`` escapes the create body was 3,145,7xx bytes, over the API server's
+    3 MiB request limit: 413 and a retry loop. As raw UTF-8 it is about 1 MB.
+    """
+    value = "ї" * 524_280
+    assert len(value.encode("utf-8")) == 1_048_560
+    # kubectl itself writes a ConfigMap with exactly this content.
+    kubectl_create(
+        control_plane,
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "by-kubectl", "namespace": namespace},
+            "data": {"a": value},
+        },
+    )
+    op = cbop()
+    kubectl_create(
+        control_plane,
+        {
+            **bundle("utf8", {"data": {"a": value}}),
+            "metadata": {"name": "utf8", "namespace": namespace},
+        },
+    )
+    converged(kube, namespace, "utf8", timeout=60)
+    assert kube.get(CONFIGMAPS, namespace, "utf8")["data"]["a"] == value
+    m = op.metrics()
+    assert m['controller_runtime_reconcile_errors_total{controller="configbundle"}'] == 0
+    assert m['cbop_configmap_writes_total{operation="create"}'] == 1
+
+
 def test_invalid_spec_the_crd_lets_through_is_reported(
     kube: KubeClient, namespace: str, cbop: Callable[..., Operator]
 ) -> None:
@@ -441,6 +521,52 @@ def test_deletion_policies(kube: KubeClient, namespace: str, cbop: Callable[...,
     assert not cm["metadata"].get("ownerReferences")
     assert "app.kubernetes.io/managed-by" not in cm["metadata"]["labels"]
     assert cm["metadata"]["labels"] == {"x": "y"}
+
+
+def test_orphaned_configmap_is_taken_back_by_the_same_bundle(
+    kube: KubeClient, namespace: str, cbop: Callable[..., Operator]
+) -> None:
+    """Issue 11 item 8: delete an Orphan bundle, apply it again: it adopts its ConfigMap.
+
+    A different bundle naming the same ConfigMap is still refused.
+    """
+    cbop()
+    spec = {"data": {"a": "1"}, "deletionPolicy": "Orphan"}
+    first = create(kube, namespace, "kept", spec)
+    converged(kube, namespace, "kept")
+    kube.delete(CONFIGBUNDLES, namespace, "kept")
+
+    def bundle_gone() -> bool:
+        try:
+            kube.get(CONFIGBUNDLES, namespace, "kept")
+        except ApiError as err:
+            return err.is_not_found
+        return False
+
+    wait_for(bundle_gone, 20, message="orphaning bundle finalized")
+    cm = kube.get(CONFIGMAPS, namespace, "kept")
+    assert cm["metadata"]["annotations"]["cbop.dev/released-by"] == f"{namespace}/kept"
+    assert not cm["metadata"].get("ownerReferences")
+
+    create(kube, namespace, "other", {"data": {"a": "2"}, "configMapName": "kept"})
+    cond = wait_for(
+        lambda: (c := condition(kube, namespace, "other")) and c["status"] == "False" and c,
+        20,
+        message="other: conflict",
+    )
+    assert cond["reason"] == "ConfigMapConflict"
+
+    again = create(kube, namespace, "kept", spec)
+    assert again["metadata"]["uid"] != first["metadata"]["uid"]
+    converged(kube, namespace, "kept", timeout=60)
+    cm = kube.get(CONFIGMAPS, namespace, "kept")
+    assert [r["uid"] for r in cm["metadata"]["ownerReferences"]] == [again["metadata"]["uid"]]
+    assert "cbop.dev/released-by" not in cm["metadata"]["annotations"]
+    assert cm["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "cbop"
+    assert cm["data"] == {"a": "1"}
+    adopted = wait_for(lambda: events(kube, namespace, "Adopted"), 10, message="Adopted event")
+    assert adopted[0]["involvedObject"]["uid"] == again["metadata"]["uid"]
+    assert (condition(kube, namespace, "other") or {}).get("reason") == "ConfigMapConflict"
 
 
 def test_suspend_and_rename(

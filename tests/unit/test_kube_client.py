@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+import structlog.testing
 from kubernetes import client as k8s_client
 
 from cbop.clock import FakeClock
@@ -330,6 +331,58 @@ def test_verbs_send_the_right_requests(server_factory: Any) -> None:
         client.patch(CONFIGMAPS, "ns", "a", {}, patch_type="bogus")
 
 
+@pytest.mark.parametrize(
+    "value",
+    ["ї" * 1000, "😀 emoji", "plain ascii", 'quote " backslash \\ newline \n tab \t'],
+    ids=["2-byte", "4-byte", "ascii", "escapes"],
+)
+def test_every_request_body_is_compact_utf8_json(server_factory: Any, value: str) -> None:
+    """Bodies are compact JSON in raw UTF-8, as client-go sends them, on every write verb."""
+    srv = server_factory(lambda seen: Reply(200, cm("a")))
+    client = make_client(srv.url)
+    obj = {"metadata": {"name": "a"}, "data": {"k": value}}
+    client.create(CONFIGMAPS, "ns", obj, dry_run=True)
+    client.update(CONFIGMAPS, "ns", "a", obj)
+    client.update(CONFIGMAPS, "ns", "a", obj, subresource="status")
+    client.patch(CONFIGMAPS, "ns", "a", {"data": {"k": value}})
+    add = [{"op": "add", "path": "/data/k", "value": value}]
+    client.patch(CONFIGMAPS, "ns", "a", add, patch_type="json")
+    client.patch(CONFIGMAPS, "ns", "a", {"data": {"k": value}}, patch_type="apply")
+    client.request("POST", "/api/v1/namespaces/ns/events", body={"message": value})
+    assert len(srv.requests) == 7
+    for seen in srv.requests:
+        compact = json.dumps(
+            json.loads(seen.body.decode("utf-8")), ensure_ascii=False, separators=(",", ":")
+        ).encode("utf-8")
+        assert seen.body == compact, seen.path
+        assert int(seen.headers["content-length"]) == len(compact)
+        assert json.dumps(value, ensure_ascii=False).encode("utf-8") in seen.body
+    # An already encoded body is sent as given.
+    client.request("POST", "/api/v1/namespaces/ns/events", body='{"message": "ї"}')
+    assert srv.requests[-1].body == '{"message": "ї"}'.encode()
+
+
+def test_a_413_carries_the_request_body_size(server_factory: Any) -> None:
+    srv = server_factory(
+        lambda seen: Reply(
+            413,
+            {
+                "kind": "Status",
+                "code": 413,
+                "reason": "RequestEntityTooLarge",
+                "message": "Request entity too large: limit is 3145728",
+            },
+        )
+    )
+    client = make_client(srv.url)
+    obj = {"metadata": {"name": "a"}, "data": {"k": "ї" * 10}}
+    with pytest.raises(ApiError) as info:
+        client.create(CONFIGMAPS, "ns", obj)
+    assert info.value.is_request_entity_too_large
+    assert info.value.request_bytes == len(srv.requests[0].body)
+    assert len(srv.requests) == 1
+
+
 def test_client_side_rate_limit_waits_on_the_clock(server_factory: Any) -> None:
     srv = server_factory(lambda seen: Reply(200, cm("a")))
     clock = FakeClock(0.0)
@@ -592,3 +645,87 @@ def test_gzip_is_requested_and_decoded_but_not_for_watches(server_factory: Any) 
     assert srv.requests[0].headers["accept-encoding"] == "gzip"
     list(client.watch(CONFIGMAPS, resource_version="9", timeout_seconds=1, read_timeout=5))
     assert srv.requests[1].headers.get("accept-encoding", "identity") != "gzip"
+
+
+class RecordingMetrics:
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def request(self, code: str, method: str, host: str) -> None:
+        self.calls.append(("request", code, method, host))
+
+    def request_duration(self, verb: str, host: str, seconds: float) -> None:
+        self.calls.append(("duration", verb, host))
+
+    def rate_limiter_duration(self, verb: str, host: str, seconds: float) -> None:
+        self.calls.append(("rate_limiter", verb, host, seconds))
+
+    def retry(self, code: str, method: str, host: str, wait_seconds: float) -> None:
+        self.calls.append(("retry", code, method, host, wait_seconds))
+
+
+def test_429_is_retried_after_the_asked_wait_logged_and_counted(server_factory: Any) -> None:
+    """Issue 18: client-go's metrics and a debug line per 429 with its Retry-After."""
+    answers = iter([Reply(429, "Too many requests", {"Retry-After": "2"}), Reply(201, cm("a"))])
+    srv = server_factory(lambda seen: next(answers))
+    clock = FakeClock(0.0)
+    metrics = RecordingMetrics()
+    client = make_client(srv.url, clock=clock)
+    client.set_metrics(metrics)
+    host = srv.url.split("://", 1)[1]
+    with structlog.testing.capture_logs() as logs:
+        t, out = run_in_thread(lambda: client.create(CONFIGMAPS, "ns", cm("a")))
+        assert clock.wait_for_waiter()
+        clock.step(2)
+        t.join(5)
+    assert out.get_nowait()[0] == "ok"
+    assert [c for c in metrics.calls if c[0] in ("request", "retry")] == [
+        ("request", "429", "POST", host),
+        ("retry", "429", "POST", host, 2.0),
+        ("request", "201", "POST", host),
+    ]
+    assert [c for c in metrics.calls if c[0] == "rate_limiter"] == [
+        ("rate_limiter", "POST", host, 0.0),
+        ("rate_limiter", "POST", host, 0.0),
+    ]
+    (line,) = [entry for entry in logs if entry["log_level"] == "debug"]
+    assert line["retry_after"] == 2.0
+    assert line["code"] == 429
+    assert line["verb"] == "create"
+
+
+def test_exhausted_retries_warn_at_most_every_30_seconds(server_factory: Any) -> None:
+    srv = server_factory(lambda seen: Reply(429, "Too many requests", {"Retry-After": "0"}))
+    clock = FakeClock(0.0)
+    client = KubeClient.from_configuration(
+        k8s_client.Configuration(host=srv.url), qps=0, clock=clock
+    )
+    client._max_retries = 1
+    with structlog.testing.capture_logs() as logs:
+        for _ in range(3):
+            with pytest.raises(ApiError):
+                client.get(CONFIGMAPS, "ns", "x")
+        clock.step(30)
+        with pytest.raises(ApiError):
+            client.get(CONFIGMAPS, "ns", "x")
+    warnings = [entry for entry in logs if entry["log_level"] == "warning"]
+    assert len(warnings) == 2
+    assert warnings[0]["retries"] == 1
+    assert warnings[1]["suppressed_since_last"] == 2
+    assert len([entry for entry in logs if entry["log_level"] == "debug"]) == 4
+
+
+def test_the_client_side_rate_limiter_wait_is_observed(server_factory: Any) -> None:
+    srv = server_factory(lambda seen: Reply(200, cm("a")))
+    clock = FakeClock(0.0)
+    metrics = RecordingMetrics()
+    client = make_client(srv.url, clock=clock, qps=1, burst=1)
+    client.set_metrics(metrics)
+    client.get(CONFIGMAPS, "ns", "a")
+    t, out = run_in_thread(lambda: client.get(CONFIGMAPS, "ns", "a"))
+    assert clock.wait_for_waiter()
+    clock.step(1)
+    t.join(5)
+    assert out.get_nowait()[0] == "ok"
+    waits = [c[3] for c in metrics.calls if c[0] == "rate_limiter"]
+    assert waits == [0.0, 1.0]

@@ -188,6 +188,30 @@ def test_already_exists_foreign_configmap_becomes_conflict() -> None:
     assert ("update", "configmaps", "app") not in client.actions
 
 
+def test_released_configmap_is_taken_back_with_an_event() -> None:
+    """Not in the managed-ConfigMap cache: create, AlreadyExists, fresh read, adopt."""
+    spec = {"data": {"a": "1"}, "deletionPolicy": "Orphan"}
+    cm = written(bundle(spec))
+    cm["metadata"]["ownerReferences"] = []
+    cm["metadata"]["labels"] = {}
+    cm["metadata"]["annotations"] = {"cbop.dev/released-by": "demo/app"}
+    client = FakeClient()
+    client.errors["create"] = [ApiError(409, "AlreadyExists", "exists")]
+    client.objects["app"] = cm
+    again = bundle(spec, finalizers=["cbop.dev/orphan"])
+    r = reconciler(client, again)
+    result = r.reconcile("demo/app")
+    assert result.action is Action.UPDATE
+    assert result.ready == "True"
+    assert r._recorder is not None
+    assert r._recorder.flush()
+    events = [
+        b for (v, res, _), b in zip(client.actions, client.bodies, strict=True) if res == "events"
+    ]
+    assert [e["reason"] for e in events] == ["Adopted"]
+    assert "taken back" in events[0]["message"]
+
+
 def test_conflict_on_update_is_a_quiet_requeue() -> None:
     b = bundle({"data": {"a": "2"}}, generation=2)
     client = FakeClient()
@@ -209,6 +233,37 @@ def test_api_rejection_is_reported_as_invalid_spec_without_retry() -> None:
     status = client.bodies[client.actions.index(("patch/status", "configbundles", "app"))]["status"]
     assert status["conditions"][0]["reason"] == "InvalidSpec"
     assert "metadata.labels" in status["conditions"][0]["message"]
+
+
+@pytest.mark.parametrize("verb", ["create", "update"])
+def test_request_too_large_is_terminal_with_the_numbers(verb: str) -> None:
+    """A 413 is no retry loop: ConfigMapTooLarge, with the body size and the limit."""
+    b = bundle({"data": {"a": "2"}}, generation=2)
+    cms = [written(bundle({"data": {"a": "1"}}))] if verb == "update" else []
+    client = FakeClient()
+    too_large = ApiError(413, "RequestEntityTooLarge", "Request entity too large: limit is 3145728")
+    too_large.request_bytes = 3_145_812
+    client.errors[verb] = [too_large]
+    result = reconciler(client, b, *cms).reconcile("demo/app")
+    assert result.action is Action.INVALID
+    assert result.reason is not None
+    assert result.reason.value == "ConfigMapTooLarge"
+    status = client.bodies[client.actions.index(("patch/status", "configbundles", "app"))]["status"]
+    message = status["conditions"][0]["message"]
+    assert status["conditions"][0]["reason"] == "ConfigMapTooLarge"
+    assert "3,145,812-byte" in message
+    assert "limit is 3145728" in message
+    assert [a for a in client.actions if a[1] == "configmaps"] == [(verb, "configmaps", "app")]
+
+
+def test_bad_request_is_terminal() -> None:
+    client = FakeClient()
+    client.errors["create"] = [ApiError(400, "BadRequest", "the body is not a ConfigMap")]
+    result = reconciler(client, bundle()).reconcile("demo/app")
+    assert result.action is Action.INVALID
+    assert result.reason is not None
+    assert result.reason.value == "InvalidSpec"
+    assert "400 the body is not a ConfigMap" in result.message
 
 
 def test_other_api_errors_are_reported_and_raised() -> None:

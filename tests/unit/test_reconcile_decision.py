@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import copy
 import hashlib
+from typing import Any
 
 import pytest
 
@@ -283,6 +284,85 @@ def test_orphan_policy_adds_finalizer_and_release_strips_ownership() -> None:
     assert d.body["metadata"]["labels"] == {"team": "x"}
     assert ANNOTATION_CONTENT_HASH not in d.body["metadata"]["annotations"]
     assert d.body["data"] == {"a": "1"}
+
+
+def released(spec: dict[str, Any] | None = None, **kw: Any) -> dict[str, Any]:
+    """The ConfigMap as cbop's Orphan release left it (bundle ``kw`` or demo/app)."""
+    spec = spec or {"data": {"a": "1"}, "deletionPolicy": "Orphan"}
+    gone = bundle(spec, finalizers=["cbop.dev/orphan"], deleting=True, **kw)
+    d = decide_for(gone, written(bundle(spec, **kw)))
+    assert d.action is Action.RELEASE
+    assert d.body is not None
+    return copy.deepcopy(d.body)
+
+
+def test_release_records_who_released_the_configmap() -> None:
+    cm = released()
+    assert cm["metadata"]["annotations"]["cbop.dev/released-by"] == "demo/app"
+
+
+@pytest.mark.parametrize(
+    ("data", "immutable", "action", "restored"),
+    [
+        ({"a": "1"}, False, Action.UPDATE, False),
+        ({"a": "edited"}, False, Action.UPDATE, True),
+        ({"a": "edited"}, True, Action.REPLACE, True),
+    ],
+    ids=["same-content", "edited", "edited-immutable"],
+)
+def test_the_same_bundle_takes_its_released_configmap_back(
+    data: dict[str, str], immutable: bool, action: Action, restored: bool
+) -> None:
+    """Issue 11 item 8: a re-applied bundle adopts what its namesake released."""
+    cm = released()
+    cm["data"] = data
+    if immutable:
+        cm["immutable"] = True
+    cm["metadata"]["labels"] = {"team": "x"}
+    again = bundle({"data": {"a": "1"}, "deletionPolicy": "Orphan"})
+    again["metadata"]["uid"] = "new-uid"
+    d = decide_for(again, cm)
+    assert d.action is action
+    assert d.adopted
+    assert ("content was restored" in d.message) is restored
+    assert d.body is not None
+    meta = d.body["metadata"]
+    assert [r["uid"] for r in meta["ownerReferences"]] == ["new-uid"]
+    assert "cbop.dev/released-by" not in meta["annotations"]
+    assert meta["labels"]["team"] == "x"
+    assert meta["labels"]["app.kubernetes.io/managed-by"] == "cbop"
+    assert d.body["data"] == {"a": "1"}
+
+
+def test_released_configmap_is_not_taken_by_another_bundle() -> None:
+    cm = released()
+    other = bundle({"data": {"a": "2"}, "configMapName": "app"}, name="other")
+    d = decide_for(other, cm)
+    assert d.action is Action.CONFLICT
+    assert not d.adopted
+    elsewhere = released(namespace="copy-source")
+    elsewhere["metadata"]["namespace"] = "demo"  # copied to another namespace by a tool
+    assert decide_for(bundle(), elsewhere).action is Action.CONFLICT
+
+
+@pytest.mark.parametrize("how", ["annotation-removed", "controller-set"])
+def test_a_released_configmap_someone_kept_is_never_taken(how: str) -> None:
+    cm = released()
+    if how == "annotation-removed":
+        del cm["metadata"]["annotations"]["cbop.dev/released-by"]
+    else:
+        cm["metadata"]["ownerReferences"] = [
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "name": "d",
+                "uid": "d1",
+                "controller": True,
+            }
+        ]
+    d = decide_for(bundle(), cm)
+    assert d.action is Action.CONFLICT
+    assert d.body is None
 
 
 def test_switching_back_to_delete_policy_removes_finalizer() -> None:

@@ -24,12 +24,22 @@ ANNOTATION_CONTENT_HASH: Final = "cbop.dev/content-hash"
 ANNOTATION_MANAGED_LABELS: Final = "cbop.dev/managed-labels"
 #: Likewise for ``spec.annotations``.
 ANNOTATION_MANAGED_ANNOTATIONS: Final = "cbop.dev/managed-annotations"
+#: ``<namespace>/<name>`` of the bundle whose deletion (``deletionPolicy: Orphan``)
+#: released the ConfigMap. A bundle of that namespace and name takes the ConfigMap back
+#: while it carries this annotation and no controller owner reference; remove the
+#: annotation to keep the ConfigMap out of cbop's hands.
+ANNOTATION_RELEASED_BY: Final = "cbop.dev/released-by"
 
 #: Labels and annotations cbop owns itself; ``spec.labels``/``spec.annotations`` may
 #: not set them (the CRD rejects it at admission, and parsing rejects it again).
 RESERVED_LABELS: Final = frozenset({LABEL_MANAGED_BY, LABEL_BUNDLE})
 RESERVED_ANNOTATIONS: Final = frozenset(
-    {ANNOTATION_CONTENT_HASH, ANNOTATION_MANAGED_LABELS, ANNOTATION_MANAGED_ANNOTATIONS}
+    {
+        ANNOTATION_CONTENT_HASH,
+        ANNOTATION_MANAGED_LABELS,
+        ANNOTATION_MANAGED_ANNOTATIONS,
+        ANNOTATION_RELEASED_BY,
+    }
 )
 
 #: Finalizer cbop puts on a bundle whose ``deletionPolicy`` is ``Orphan``: before the

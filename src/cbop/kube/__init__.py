@@ -8,6 +8,7 @@ may import only ``cbop.api``, ``cbop.clock`` and ``cbop.tokenbucket``.
 
 from cbop.kube.client import DEFAULT_USER_AGENT, KubeClient, RequestHook, WatchStream
 from cbop.kube.errors import ApiError, ConfigError, ConnectionFailed
+from cbop.kube.metrics import RestClientMetrics
 from cbop.kube.resources import (
     CONFIGBUNDLES,
     CONFIGMAPS,
@@ -30,5 +31,6 @@ __all__ = [
     "KubeClient",
     "RequestHook",
     "Resource",
+    "RestClientMetrics",
     "WatchStream",
 ]

@@ -17,8 +17,13 @@ Behaviour borrowed from client-go's ``rest`` package:
 * responses may be gzip-compressed (``Accept-Encoding: gzip``, as Go's HTTP transport
   asks for by default; the API server compresses bodies over 128 KiB), except watches;
 * every request is counted by (verb, resource plural), see :meth:`KubeClient.request_counts`,
-  and reported to an optional ``on_request(verb, resource, status_code, seconds)`` hook so
-  that upper layers can attach metrics without this package importing Prometheus.
+  and reported to an optional ``on_request(verb, resource, status_code, seconds)`` hook;
+* client-go's REST client metrics (requests by code, method and host; latency; rate
+  limiter waits; retries after 429/5xx with the seconds waited) go to a
+  :class:`cbop.kube.metrics.RestClientMetrics` (see :meth:`KubeClient.set_metrics`), so
+  that upper layers attach Prometheus without this package importing it;
+* each 429 is logged at debug level with its ``Retry-After``; running out of retries is
+  a warning, at most one every 30 s per client.
 
 Thread-safety: one :class:`KubeClient` is shared by all threads. urllib3's pool manager
 is thread-safe; its per-host pool keeps up to ``pool_size`` idle connections.
@@ -34,10 +39,12 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final, cast
 
+import structlog
 import urllib3
 import yaml
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
+from kubernetes.client import rest as k8s_rest
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 from kubernetes.config.incluster_config import (
@@ -52,6 +59,7 @@ import cbop
 from cbop.clock import Clock, RealClock
 from cbop.kube.errors import ApiError, ConfigError, ConnectionFailed
 from cbop.kube.jsonstream import ItemHook, StreamDecodeError, decode_list, paused_gc
+from cbop.kube.metrics import NO_METRICS, NO_RESPONSE_CODE, RestClientMetrics
 from cbop.kube.resources import Resource
 from cbop.tokenbucket import TokenBucket
 
@@ -61,6 +69,7 @@ __all__ = [
     "KubeClient",
     "RequestHook",
     "WatchStream",
+    "encode_body",
 ]
 
 #: ``User-Agent`` sent when none is given.
@@ -81,18 +90,28 @@ _CONNECT_TIMEOUT: Final = 10.0
 _TOKEN_REFRESH_PERIOD: Final = 60.0
 _READ_SIZE: Final = 64 * 1024
 _LIST_READ_SIZE: Final = 256 * 1024
+# The longest Retry-After honoured. API Priority and Fairness asks for 1 s at first and
+# doubles that per priority level, up to 32 s, while it keeps rejecting requests
+# (k8s.io/apiserver's dropped-requests tracker); 60 s guards against anything else.
 _MAX_RETRY_AFTER: Final = 60.0
+#: At most one "retries exhausted" warning per this many seconds per client.
+_EXHAUSTED_WARNING_PERIOD: Final = 30.0
+#: Kubernetes verb -> HTTP method, for the client-go metric labels.
+_HTTP_METHODS: Final[Mapping[str, str]] = {
+    "get": "GET",
+    "list": "GET",
+    "watch": "GET",
+    "create": "POST",
+    "update": "PUT",
+    "patch": "PATCH",
+    "delete": "DELETE",
+    "deletecollection": "DELETE",
+}
 # Transport failures raised by urllib3 and the sockets under it. The generated REST layer
 # turns TLS errors into ApiException(status=0).
 _TRANSPORT_ERRORS: Final = (urllib3.exceptions.HTTPError, OSError)
 
-
-def _is_json(content_type: str) -> bool:
-    """Return whether a Content-Type is JSON (``application/json``, ``...+json``)."""
-    base = content_type.split(";", 1)[0].strip().lower()
-    return base == "application/json" or (
-        base.startswith("application/") and base.endswith("+json")
-    )
+log = structlog.get_logger("cbop.kube")
 
 
 def _is_timeout(exc: BaseException) -> bool:
@@ -112,6 +131,26 @@ def _is_timeout(exc: BaseException) -> bool:
 def _connection_failed(exc: BaseException, what: str) -> ConnectionFailed:
     """Wrap a transport exception as :class:`ConnectionFailed`."""
     return ConnectionFailed(f"{what}: {exc}", cause=exc, timed_out=_is_timeout(exc))
+
+
+def encode_body(body: Any) -> bytes | None:
+    r"""Encode a request body as the bytes sent on the wire.
+
+    Dicts and lists become compact JSON in raw UTF-8 (no spaces, non-ASCII characters
+    as they are, not ``\uXXXX`` escapes), as client-go and kubectl send JSON: a value
+    of 2-byte characters costs 2 bytes, not 6, so every object the API server accepts
+    from kubectl also fits its 3 MiB request body limit when cbop writes it. JSON is
+    also valid YAML, so server-side apply bodies are encoded the same way. ``str`` is
+    sent as UTF-8 and ``bytes`` as is; ``None`` means no body.
+
+    Raises:
+        TypeError: ``body`` is not JSON-serialisable.
+    """
+    if body is None or isinstance(body, bytes):
+        return body
+    if isinstance(body, str):
+        return body.encode("utf-8")
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 def _query_value(value: str | int | bool) -> str:
@@ -334,6 +373,7 @@ class KubeClient:
         on_request: optional ``(verb, resource, status_code, seconds)`` hook, called
             once per HTTP exchange (also for retried attempts); exceptions it raises
             are swallowed.
+        metrics: where client-go's REST client metrics go (default: nowhere).
     """
 
     def __init__(
@@ -345,6 +385,7 @@ class KubeClient:
         clock: Clock | None = None,
         max_retries: int = 10,
         on_request: RequestHook | None = None,
+        metrics: RestClientMetrics | None = None,
     ) -> None:
         self._api = api_client
         self._clock: Clock = clock if clock is not None else RealClock()
@@ -353,6 +394,15 @@ class KubeClient:
         self._on_request = on_request
         self._counts: dict[tuple[str, str], int] = {}
         self._counts_lock = threading.Lock()
+        self._metrics: RestClientMetrics = metrics if metrics is not None else NO_METRICS
+        configuration = getattr(api_client, "configuration", None)
+        host = str(getattr(configuration, "host", "") or "")
+        # client-go's ``host`` label: the API server's host:port.
+        self._metrics_host = urllib3.util.parse_url(host).netloc or "" if host else ""
+        self._exhausted_warnings = TokenBucket(
+            1.0 / _EXHAUSTED_WARNING_PERIOD, 1, clock=self._clock
+        )
+        self._exhausted_suppressed = 0
 
     # ----------------------------------------------------------------- construction
 
@@ -460,7 +510,15 @@ class KubeClient:
             clock=self._clock,
             max_retries=max_retries,
             on_request=self._on_request,
+            metrics=self._metrics,
         )
+
+    def set_metrics(self, metrics: RestClientMetrics) -> None:
+        """Report client-go's REST client metrics to ``metrics`` from now on.
+
+        Clients made afterwards by :meth:`with_limits` report there too.
+        """
+        self._metrics = metrics
 
     @property
     def host(self) -> str:
@@ -493,6 +551,11 @@ class KubeClient:
         with self._counts_lock:
             key = (verb, resource)
             self._counts[key] = self._counts.get(key, 0) + 1
+        method = _HTTP_METHODS.get(verb, verb.upper())
+        code = str(status) if status else NO_RESPONSE_CODE
+        with contextlib.suppress(Exception):
+            self._metrics.request(code, method, self._metrics_host)
+            self._metrics.request_duration(method, self._metrics_host, seconds)
         hook = self._on_request
         if hook is not None:
             # A metrics hook must never break a request.
@@ -501,11 +564,14 @@ class KubeClient:
 
     # ----------------------------------------------------------------- transport
 
-    def _throttle(self) -> None:
-        if self._bucket is not None:
-            wait = self._bucket.reserve()
-            if wait > 0:
-                self._clock.sleep(wait)
+    def _throttle(self, verb: str) -> None:
+        wait = self._bucket.reserve() if self._bucket is not None else 0.0
+        if wait > 0:
+            self._clock.sleep(wait)
+        with contextlib.suppress(Exception):
+            self._metrics.rate_limiter_duration(
+                _HTTP_METHODS.get(verb, verb.upper()), self._metrics_host, wait
+            )
 
     def _send(
         self,
@@ -515,11 +581,13 @@ class KubeClient:
         method: str,
         path: str,
         query: Mapping[str, str | int | bool] | None,
-        body: Any,
+        body: bytes | None,
         content_type: str,
         timeout: tuple[float, float] | None,
     ) -> Any:
         """Make one HTTP exchange; return the ``RESTResponse`` (any status).
+
+        ``body`` is the encoded request body (see :func:`encode_body`), sent as is.
 
         Raises:
             ConnectionFailed: no answer.
@@ -531,28 +599,30 @@ class KubeClient:
             headers["Accept-Encoding"] = "gzip"
         if body is not None:
             headers["Content-Type"] = content_type
-            if isinstance(body, bytes | str) and _is_json(content_type):
-                # The generated REST layer json.dumps() JSON bodies itself.
-                body = json.loads(body)
         query_params = [(k, _query_value(v)) for k, v in (query or {}).items()]
         start = self._clock.now()
         try:
-            m, url, header_params, ser_body, post_params = self._api.param_serialize(
+            # The generated layer builds the URL and the authentication headers; the body
+            # is sent as the bytes encode_body() made, not re-serialised by that layer
+            # (whose json.dumps escapes every non-ASCII character).
+            m, url, header_params, _, _ = self._api.param_serialize(
                 method=method,
                 resource_path=path,
                 query_params=query_params,
                 header_params=headers,
-                body=body,
                 auth_settings=["BearerToken"],
             )
-            return self._api.call_api(
+            raw = self._api.rest_client.pool_manager.request(
                 m,
                 url,
-                header_params=header_params,
-                body=ser_body,
-                post_params=post_params,
-                _request_timeout=timeout,
+                body=body,
+                headers=header_params,
+                timeout=urllib3.Timeout(connect=timeout[0], read=timeout[1])
+                if timeout is not None
+                else None,
+                preload_content=False,
             )
+            return k8s_rest.RESTResponse(raw)
         except (*_TRANSPORT_ERRORS, ApiException) as exc:
             self._record(verb, resource, 0, self._clock.now() - start)
             raise _connection_failed(exc, f"{method} {path}") from exc
@@ -580,10 +650,11 @@ class KubeClient:
         item_hook: ItemHook | None = None,
     ) -> dict[str, Any]:
         request_timeout = None if timeout is None else (min(_CONNECT_TIMEOUT, timeout), timeout)
+        payload = encode_body(body)
         attempt = 0
         reauthenticated = False
         while True:
-            self._throttle()
+            self._throttle(verb)
             start = self._clock.now()
             response = self._send(
                 verb=verb,
@@ -591,7 +662,7 @@ class KubeClient:
                 method=method,
                 path=path,
                 query=query,
-                body=body,
+                body=payload,
                 content_type=content_type,
                 timeout=request_timeout,
             )
@@ -623,18 +694,58 @@ class KubeClient:
                     ) from exc
                 return decoded if isinstance(decoded, dict) else {"items": decoded}
             error = ApiError.from_response(status, response.getheaders(), data)
+            error.request_bytes = None if payload is None else len(payload)
             if status == 401 and not reauthenticated and self._reread_token():
                 reauthenticated = True
                 continue
-            if (
-                error.retry_after is not None
-                and (status == 429 or 500 <= status <= 599)
-                and attempt < self._max_retries
-            ):
-                attempt += 1
-                self._clock.sleep(min(error.retry_after, _MAX_RETRY_AFTER))
-                continue
+            if error.retry_after is not None and (status == 429 or 500 <= status <= 599):
+                if attempt < self._max_retries:
+                    attempt += 1
+                    self._wait_retry_after(verb, resource, path, error, attempt)
+                    continue
+                self._warn_exhausted(verb, resource, path, error, attempt)
             raise error
+
+    def _wait_retry_after(
+        self, verb: str, resource: str, path: str, error: ApiError, attempt: int
+    ) -> None:
+        """Sleep the ``Retry-After`` the server asked for (capped at 60 s), as client-go does."""
+        assert error.retry_after is not None
+        wait = min(error.retry_after, _MAX_RETRY_AFTER)
+        method = _HTTP_METHODS.get(verb, verb.upper())
+        log.debug(
+            "retrying after the server asked to wait",
+            code=error.status,
+            verb=verb,
+            resource=resource,
+            path=path,
+            retry_after=error.retry_after,
+            wait=wait,
+            attempt=attempt,
+        )
+        with contextlib.suppress(Exception):
+            self._metrics.retry(str(error.status), method, self._metrics_host, wait)
+        self._clock.sleep(wait)
+
+    def _warn_exhausted(
+        self, verb: str, resource: str, path: str, error: ApiError, attempts: int
+    ) -> None:
+        """Warn that a request ran out of Retry-After retries (rate limited, with a count)."""
+        with self._counts_lock:
+            if not self._exhausted_warnings.try_take():
+                self._exhausted_suppressed += 1
+                return
+            suppressed, self._exhausted_suppressed = self._exhausted_suppressed, 0
+        log.warning(
+            "giving up after the server kept asking to retry later",
+            code=error.status,
+            verb=verb,
+            resource=resource,
+            path=path,
+            retries=attempts,
+            retry_after=error.retry_after,
+            suppressed_since_last=suppressed,
+        )
 
     def _decode_streamed(
         self,

@@ -89,6 +89,8 @@ class ApiError(Exception):
         retry_after: seconds the server asked us to wait (``Retry-After`` header, or
             ``Status.details.retryAfterSeconds``), else ``None``.
         body: the decoded JSON body (usually a ``Status`` dict), else ``None``.
+        request_bytes: the size in bytes of the request body that was refused, when
+            the request had one (set by the client), else ``None``.
     """
 
     status: int
@@ -96,6 +98,7 @@ class ApiError(Exception):
     message: str
     retry_after: float | None
     body: dict[str, Any] | None
+    request_bytes: int | None = None
 
     def __init__(
         self,
@@ -219,6 +222,11 @@ class ApiError(Exception):
     def is_too_many_requests(self) -> bool:
         """``429 TooManyRequests`` (API priority and fairness, or an eviction budget)."""
         return self._is("TooManyRequests", 429)
+
+    @property
+    def is_request_entity_too_large(self) -> bool:
+        """``413 RequestEntityTooLarge``: the request body is over the server's limit."""
+        return self._is("RequestEntityTooLarge", 413)
 
     @property
     def is_server_error(self) -> bool:

@@ -5,10 +5,13 @@ imports ``prometheus_client`` (the layers below expose metric seams instead). Mo
 
 - ``cbop.metrics.workqueue``: ``PrometheusWorkqueueMetricsProvider``, the
   controller-runtime ``workqueue_*`` metrics behind ``cbop.workqueue.MetricsProvider``.
+- ``cbop.metrics.restclient``: ``PrometheusRestClientMetrics``, client-go's
+  ``rest_client_*`` metrics behind ``cbop.kube.RestClientMetrics``.
 
 Controller metrics will live beside it.
 """
 
+from cbop.metrics.restclient import PrometheusRestClientMetrics
 from cbop.metrics.workqueue import PrometheusWorkqueueMetricsProvider
 
-__all__ = ["PrometheusWorkqueueMetricsProvider"]
+__all__ = ["PrometheusRestClientMetrics", "PrometheusWorkqueueMetricsProvider"]

@@ -10,7 +10,10 @@ order of the checks is the policy:
 2. ``suspend: true`` -> no writes.
 3. An invalid spec -> ``INVALID`` (terminal: only a spec change can fix it).
 4. No ConfigMap -> ``CREATE``.
-5. A ConfigMap cbop does not control -> ``CONFLICT`` (never modified).
+5. A ConfigMap cbop does not control -> ``CONFLICT`` (never modified), unless cbop
+   itself released it from a bundle of this namespace and name (``deletionPolicy:
+   Orphan``; the ``cbop.dev/released-by`` annotation) and nothing else controls it
+   since: then this bundle adopts it (``UPDATE``/``REPLACE`` with ``adopted``).
 6. In sync -> ``NONE`` (no write at all).
 7. Content must change on an immutable ConfigMap -> ``REPLACE`` (delete + create).
 8. Otherwise -> ``UPDATE``.
@@ -27,6 +30,7 @@ from cbop.api import (
     ANNOTATION_CONTENT_HASH,
     ANNOTATION_MANAGED_ANNOTATIONS,
     ANNOTATION_MANAGED_LABELS,
+    ANNOTATION_RELEASED_BY,
     CONDITION_READY,
     FINALIZER_ORPHAN,
     LABEL_BUNDLE,
@@ -84,6 +88,8 @@ class Decision:
         finalizer: a change to the bundle's Orphan finalizer, or None.
         precondition: for REPLACE, the ``uid`` and ``resourceVersion`` the delete of the
             old ConfigMap is conditional on (so a newer object is never deleted).
+        adopted: for UPDATE/REPLACE, the ConfigMap is one this bundle's namesake released
+            (``deletionPolicy: Orphan``) and is being taken back.
     """
 
     action: Action
@@ -94,6 +100,7 @@ class Decision:
     message: str = ""
     finalizer: FinalizerChange | None = None
     precondition: Mapping[str, str] | None = None
+    adopted: bool = False
 
 
 def has_finalizer(bundle: Mapping[str, Any]) -> bool:
@@ -116,7 +123,9 @@ def release_body(current: Mapping[str, Any], bundle: Mapping[str, Any]) -> JSON:
     """Return ``current`` without cbop's owner reference, labels and annotations.
 
     Used for ``deletionPolicy: Orphan``: the ConfigMap stays, content untouched, and is
-    no longer managed (nor garbage-collected with the bundle).
+    no longer managed (nor garbage-collected with the bundle). It is marked
+    ``cbop.dev/released-by: <namespace>/<name>`` so that a bundle of the same namespace
+    and name can take it back (see :func:`released_to`).
     """
     meta = dict(current["metadata"])
     meta.pop("managedFields", None)
@@ -128,9 +137,29 @@ def release_body(current: Mapping[str, Any], bundle: Mapping[str, Any]) -> JSON:
         labels.pop(key, None)
     for key in (ANNOTATION_CONTENT_HASH, ANNOTATION_MANAGED_LABELS, ANNOTATION_MANAGED_ANNOTATIONS):
         annotations.pop(key, None)
+    annotations[ANNOTATION_RELEASED_BY] = _bundle_id(bundle)
     meta["labels"] = labels
     meta["annotations"] = annotations
     return {**current, "metadata": meta}
+
+
+def _bundle_id(bundle: Mapping[str, Any]) -> str:
+    return f"{bundle['metadata']['namespace']}/{bundle['metadata']['name']}"
+
+
+def released_to(current: Mapping[str, Any], bundle: Mapping[str, Any]) -> bool:
+    """Whether ``bundle`` may take back ``current``, a ConfigMap cbop released.
+
+    True when ``current`` carries ``cbop.dev/released-by`` naming the bundle's
+    namespace and name, and no controller owner reference (someone who made the
+    ConfigMap theirs since keeps it). The bundle's UID is not compared: the bundle that
+    released it is gone, and its namesake is what a re-apply brings back.
+    """
+    annotations = current.get("metadata", {}).get("annotations") or {}
+    return (
+        annotations.get(ANNOTATION_RELEASED_BY) == _bundle_id(bundle)
+        and controller_reference(current) is None
+    )
 
 
 _SERVER_FIELDS = ("resourceVersion", "uid", "creationTimestamp", "generation", "selfLink")
@@ -199,7 +228,8 @@ def decide(
             message=f"ConfigMap {name} created",
             finalizer=finalizer,
         )
-    if not owned:
+    adopted = not owned and released_to(current, bundle)
+    if not owned and not adopted:
         ref = controller_reference(current)
         if ref is not None and is_bundle_reference(ref) and ref.get("name") == meta["name"]:
             why = (
@@ -222,6 +252,13 @@ def decide(
         return Decision(Action.NONE, desired=desired, finalizer=finalizer)
 
     drift = _was_synced(bundle)
+    message = ""
+    if adopted:
+        restored = "" if content_matches(desired, current) else "; its content was restored"
+        message = (
+            f"ConfigMap {name} taken back: ConfigBundle {meta['name']} released it earlier "
+            f"(deletionPolicy Orphan){restored}"
+        )
     if current.get("immutable") and not (desired.immutable and content_matches(desired, current)):
         return Decision(
             Action.REPLACE,
@@ -232,21 +269,27 @@ def decide(
                 "uid": current["metadata"]["uid"],
                 "resourceVersion": current["metadata"]["resourceVersion"],
             },
-            message=(
+            message=message
+            if adopted
+            else (
                 f"ConfigMap {name} is immutable and its content or immutability had to change; "
                 "deleted and recreated it"
             ),
             finalizer=finalizer,
+            adopted=adopted,
         )
     return Decision(
         Action.UPDATE,
         desired=desired,
         body=render(desired, current),
         drift=drift,
-        message=(
+        message=message
+        if adopted
+        else (
             f"ConfigMap {name} was changed outside cbop; restored it"
             if drift
             else f"ConfigMap {name} updated"
         ),
         finalizer=finalizer,
+        adopted=adopted,
     )

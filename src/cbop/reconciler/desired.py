@@ -27,6 +27,7 @@ from cbop.api import (
     ANNOTATION_CONTENT_HASH,
     ANNOTATION_MANAGED_ANNOTATIONS,
     ANNOTATION_MANAGED_LABELS,
+    ANNOTATION_RELEASED_BY,
     API_VERSION,
     GROUP,
     KIND,
@@ -222,7 +223,10 @@ def render(desired: DesiredConfigMap, current: Mapping[str, Any] | None) -> JSON
     cur_annotations: Mapping[str, str] = cur_meta.get("annotations") or {}
     managed_labels = _managed_keys(cur_annotations, ANNOTATION_MANAGED_LABELS)
     managed_annotations = _managed_keys(cur_annotations, ANNOTATION_MANAGED_ANNOTATIONS)
-    managed_annotations.update((ANNOTATION_MANAGED_LABELS, ANNOTATION_MANAGED_ANNOTATIONS))
+    # The release mark goes as soon as cbop manages the ConfigMap again.
+    managed_annotations.update(
+        (ANNOTATION_MANAGED_LABELS, ANNOTATION_MANAGED_ANNOTATIONS, ANNOTATION_RELEASED_BY)
+    )
 
     meta: JSON = {}
     if current is not None:

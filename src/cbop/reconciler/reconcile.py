@@ -10,8 +10,9 @@ syncHandler:
 
 - the bundle is gone from the cache -> nothing (the garbage collector handles the
   ConfigMap through its owner reference);
-- invalid spec, ConfigMap too large, or the API rejecting the ConfigMap as invalid ->
-  status says so, no requeue: only a spec change (a new watch event) can fix it;
+- invalid spec, ConfigMap too large, or the API refusing the ConfigMap write in a way
+  no retry can fix (422 Invalid, 413 Request Entity Too Large, 400, 415) -> status
+  says so, no requeue: only a spec change (a new watch event) can fix it;
 - name taken by a ConfigMap cbop does not own -> status says so, and a recheck after
   ``conflict_recheck`` seconds (cbop does not watch ConfigMaps it does not manage, so
   it cannot hear of the blocker's deletion otherwise);
@@ -270,15 +271,16 @@ class Reconciler:
         try:
             result = self._act(key, bundle, spec, decision)
         except _RejectedError as err:
-            # The API server refused the ConfigMap (e.g. a label value it rejects): a
-            # spec problem, reported like one, and not retried until the spec changes.
-            self._write_status(bundle, spec, "False", Reason.INVALID_SPEC, err.message)
-            self._event(bundle, "Warning", Reason.INVALID_SPEC.value, err.message)
+            # The API server refused the ConfigMap in a way no retry can fix (a label
+            # value it rejects, a request body over its limit): a spec problem, reported
+            # like one, and not retried until the spec changes.
+            self._write_status(bundle, spec, "False", err.condition_reason, err.message)
+            self._event(bundle, "Warning", err.condition_reason.value, err.message)
             result = Result(
                 key,
                 Action.INVALID,
                 ready="False",
-                reason=Reason.INVALID_SPEC,
+                reason=err.condition_reason,
                 message=err.message,
                 config_map=config_map_name_of(bundle),
             )
@@ -460,6 +462,19 @@ class Reconciler:
             return self._fresh_configmap(namespace, name)
         if err.is_invalid:
             raise _RejectedError(err.message) from err
+        if err.is_request_entity_too_large:
+            size = f"{err.request_bytes:,}-byte " if err.request_bytes is not None else ""
+            raise _RejectedError(
+                f"the API server refused the {size}request writing ConfigMap {name} as too "
+                f"large ({err.status} {err.message or err.reason}); split the bundle or "
+                "shrink its values",
+                Reason.CONFIGMAP_TOO_LARGE,
+            ) from err
+        if err.status in _UNRETRYABLE_STATUSES:
+            raise _RejectedError(
+                f"the API server refused the request writing ConfigMap {name}: "
+                f"{err.status} {err.message or err.reason}"
+            ) from err
         return _GIVE_UP
 
     def _delete_stale(self, bundle: Mapping[str, Any], decision: Decision) -> list[str]:
@@ -580,7 +595,9 @@ class Reconciler:
         action = decision.action
         if action is Action.NONE:
             return
-        if action in (Action.CREATE, Action.UPDATE, Action.REPLACE) and decision.drift:
+        if decision.adopted:
+            self._event(bundle, "Normal", "Adopted", decision.message)
+        elif action in (Action.CREATE, Action.UPDATE, Action.REPLACE) and decision.drift:
             self._observer.drift_corrected()
             self._event(bundle, "Normal", "DriftCorrected", decision.message)
         elif action is Action.CREATE:
@@ -697,10 +714,17 @@ def _dry_run_account(
 
 
 class _RejectedError(ApiError):
-    """The API server rejected the ConfigMap as invalid: report InvalidSpec, no retry."""
+    """The API server refused the ConfigMap for good: report ``condition_reason``, no retry."""
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, condition_reason: Reason = Reason.INVALID_SPEC) -> None:
         super().__init__(422, "Invalid", message)
+        self.condition_reason = condition_reason
+
+
+#: Refusals of a ConfigMap write that the same request can never overcome: 400 Bad
+#: Request and 415 Unsupported Media Type (413 and 422 have their own messages). 403
+#: is not among them: RBAC is often granted after the operator starts.
+_UNRETRYABLE_STATUSES = frozenset({400, 415})
 
 
 _GIVE_UP = object()
