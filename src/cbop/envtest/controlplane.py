@@ -78,6 +78,10 @@ _PORT_ATTEMPTS: Final = 3
 _POLL_INTERVAL: Final = 0.1
 #: Seconds a component gets to exit after SIGTERM before SIGKILL.
 _STOP_GRACE: Final = 10.0
+#: What kube-controller-manager logs when it gives up waiting for a healthy apiserver.
+_KCM_GAVE_UP: Final = "failed to wait for apiserver being healthy"
+#: How often kube-controller-manager is restarted after giving up that way.
+_KCM_STARTUP_RESPAWNS: Final = 3
 
 
 def _free_ports(count: int) -> list[int]:
@@ -180,6 +184,8 @@ class ControlPlane:
         """Seconds the last :meth:`start` took from spawning etcd to all components ready."""
         self.startup_phases: dict[str, float] = {}
         """Seconds each component took to become ready in the last :meth:`start`, by name."""
+        self.respawns: dict[str, int] = {}
+        """How often each component was started again after exiting on its own, by name."""
 
     # ----------------------------------------------------------------- properties
 
@@ -259,16 +265,21 @@ class ControlPlane:
     def check(self) -> None:
         """Raise unless every component is still running.
 
+        A kube-controller-manager that gave up waiting for a restarting apiserver is
+        started again instead (see :meth:`_respawn_controller_manager`).
+
         Raises:
             ControlPlaneNotRunningError: Not started.
             ControlPlaneError: A component exited; the message has its status and log tail.
         """
         with self._lock:
             self._require_running()
-            for name, popen in self._children.items():
+            for name, popen in list(self._children.items()):
                 code = popen.poll()
                 if code is not None:
                     tail = _tail(self.log_paths()[name], 40)
+                    if self._respawn_controller_manager(name, tail):
+                        continue
                     raise ControlPlaneError(
                         f"{name} (pid {popen.pid}) exited with status {code}; log tail:\n{tail}"
                     )
@@ -492,12 +503,15 @@ class ControlPlane:
         last_error = "no answer yet"
         began = time.monotonic()
         while True:
-            # Any component dying (not only the awaited one) ends the wait.
-            for component, popen in self._children.items():
+            # Any component dying (not only the awaited one) ends the wait, except
+            # kube-controller-manager giving up on an apiserver that is still (re)starting.
+            for component, popen in list(self._children.items()):
                 code = popen.poll()
                 if code is None:
                     continue
                 tail = _tail(self.log_paths()[component], 40)
+                if self._respawn_controller_manager(component, tail):
+                    continue
                 message = f"{component} exited with status {code} during start-up"
                 if "address already in use" in tail:
                     raise _PortInUseError(f"{message}:\n{tail}")
@@ -514,6 +528,25 @@ class ControlPlane:
                     f"logs:\n{self.tail_logs(40)}"
                 )
             time.sleep(_POLL_INTERVAL)
+
+    def _respawn_controller_manager(self, component: str, log_tail: str) -> bool:
+        """Start kube-controller-manager again if it gave up waiting for the apiserver.
+
+        kube-controller-manager waits only 10 s for kube-apiserver's ``/healthz`` while it
+        builds its controllers, then exits 1. On a loaded machine, an apiserver that is
+        restarted right after :meth:`start` can take longer, so the controller manager is
+        restarted, as a kubelet restarts a static pod, at most
+        ``_KCM_STARTUP_RESPAWNS`` times per control plane. Returns whether it was.
+        """
+        if (
+            component != "kube-controller-manager"
+            or _KCM_GAVE_UP not in log_tail
+            or self.respawns.get(component, 0) >= _KCM_STARTUP_RESPAWNS
+        ):
+            return False
+        self.respawns[component] = self.respawns.get(component, 0) + 1
+        self._spawn(component)
+        return True
 
     def stop(self) -> None:
         """Stop every component (SIGTERM to its process group, SIGKILL after 10 s) and reap it.
