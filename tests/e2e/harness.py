@@ -290,6 +290,20 @@ def operator(
         assert code in (0, -9, -15), f"cbop exited with {code}:\n{op.logs()}"
 
 
+def error_lines(stderr: str) -> list[str]:
+    """Return the messages of the ``error``-level JSON log lines in ``stderr``, in order.
+
+    cbop reports a fatal error as one such line (``{"level": "error", "event": ...}``).
+    """
+    found = []
+    for line in stderr.splitlines():
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if isinstance(record, dict) and record.get("level") == "error":
+                found.append(str(record.get("event")))
+    return found
+
+
 def run_cli(
     kubeconfig: str | Path, *args: str, timeout: float = 120.0
 ) -> subprocess.CompletedProcess[str]:

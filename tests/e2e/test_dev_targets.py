@@ -27,7 +27,7 @@ from cbop.envtest import process
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, KubeClient
 
 from .fixtures import CRDS
-from .harness import REPO, bundle, free_port, run_cli, wait_for
+from .harness import REPO, bundle, error_lines, free_port, run_cli, wait_for
 
 DEV = REPO / "hack" / "dev.sh"
 CRD_NAME = "configbundles.cbop.dev"
@@ -156,8 +156,9 @@ def test_cbop_names_the_flag_and_address_it_cannot_listen_on(
         args = [a for pair in addresses.items() for a in pair]
         result = run_cli(kubeconfig, *args, f"--namespace={namespace}", timeout=90)
     assert result.returncode == 2, result.stderr
-    last = result.stderr.strip().splitlines()[-1]
-    assert last == f"cbop: error: {flag} {addresses[flag]}: cannot listen: Address already in use"
+    assert error_lines(result.stderr) == [
+        f"{flag} {addresses[flag]}: cannot listen: Address already in use"
+    ], result.stderr
 
 
 def test_make_dev_leaves_a_cluster_it_did_not_start_running(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from cbop.envtest import ControlPlane
 from cbop.kube import CONFIGBUNDLES, NAMESPACES, ApiError, KubeClient, Resource
 
 from .fixtures import CRDS
-from .harness import CRD, Operator, bundle, ready, run_cli, wait_for
+from .harness import CRD, Operator, bundle, error_lines, ready, run_cli, wait_for
 
 ROLES = Resource("rbac.authorization.k8s.io", "v1", "roles", "Role")
 ROLE_BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
@@ -280,7 +280,7 @@ def test_once_without_list_on_configmaps_names_the_403_at_once(
     result = run_cli(path, "--once", f"--namespace={namespace}", timeout=120)
     assert result.returncode == 2, result.stderr
     # One error line (after the informer's JSON log line of the refused attempt).
-    errors = [line for line in result.stderr.splitlines() if line.startswith("cbop: error:")]
+    errors = error_lines(result.stderr)
     assert len(errors) == 1, result.stderr
     assert "timed out" not in errors[0]
     assert f'forbidden to list configmaps in namespace "{namespace}" (403)' in errors[0]
