@@ -12,7 +12,14 @@ reconcile, never runs the same bundle on two workers, and spaces out retries.
 The worker's outcome policy is controller-runtime's: an error -> ``add_rate_limited``;
 a requeue after a delay -> ``forget`` then ``add_after``; success -> ``forget``. An
 unexpected exception (a bug) is logged with its traceback, counted as a panic, and
-retried like an error: it never kills the worker.
+retried like an error: it never kills the worker. A write refused by the client's
+write fence (:class:`cbop.kube.LeaseNotHeld`: the leader lease is not held) stops the
+worker instead: the key is not retried, the manager ends the process.
+
+Stopping (:meth:`Controller.stop_workers`, :meth:`Controller.shutdown`) drops the keys
+still queued rather than working through them, as controller-runtime's workers stop
+taking keys once their context is cancelled; a successor (or the next start) lists
+every object anew, so nothing queued is lost.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from cbop.informers import (
     index_by_controller_uid,
     wait_for_cache_sync,
 )
-from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, KubeClient
+from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, KubeClient, LeaseNotHeld
 from cbop.metrics.controller import ControllerMetrics
 from cbop.reconciler import CONTROLLER_UID_INDEX, EventRecorder, Reconciler, Requeue, Result
 from cbop.reconciler.desired import controller_reference, is_bundle_reference
@@ -210,6 +217,8 @@ class Controller:
             dry_run=dry_run,
         )
         self._threads: list[threading.Thread] = []
+        # Set by stop_workers(): workers take no further key, queued keys are dropped.
+        self._stopping = threading.Event()
         if metrics is not None:
             metrics.max_concurrent.set(self._workers)
 
@@ -244,25 +253,29 @@ class Controller:
         """Whether every informer has delivered its first full list."""
         return all(informer.has_synced() for informer in self.informers)
 
+    def stop_workers(self) -> None:
+        """Stop intake at once: workers take no further key and the queued keys are dropped.
+
+        Returns immediately; reconciles already running go on to their end (a fenced
+        client refuses their writes once the lease is gone). Idempotent, any thread.
+        """
+        self._stopping.set()
+        self.queue.shut_down()
+
     def shutdown(self, timeout: float = 30.0) -> bool:
-        """Stop intake, let in-flight reconciles finish (up to ``timeout`` seconds), stop.
+        """Stop intake, drop queued keys, let in-flight reconciles finish, stop informers.
+
+        Args:
+            timeout: seconds the reconciles in flight get to finish (0: none).
 
         Returns:
             True when every worker finished in time.
         """
-        drained = threading.Event()
-
-        def drain() -> None:
-            self.queue.shut_down_with_drain()
-            drained.set()
-
-        threading.Thread(target=drain, name="cbop-drain", daemon=True).start()
-        finished = drained.wait(timeout)
-        if not finished:
-            self.queue.shut_down()
-        deadline = time.monotonic() + (timeout if finished else 1.0)
+        self.stop_workers()
+        deadline = time.monotonic() + timeout
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
+        finished = not any(thread.is_alive() for thread in self._threads)
         for informer in self.informers:
             informer.stop()
         return finished
@@ -276,13 +289,24 @@ class Controller:
         key, shutdown = self.queue.get()
         if shutdown or key is None:
             return False
+        if self._stopping.is_set():
+            self.queue.done(key)  # dropped: stopping workers take no further key
+            return False
         metrics = self._metrics
         if metrics is not None:
             metrics.active_workers.inc()
         started = time.monotonic()
         outcome = "success"
+        fenced = False
         try:
             result = self.reconciler.reconcile(key)
+        except LeaseNotHeld as err:
+            # Not leader any more: nothing may be written, nothing retried; the manager
+            # (told by the fence) stops the process.
+            outcome = "error"
+            fenced = True
+            log.warning("reconcile stopped: write fenced off", key=key, error=str(err))
+            self.stop_workers()
         except Requeue:
             # Lost an optimistic-concurrency race: retry from fresh cache state, quietly.
             outcome = "requeue"
@@ -310,7 +334,7 @@ class Controller:
             metrics.reconciled(outcome, time.monotonic() - started)
             if outcome == "error":
                 metrics.reconcile_errors.inc()
-        return True
+        return not fenced
 
     def reconcile_all(self, attempts: int = 3) -> list[Result]:
         """Reconcile every cached bundle once, in key order, on the calling thread.

@@ -18,8 +18,22 @@ not matter; only clock *rates* do.
 
 Timeline with controller-runtime's defaults (lease 15 s, renew deadline 10 s, retry 2 s):
 a candidate tries every 2 to 4.4 s (2 s jittered by up to 1.2x); the leader renews every
-2 s; if renewals keep failing for 10 s the leader gives up, at most 12 s after its last
-successful renewal and so before any other candidate can see the lease expire (15 s).
+2 s; if renewals keep failing until 10 s after the last successful one began, the leader
+gives up, before any other candidate can see the lease expire (15 s after it saw that
+renewal land).
+
+Fencing: :meth:`LeaderElector.holds_lease` says whether this candidate may still write,
+by its own monotonic clock: it leads and the last successful acquire or renewal *began*
+less than ``renew_deadline`` seconds ago. Every other candidate waits ``lease_duration``
+from the moment it saw that renewal land, which is later, so the gap between the two
+(5 s by default) is the margin for clock rates and requests in flight. A process that
+was paused (SIGSTOP, a stalled VM) wakes with the check failing, whatever its threads
+were about to do; the manager hands it to the API client as a write fence.
+
+Renewal requests get timeouts bounded by the time left before the renew deadline, and
+never all of it while a retry still fits (half the time left, at least one retry
+period), as client-go bounds each try by the renew context's deadline: one slow
+answer from the API server does not cost the lease.
 
 Where cbop departs from client-go, and why:
 
@@ -33,6 +47,10 @@ Where cbop departs from client-go, and why:
   its work before a successor starts.
 * ``on_new_leader`` is not called for an empty holder (a released lease has no leader).
 * The first renewal comes one retry period after acquiring, not immediately.
+* The renew deadline counts from the start of the last successful renewal, not from the
+  start of the current round of attempts, so that leading ends exactly when the write
+  fence (:meth:`LeaderElector.holds_lease`) closes.
+* The Lease is released only after the write fence was closed.
 """
 
 from __future__ import annotations
@@ -66,6 +84,9 @@ RELEASED_LEASE_DURATION_SECONDS: Final = 1
 
 #: Real seconds between checks of the caller's stop event by the relay thread.
 _STOP_POLL_INTERVAL: Final = 0.05
+
+#: The shortest timeout, seconds, a Lease request is given while renewing.
+_MIN_REQUEST_TIMEOUT: Final = 0.5
 
 
 def micro_time(when: datetime) -> str:
@@ -215,10 +236,17 @@ class LeaderElector:
         # The run loop waits on _wakeup (with the clock's deadlines); the stop relay
         # thread notifies it when the caller's stop event is set.
         self._wakeup = threading.Condition(threading.Lock())
-        # Guards _leading and _running, read by is_leader() from any thread.
+        # Guards _leading, _renewed_at and _running, read by is_leader() and
+        # holds_lease() from any thread.
         self._state_lock = threading.Lock()
         self._leading = False
         self._running = False
+        # Clock time at which the last successful acquire or renewal attempt began;
+        # None while not leading (or once a release began).
+        self._renewed_at: float | None = None
+        # While renewing: the clock time by which a renewal must have succeeded; the
+        # timeout of each Lease request is bounded by it.
+        self._attempt_deadline: float | None = None
         # Only the run() thread touches the rest.
         self._lease: dict[str, Any] | None = None  # last Lease object the server returned
         self._observed_spec: dict[str, Any] | None = None  # its spec, as last seen to change
@@ -239,6 +267,21 @@ class LeaderElector:
         """
         with self._state_lock:
             return self._leading
+
+    def holds_lease(self) -> bool:
+        """Return whether this candidate may still write as the leader (the write fence).
+
+        True while leading and less than ``renew_deadline`` seconds (on the monotonic
+        clock) have passed since the last successful acquire or renewal *began*; False
+        once leadership ended or a release began. Safe to call from any thread; cheap
+        enough to call before every request.
+        """
+        with self._state_lock:
+            renewed = self._renewed_at
+            leading = self._leading
+        return (
+            leading and renewed is not None and self._clock.now() < renewed + self._renew_deadline
+        )
 
     def run(self, stop: threading.Event) -> None:
         """Take part in the election until leadership ends or ``stop`` is set.
@@ -300,9 +343,12 @@ class LeaderElector:
             identity=self._identity,
         )
         while not stop.is_set():
+            began = self._clock.now()
             attempt = self._try_acquire_or_renew(renewing=False)
             self._maybe_report_transition()
             if attempt is _Attempt.SUCCEEDED:
+                with self._state_lock:
+                    self._renewed_at = began
                 return True
             # Waiting after each attempt, with fresh jitter each time, keeps candidates
             # that started together from hitting the API server in lock step.
@@ -316,34 +362,65 @@ class LeaderElector:
         return False
 
     def _renew(self, stop: threading.Event) -> _Ended:
-        """Renew every ``retry_period`` until lost or stopped, as client-go's ``renew``."""
-        while True:
-            if self._wait(stop, self._clock.now() + self._retry_period):
-                return _Ended.STOPPED
-            deadline = self._clock.now() + self._renew_deadline
+        """Renew every ``retry_period`` until lost or stopped, as client-go's ``renew``.
+
+        A round of attempts must succeed before ``renew_deadline`` seconds have passed
+        since the last successful renewal began (the moment the write fence closes);
+        each attempt starts at most every ``retry_period`` and its requests' timeouts
+        are bounded by that deadline (see :meth:`_request_timeout_now`).
+        """
+        try:
             while True:
-                attempt = self._try_acquire_or_renew(renewing=True)
-                self._maybe_report_transition()
-                if attempt is _Attempt.SUCCEEDED:
-                    break
-                if attempt is _Attempt.HELD:
-                    log.error(
-                        "the leader lease names another holder; leadership lost",
-                        lease=self._describe(),
-                        holder=self._observed_holder() or None,
-                    )
-                    return _Ended.LOST
-                next_try = min(self._clock.now() + self._retry_period, deadline)
-                if self._wait(stop, next_try):
+                if self._wait(stop, self._clock.now() + self._retry_period):
                     return _Ended.STOPPED
-                if self._clock.now() >= deadline:
-                    log.error(
-                        "could not renew the leader lease within the renew deadline; "
-                        "leadership lost",
-                        lease=self._describe(),
-                        renew_deadline=self._renew_deadline,
-                    )
-                    return _Ended.LOST
+                with self._state_lock:
+                    renewed = self._renewed_at
+                deadline = (renewed if renewed is not None else 0.0) + self._renew_deadline
+                while True:
+                    began = self._clock.now()
+                    if began >= deadline:
+                        log.error(
+                            "could not renew the leader lease within the renew deadline; "
+                            "leadership lost",
+                            lease=self._describe(),
+                            renew_deadline=self._renew_deadline,
+                            late=round(began - deadline, 3),
+                        )
+                        return _Ended.LOST
+                    self._attempt_deadline = deadline
+                    attempt = self._try_acquire_or_renew(renewing=True)
+                    self._maybe_report_transition()
+                    if attempt is _Attempt.SUCCEEDED:
+                        with self._state_lock:
+                            self._renewed_at = began
+                        break
+                    if attempt is _Attempt.HELD:
+                        log.error(
+                            "the leader lease names another holder; leadership lost",
+                            lease=self._describe(),
+                            holder=self._observed_holder() or None,
+                        )
+                        return _Ended.LOST
+                    # A failed attempt that already took a retry period (a timeout) is
+                    # retried at once: the time left is what a retry needs.
+                    if self._wait(stop, min(began + self._retry_period, deadline)):
+                        return _Ended.STOPPED
+        finally:
+            self._attempt_deadline = None
+
+    def _request_timeout_now(self) -> float:
+        """Seconds one Lease request may take now.
+
+        Acquiring: ``renew_deadline / 2``. Renewing: half the time left before the renew
+        deadline, but at least one retry period (and ``_MIN_REQUEST_TIMEOUT``), and never
+        more than the time left, so a slow answer can still arrive and a timed-out
+        attempt still leaves room for a retry on a fresh connection.
+        """
+        deadline = self._attempt_deadline
+        if deadline is None:
+            return self._request_timeout
+        left = deadline - self._clock.now()
+        return max(_MIN_REQUEST_TIMEOUT, min(left, max(left / 2, self._retry_period)))
 
     def _wait(self, stop: threading.Event, deadline: float) -> bool:
         """Sleep on the clock until ``deadline``; return True early if ``stop`` is set."""
@@ -383,6 +460,7 @@ class LeaderElector:
     def _end_leadership(self) -> None:
         with self._state_lock:
             self._leading = False
+            self._renewed_at = None
         if self._metrics is not None:
             self._metrics.set_leading(False)
         log.info("stopped leading", lease=self._describe(), identity=self._identity)
@@ -436,7 +514,7 @@ class LeaderElector:
 
         try:
             lease = self._client.get(
-                LEASES, self._namespace, self._lease_name, timeout=self._request_timeout
+                LEASES, self._namespace, self._lease_name, timeout=self._request_timeout_now()
             )
         except ApiError as err:
             if not err.is_not_found:
@@ -486,7 +564,7 @@ class LeaderElector:
         }
         try:
             created = self._client.create(
-                LEASES, self._namespace, body, timeout=self._request_timeout
+                LEASES, self._namespace, body, timeout=self._request_timeout_now()
             )
         except ApiError as err:
             if err.is_already_exists:
@@ -503,11 +581,14 @@ class LeaderElector:
         """Hand the lease back: empty holder, 1 s duration (client-go's ``release``).
 
         Reads the Lease first and writes only if it still names this candidate, with the
-        resourceVersion just read, so a successor's record is never overwritten.
+        resourceVersion just read, so a successor's record is never overwritten. The
+        write fence is closed first: no write of this process may follow the release.
         """
+        with self._state_lock:
+            self._renewed_at = None
         try:
             lease = self._client.get(
-                LEASES, self._namespace, self._lease_name, timeout=self._request_timeout
+                LEASES, self._namespace, self._lease_name, timeout=self._request_timeout_now()
             )
         except ApiError as err:
             log.warning("cannot release the leader lease", lease=self._describe(), error=str(err))
@@ -554,7 +635,7 @@ class LeaderElector:
         """
         body = {**lease, "spec": spec}
         updated = self._client.update(
-            LEASES, self._namespace, self._lease_name, body, timeout=self._request_timeout
+            LEASES, self._namespace, self._lease_name, body, timeout=self._request_timeout_now()
         )
         self._observe(updated)
 

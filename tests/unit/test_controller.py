@@ -6,6 +6,7 @@ fake clock), the reconcile outcome is scripted.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -14,7 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from cbop.controller import Controller, MultiNamespaceLister, _Enqueue, owner_key
 from cbop.informers import DeletedFinalStateUnknown
-from cbop.kube import ApiError
+from cbop.kube import ApiError, LeaseNotHeld
 from cbop.metrics.controller import ControllerMetrics
 from cbop.reconciler import Action, Requeue, Result
 from cbop.workqueue import FakeClock, RateLimitingQueue
@@ -39,6 +40,8 @@ def _controller(
     ctrl.queue = RateLimitingQueue(clock=clock)
     ctrl.reconciler = _ScriptedReconciler(outcome)  # type: ignore[assignment]
     ctrl._metrics = metrics
+    ctrl._stopping = threading.Event()
+    ctrl._threads = []
     return ctrl, metrics
 
 
@@ -109,6 +112,30 @@ def test_requeue_after_forgets_then_adds_after() -> None:
     item, _ = ctrl.queue.get()
     assert item == "ns/a"
     ctrl.queue.shut_down()
+
+
+def test_fenced_write_stops_the_worker_and_drops_the_queue() -> None:
+    """A write refused by the fence: no retry of that key, no further key taken."""
+    ctrl, metrics = _controller(_raise(LeaseNotHeld("not leader")), FakeClock())
+    ctrl.queue.add("ns/a")
+    ctrl.queue.add("ns/b")
+    assert ctrl.process_next_work_item() is False
+    assert ctrl.queue.num_requeues("ns/a") == 0
+    assert metrics.panics._value.get() == 0
+    assert ctrl.queue.shutting_down()
+    # The queued key is dropped, not reconciled.
+    assert ctrl.process_next_work_item() is False
+    assert ctrl.reconciler.calls == ["ns/a"]  # type: ignore[attr-defined]
+
+
+def test_stop_workers_drops_queued_keys() -> None:
+    """Stopping takes no further key (controller-runtime), unlike a drain."""
+    ctrl, _ = _controller(lambda k: Result(k, Action.NONE), FakeClock())
+    for name in ("a", "b", "c"):
+        ctrl.queue.add(f"ns/{name}")
+    ctrl.stop_workers()
+    assert ctrl.process_next_work_item() is False
+    assert ctrl.reconciler.calls == []  # type: ignore[attr-defined]
 
 
 def test_shutdown_reports_to_worker() -> None:

@@ -6,11 +6,14 @@ and message) seen within the last 10 minutes, so a repeating condition (a name c
 rechecked every few seconds) does not flood the API server. Like client-go's
 broadcaster, events are written by a background thread from a bounded queue (1,000
 events; more are dropped and logged), so a reconcile never waits for an Event write.
-Failures to record are logged and never fail a reconcile.
+Failures to record are logged and never fail a reconcile. The sink thread survives any
+exception (logged and counted in :attr:`EventRecorder.failed`), and :meth:`EventRecorder.close`
+returns within its timeout however full the queue or slow the API server.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 import queue
@@ -22,7 +25,7 @@ from typing import Any, Literal, Protocol
 import cachetools
 import structlog
 
-from cbop.kube import EVENTS, ApiError, Resource
+from cbop.kube import EVENTS, ApiError, LeaseNotHeld, Resource
 
 log = structlog.get_logger("cbop.events")
 
@@ -77,6 +80,8 @@ class EventRecorder:
         self._sink: threading.Thread | None = None
         self._sink_lock = threading.Lock()
         self.dropped = 0
+        #: Events the sink failed to write (API errors, a closed write fence, bugs).
+        self.failed = 0
 
     def event(self, obj: Mapping[str, Any], type_: EventType, reason: str, message: str) -> None:
         """Record one Event about ``obj`` (a dict with apiVersion, kind and metadata).
@@ -136,8 +141,12 @@ class EventRecorder:
                 namespace, body = item
                 try:
                     self._client.create(EVENTS, namespace, body)
-                except ApiError as err:
+                except (ApiError, LeaseNotHeld) as err:
+                    self.failed += 1
                     log.debug("event not recorded", reason=body["reason"], error=str(err))
+                except Exception:  # the sink must outlive a bug, and say so
+                    self.failed += 1
+                    log.exception("event sink failed to write an event", reason=body["reason"])
             finally:
                 self._pending.task_done()
 
@@ -155,10 +164,25 @@ class EventRecorder:
         return True
 
     def close(self, timeout: float = 5.0) -> None:
-        """Write what is queued (up to ``timeout`` seconds), then stop the sink thread."""
-        self.flush(timeout)
+        """Write what is queued (up to ``timeout`` seconds), then stop the sink thread.
+
+        Returns within about ``timeout`` seconds: Events still queued then are dropped
+        (counted in :attr:`dropped`), and a sink stuck in a request is left behind (it
+        is a daemon thread).
+        """
+        deadline = time.monotonic() + timeout
+        if not self.flush(timeout):
+            while True:
+                try:
+                    item = self._pending.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not None:
+                    self.dropped += 1
+                self._pending.task_done()
         with self._sink_lock:
             sink, self._sink = self._sink, None
         if sink is not None:
-            self._pending.put(None)
-            sink.join(timeout)
+            with contextlib.suppress(queue.Full):
+                self._pending.put_nowait(None)
+            sink.join(max(0.0, deadline - time.monotonic()))
