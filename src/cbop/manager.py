@@ -265,7 +265,8 @@ class Manager:
             finished = self.controller.shutdown(opts.shutdown_timeout)
             if not finished:
                 log.warning("in-flight reconciles did not finish in time")
-            self.recorder.close(timeout=min(2.0, opts.shutdown_timeout))
+            # Events are best effort: a second for the queued ones, then release.
+            self.recorder.close(timeout=min(1.0, opts.shutdown_timeout))
         self._elector_stop.set()
         if elector_thread is not None:
             elector_thread.join(opts.renew_deadline)
