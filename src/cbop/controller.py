@@ -152,6 +152,8 @@ class Controller:
         recorder: Event recorder, or None to record no Events.
         dry_run: see :class:`cbop.reconciler.Reconciler`.
         read_timeout: the informers' watch socket read timeout in seconds.
+        wedged_after: seconds one reconcile may run before :meth:`healthy` calls the
+            worker wedged.
     """
 
     def __init__(
@@ -166,6 +168,7 @@ class Controller:
         recorder: EventRecorder | None = None,
         dry_run: bool = False,
         read_timeout: float = 90.0,
+        wedged_after: float = 600.0,
     ) -> None:
         self._workers = max(1, workers)
         self._metrics = metrics
@@ -219,6 +222,11 @@ class Controller:
         self._threads: list[threading.Thread] = []
         # Set by stop_workers(): workers take no further key, queued keys are dropped.
         self._stopping = threading.Event()
+        # Worker thread ident -> time.monotonic() at which its current reconcile began.
+        self._busy_since: dict[int, float] = {}
+        self._busy_lock = threading.Lock()
+        self._wedged_after = wedged_after
+        self._now = time.monotonic  # the clock of the wedged check (tests swap it)
         if metrics is not None:
             metrics.max_concurrent.set(self._workers)
 
@@ -244,9 +252,28 @@ class Controller:
             self._threads.append(thread)
 
     def healthy(self) -> bool:
-        """Return False when an informer's watch is dead or a worker thread died."""
+        """Liveness: False when a thread is dead or wedged, never for an API server outage.
+
+        False when an informer's reflector thread died, a worker thread died (while the
+        queue runs), or a worker has been inside one reconcile for more than
+        ``wedged_after`` seconds (every request has a timeout, so a reconcile that long
+        is stuck). An unreachable API server does not fail it: restarting the process
+        would not bring the server back; :meth:`connected` reports that instead.
+        """
         if any(not t.is_alive() for t in self._threads) and not self.queue.shutting_down():
             return False
+        now = self._now()
+        with self._busy_lock:
+            if any(now - since > self._wedged_after for since in self._busy_since.values()):
+                return False
+        return all(informer.alive() for informer in self.informers)
+
+    def connected(self) -> bool:
+        """Readiness: whether every informer's watch is up (or down only briefly).
+
+        False while the API server is unreachable or refuses the list/watch for longer
+        than the informers' ``unhealthy_after``; true again once the watches are back.
+        """
         return all(informer.healthy() for informer in self.informers)
 
     def synced(self) -> bool:
@@ -298,6 +325,9 @@ class Controller:
         started = time.monotonic()
         outcome = "success"
         fenced = False
+        worker = threading.get_ident()
+        with self._busy_lock:
+            self._busy_since[worker] = self._now()
         try:
             result = self.reconciler.reconcile(key)
         except LeaseNotHeld as err:
@@ -327,6 +357,8 @@ class Controller:
                 outcome = "requeue_after"
                 self.queue.add_after(key, result.requeue_after)
         finally:
+            with self._busy_lock:
+                self._busy_since.pop(worker, None)
             self.queue.done(key)
             if metrics is not None:
                 metrics.active_workers.dec()

@@ -51,6 +51,10 @@ Where cbop departs from client-go, and why:
   start of the current round of attempts, so that leading ends exactly when the write
   fence (:meth:`LeaderElector.holds_lease`) closes.
 * The Lease is released only after the write fence was closed.
+* A Lease deleted by hand is not taken over at once: a candidate that last saw another
+  holder in it waits until that record expires by its own clock, as for an unrenewed
+  Lease (client-go creates a missing Lease at once, so its old holder and the creator
+  may both lead until the old holder's next renewal fails).
 """
 
 from __future__ import annotations
@@ -520,6 +524,16 @@ class LeaderElector:
             if not err.is_not_found:
                 log.warning("cannot read the leader lease", lease=self._describe(), error=str(err))
                 return _Attempt.FAILED
+            holder = self._observed_holder()
+            if not renewing and holder not in ("", self._identity) and self._lease_valid():
+                # A deleted Lease is not a released one: its holder may still be working
+                # until the record it last wrote expires by our clock.
+                log.debug(
+                    "the leader lease is missing but was held recently; waiting for it to expire",
+                    lease=self._describe(),
+                    holder=holder,
+                )
+                return _Attempt.HELD
             return self._create(now)
 
         self._observe(lease)

@@ -165,7 +165,12 @@ class Manager:
             self.probes = ProbeServer(
                 self._probe_address,
                 liveness={"informers-and-workers": self.controller.healthy},
-                readiness={"informers-synced": self.controller.synced},
+                # An API server outage shows here (and in logs and metrics), not on
+                # /healthz: restarting every replica would not end it.
+                readiness={
+                    "informers-synced": self.controller.synced,
+                    "informers-connected": self.controller.connected,
+                },
             )
 
     def _fence(self) -> bool:

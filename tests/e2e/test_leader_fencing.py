@@ -34,6 +34,7 @@ import pytest
 from cbop.api import LABEL_MANAGED_BY, MANAGED_BY_VALUE
 from cbop.envtest import WRITES_AUDIT_POLICY, ControlPlane
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, LEASES, ApiError, KubeClient, Resource
+from cbop.manager import Manager, Options
 
 from . import audit
 from .conftest import START_TIMEOUT, _binaries
@@ -446,3 +447,63 @@ def test_api_server_restart(cluster_factory: Callable[..., Cluster]) -> None:
         _record("API server restart (6/4/1 s)", renewed[0].at - restarted)
         while len(cluster.live()) < 2:
             cluster.start_replica()
+
+
+ROLES = Resource("rbac.authorization.k8s.io", "v1", "roles", "Role")
+ROLE_BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
+
+
+@pytest.mark.parametrize("leader_elect", [True, False], ids=["leader-elect", "no-election"])
+def test_caches_that_never_sync_exit_1(
+    control_plane: ControlPlane, kube: KubeClient, namespace: str, leader_elect: bool
+) -> None:
+    """A Role without ``list`` on ConfigMaps: the caches never sync; exit 1 either way."""
+    user = f"no-configmaps-{uuid.uuid4().hex[:6]}"
+    kube.create(
+        ROLES,
+        namespace,
+        {
+            "metadata": {"name": user},
+            "rules": [
+                {
+                    "apiGroups": ["cbop.dev"],
+                    "resources": ["configbundles", "configbundles/status"],
+                    "verbs": ["get", "list", "watch", "patch", "update"],
+                },
+                {
+                    "apiGroups": ["coordination.k8s.io"],
+                    "resources": ["leases"],
+                    "verbs": ["get", "create", "update"],
+                },
+            ],
+        },
+    )
+    kube.create(
+        ROLE_BINDINGS,
+        namespace,
+        {
+            "metadata": {"name": user},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": user},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+        },
+    )
+    client = KubeClient.from_config(kubeconfig=str(control_plane.kubeconfig_for_user(user)))
+    manager = Manager(
+        client,
+        Options(
+            namespaces=(namespace,),
+            metrics_bind_address="0",
+            health_probe_bind_address="0",
+            leader_elect=leader_elect,
+            leader_election_namespace=namespace,
+            lease_duration=6.0,
+            renew_deadline=4.0,
+            retry_period=1.0,
+            cache_sync_timeout=3.0,
+            shutdown_timeout=1.0,
+        ),
+    )
+    try:
+        assert manager.run() == 1
+    finally:
+        client.close()

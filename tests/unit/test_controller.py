@@ -42,6 +42,10 @@ def _controller(
     ctrl._metrics = metrics
     ctrl._stopping = threading.Event()
     ctrl._threads = []
+    ctrl._busy_since = {}
+    ctrl._busy_lock = threading.Lock()
+    ctrl._wedged_after = 600.0
+    ctrl._now = clock.now
     return ctrl, metrics
 
 
@@ -136,6 +140,33 @@ def test_stop_workers_drops_queued_keys() -> None:
     ctrl.stop_workers()
     assert ctrl.process_next_work_item() is False
     assert ctrl.reconciler.calls == []  # type: ignore[attr-defined]
+
+
+def test_a_worker_stuck_in_one_reconcile_fails_liveness() -> None:
+    """Wedged, not merely busy: only a reconcile longer than wedged_after fails /healthz."""
+    entered, release = threading.Event(), threading.Event()
+
+    def stuck(key: str) -> Result:
+        entered.set()
+        release.wait(5)
+        return Result(key, Action.NONE)
+
+    clock = FakeClock()
+    ctrl, _ = _controller(stuck, clock)
+    ctrl.bundle_informers = {}
+    ctrl.configmap_informers = {}
+    ctrl.queue.add("ns/a")
+    worker = threading.Thread(target=ctrl.process_next_work_item)
+    worker.start()
+    assert entered.wait(5)
+    clock.step(600.0)
+    assert ctrl.healthy(), "busy for exactly wedged_after is not wedged"
+    clock.step(0.5)
+    assert not ctrl.healthy()
+    release.set()
+    worker.join(5)
+    assert ctrl.healthy()
+    ctrl.queue.shut_down()
 
 
 def test_shutdown_reports_to_worker() -> None:

@@ -757,6 +757,24 @@ def test_a_deleted_lease_is_recreated_by_the_leader(
     assert api.spec()["holderIdentity"] == "a"
 
 
+def test_a_deleted_lease_is_not_taken_before_its_last_record_expires(
+    api: FakeLeaseApi, candidates: Callable[..., Candidate]
+) -> None:
+    """Deleting the Lease by hand must not make a second leader while the first still works."""
+    api.put(**held_by("b"))
+    a = candidates()
+    a.start()
+    first_seen = 1000.0
+    with api._lock:
+        api.leases.clear()
+    while not a.started.is_set():
+        assert a.clock.now() < first_seen + LEASE_DURATION + MAX_ACQUIRE_WAIT
+        assert api.writes() == [], "created the Lease while b's record was still valid"
+        a.tick()
+    assert a.clock.now() >= first_seen + LEASE_DURATION
+    assert api.spec()["holderIdentity"] == "a"
+
+
 def test_an_unexpected_error_while_leading_ends_leadership(
     api: FakeLeaseApi, candidates: Callable[..., Candidate]
 ) -> None:
