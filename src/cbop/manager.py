@@ -36,6 +36,7 @@ from cbop.leaderelection import LeaderElector
 from cbop.metrics.controller import (
     BundleReadinessCollector,
     ControllerMetrics,
+    EventSinkCollector,
     LeaderElectionMetrics,
 )
 from cbop.metrics.workqueue import PrometheusWorkqueueMetricsProvider
@@ -142,6 +143,8 @@ class Manager:
             read_timeout=options.read_timeout,
         )
         self.registry.register(BundleReadinessCollector(self.controller.bundles.list))
+        recorder = self.recorder
+        self.registry.register(EventSinkCollector(lambda: (recorder.dropped, recorder.failed)))
         if options.leader_elect:
             namespace = options.leader_election_namespace or pod_namespace()
             if not namespace:

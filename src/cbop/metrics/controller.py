@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 RESULTS = ("success", "error", "requeue", "requeue_after")
@@ -141,6 +141,29 @@ class BundleReadinessCollector(Collector):
         for ready, count in counts.items():
             family.add_metric([ready], count)
         yield family
+
+
+class EventSinkCollector(Collector):
+    """``cbop_events_dropped_total`` and ``cbop_events_failed_total``, read at scrape.
+
+    Args:
+        counts: returns ``(dropped, failed)``: Events dropped because the queue was full
+            (or left at shutdown), and Events the sink failed to write (API errors, a
+            closed write fence, unexpected exceptions).
+    """
+
+    def __init__(self, counts: Callable[[], tuple[int, int]]) -> None:
+        self._counts = counts
+
+    def collect(self) -> Iterable[CounterMetricFamily]:
+        """Yield the two counter families."""
+        dropped, failed = self._counts()
+        yield CounterMetricFamily(
+            "cbop_events_dropped", "Events dropped before they were written", value=dropped
+        )
+        yield CounterMetricFamily(
+            "cbop_events_failed", "Events the sink failed to write", value=failed
+        )
 
 
 class LeaderElectionMetrics:

@@ -146,7 +146,8 @@ class EventRecorder:
                     log.debug("event not recorded", reason=body["reason"], error=str(err))
                 except Exception:  # the sink must outlive a bug, and say so
                     self.failed += 1
-                    log.exception("event sink failed to write an event", reason=body["reason"])
+                    with contextlib.suppress(Exception):  # even a broken log stream
+                        log.exception("event sink failed to write an event", reason=body["reason"])
             finally:
                 self._pending.task_done()
 
