@@ -17,7 +17,7 @@ on its own monotonic clock from the moment it last saw the record change, agains
 not matter; only clock *rates* do.
 
 Timeline with controller-runtime's defaults (lease 15 s, renew deadline 10 s, retry 2 s):
-a candidate tries every 2 to 4.4 s (2 s jittered by up to 1.2x); the leader renews every
+a candidate tries every 2 to 3 s (2 s jittered by up to 0.5x); the leader renews every
 2 s; if renewals keep failing until 10 s after the last successful one began, the leader
 gives up, before any other candidate can see the lease expire (15 s after it saw that
 renewal land).
@@ -37,6 +37,8 @@ answer from the API server does not cost the lease.
 
 Where cbop departs from client-go, and why:
 
+* Acquire attempts are jittered by up to ``ACQUIRE_JITTER_FACTOR`` (0.5), not 1.2, of
+  the retry period, so a successor takes a released lease within 1.5 retry periods.
 * ``on_stopped_leading`` is called only if this process was leading (client-go defers it
   unconditionally); a candidate that never led has nothing to stop.
 * While leading, a renewal that finds another holder (or none) in the Lease ends the
@@ -72,13 +74,24 @@ from cbop.clock import Clock, RealClock, wait_for
 from cbop.kube import LEASES, ApiError, KubeClient
 from cbop.metrics.controller import LeaderElectionMetrics
 
-__all__ = ["JITTER_FACTOR", "RELEASED_LEASE_DURATION_SECONDS", "LeaderElector", "micro_time"]
+__all__ = [
+    "ACQUIRE_JITTER_FACTOR",
+    "JITTER_FACTOR",
+    "RELEASED_LEASE_DURATION_SECONDS",
+    "LeaderElector",
+    "micro_time",
+]
 
 log = structlog.get_logger("cbop.leaderelection")
 
-#: The largest extra fraction of ``retry_period`` a candidate waits between attempts,
-#: as client-go's ``leaderelection.JitterFactor``: waits fall in [retry, 2.2 x retry).
+#: client-go's ``leaderelection.JitterFactor``, used in the timing rule
+#: ``renew_deadline > JITTER_FACTOR x retry_period``.
 JITTER_FACTOR: Final = 1.2
+#: The largest extra fraction of ``retry_period`` a candidate waits between acquire
+#: attempts: waits fall in [retry, 1.5 x retry). client-go jitters by ``JITTER_FACTOR``
+#: (up to 2.2 x); the smaller spread bounds the failover after a release (at most
+#: 3 s with the default 2 s retry period) while still spreading the candidates out.
+ACQUIRE_JITTER_FACTOR: Final = 0.5
 #: Seconds a candidate waits past a lease's local expiry before trying to take it.
 _EXPIRY_SLACK: Final = 0.05
 
@@ -156,7 +169,7 @@ class LeaderElector:
         renew_deadline: seconds the leader keeps retrying a failing renewal before it
             gives up leadership.
         retry_period: seconds between attempts (acquire attempts are jittered up to
-            ``JITTER_FACTOR`` times more).
+            ``ACQUIRE_JITTER_FACTOR`` times more).
         on_started_leading: called once, in a new thread, when this candidate becomes
             leader (as client-go's ``go OnStartedLeading(ctx)``), so it may block.
         on_stopped_leading: called in :meth:`run`'s thread when leadership ends, lost
@@ -291,9 +304,10 @@ class LeaderElector:
         """Take part in the election until leadership ends or ``stop`` is set.
 
         Blocks. Tries to acquire the lease every ``retry_period`` seconds (jittered up to
-        ``JITTER_FACTOR`` times more) until it succeeds or ``stop`` is set. Once leading,
+        ``ACQUIRE_JITTER_FACTOR`` times more) until it succeeds or ``stop`` is set. Once leading,
         starts ``on_started_leading`` in a new thread and renews every ``retry_period``;
-        a renewal that keeps failing for ``renew_deadline`` seconds, or that finds another
+        a renewal that keeps failing until ``renew_deadline`` seconds after the last
+        successful one began, or that finds another
         holder in the Lease, ends leadership (lost). When ``stop`` is set while leading,
         releases the Lease if ``release_on_cancel``. Either way ``on_stopped_leading`` is
         then called and this method returns. A candidate that never led returns without
@@ -356,10 +370,10 @@ class LeaderElector:
                 return True
             # Waiting after each attempt, with fresh jitter each time, keeps candidates
             # that started together from hitting the API server in lock step.
-            wait = self._retry_period * (1.0 + random.random() * JITTER_FACTOR)
+            wait = self._retry_period * (1.0 + random.random() * ACQUIRE_JITTER_FACTOR)
             # But never sleep past the moment the observed lease expires on the local
             # clock: a candidate that polled just before expiry would otherwise add up
-            # to 4.4 s to every failover (client-go waits the full jittered period).
+            # to 3 s to every failover (client-go waits the full jittered period).
             wait = min(wait, max(self._expires_in(), 0.0) + _EXPIRY_SLACK)
             if self._wait(stop, self._clock.now() + wait):
                 return False

@@ -186,7 +186,9 @@ class Manager:
         elector = self.elector
         if elector is not None and elector.holds_lease():
             return True
-        self._lose_lease("a write found the leader lease no longer valid")
+        if not self._elector_stop.is_set():
+            # Not while releasing after a graceful stop: that closed the fence on purpose.
+            self._lose_lease("a write found the leader lease no longer valid")
         return False
 
     def _lose_lease(self, why: str) -> None:

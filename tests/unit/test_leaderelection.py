@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 
 from cbop.clock import FakeClock
 from cbop.kube import LEASES, ApiError, ConnectionFailed, KubeClient, Resource
-from cbop.leaderelection import JITTER_FACTOR, LeaderElector, micro_time
+from cbop.leaderelection import ACQUIRE_JITTER_FACTOR, LeaderElector, micro_time
 from cbop.metrics.controller import LeaderElectionMetrics
 
 NS = "cbop-system"
@@ -30,7 +30,7 @@ LEASE = "cbop-leader"
 RETRY = 2.0
 RENEW_DEADLINE = 10.0
 LEASE_DURATION = 15.0
-MAX_ACQUIRE_WAIT = RETRY * (1 + JITTER_FACTOR)
+MAX_ACQUIRE_WAIT = RETRY * (1 + ACQUIRE_JITTER_FACTOR)
 MICRO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 LONG_AGO = "2001-01-01T00:00:00.000000Z"
 #: Real seconds a test waits for a background thread before failing.
@@ -498,7 +498,7 @@ def test_expiry_uses_the_duration_written_by_the_holder(
     assert api.spec()["holderIdentity"] == "a"
 
 
-def test_acquire_attempts_are_jittered_up_to_1_2_times_the_retry_period(
+def test_acquire_attempts_are_jittered_up_to_half_the_retry_period(
     api: FakeLeaseApi, candidates: Callable[..., Candidate]
 ) -> None:
     api.put(**held_by("b"))
