@@ -37,6 +37,7 @@ from cbop.metrics.controller import (
     BundleReadinessCollector,
     ControllerMetrics,
     EventSinkCollector,
+    InformerConnectedCollector,
     LeaderElectionMetrics,
 )
 from cbop.metrics.workqueue import PrometheusWorkqueueMetricsProvider
@@ -145,6 +146,10 @@ class Manager:
         self.registry.register(BundleReadinessCollector(self.controller.bundles.list))
         recorder = self.recorder
         self.registry.register(EventSinkCollector(lambda: (recorder.dropped, recorder.failed)))
+        informers = self.controller.informers
+        self.registry.register(
+            InformerConnectedCollector(lambda: {i.name: i.healthy() for i in informers})
+        )
         if options.leader_elect:
             namespace = options.leader_election_namespace or pod_namespace()
             if not namespace:

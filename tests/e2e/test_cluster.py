@@ -198,6 +198,8 @@ def test_an_api_server_outage_fails_readyz_not_healthz(
             assert "[-]informers-connected failed" in body, body
             assert "[+]informers-synced ok" in body, body
             assert op.get("/healthz")[0] == 200, "an outage must not fail liveness"
+            connected = [v for k, v in op.metrics().items() if "cbop_informer_connected" in k]
+            assert 0.0 in connected, connected
         finally:
             control_plane.resume_apiserver()
         wait_for(

@@ -166,6 +166,31 @@ class EventSinkCollector(Collector):
         )
 
 
+class InformerConnectedCollector(Collector):
+    """``cbop_informer_connected{informer}``: 1 while an informer's watch is up, else 0.
+
+    The metric side of ``/readyz``'s ``informers-connected`` check: an API server outage
+    shows here (and on ``/readyz``), not on ``/healthz``.
+
+    Args:
+        states: returns informer name -> connected, read at scrape.
+    """
+
+    def __init__(self, states: Callable[[], Mapping[str, bool]]) -> None:
+        self._states = states
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        """Yield one gauge family, one sample per informer."""
+        family = GaugeMetricFamily(
+            "cbop_informer_connected",
+            "1 while the informer's list/watch is up (or down only briefly), else 0",
+            labels=["informer"],
+        )
+        for name, up in sorted(self._states().items()):
+            family.add_metric([name], 1.0 if up else 0.0)
+        yield family
+
+
 class LeaderElectionMetrics:
     """``leader_election_master_status{name}``: 1 while this process leads, else 0."""
 
