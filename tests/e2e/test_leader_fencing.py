@@ -305,23 +305,41 @@ def test_a_paused_leader_writes_nothing_when_it_wakes(
     assert woke > stopped
 
 
-@pytest.mark.parametrize("rounds", [3])
-def test_sigkill_of_the_leader(cluster_factory: Callable[..., Cluster], rounds: int) -> None:
-    cluster = cluster_factory()
+def _fault_rounds(
+    cluster: Cluster,
+    rounds: int,
+    label: str,
+    inject: Callable[[Cluster], float],
+    failover: Callable[[Cluster, float], float] | None = None,
+) -> None:
+    """Two replicas, 20 bundles; per round: settle, inject the fault, change every bundle.
+
+    ``inject`` returns the time the fault began; ``failover`` (default: the next Lease
+    acquisition) the time leadership was whole again. Replicas that exited are replaced
+    after each round.
+    """
     _create_bundles(cluster.kube, cluster.namespace, 20, "0")
     cluster.start_replica()
     cluster.start_replica()
     for n in range(rounds):
-        leader = cluster.leader()
+        cluster.leader()
         _settle(cluster, 20, str(n))
-        leader.op.send(signal.SIGKILL)
-        killed = time.time()
+        began = inject(cluster)
         for i in range(20):
             set_spec(cluster.kube, cluster.namespace, f"le-{i}", {"data": {"k": str(n + 1)}})
-        taken = cluster.acquired_after(killed)
-        _record("SIGKILL of the leader (6/4/1 s)", taken.at - killed)
+        whole = cluster.acquired_after(began).at if failover is None else failover(cluster, began)
+        _record(label, whole - began)
         _settle(cluster, 20, str(n + 1))
-        cluster.start_replica()
+        while len(cluster.live()) < 2:
+            cluster.start_replica()
+
+
+def test_sigkill_of_the_leader(cluster_factory: Callable[..., Cluster]) -> None:
+    def kill(cluster: Cluster) -> float:
+        cluster.leader().op.send(signal.SIGKILL)
+        return time.time()
+
+    _fault_rounds(cluster_factory(), 3, "SIGKILL of the leader (6/4/1 s)", kill)
 
 
 def test_sigterm_with_a_backlog_releases_at_once(
@@ -359,47 +377,26 @@ def test_sigterm_with_a_backlog_releases_at_once(
 
 
 def test_the_lease_deleted_by_hand(cluster_factory: Callable[..., Cluster]) -> None:
-    cluster = cluster_factory()
-    _create_bundles(cluster.kube, cluster.namespace, 20, "0")
-    cluster.start_replica()
-    cluster.start_replica()
-    for n in range(3):
-        cluster.leader()
-        _settle(cluster, 20, str(n))
+    def delete(cluster: Cluster) -> float:
         cluster.kube.delete(LEASES, cluster.namespace, cluster.lease)
-        deleted = time.time()
-        for i in range(20):
-            set_spec(cluster.kube, cluster.namespace, f"le-{i}", {"data": {"k": str(n + 1)}})
-        taken = cluster.acquired_after(deleted)
-        _record("Lease deleted by hand (6/4/1 s)", taken.at - deleted)
-        _settle(cluster, 20, str(n + 1))
-        while len(cluster.live()) < 2:
-            cluster.start_replica()
+        return time.time()
+
+    _fault_rounds(cluster_factory(), 3, "Lease deleted by hand (6/4/1 s)", delete)
 
 
 def test_api_server_paused_past_the_renew_deadline(
     cluster_factory: Callable[..., Cluster],
 ) -> None:
-    cluster = cluster_factory()
-    _create_bundles(cluster.kube, cluster.namespace, 20, "0")
-    cluster.start_replica()
-    cluster.start_replica()
-    for n in range(2):
-        cluster.leader()
-        _settle(cluster, 20, str(n))
+    def pause(cluster: Cluster) -> float:
         cluster.control.pause_apiserver()
         paused = time.time()
         try:
             time.sleep(7)  # renew deadline 4 s, lease 6 s
         finally:
             cluster.control.resume_apiserver()
-        for i in range(20):
-            set_spec(cluster.kube, cluster.namespace, f"le-{i}", {"data": {"k": str(n + 1)}})
-        taken = cluster.acquired_after(paused)
-        _record("API server paused 7 s (6/4/1 s)", taken.at - paused)
-        _settle(cluster, 20, str(n + 1))
-        while len(cluster.live()) < 2:
-            cluster.start_replica()
+        return paused
+
+    _fault_rounds(cluster_factory(), 2, "API server paused 7 s (6/4/1 s)", pause)
 
 
 def test_one_slow_renewal_does_not_cost_the_lease(
@@ -429,24 +426,24 @@ def test_one_slow_renewal_does_not_cost_the_lease(
 
 
 def test_api_server_restart(cluster_factory: Callable[..., Cluster]) -> None:
-    cluster = cluster_factory()
-    _create_bundles(cluster.kube, cluster.namespace, 20, "0")
-    cluster.start_replica()
-    cluster.start_replica()
-    for n in range(2):
-        cluster.leader()
-        _settle(cluster, 20, str(n))
+    back: list[float] = []
+
+    def restart(cluster: Cluster) -> float:
         restarted = time.time()
         cluster.control.restart_apiserver()
-        back = time.time()
-        for i in range(20):
-            set_spec(cluster.kube, cluster.namespace, f"le-{i}", {"data": {"k": str(n + 1)}})
-        _settle(cluster, 20, str(n + 1))
-        renewed = [c for c in cluster.changes() if c.at > back and c.holder is not None]
-        assert renewed, "a leader holds the lease after the restart"
-        _record("API server restart (6/4/1 s)", renewed[0].at - restarted)
-        while len(cluster.live()) < 2:
-            cluster.start_replica()
+        back.append(time.time())
+        return restarted
+
+    def renewed(cluster: Cluster, began: float) -> float:
+        """The first Lease write naming a holder once the API server is back."""
+
+        def first() -> float | None:
+            return next((c.at for c in cluster.changes() if c.at > back[-1] and c.holder), None)
+
+        at: float = wait_for(first, 60, interval=0.2, message="a leader after the restart")
+        return at
+
+    _fault_rounds(cluster_factory(), 2, "API server restart (6/4/1 s)", restart, renewed)
 
 
 ROLES = Resource("rbac.authorization.k8s.io", "v1", "roles", "Role")
