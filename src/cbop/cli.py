@@ -226,6 +226,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="namespace of the Lease (default: the pod's namespace)",
     )
     flag(
+        "leader-election-lease-duration",
+        15.0,
+        type=parse_duration,
+        help="how long a standby waits before taking over an unrenewed lease (default 15s)",
+    )
+    flag(
+        "leader-election-renew-deadline",
+        10.0,
+        type=parse_duration,
+        help="how long the leader retries renewing before it stops writing (default 10s)",
+    )
+    flag(
+        "leader-election-retry-period",
+        2.0,
+        type=parse_duration,
+        help="time between lease renewals and acquire attempts (default 2s)",
+    )
+    flag(
         "shutdown-timeout",
         30.0,
         type=parse_duration,
@@ -440,6 +458,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 leader_elect=args.leader_elect,
                 leader_election_id=args.leader_election_id,
                 leader_election_namespace=args.leader_election_namespace,
+                lease_duration=args.leader_election_lease_duration,
+                renew_deadline=args.leader_election_renew_deadline,
+                retry_period=args.leader_election_retry_period,
                 shutdown_timeout=args.shutdown_timeout,
                 read_timeout=args.watch_read_timeout,
                 priority_queue=args.priority_queue,

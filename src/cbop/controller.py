@@ -19,7 +19,14 @@ someone just changed. Retries keep the priority the key was handed out with.
 The worker's outcome policy is controller-runtime's: an error -> ``add_rate_limited``;
 a requeue after a delay -> ``forget`` then ``add_after``; success -> ``forget``. An
 unexpected exception (a bug) is logged with its traceback, counted as a panic, and
-retried like an error: it never kills the worker.
+retried like an error: it never kills the worker. A write refused by the client's
+write fence (:class:`cbop.kube.LeaseNotHeld`: the leader lease is not held) stops the
+worker instead: the key is not retried, the manager ends the process.
+
+Stopping (:meth:`Controller.stop_workers`, :meth:`Controller.shutdown`) drops the keys
+still queued rather than working through them, as controller-runtime's workers stop
+taking keys once their context is cancelled; a successor (or the next start) lists
+every object anew, so nothing queued is lost.
 """
 
 from __future__ import annotations
@@ -40,7 +47,7 @@ from cbop.informers import (
     index_by_controller_uid,
     wait_for_cache_sync,
 )
-from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, KubeClient
+from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, KubeClient, LeaseNotHeld
 from cbop.metrics.controller import ControllerMetrics
 from cbop.reconciler import CONTROLLER_UID_INDEX, EventRecorder, Reconciler, Requeue, Result
 from cbop.reconciler.desired import controller_reference, is_bundle_reference
@@ -180,6 +187,8 @@ class Controller:
         read_timeout: the informers' watch socket read timeout in seconds.
         priority_queue: use a ``PriorityQueue`` (initial list and resyncs at low
             priority); False: the plain ``RateLimitingQueue``.
+        wedged_after: seconds one reconcile may run before :meth:`healthy` calls the
+            worker wedged.
     """
 
     def __init__(
@@ -195,6 +204,7 @@ class Controller:
         dry_run: bool = False,
         read_timeout: float = 90.0,
         priority_queue: bool = True,
+        wedged_after: float = 600.0,
     ) -> None:
         self._workers = max(1, workers)
         self._metrics = metrics
@@ -250,6 +260,13 @@ class Controller:
             dry_run=dry_run,
         )
         self._threads: list[threading.Thread] = []
+        # Set by stop_workers(): workers take no further key, queued keys are dropped.
+        self._stopping = threading.Event()
+        # Worker thread ident -> time.monotonic() at which its current reconcile began.
+        self._busy_since: dict[int, float] = {}
+        self._busy_lock = threading.Lock()
+        self._wedged_after = wedged_after
+        self._now = time.monotonic  # the clock of the wedged check (tests swap it)
         if metrics is not None:
             metrics.max_concurrent.set(self._workers)
 
@@ -342,34 +359,57 @@ class Controller:
             self._threads.append(thread)
 
     def healthy(self) -> bool:
-        """Return False when an informer's watch is dead or a worker thread died."""
+        """Liveness: False when a thread is dead or wedged, never for an API server outage.
+
+        False when an informer's reflector thread died, a worker thread died (while the
+        queue runs), or a worker has been inside one reconcile for more than
+        ``wedged_after`` seconds (every request has a timeout, so a reconcile that long
+        is stuck). An unreachable API server does not fail it: restarting the process
+        would not bring the server back; :meth:`connected` reports that instead.
+        """
         if any(not t.is_alive() for t in self._threads) and not self.queue.shutting_down():
             return False
+        now = self._now()
+        with self._busy_lock:
+            if any(now - since > self._wedged_after for since in self._busy_since.values()):
+                return False
+        return all(informer.alive() for informer in self.informers)
+
+    def connected(self) -> bool:
+        """Readiness: whether every informer's watch is up (or down only briefly).
+
+        False while the API server is unreachable or refuses the list/watch for longer
+        than the informers' ``unhealthy_after``; true again once the watches are back.
+        """
         return all(informer.healthy() for informer in self.informers)
 
     def synced(self) -> bool:
         """Whether every informer has delivered its first full list."""
         return all(informer.has_synced() for informer in self.informers)
 
+    def stop_workers(self) -> None:
+        """Stop intake at once: workers take no further key and the queued keys are dropped.
+
+        Returns immediately; reconciles already running go on to their end (a fenced
+        client refuses their writes once the lease is gone). Idempotent, any thread.
+        """
+        self._stopping.set()
+        self.queue.shut_down()
+
     def shutdown(self, timeout: float = 30.0) -> bool:
-        """Stop intake, let in-flight reconciles finish (up to ``timeout`` seconds), stop.
+        """Stop intake, drop queued keys, let in-flight reconciles finish, stop informers.
+
+        Args:
+            timeout: seconds the reconciles in flight get to finish (0: none).
 
         Returns:
             True when every worker finished in time.
         """
-        drained = threading.Event()
-
-        def drain() -> None:
-            self.queue.shut_down_with_drain()
-            drained.set()
-
-        threading.Thread(target=drain, name="cbop-drain", daemon=True).start()
-        finished = drained.wait(timeout)
-        if not finished:
-            self.queue.shut_down()
-        deadline = time.monotonic() + (timeout if finished else 1.0)
+        self.stop_workers()
+        deadline = time.monotonic() + timeout
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
+        finished = not any(thread.is_alive() for thread in self._threads)
         for informer in self.informers:
             informer.stop()
         return finished
@@ -383,13 +423,27 @@ class Controller:
         key, shutdown = self.queue.get()
         if shutdown or key is None:
             return False
+        if self._stopping.is_set():
+            self.queue.done(key)  # dropped: stopping workers take no further key
+            return False
         metrics = self._metrics
         if metrics is not None:
             metrics.active_workers.inc()
         started = time.monotonic()
         outcome = "success"
+        fenced = False
+        worker = threading.get_ident()
+        with self._busy_lock:
+            self._busy_since[worker] = self._now()
         try:
             result = self.reconciler.reconcile(key)
+        except LeaseNotHeld as err:
+            # Not leader any more: nothing may be written, nothing retried; the manager
+            # (told by the fence) stops the process.
+            outcome = "error"
+            fenced = True
+            log.warning("reconcile stopped: write fenced off", key=key, error=str(err))
+            self.stop_workers()
         except Requeue:
             # Lost an optimistic-concurrency race: retry from fresh cache state, quietly.
             outcome = "requeue"
@@ -410,6 +464,8 @@ class Controller:
                 outcome = "requeue_after"
                 self.queue.add_after(key, result.requeue_after)
         finally:
+            with self._busy_lock:
+                self._busy_since.pop(worker, None)
             self.queue.done(key)
             if metrics is not None:
                 metrics.active_workers.dec()
@@ -417,7 +473,7 @@ class Controller:
             metrics.reconciled(outcome, time.monotonic() - started)
             if outcome == "error":
                 metrics.reconcile_errors.inc()
-        return True
+        return not fenced
 
     def reconcile_all(self, attempts: int = 3) -> list[Result]:
         """Reconcile every cached bundle once, in key order, on the calling thread.

@@ -17,12 +17,28 @@ on its own monotonic clock from the moment it last saw the record change, agains
 not matter; only clock *rates* do.
 
 Timeline with controller-runtime's defaults (lease 15 s, renew deadline 10 s, retry 2 s):
-a candidate tries every 2 to 4.4 s (2 s jittered by up to 1.2x); the leader renews every
-2 s; if renewals keep failing for 10 s the leader gives up, at most 12 s after its last
-successful renewal and so before any other candidate can see the lease expire (15 s).
+a candidate tries every 2 to 3 s (2 s jittered by up to 0.5x); the leader renews every
+2 s; if renewals keep failing until 10 s after the last successful one began, the leader
+gives up, before any other candidate can see the lease expire (15 s after it saw that
+renewal land).
+
+Fencing: :meth:`LeaderElector.holds_lease` says whether this candidate may still write,
+by its own monotonic clock: it leads and the last successful acquire or renewal *began*
+less than ``renew_deadline`` seconds ago. Every other candidate waits ``lease_duration``
+from the moment it saw that renewal land, which is later, so the gap between the two
+(5 s by default) is the margin for clock rates and requests in flight. A process that
+was paused (SIGSTOP, a stalled VM) wakes with the check failing, whatever its threads
+were about to do; the manager hands it to the API client as a write fence.
+
+Renewal requests get timeouts bounded by the time left before the renew deadline, and
+never all of it while a retry still fits (half the time left, at least one retry
+period), as client-go bounds each try by the renew context's deadline: one slow
+answer from the API server does not cost the lease.
 
 Where cbop departs from client-go, and why:
 
+* Acquire attempts are jittered by up to ``ACQUIRE_JITTER_FACTOR`` (0.5), not 1.2, of
+  the retry period, so a successor takes a released lease within 1.5 retry periods.
 * ``on_stopped_leading`` is called only if this process was leading (client-go defers it
   unconditionally); a candidate that never led has nothing to stop.
 * While leading, a renewal that finds another holder (or none) in the Lease ends the
@@ -33,6 +49,14 @@ Where cbop departs from client-go, and why:
   its work before a successor starts.
 * ``on_new_leader`` is not called for an empty holder (a released lease has no leader).
 * The first renewal comes one retry period after acquiring, not immediately.
+* The renew deadline counts from the start of the last successful renewal, not from the
+  start of the current round of attempts, so that leading ends exactly when the write
+  fence (:meth:`LeaderElector.holds_lease`) closes.
+* The Lease is released only after the write fence was closed.
+* A Lease deleted by hand is not taken over at once: a candidate that last saw another
+  holder in it waits until that record expires by its own clock, as for an unrenewed
+  Lease (client-go creates a missing Lease at once, so its old holder and the creator
+  may both lead until the old holder's next renewal fails).
 """
 
 from __future__ import annotations
@@ -50,13 +74,24 @@ from cbop.clock import Clock, RealClock, wait_for
 from cbop.kube import LEASES, ApiError, KubeClient
 from cbop.metrics.controller import LeaderElectionMetrics
 
-__all__ = ["JITTER_FACTOR", "RELEASED_LEASE_DURATION_SECONDS", "LeaderElector", "micro_time"]
+__all__ = [
+    "ACQUIRE_JITTER_FACTOR",
+    "JITTER_FACTOR",
+    "RELEASED_LEASE_DURATION_SECONDS",
+    "LeaderElector",
+    "micro_time",
+]
 
 log = structlog.get_logger("cbop.leaderelection")
 
-#: The largest extra fraction of ``retry_period`` a candidate waits between attempts,
-#: as client-go's ``leaderelection.JitterFactor``: waits fall in [retry, 2.2 x retry).
+#: client-go's ``leaderelection.JitterFactor``, used in the timing rule
+#: ``renew_deadline > JITTER_FACTOR x retry_period``.
 JITTER_FACTOR: Final = 1.2
+#: The largest extra fraction of ``retry_period`` a candidate waits between acquire
+#: attempts: waits fall in [retry, 1.5 x retry). client-go jitters by ``JITTER_FACTOR``
+#: (up to 2.2 x); the smaller spread bounds the failover after a release (at most
+#: 3 s with the default 2 s retry period) while still spreading the candidates out.
+ACQUIRE_JITTER_FACTOR: Final = 0.5
 #: Seconds a candidate waits past a lease's local expiry before trying to take it.
 _EXPIRY_SLACK: Final = 0.05
 
@@ -66,6 +101,9 @@ RELEASED_LEASE_DURATION_SECONDS: Final = 1
 
 #: Real seconds between checks of the caller's stop event by the relay thread.
 _STOP_POLL_INTERVAL: Final = 0.05
+
+#: The shortest timeout, seconds, a Lease request is given while renewing.
+_MIN_REQUEST_TIMEOUT: Final = 0.5
 
 
 def micro_time(when: datetime) -> str:
@@ -131,7 +169,7 @@ class LeaderElector:
         renew_deadline: seconds the leader keeps retrying a failing renewal before it
             gives up leadership.
         retry_period: seconds between attempts (acquire attempts are jittered up to
-            ``JITTER_FACTOR`` times more).
+            ``ACQUIRE_JITTER_FACTOR`` times more).
         on_started_leading: called once, in a new thread, when this candidate becomes
             leader (as client-go's ``go OnStartedLeading(ctx)``), so it may block.
         on_stopped_leading: called in :meth:`run`'s thread when leadership ends, lost
@@ -215,10 +253,17 @@ class LeaderElector:
         # The run loop waits on _wakeup (with the clock's deadlines); the stop relay
         # thread notifies it when the caller's stop event is set.
         self._wakeup = threading.Condition(threading.Lock())
-        # Guards _leading and _running, read by is_leader() from any thread.
+        # Guards _leading, _renewed_at and _running, read by is_leader() and
+        # holds_lease() from any thread.
         self._state_lock = threading.Lock()
         self._leading = False
         self._running = False
+        # Clock time at which the last successful acquire or renewal attempt began;
+        # None while not leading (or once a release began).
+        self._renewed_at: float | None = None
+        # While renewing: the clock time by which a renewal must have succeeded; the
+        # timeout of each Lease request is bounded by it.
+        self._attempt_deadline: float | None = None
         # Only the run() thread touches the rest.
         self._lease: dict[str, Any] | None = None  # last Lease object the server returned
         self._observed_spec: dict[str, Any] | None = None  # its spec, as last seen to change
@@ -240,13 +285,29 @@ class LeaderElector:
         with self._state_lock:
             return self._leading
 
+    def holds_lease(self) -> bool:
+        """Return whether this candidate may still write as the leader (the write fence).
+
+        True while leading and less than ``renew_deadline`` seconds (on the monotonic
+        clock) have passed since the last successful acquire or renewal *began*; False
+        once leadership ended or a release began. Safe to call from any thread; cheap
+        enough to call before every request.
+        """
+        with self._state_lock:
+            renewed = self._renewed_at
+            leading = self._leading
+        return (
+            leading and renewed is not None and self._clock.now() < renewed + self._renew_deadline
+        )
+
     def run(self, stop: threading.Event) -> None:
         """Take part in the election until leadership ends or ``stop`` is set.
 
         Blocks. Tries to acquire the lease every ``retry_period`` seconds (jittered up to
-        ``JITTER_FACTOR`` times more) until it succeeds or ``stop`` is set. Once leading,
+        ``ACQUIRE_JITTER_FACTOR`` times more) until it succeeds or ``stop`` is set. Once leading,
         starts ``on_started_leading`` in a new thread and renews every ``retry_period``;
-        a renewal that keeps failing for ``renew_deadline`` seconds, or that finds another
+        a renewal that keeps failing until ``renew_deadline`` seconds after the last
+        successful one began, or that finds another
         holder in the Lease, ends leadership (lost). When ``stop`` is set while leading,
         releases the Lease if ``release_on_cancel``. Either way ``on_stopped_leading`` is
         then called and this method returns. A candidate that never led returns without
@@ -300,50 +361,84 @@ class LeaderElector:
             identity=self._identity,
         )
         while not stop.is_set():
+            began = self._clock.now()
             attempt = self._try_acquire_or_renew(renewing=False)
             self._maybe_report_transition()
             if attempt is _Attempt.SUCCEEDED:
+                with self._state_lock:
+                    self._renewed_at = began
                 return True
             # Waiting after each attempt, with fresh jitter each time, keeps candidates
             # that started together from hitting the API server in lock step.
-            wait = self._retry_period * (1.0 + random.random() * JITTER_FACTOR)
+            wait = self._retry_period * (1.0 + random.random() * ACQUIRE_JITTER_FACTOR)
             # But never sleep past the moment the observed lease expires on the local
             # clock: a candidate that polled just before expiry would otherwise add up
-            # to 4.4 s to every failover (client-go waits the full jittered period).
+            # to 3 s to every failover (client-go waits the full jittered period).
             wait = min(wait, max(self._expires_in(), 0.0) + _EXPIRY_SLACK)
             if self._wait(stop, self._clock.now() + wait):
                 return False
         return False
 
     def _renew(self, stop: threading.Event) -> _Ended:
-        """Renew every ``retry_period`` until lost or stopped, as client-go's ``renew``."""
-        while True:
-            if self._wait(stop, self._clock.now() + self._retry_period):
-                return _Ended.STOPPED
-            deadline = self._clock.now() + self._renew_deadline
+        """Renew every ``retry_period`` until lost or stopped, as client-go's ``renew``.
+
+        A round of attempts must succeed before ``renew_deadline`` seconds have passed
+        since the last successful renewal began (the moment the write fence closes);
+        each attempt starts at most every ``retry_period`` and its requests' timeouts
+        are bounded by that deadline (see :meth:`_request_timeout_now`).
+        """
+        try:
             while True:
-                attempt = self._try_acquire_or_renew(renewing=True)
-                self._maybe_report_transition()
-                if attempt is _Attempt.SUCCEEDED:
-                    break
-                if attempt is _Attempt.HELD:
-                    log.error(
-                        "the leader lease names another holder; leadership lost",
-                        lease=self._describe(),
-                        holder=self._observed_holder() or None,
-                    )
-                    return _Ended.LOST
-                next_try = min(self._clock.now() + self._retry_period, deadline)
-                if self._wait(stop, next_try):
+                if self._wait(stop, self._clock.now() + self._retry_period):
                     return _Ended.STOPPED
-                if self._clock.now() >= deadline:
-                    log.error(
-                        "could not renew the leader lease within the renew deadline; "
-                        "leadership lost",
-                        lease=self._describe(),
-                        renew_deadline=self._renew_deadline,
-                    )
-                    return _Ended.LOST
+                with self._state_lock:
+                    renewed = self._renewed_at
+                deadline = (renewed if renewed is not None else 0.0) + self._renew_deadline
+                while True:
+                    began = self._clock.now()
+                    if began >= deadline:
+                        log.error(
+                            "could not renew the leader lease within the renew deadline; "
+                            "leadership lost",
+                            lease=self._describe(),
+                            renew_deadline=self._renew_deadline,
+                            late=round(began - deadline, 3),
+                        )
+                        return _Ended.LOST
+                    self._attempt_deadline = deadline
+                    attempt = self._try_acquire_or_renew(renewing=True)
+                    self._maybe_report_transition()
+                    if attempt is _Attempt.SUCCEEDED:
+                        with self._state_lock:
+                            self._renewed_at = began
+                        break
+                    if attempt is _Attempt.HELD:
+                        log.error(
+                            "the leader lease names another holder; leadership lost",
+                            lease=self._describe(),
+                            holder=self._observed_holder() or None,
+                        )
+                        return _Ended.LOST
+                    # A failed attempt that already took a retry period (a timeout) is
+                    # retried at once: the time left is what a retry needs.
+                    if self._wait(stop, min(began + self._retry_period, deadline)):
+                        return _Ended.STOPPED
+        finally:
+            self._attempt_deadline = None
+
+    def _request_timeout_now(self) -> float:
+        """Seconds one Lease request may take now.
+
+        Acquiring: ``renew_deadline / 2``. Renewing: half the time left before the renew
+        deadline, but at least one retry period (and ``_MIN_REQUEST_TIMEOUT``), and never
+        more than the time left, so a slow answer can still arrive and a timed-out
+        attempt still leaves room for a retry on a fresh connection.
+        """
+        deadline = self._attempt_deadline
+        if deadline is None:
+            return self._request_timeout
+        left = deadline - self._clock.now()
+        return max(_MIN_REQUEST_TIMEOUT, min(left, max(left / 2, self._retry_period)))
 
     def _wait(self, stop: threading.Event, deadline: float) -> bool:
         """Sleep on the clock until ``deadline``; return True early if ``stop`` is set."""
@@ -383,6 +478,7 @@ class LeaderElector:
     def _end_leadership(self) -> None:
         with self._state_lock:
             self._leading = False
+            self._renewed_at = None
         if self._metrics is not None:
             self._metrics.set_leading(False)
         log.info("stopped leading", lease=self._describe(), identity=self._identity)
@@ -436,12 +532,22 @@ class LeaderElector:
 
         try:
             lease = self._client.get(
-                LEASES, self._namespace, self._lease_name, timeout=self._request_timeout
+                LEASES, self._namespace, self._lease_name, timeout=self._request_timeout_now()
             )
         except ApiError as err:
             if not err.is_not_found:
                 log.warning("cannot read the leader lease", lease=self._describe(), error=str(err))
                 return _Attempt.FAILED
+            holder = self._observed_holder()
+            if not renewing and holder not in ("", self._identity) and self._lease_valid():
+                # A deleted Lease is not a released one: its holder may still be working
+                # until the record it last wrote expires by our clock.
+                log.debug(
+                    "the leader lease is missing but was held recently; waiting for it to expire",
+                    lease=self._describe(),
+                    holder=holder,
+                )
+                return _Attempt.HELD
             return self._create(now)
 
         self._observe(lease)
@@ -486,7 +592,7 @@ class LeaderElector:
         }
         try:
             created = self._client.create(
-                LEASES, self._namespace, body, timeout=self._request_timeout
+                LEASES, self._namespace, body, timeout=self._request_timeout_now()
             )
         except ApiError as err:
             if err.is_already_exists:
@@ -503,11 +609,14 @@ class LeaderElector:
         """Hand the lease back: empty holder, 1 s duration (client-go's ``release``).
 
         Reads the Lease first and writes only if it still names this candidate, with the
-        resourceVersion just read, so a successor's record is never overwritten.
+        resourceVersion just read, so a successor's record is never overwritten. The
+        write fence is closed first: no write of this process may follow the release.
         """
+        with self._state_lock:
+            self._renewed_at = None
         try:
             lease = self._client.get(
-                LEASES, self._namespace, self._lease_name, timeout=self._request_timeout
+                LEASES, self._namespace, self._lease_name, timeout=self._request_timeout_now()
             )
         except ApiError as err:
             log.warning("cannot release the leader lease", lease=self._describe(), error=str(err))
@@ -554,7 +663,7 @@ class LeaderElector:
         """
         body = {**lease, "spec": spec}
         updated = self._client.update(
-            LEASES, self._namespace, self._lease_name, body, timeout=self._request_timeout
+            LEASES, self._namespace, self._lease_name, body, timeout=self._request_timeout_now()
         )
         self._observe(updated)
 

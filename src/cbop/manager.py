@@ -3,10 +3,18 @@
 As controller-runtime's Manager, it owns the process lifecycle: it starts the metrics
 endpoint and the health probes, starts the informers (a standby keeps warm caches),
 takes part in leader election when asked, runs the workers only while leading, and
-shuts down gracefully: on a stop request it stops intake, lets in-flight reconciles
-finish (bounded by ``shutdown_timeout``), releases the lease so a successor takes over
-at once, and returns. Losing the lease is fatal (exit non-zero) so that a restarted pod
-rejoins as a clean candidate, as client-go's leader election expects.
+shuts down gracefully: on a stop request it stops intake and drops the queued keys
+(the successor lists everything anew), lets in-flight reconciles finish (bounded by
+``shutdown_timeout``), releases the lease so a successor takes over at once, and
+returns.
+
+Under leader election every write goes through a fenced client (see
+``KubeClient.with_fence``): a create, update, patch or delete is sent only while
+:meth:`cbop.leaderelection.LeaderElector.holds_lease` is true. Losing the lease, or a
+write finding the fence closed, is fatal: the workers stop taking keys at once, the
+queue is dropped, nothing is drained or released, and the process exits 1 so that a
+restarted pod rejoins as a clean candidate (as controller-runtime skips its graceful
+shutdown when the lease is lost). Caches that never sync exit 1 too.
 """
 
 from __future__ import annotations
@@ -29,6 +37,8 @@ from cbop.leaderelection import LeaderElector
 from cbop.metrics.controller import (
     BundleReadinessCollector,
     ControllerMetrics,
+    EventSinkCollector,
+    InformerConnectedCollector,
     LeaderElectionMetrics,
 )
 from cbop.metrics.restclient import PrometheusRestClientMetrics
@@ -140,10 +150,20 @@ class Manager:
         with _bind_errors("--health-probe-bind-address", options.health_probe_bind_address):
             self._probe_address = parse_bind_address(options.health_probe_bind_address)
         self.metrics = ControllerMetrics(CONTROLLER_NAME, self.registry)
+        self.stop_event = threading.Event()
+        # Set only after the workers stopped, so the lease is released after the last write.
+        self._elector_stop = threading.Event()
+        self._lost_lease = threading.Event()
+        self._sync_failed = False
+        self._workers_started = threading.Event()
+        self.elector: LeaderElector | None = None
+        # REST client metrics first: the fenced client below reports through them too.
         client.set_metrics(PrometheusRestClientMetrics(self.registry))
-        self.recorder = EventRecorder(client, instance=options.identity)
+        # Every write of the reconciler and the Event sink goes through this client.
+        writer = client.with_fence(self._fence) if options.leader_elect else client
+        self.recorder = EventRecorder(writer, instance=options.identity)
         self.controller = Controller(
-            client,
+            writer,
             namespaces=options.namespaces,
             workers=options.workers,
             resync_period=options.resync_period,
@@ -154,12 +174,12 @@ class Manager:
             priority_queue=options.priority_queue,
         )
         self.registry.register(BundleReadinessCollector(self.controller.bundles.list))
-        self.stop_event = threading.Event()
-        # Set only after the workers drained, so the lease is released after the last write.
-        self._elector_stop = threading.Event()
-        self._lost_lease = False
-        self._workers_started = threading.Event()
-        self.elector: LeaderElector | None = None
+        recorder = self.recorder
+        self.registry.register(EventSinkCollector(lambda: (recorder.dropped, recorder.failed)))
+        informers = self.controller.informers
+        self.registry.register(
+            InformerConnectedCollector(lambda: {i.name: i.healthy() for i in informers})
+        )
         if options.leader_elect:
             namespace = options.leader_election_namespace or pod_namespace()
             if not namespace:
@@ -184,16 +204,51 @@ class Manager:
                 self.probes = ProbeServer(
                     self._probe_address,
                     liveness={"informers-and-workers": self.controller.healthy},
-                    readiness=self.controller.readiness_checks(),
+                    # An API server outage shows here (and in logs and metrics), not on
+                    # /healthz: restarting every replica would not end it.
+                    readiness={
+                        **self.controller.readiness_checks(),
+                        "informers-connected": self.controller.connected,
+                    },
                 )
+
+    def _fence(self) -> bool:
+        """Return whether a write may be sent: the fence of the writing client.
+
+        True while the elector holds the lease by its own clock. The first False also
+        ends the work as a lost lease does (a write that finds the fence closed means
+        the lease may be someone else's by now).
+        """
+        elector = self.elector
+        if elector is not None and elector.holds_lease():
+            return True
+        if not self._elector_stop.is_set():
+            # Not while releasing after a graceful stop: that closed the fence on purpose.
+            self._lose_lease("a write found the leader lease no longer valid")
+        return False
+
+    def _lose_lease(self, why: str) -> None:
+        """Stop every worker at once, drop the queue, and have :meth:`run` exit 1."""
+        if self._lost_lease.is_set():
+            return
+        self._lost_lease.set()
+        log.error(f"{why}; stopping at once so a fresh candidate can take over")
+        self.controller.stop_workers()
+        self.stop_event.set()
 
     def _start_leading(self) -> None:
         log.info("became leader; starting workers", identity=self.options.identity)
         if not self._wait_for_cache_sync():
             if self.stop_event.is_set():
                 return
-            log.error("caches did not sync; giving up leadership")
+            log.error(
+                "caches did not sync in time; giving up leadership",
+                timeout=self.options.cache_sync_timeout,
+            )
+            self._sync_failed = True
             self.stop_event.set()
+            return
+        if self.stop_event.is_set():
             return
         self.controller.start_workers()
         self._workers_started.set()
@@ -208,17 +263,16 @@ class Manager:
         )
 
     def _stop_leading(self) -> None:
-        if self.stop_event.is_set():
-            return
-        log.error("lost the leader lease; exiting so a fresh candidate can take over")
-        self._lost_lease = True
-        self.stop_event.set()
+        if self._elector_stop.is_set():
+            return  # released on request, after the workers stopped
+        self._lose_lease("lost the leader lease")
 
     def run(self) -> int:
         """Run until :attr:`stop_event` is set; return the process exit code.
 
         Returns:
-            0 after a graceful stop; 1 when the lease was lost or caches never synced.
+            0 after a graceful stop; 1 when the lease was lost (or a write found the
+            fence closed) or caches never synced, with or without leader election.
         """
         opts = self.options
         metrics_server = None
@@ -254,15 +308,23 @@ class Manager:
             self._workers_started.set()
         elif not self.stop_event.is_set():
             log.error("caches did not sync in time", timeout=opts.cache_sync_timeout)
-            code = 1
+            self._sync_failed = True
             self.stop_event.set()
         self.stop_event.wait()
 
-        log.info("shutting down", timeout=opts.shutdown_timeout)
-        drained = self.controller.shutdown(opts.shutdown_timeout)
-        if not drained:
-            log.warning("in-flight reconciles did not finish in time")
-        self.recorder.close(timeout=2.0)
+        if self._lost_lease.is_set():
+            # No drain and no release: the fence refuses every write anyway, and the
+            # lease may already be someone else's.
+            log.info("stopping without a drain after losing the leader lease")
+            self.controller.shutdown(0.0)
+            self.recorder.close(timeout=0.0)
+        else:
+            log.info("shutting down", timeout=opts.shutdown_timeout)
+            finished = self.controller.shutdown(opts.shutdown_timeout)
+            if not finished:
+                log.warning("in-flight reconciles did not finish in time")
+            # Events are best effort: a second for the queued ones, then release.
+            self.recorder.close(timeout=min(1.0, opts.shutdown_timeout))
         self._elector_stop.set()
         if elector_thread is not None:
             elector_thread.join(opts.renew_deadline)
@@ -271,7 +333,7 @@ class Manager:
         if metrics_server is not None:
             metrics_server.shutdown()
             metrics_server.server_close()
-        if self._lost_lease:
+        if self._lost_lease.is_set() or self._sync_failed:
             code = 1
         log.info("stopped", exit_code=code)
         return code

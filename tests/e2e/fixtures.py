@@ -32,6 +32,11 @@ RESYNC = "2s"
 @pytest.fixture(scope="session")
 def crd(control_plane: ControlPlane) -> None:
     """Install the ConfigBundle CRD once and wait until it is served."""
+    install_crd(control_plane)
+
+
+def install_crd(control_plane: ControlPlane) -> None:
+    """Install the ConfigBundle CRD in ``control_plane`` and wait until it is served."""
     kube = KubeClient.from_config(kubeconfig=str(control_plane.kubeconfig_path))
     body = yaml.safe_load((REPO / "manifests" / "crd" / "cbop.dev_configbundles.yaml").read_text())
     try:

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from cbop.controller import Controller, MultiNamespaceLister, _Enqueue, owner_key
 from cbop.informers import DeletedFinalStateUnknown, ListWatchProblem
-from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError
+from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, LeaseNotHeld
 from cbop.metrics.controller import ControllerMetrics
 from cbop.reconciler import Action, Requeue, Result
 from cbop.workqueue import (
@@ -47,6 +47,12 @@ def _controller(
     ctrl.queue = RateLimitingQueue(clock=clock)
     ctrl.reconciler = _ScriptedReconciler(outcome)  # type: ignore[assignment]
     ctrl._metrics = metrics
+    ctrl._stopping = threading.Event()
+    ctrl._threads = []
+    ctrl._busy_since = {}
+    ctrl._busy_lock = threading.Lock()
+    ctrl._wedged_after = 600.0
+    ctrl._now = clock.now
     return ctrl, metrics
 
 
@@ -116,6 +122,57 @@ def test_requeue_after_forgets_then_adds_after() -> None:
     clock.step(1.0)
     item, _ = ctrl.queue.get()
     assert item == "ns/a"
+    ctrl.queue.shut_down()
+
+
+def test_fenced_write_stops_the_worker_and_drops_the_queue() -> None:
+    """A write refused by the fence: no retry of that key, no further key taken."""
+    ctrl, metrics = _controller(_raise(LeaseNotHeld("not leader")), FakeClock())
+    ctrl.queue.add("ns/a")
+    ctrl.queue.add("ns/b")
+    assert ctrl.process_next_work_item() is False
+    assert ctrl.queue.num_requeues("ns/a") == 0
+    assert metrics.panics._value.get() == 0
+    assert ctrl.queue.shutting_down()
+    # The queued key is dropped, not reconciled.
+    assert ctrl.process_next_work_item() is False
+    assert ctrl.reconciler.calls == ["ns/a"]  # type: ignore[attr-defined]
+
+
+def test_stop_workers_drops_queued_keys() -> None:
+    """Stopping takes no further key (controller-runtime), unlike a drain."""
+    ctrl, _ = _controller(lambda k: Result(k, Action.NONE), FakeClock())
+    for name in ("a", "b", "c"):
+        ctrl.queue.add(f"ns/{name}")
+    ctrl.stop_workers()
+    assert ctrl.process_next_work_item() is False
+    assert ctrl.reconciler.calls == []  # type: ignore[attr-defined]
+
+
+def test_a_worker_stuck_in_one_reconcile_fails_liveness() -> None:
+    """Wedged, not merely busy: only a reconcile longer than wedged_after fails /healthz."""
+    entered, release = threading.Event(), threading.Event()
+
+    def stuck(key: str) -> Result:
+        entered.set()
+        release.wait(5)
+        return Result(key, Action.NONE)
+
+    clock = FakeClock()
+    ctrl, _ = _controller(stuck, clock)
+    ctrl.bundle_informers = {}
+    ctrl.configmap_informers = {}
+    ctrl.queue.add("ns/a")
+    worker = threading.Thread(target=ctrl.process_next_work_item)
+    worker.start()
+    assert entered.wait(5)
+    clock.step(600.0)
+    assert ctrl.healthy(), "busy for exactly wedged_after is not wedged"
+    clock.step(0.5)
+    assert not ctrl.healthy()
+    release.set()
+    worker.join(5)
+    assert ctrl.healthy()
     ctrl.queue.shut_down()
 
 

@@ -523,6 +523,7 @@ def test_health_turns_false_while_the_watch_stays_down(
     h.clock.step(30.0)
     assert h.clock.wait_for_waiter(deadline=h.clock.now() + 30.0)
     assert not h.informer.healthy()
+    assert h.informer.alive(), "an outage is not a dead informer (liveness stays up)"
     # The API server comes back: the next watch succeeds and health returns.
     while not h.fake.watch_answers.empty():
         h.fake.watch_answers.get_nowait()
@@ -537,9 +538,11 @@ def test_stop_ends_threads_and_closes_the_watch(harness_factory: Callable[..., H
     stream = h.start(cm("a", "1"))
     h.rec.wait(1)
     assert h.informer.healthy()
+    assert h.informer.alive()
     h.informer.stop()
     assert stream.closed.is_set()
     assert not h.informer.healthy()
+    assert not h.informer.alive()
     thread = h.informer._thread
     assert thread is not None
     assert not thread.is_alive()

@@ -20,7 +20,14 @@ import structlog.testing
 from kubernetes import client as k8s_client
 
 from cbop.clock import FakeClock
-from cbop.kube import CONFIGMAPS, ApiError, ConfigError, ConnectionFailed, KubeClient
+from cbop.kube import (
+    CONFIGMAPS,
+    ApiError,
+    ConfigError,
+    ConnectionFailed,
+    KubeClient,
+    LeaseNotHeld,
+)
 from cbop.kube.client import _load_in_cluster
 
 
@@ -729,3 +736,57 @@ def test_the_client_side_rate_limiter_wait_is_observed(server_factory: Any) -> N
     assert out.get_nowait()[0] == "ok"
     waits = [c[3] for c in metrics.calls if c[0] == "rate_limiter"]
     assert waits == [0.0, 1.0]
+
+
+def test_a_fenced_client_sends_no_write_once_the_fence_closes(server_factory: Any) -> None:
+    """Every mutating verb checks the fence just before sending; reads never do."""
+    srv = server_factory(lambda seen: Reply(200, cm("a")))
+    open_ = [True]
+    checks: list[bool] = []
+
+    def fence() -> bool:
+        checks.append(open_[0])
+        return open_[0]
+
+    client = make_client(srv.url).with_fence(fence)
+    client.create(CONFIGMAPS, "default", cm("a"))
+    assert len(srv.requests) == 1
+    open_[0] = False
+    writes: list[Callable[[], Any]] = [
+        lambda: client.create(CONFIGMAPS, "default", cm("a")),
+        lambda: client.update(CONFIGMAPS, "default", "a", cm("a")),
+        lambda: client.patch(CONFIGMAPS, "default", "a", {"data": {}}, patch_type="merge"),
+        lambda: client.delete(CONFIGMAPS, "default", "a"),
+        lambda: client.request("POST", "/api/v1/namespaces/default/configmaps", body=cm("b")),
+    ]
+    for write in writes:
+        with pytest.raises(LeaseNotHeld):
+            write()
+    assert len(srv.requests) == 1, "a fenced write reached the server"
+    client.get(CONFIGMAPS, "default", "a")
+    client.list(CONFIGMAPS, "default")
+    assert [s.method for s in srv.requests] == ["POST", "GET", "GET"]
+    assert checks == [True] + [False] * len(writes)
+    assert client.request_counts() == {
+        ("create", "configmaps"): 1,
+        ("get", "configmaps"): 1,
+        ("list", "configmaps"): 1,
+    }
+
+
+def test_the_fence_is_checked_after_a_retry_after_wait(server_factory: Any) -> None:
+    """A write that waited (Retry-After) is checked again before it is re-sent."""
+    answers = iter([Reply(429, {"kind": "Status", "code": 429}, {"Retry-After": "1"})])
+    srv = server_factory(lambda seen: next(answers))
+    clock = FakeClock(100.0)
+    open_ = [True]
+    client = make_client(srv.url, clock=clock).with_fence(lambda: open_[0])
+    t, out = run_in_thread(lambda: client.create(CONFIGMAPS, "default", cm("a")))
+    assert clock.wait_for_waiter(deadline=101.0)
+    open_[0] = False  # the lease ran out while the request waited
+    clock.step(1.0)
+    t.join(5)
+    kind, value = out.get_nowait()
+    assert kind == "err"
+    assert isinstance(value, LeaseNotHeld)
+    assert len(srv.requests) == 1

@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 
 from cbop.clock import FakeClock
 from cbop.kube import LEASES, ApiError, ConnectionFailed, KubeClient, Resource
-from cbop.leaderelection import JITTER_FACTOR, LeaderElector, micro_time
+from cbop.leaderelection import ACQUIRE_JITTER_FACTOR, LeaderElector, micro_time
 from cbop.metrics.controller import LeaderElectionMetrics
 
 NS = "cbop-system"
@@ -30,7 +30,7 @@ LEASE = "cbop-leader"
 RETRY = 2.0
 RENEW_DEADLINE = 10.0
 LEASE_DURATION = 15.0
-MAX_ACQUIRE_WAIT = RETRY * (1 + JITTER_FACTOR)
+MAX_ACQUIRE_WAIT = RETRY * (1 + ACQUIRE_JITTER_FACTOR)
 MICRO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 LONG_AGO = "2001-01-01T00:00:00.000000Z"
 #: Real seconds a test waits for a background thread before failing.
@@ -54,6 +54,12 @@ class FakeLeaseApi(KubeClient):
         self.down = False
         self.hooks: dict[str, Callable[[], None]] = {}
         self.explode: Exception | None = None
+        #: (verb, timeout) of every call, in order.
+        self.timeouts: list[tuple[str, float | None]] = []
+        #: Set with ``clock``: the server answers nothing before this clock time; a call
+        #: whose timeout runs out first fails (timed out) after its timeout.
+        self.slow_until: float | None = None
+        self.clock: FakeClock | None = None
         self._rv = 100
         self._renewals = 0
         self._lock = threading.RLock()
@@ -100,12 +106,20 @@ class FakeLeaseApi(KubeClient):
         self._rv += 1
         return str(self._rv)
 
-    def _enter(self, verb: str, res: Resource) -> None:
+    def _enter(self, verb: str, res: Resource, timeout: float | None = None) -> None:
         assert res == LEASES, f"only leases are faked, got {res}"
         hook = self.hooks.pop(verb, None)
         if hook is not None:
             hook()
         self.calls.append(verb)
+        self.timeouts.append((verb, timeout))
+        if self.slow_until is not None and self.clock is not None:
+            wait = self.slow_until - self.clock.now()
+            if wait > 0:
+                if timeout is not None and timeout < wait:
+                    self.clock.step(timeout)
+                    raise ConnectionFailed("read timed out (fake)", timed_out=True)
+                self.clock.step(wait)
         if self.explode is not None:
             exc, self.explode = self.explode, None
             raise exc
@@ -116,7 +130,7 @@ class FakeLeaseApi(KubeClient):
         self, res: Resource, namespace: str | None, name: str, *, timeout: float | None = 30.0
     ) -> dict[str, Any]:
         with self._lock:
-            self._enter("get", res)
+            self._enter("get", res, timeout)
             assert namespace is not None
             obj = self.leases.get((namespace, name))
             if obj is None:
@@ -134,7 +148,7 @@ class FakeLeaseApi(KubeClient):
         timeout: float | None = 30.0,
     ) -> dict[str, Any]:
         with self._lock:
-            self._enter("create", res)
+            self._enter("create", res, timeout)
             assert namespace is not None
             name = body["metadata"]["name"]
             if (namespace, name) in self.leases:
@@ -163,7 +177,7 @@ class FakeLeaseApi(KubeClient):
         timeout: float | None = 30.0,
     ) -> dict[str, Any]:
         with self._lock:
-            self._enter("update", res)
+            self._enter("update", res, timeout)
             assert namespace is not None
             assert subresource is None
             stored = self.leases.get((namespace, name))
@@ -484,7 +498,7 @@ def test_expiry_uses_the_duration_written_by_the_holder(
     assert api.spec()["holderIdentity"] == "a"
 
 
-def test_acquire_attempts_are_jittered_up_to_1_2_times_the_retry_period(
+def test_acquire_attempts_are_jittered_up_to_half_the_retry_period(
     api: FakeLeaseApi, candidates: Callable[..., Candidate]
 ) -> None:
     api.put(**held_by("b"))
@@ -592,12 +606,14 @@ def test_failures_shorter_than_the_renew_deadline_are_survived(
     a = candidates()
     leading(a)
     api.down = True
-    for _ in range(4):  # attempts at +2, +4, +6, +8 s fail
+    for _ in range(3):  # attempts at +2, +4, +6 s fail
         a.tick()
     assert a.elector.is_leader()
+    assert a.elector.holds_lease()
     api.down = False
-    a.tick()  # the fifth attempt, at +10 s, is still before the deadline (+12 s)
+    a.tick()  # the fourth attempt, at +8 s, is still before the deadline (+10 s)
     assert a.elector.is_leader()
+    assert a.elector.holds_lease()
     assert not a.stopped.is_set()
     assert api.spec()["holderIdentity"] == "a"
     assert api.calls[-1] == "update"
@@ -606,9 +622,9 @@ def test_failures_shorter_than_the_renew_deadline_are_survived(
 @pytest.mark.parametrize(
     ("renew_deadline", "attempts"),
     [
-        pytest.param(RENEW_DEADLINE, 5, id="deadline-on-a-retry"),
-        pytest.param(9.0, 5, id="deadline-between-retries"),
-        pytest.param(5.0, 3, id="short-deadline"),
+        pytest.param(RENEW_DEADLINE, 4, id="deadline-on-a-retry"),
+        pytest.param(9.0, 4, id="deadline-between-retries"),
+        pytest.param(5.0, 2, id="short-deadline"),
     ],
 )
 def test_leadership_is_lost_when_renewals_fail_until_the_deadline(
@@ -622,19 +638,23 @@ def test_leadership_is_lost_when_renewals_fail_until_the_deadline(
     acquired_at = a.clock.now()
     api.down = True
     calls_before = len(api.calls)
-    # The round starts at +2 s and retries every 2 s until renew_deadline has passed.
+    # The round starts at +2 s and retries every 2 s until renew_deadline has passed
+    # since the last successful renewal (here: the acquire) began.
     attempt_times = []
     wake = a.park()
-    while wake < acquired_at + RETRY + renew_deadline:
+    while wake < acquired_at + renew_deadline:
         attempt_times.append(wake)
         assert a.elector.is_leader()
+        assert a.elector.holds_lease()
         wake = a.tick()
-    assert wake == pytest.approx(acquired_at + RETRY + renew_deadline)
+    assert wake == pytest.approx(acquired_at + renew_deadline)
     assert attempt_times == pytest.approx([acquired_at + RETRY * (1 + i) for i in range(attempts)])
     # The API server is back just as the deadline passes: too late, and a lost lease is
     # not released (its remaining time is this process's grace to stop working).
     api.down = False
-    a.wake_and_finish()
+    a.clock.set(wake)
+    assert not a.elector.holds_lease(), "the write fence closes at the deadline"
+    a.join()
     assert a.stopped.is_set()
     assert not a.elector.is_leader()
     assert a.metric() == 0.0
@@ -643,6 +663,70 @@ def test_leadership_is_lost_when_renewals_fail_until_the_deadline(
     assert api.spec()["holderIdentity"] == "a"
     assert api.spec()["leaseDurationSeconds"] == 15
     assert not a.error
+
+
+def test_a_paused_leader_wakes_with_the_fence_closed_and_writes_nothing(
+    api: FakeLeaseApi, candidates: Callable[..., Candidate]
+) -> None:
+    """Input 1 of issue 10 in miniature: the process is frozen past its renew deadline."""
+    a = candidates()
+    leading(a)
+    acquired_at = a.clock.now()
+    assert a.elector.holds_lease()
+    writes = len(api.writes())
+    # A SIGSTOP: the monotonic clock runs on while no thread runs.
+    a.clock.set(acquired_at + RENEW_DEADLINE + 11.0)
+    assert not a.elector.holds_lease(), "fence must close by the clock, before any thread runs"
+    a.join()
+    assert a.stopped.is_set()
+    assert len(api.writes()) == writes, "no Lease write after the deadline"
+    assert api.spec()["holderIdentity"] == "a"
+
+
+def test_renewal_request_timeouts_are_bounded_by_the_time_left(
+    api: FakeLeaseApi, candidates: Callable[..., Candidate]
+) -> None:
+    """Each Lease request gets at most the time left before the renew deadline."""
+    a = candidates()
+    leading(a)
+    acquired_at = a.clock.now()
+    api.down = True
+    wake = a.park()
+    while wake < acquired_at + RENEW_DEADLINE:
+        api.timeouts.clear()
+        a.clock.set(wake)
+        wake = a.park()
+        left = acquired_at + RENEW_DEADLINE - a.clock.now()
+        for _verb, timeout in api.timeouts:
+            assert timeout is not None
+            assert timeout <= max(left + (wake - a.clock.now()), 0.5) + 1e-9
+        assert api.timeouts, "an attempt was made"
+        # Never the whole time left while a retry would still fit.
+        first = api.timeouts[0][1]
+        assert first is not None
+        left_at_attempt = acquired_at + RENEW_DEADLINE - a.clock.now()
+        if left_at_attempt > 2 * RETRY:
+            assert first < left_at_attempt
+
+
+def test_one_slow_answer_shorter_than_the_deadline_keeps_the_lease(
+    api: FakeLeaseApi, candidates: Callable[..., Candidate]
+) -> None:
+    """Input 3 of issue 10: the API server answers nothing for 6 s, then recovers."""
+    a = candidates()
+    api.clock = a.clock
+    leading(a)
+    acquired_at = a.clock.now()
+    # The server stalls from the first renewal (+2 s) until +8 s.
+    api.slow_until = acquired_at + RETRY + 6.0
+    wake = a.park()
+    while a.clock.now() < acquired_at + RETRY + 6.0 + RETRY:
+        wake = a.tick()
+    assert a.elector.is_leader()
+    assert a.elector.holds_lease()
+    assert not a.stopped.is_set()
+    assert api.spec()["holderIdentity"] == "a"
+    assert wake > a.clock.now()
 
 
 def test_leadership_ends_at_once_when_another_holder_took_the_lease(
@@ -670,6 +754,24 @@ def test_a_deleted_lease_is_recreated_by_the_leader(
     a.tick()
     assert a.elector.is_leader()
     assert api.calls[-3:] == ["update", "get", "create"]
+    assert api.spec()["holderIdentity"] == "a"
+
+
+def test_a_deleted_lease_is_not_taken_before_its_last_record_expires(
+    api: FakeLeaseApi, candidates: Callable[..., Candidate]
+) -> None:
+    """Deleting the Lease by hand must not make a second leader while the first still works."""
+    api.put(**held_by("b"))
+    a = candidates()
+    a.start()
+    first_seen = 1000.0
+    with api._lock:
+        api.leases.clear()
+    while not a.started.is_set():
+        assert a.clock.now() < first_seen + LEASE_DURATION + MAX_ACQUIRE_WAIT
+        assert api.writes() == [], "created the Lease while b's record was still valid"
+        a.tick()
+    assert a.clock.now() >= first_seen + LEASE_DURATION
     assert api.spec()["holderIdentity"] == "a"
 
 

@@ -10,7 +10,12 @@ The operator itself never imports this package (an import-linter contract).
 """
 
 from cbop.envtest.binaries import Binaries, cache_dir, find_binaries
-from cbop.envtest.controlplane import COMPONENTS, DEFAULT_CONTROLLERS, ControlPlane
+from cbop.envtest.controlplane import (
+    COMPONENTS,
+    DEFAULT_CONTROLLERS,
+    WRITES_AUDIT_POLICY,
+    ControlPlane,
+)
 from cbop.envtest.errors import (
     BinariesUnavailableError,
     ControlPlaneError,
@@ -22,6 +27,7 @@ from cbop.envtest.errors import (
 __all__ = [
     "COMPONENTS",
     "DEFAULT_CONTROLLERS",
+    "WRITES_AUDIT_POLICY",
     "Binaries",
     "BinariesUnavailableError",
     "ControlPlane",

@@ -9,7 +9,9 @@ Layout of the work directory (all components log there)::
 
     pki/            CA, serving and admin client certificates, service-account key
     etcd/           etcd data (``--unsafe-no-fsync``)
-    logs/           etcd.log, kube-apiserver.log, kube-controller-manager.log
+    logs/           etcd.log, kube-apiserver.log, kube-controller-manager.log,
+                    audit.log (JSON lines, when an audit policy is given)
+    audit-policy.yaml  the audit policy, when one is given
     kubeconfig      admin (CN=admin, O=system:masters), client-certificate auth
     kubeconfigs/    kubeconfigs issued by kubeconfig_for_user / _for_service_account
 
@@ -51,7 +53,7 @@ from cbop.envtest.errors import (
 from cbop.envtest.kubeconfig import write_kubeconfig
 from cbop.envtest.pki import CertificateAuthority, new_signing_key_pem
 
-__all__ = ["COMPONENTS", "DEFAULT_CONTROLLERS", "ControlPlane"]
+__all__ = ["COMPONENTS", "DEFAULT_CONTROLLERS", "WRITES_AUDIT_POLICY", "ControlPlane"]
 
 #: Component names, in start order; keys of :meth:`ControlPlane.log_paths`.
 COMPONENTS: Final[tuple[str, ...]] = ("etcd", "kube-apiserver", "kube-controller-manager")
@@ -66,6 +68,32 @@ DEFAULT_CONTROLLERS: Final[tuple[str, ...]] = (
     "serviceaccount-controller",
     "serviceaccount-token-controller",
 )
+
+#: An audit policy (for ``ControlPlane(audit_policy=...)``) that records who wrote what:
+#: every create, update, patch and delete of ConfigBundles (and their status),
+#: ConfigMaps and Events at ``Metadata`` level, and every Lease request at
+#: ``RequestResponse`` level (the response carries the holder). Nothing else.
+WRITES_AUDIT_POLICY: Final = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  - level: RequestResponse
+    verbs: ["create", "update", "patch", "delete"]
+    resources:
+      - group: "coordination.k8s.io"
+        resources: ["leases"]
+  - level: Metadata
+    verbs: ["create", "update", "patch", "delete", "deletecollection"]
+    resources:
+      - group: "cbop.dev"
+        resources: ["configbundles", "configbundles/status"]
+      - group: ""
+        resources: ["configmaps", "events"]
+      - group: "events.k8s.io"
+        resources: ["events"]
+  - level: None
+"""
 
 #: Always enabled: cbop's RBAC must hold under it (setting ownerReferences with
 #: blockOwnerDeletion needs permission on the owner's finalizers).
@@ -141,6 +169,11 @@ class ControlPlane:
         extra_controller_manager_flags: Appended to kube-controller-manager's command
             line.
         extra_etcd_flags: Appended to etcd's command line.
+        audit_policy: An ``audit.k8s.io/v1`` Policy (YAML text). When given,
+            kube-apiserver writes every event it selects as a JSON line to
+            :attr:`audit_log_path` (the log backend, blocking mode: an event is on disk
+            before the response is sent), with microsecond ``requestReceivedTimestamp``
+            and ``stageTimestamp``. See :data:`WRITES_AUDIT_POLICY`.
 
     Raises:
         ValueError: ``extra_apiserver_flags`` would disable
@@ -156,6 +189,7 @@ class ControlPlane:
         controllers: Sequence[str] = DEFAULT_CONTROLLERS,
         extra_controller_manager_flags: Sequence[str] = (),
         extra_etcd_flags: Sequence[str] = (),
+        audit_policy: str | None = None,
     ) -> None:
         for flag in extra_apiserver_flags:
             if flag.startswith("--disable-admission-plugins") and (
@@ -168,6 +202,7 @@ class ControlPlane:
         self._controllers = tuple(controllers)
         self._extra_kcm_flags = tuple(extra_controller_manager_flags)
         self._extra_etcd_flags = tuple(extra_etcd_flags)
+        self._audit_policy = audit_policy
         self._lock = threading.RLock()
         self._workdir: Path | None = None
         self._own_workdir = False
@@ -441,6 +476,7 @@ class ControlPlane:
             # On SIGTERM, close open watches after 1 s instead of letting the HTTP
             # server wait for them (up to a minute): restarts and stops stay quick.
             "--shutdown-watch-termination-grace-period=1s",
+            *self._audit_flags(workdir),
             *self._extra_apiserver_flags,
         ]
         self._spawn("kube-apiserver")
@@ -483,6 +519,33 @@ class ControlPlane:
         self._spawn("kube-controller-manager")
         self._wait("kube-controller-manager", deadline, self._kcm_ready)
         self.startup_seconds = time.monotonic() - began
+
+    def _audit_flags(self, workdir: Path) -> list[str]:
+        """kube-apiserver flags for the audit policy, written to the work directory."""
+        if self._audit_policy is None:
+            return []
+        policy = workdir / "audit-policy.yaml"
+        policy.write_text(self._audit_policy)
+        return [
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={workdir / 'logs' / 'audit.log'}",
+            "--audit-log-format=json",
+            "--audit-log-mode=blocking",
+            "--audit-log-maxsize=0",
+        ]
+
+    @property
+    def audit_log_path(self) -> Path:
+        """Path of the JSON audit log (it exists once the first event was logged).
+
+        Raises:
+            ControlPlaneNotRunningError: Not started.
+            ControlPlaneError: Started without ``audit_policy``.
+        """
+        workdir = self._require_running()
+        if self._audit_policy is None:
+            raise ControlPlaneError(f"{self!r} was started without an audit policy")
+        return workdir / "logs" / "audit.log"
 
     def _spawn(self, name: str) -> None:
         workdir = self._workdir

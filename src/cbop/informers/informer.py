@@ -307,6 +307,17 @@ class SharedInformer:
         """Return the resourceVersion of the last list or watch event seen (``""`` before any)."""
         return self._rv
 
+    def alive(self) -> bool:
+        """Return whether the informer runs: started, not stopping, its reflector thread alive.
+
+        For liveness: says nothing of the API server. The reflector never blocks for
+        longer than the watch read timeout, so a live reflector keeps making attempts.
+        """
+        if not self._running or self._stopping:
+            return False
+        reflector = self._reflector
+        return reflector is None or reflector.is_alive()
+
     def healthy(self) -> bool:
         """Return whether the informer is running and its watch is (recently) up.
 

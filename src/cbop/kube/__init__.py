@@ -7,7 +7,7 @@ may import only ``cbop.api``, ``cbop.clock`` and ``cbop.tokenbucket``.
 """
 
 from cbop.kube.client import DEFAULT_USER_AGENT, KubeClient, RequestHook, WatchStream
-from cbop.kube.errors import ApiError, ConfigError, ConnectionFailed
+from cbop.kube.errors import ApiError, ConfigError, ConnectionFailed, LeaseNotHeld
 from cbop.kube.metrics import RestClientMetrics
 from cbop.kube.resources import (
     CONFIGBUNDLES,
@@ -29,6 +29,7 @@ __all__ = [
     "ConfigError",
     "ConnectionFailed",
     "KubeClient",
+    "LeaseNotHeld",
     "RequestHook",
     "Resource",
     "RestClientMetrics",

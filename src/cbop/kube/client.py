@@ -16,6 +16,10 @@ Behaviour borrowed from client-go's ``rest`` package:
   at most ``max_retries`` (10) times, for every verb (the server did not process it);
 * responses may be gzip-compressed (``Accept-Encoding: gzip``, as Go's HTTP transport
   asks for by default; the API server compresses bodies over 128 KiB), except watches;
+* a client may carry a write fence (:meth:`KubeClient.with_fence`): a check made
+  immediately before each create, update, patch or delete goes on the wire (after any
+  client-side throttling or Retry-After wait), so a leader that lost its lease, or a
+  thread that woke from a pause, cannot send a write it prepared earlier;
 * every request is counted by (verb, resource plural), see :meth:`KubeClient.request_counts`,
   and reported to an optional ``on_request(verb, resource, status_code, seconds)`` hook;
 * client-go's REST client metrics (requests by code, method and host; latency; rate
@@ -57,7 +61,7 @@ from kubernetes.config.incluster_config import (
 
 import cbop
 from cbop.clock import Clock, RealClock
-from cbop.kube.errors import ApiError, ConfigError, ConnectionFailed
+from cbop.kube.errors import ApiError, ConfigError, ConnectionFailed, LeaseNotHeld
 from cbop.kube.jsonstream import ItemHook, StreamDecodeError, decode_list, paused_gc
 from cbop.kube.metrics import NO_METRICS, NO_RESPONSE_CODE, RestClientMetrics
 from cbop.kube.resources import Resource
@@ -65,10 +69,12 @@ from cbop.tokenbucket import TokenBucket
 
 __all__ = [
     "DEFAULT_USER_AGENT",
+    "MUTATING_VERBS",
     "PATCH_CONTENT_TYPES",
     "KubeClient",
     "RequestHook",
     "WatchStream",
+    "WriteFence",
     "encode_body",
 ]
 
@@ -85,6 +91,12 @@ PATCH_CONTENT_TYPES: Final[Mapping[str, str]] = {
 
 #: ``on_request(verb, resource_plural, status_code, seconds)``; status 0 = no answer.
 RequestHook = Callable[[str, str, int, float], None]
+
+#: A write fence: returns whether a mutating request may be sent now.
+WriteFence = Callable[[], bool]
+
+#: Kubernetes verbs that change state; a fenced client checks its fence before each.
+MUTATING_VERBS: Final = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 
 _CONNECT_TIMEOUT: Final = 10.0
 _TOKEN_REFRESH_PERIOD: Final = 60.0
@@ -374,6 +386,7 @@ class KubeClient:
             once per HTTP exchange (also for retried attempts); exceptions it raises
             are swallowed.
         metrics: where client-go's REST client metrics go (default: nowhere).
+        fence: optional write fence, see :meth:`with_fence`.
     """
 
     def __init__(
@@ -386,8 +399,10 @@ class KubeClient:
         max_retries: int = 10,
         on_request: RequestHook | None = None,
         metrics: RestClientMetrics | None = None,
+        fence: WriteFence | None = None,
     ) -> None:
         self._api = api_client
+        self._fence = fence
         self._clock: Clock = clock if clock is not None else RealClock()
         self._bucket = TokenBucket(qps, max(1, burst), clock=self._clock) if qps > 0 else None
         self._max_retries = max_retries
@@ -519,6 +534,34 @@ class KubeClient:
         Clients made afterwards by :meth:`with_limits` report there too.
         """
         self._metrics = metrics
+
+    def with_fence(self, fence: WriteFence) -> KubeClient:
+        """Return a client sharing this one's connections and limits, with a write fence.
+
+        ``fence()`` is called immediately before every mutating request (verbs in
+        :data:`MUTATING_VERBS`) is sent, after client-side throttling and after each
+        Retry-After wait, so nothing prepared before a pause goes out unchecked. When it
+        returns False the request is not sent and :class:`LeaseNotHeld` is raised.
+        Reads and watches are never fenced. The leader elector's own Lease writes use
+        a client without a fence. Like a lease-checking write in a fenced store: the
+        check narrows, but cannot close, the gap between "still leader" and "arrived".
+        """
+        fenced = KubeClient(
+            self._api,
+            qps=0,
+            burst=1,
+            clock=self._clock,
+            max_retries=self._max_retries,
+            on_request=self._on_request,
+            metrics=self._metrics,
+            fence=fence,
+        )
+        # Share the rate limiter and the request counts: the fenced client is the same
+        # traffic, seen through a gate, not new traffic.
+        fenced._bucket = self._bucket
+        fenced._counts = self._counts
+        fenced._counts_lock = self._counts_lock
+        return fenced
 
     @property
     def host(self) -> str:
@@ -655,6 +698,8 @@ class KubeClient:
         reauthenticated = False
         while True:
             self._throttle(verb)
+            if self._fence is not None and verb in MUTATING_VERBS and not self._fence():
+                raise LeaseNotHeld(f"{method} {path} not sent: the leader lease is not held")
             start = self._clock.now()
             response = self._send(
                 verb=verb,

@@ -16,7 +16,14 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["ApiError", "ConfigError", "ConnectionFailed", "parse_retry_after", "reason_for_code"]
+__all__ = [
+    "ApiError",
+    "ConfigError",
+    "ConnectionFailed",
+    "LeaseNotHeld",
+    "parse_retry_after",
+    "reason_for_code",
+]
 
 # The reason apimachinery assigns to a bare HTTP status when the body is not a Status
 # (k8s.io/apimachinery/pkg/api/errors NewGenericServerResponse).
@@ -262,6 +269,17 @@ class ConnectionFailed(ApiError):  # noqa: N818 - the name the callers use
     def is_retryable(self) -> bool:
         """Always ``True``: a transport failure may succeed on the next attempt."""
         return True
+
+
+class LeaseNotHeld(Exception):  # noqa: N818 - a state, named as the lease's
+    """A mutating request was not sent: the client's fence says the leader lease is not held.
+
+    Raised by a fenced :class:`cbop.kube.KubeClient` (see ``KubeClient.with_fence``)
+    immediately before a create, update, patch or delete would go on the wire, when
+    this process can no longer be sure it holds the leader lease. Deliberately not an
+    :class:`ApiError`: nothing may retry it or report it in an object's status (that
+    would be a write too); whoever catches it must stop working.
+    """
 
 
 class ConfigError(Exception):

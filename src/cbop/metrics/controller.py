@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 RESULTS = ("success", "error", "requeue", "requeue_after")
@@ -140,6 +140,54 @@ class BundleReadinessCollector(Collector):
         )
         for ready, count in counts.items():
             family.add_metric([ready], count)
+        yield family
+
+
+class EventSinkCollector(Collector):
+    """``cbop_events_dropped_total`` and ``cbop_events_failed_total``, read at scrape.
+
+    Args:
+        counts: returns ``(dropped, failed)``: Events dropped because the queue was full
+            (or left at shutdown), and Events the sink failed to write (API errors, a
+            closed write fence, unexpected exceptions).
+    """
+
+    def __init__(self, counts: Callable[[], tuple[int, int]]) -> None:
+        self._counts = counts
+
+    def collect(self) -> Iterable[CounterMetricFamily]:
+        """Yield the two counter families."""
+        dropped, failed = self._counts()
+        yield CounterMetricFamily(
+            "cbop_events_dropped", "Events dropped before they were written", value=dropped
+        )
+        yield CounterMetricFamily(
+            "cbop_events_failed", "Events the sink failed to write", value=failed
+        )
+
+
+class InformerConnectedCollector(Collector):
+    """``cbop_informer_connected{informer}``: 1 while an informer's watch is up, else 0.
+
+    The metric side of ``/readyz``'s ``informers-connected`` check: an API server outage
+    shows here (and on ``/readyz``), not on ``/healthz``.
+
+    Args:
+        states: returns informer name -> connected, read at scrape.
+    """
+
+    def __init__(self, states: Callable[[], Mapping[str, bool]]) -> None:
+        self._states = states
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        """Yield one gauge family, one sample per informer."""
+        family = GaugeMetricFamily(
+            "cbop_informer_connected",
+            "1 while the informer's list/watch is up (or down only briefly), else 0",
+            labels=["informer"],
+        )
+        for name, up in sorted(self._states().items()):
+            family.add_metric([name], 1.0 if up else 0.0)
         yield family
 
 

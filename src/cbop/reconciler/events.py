@@ -16,10 +16,14 @@ correlates them first as client-go's EventCorrelator does (:class:`EventCorrelat
 Like client-go's broadcaster, events are correlated and written by a background thread
 from a bounded queue (1,000 events; more are dropped and logged), so a reconcile never
 waits for an Event write. Failures to record are logged and never fail a reconcile.
+The sink thread survives any exception (logged and counted in
+:attr:`EventRecorder.failed`), and :meth:`EventRecorder.close` returns within its timeout
+however full the queue or slow the API server.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 import queue
@@ -32,7 +36,7 @@ from typing import Any, Literal, Protocol
 import cachetools
 import structlog
 
-from cbop.kube import EVENTS, ApiError, Resource
+from cbop.kube import EVENTS, ApiError, LeaseNotHeld, Resource
 from cbop.tokenbucket import TokenBucket
 
 log = structlog.get_logger("cbop.events")
@@ -266,6 +270,8 @@ class EventRecorder:
         self._sink: threading.Thread | None = None
         self._sink_lock = threading.Lock()
         self.dropped = 0
+        #: Events the sink failed to write (API errors, a closed write fence, bugs).
+        self.failed = 0
 
     def event(self, obj: Mapping[str, Any], type_: EventType, reason: str, message: str) -> None:
         """Record one Event about ``obj`` (a dict with apiVersion, kind and metadata).
@@ -320,7 +326,15 @@ class EventRecorder:
             try:
                 if item is None:
                     return
-                self._write(item)
+                try:
+                    self._write(item)
+                except LeaseNotHeld as err:
+                    self.failed += 1
+                    log.debug("event not recorded", reason=item["reason"], error=str(err))
+                except Exception:  # the sink must outlive a bug, and say so
+                    self.failed += 1
+                    with contextlib.suppress(Exception):  # even a broken log stream
+                        log.exception("event sink failed to write an event", reason=item["reason"])
             finally:
                 self._pending.task_done()
 
@@ -351,6 +365,7 @@ class EventRecorder:
             else:
                 written = self._client.create(EVENTS, namespace, event)
         except ApiError as err:
+            self.failed += 1
             log.debug("event not recorded", reason=event["reason"], error=str(err))
             return
         self._correlator.written(correlated.key, written)
@@ -369,10 +384,25 @@ class EventRecorder:
         return True
 
     def close(self, timeout: float = 5.0) -> None:
-        """Write what is queued (up to ``timeout`` seconds), then stop the sink thread."""
-        self.flush(timeout)
+        """Write what is queued (up to ``timeout`` seconds), then stop the sink thread.
+
+        Returns within about ``timeout`` seconds: Events still queued then are dropped
+        (counted in :attr:`dropped`), and a sink stuck in a request is left behind (it
+        is a daemon thread).
+        """
+        deadline = time.monotonic() + timeout
+        if not self.flush(timeout):
+            while True:
+                try:
+                    item = self._pending.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not None:
+                    self.dropped += 1
+                self._pending.task_done()
         with self._sink_lock:
             sink, self._sink = self._sink, None
         if sink is not None:
-            self._pending.put(None)
-            sink.join(timeout)
+            with contextlib.suppress(queue.Full):
+                self._pending.put_nowait(None)
+            sink.join(max(0.0, deadline - time.monotonic()))

@@ -1,0 +1,121 @@
+"""Leader-election timing flags, and an Event sink that neither dies nor blocks shutdown."""
+
+from __future__ import annotations
+
+import datetime
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from cbop.cli import build_parser
+from cbop.kube import KubeClient, LeaseNotHeld, Resource
+from cbop.manager import Manager, Options
+from cbop.metrics.controller import EventSinkCollector
+from cbop.reconciler.events import EventRecorder
+
+OBJ = {
+    "apiVersion": "cbop.dev/v1alpha1",
+    "kind": "ConfigBundle",
+    "metadata": {"name": "a", "namespace": "demo", "uid": "u"},
+}
+NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+
+
+def test_lease_timing_flags_default_to_controller_runtime_and_read_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    args = build_parser().parse_args([])
+    assert (
+        args.leader_election_lease_duration,
+        args.leader_election_renew_deadline,
+        args.leader_election_retry_period,
+    ) == (15.0, 10.0, 2.0)
+    monkeypatch.setenv("CBOP_LEADER_ELECTION_LEASE_DURATION", "6s")
+    monkeypatch.setenv("CBOP_LEADER_ELECTION_RENEW_DEADLINE", "4s")
+    monkeypatch.setenv("CBOP_LEADER_ELECTION_RETRY_PERIOD", "500ms")
+    args = build_parser().parse_args(["--leader-election-renew-deadline=3s"])
+    assert args.leader_election_lease_duration == 6.0
+    assert args.leader_election_renew_deadline == 3.0
+    assert args.leader_election_retry_period == 0.5
+
+
+@pytest.mark.parametrize(
+    ("lease", "renew", "retry"),
+    [(10.0, 10.0, 2.0), (15.0, 2.4, 2.0), (15.0, 10.0, 0.0)],
+    ids=["lease-equals-renew", "renew-equals-1.2-retry", "zero-retry"],
+)
+def test_inconsistent_lease_timings_are_refused(lease: float, renew: float, retry: float) -> None:
+    """Validated as the elector validates them (the CLI turns this into exit 2)."""
+    with pytest.raises(ValueError, match=r"renew deadline|positive"):
+        Manager(
+            KubeClient(None),
+            Options(
+                leader_elect=True,
+                leader_election_namespace="ns",
+                lease_duration=lease,
+                renew_deadline=renew,
+                retry_period=retry,
+                metrics_bind_address="0",
+                health_probe_bind_address="0",
+            ),
+        )
+
+
+class _Writer:
+    def __init__(self, errors: list[Exception]) -> None:
+        self.errors = errors
+        self.written: list[Mapping[str, Any]] = []
+
+    def create(
+        self, res: Resource, namespace: str | None, body: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        if self.errors:
+            raise self.errors.pop(0)
+        self.written.append(body)
+        return dict(body)
+
+    def patch(
+        self, res: Resource, namespace: str | None, name: str, body: Any, *, patch_type: str
+    ) -> dict[str, Any]:
+        raise AssertionError("no repeats here: nothing to patch")
+
+
+def test_the_event_sink_survives_any_exception_and_counts_it() -> None:
+    writer = _Writer([LeaseNotHeld("fenced"), KeyError("bug")])
+    recorder = EventRecorder(writer, clock=lambda: NOW)
+    for reason in ("One", "Two", "Three"):
+        recorder.event(OBJ, "Normal", reason, "m")
+    assert recorder.flush(5)
+    assert [b["reason"] for b in writer.written] == ["Three"]
+    assert recorder.failed == 2
+    registry = CollectorRegistry()
+    registry.register(EventSinkCollector(lambda: (recorder.dropped, recorder.failed)))
+    assert registry.get_sample_value("cbop_events_failed_total") == 2
+    assert registry.get_sample_value("cbop_events_dropped_total") == 0
+    recorder.close()
+
+
+def test_close_returns_within_its_timeout_with_a_stuck_sink_and_a_full_queue() -> None:
+    gate = threading.Event()
+
+    class _Stuck(_Writer):
+        def create(
+            self, res: Resource, namespace: str | None, body: Mapping[str, Any]
+        ) -> dict[str, Any]:
+            gate.wait(30)
+            return super().create(res, namespace, body)
+
+    recorder = EventRecorder(_Stuck([]), clock=lambda: NOW)
+    for i in range(1_200):
+        recorder.event(OBJ, "Normal", "Created", f"event {i}")
+    closed = threading.Thread(target=recorder.close, args=(0.2,))
+    closed.start()
+    closed.join(5)
+    try:
+        assert not closed.is_alive(), "close() blocked on a full queue or a stuck request"
+        assert recorder.dropped >= 1_000, "queued events are dropped (and counted) at close"
+    finally:
+        gate.set()
