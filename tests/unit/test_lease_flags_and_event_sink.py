@@ -119,3 +119,30 @@ def test_close_returns_within_its_timeout_with_a_stuck_sink_and_a_full_queue() -
         assert recorder.dropped >= 1_000, "queued events are dropped (and counted) at close"
     finally:
         gate.set()
+
+
+def test_a_leader_whose_caches_never_sync_gives_up_and_exits_1(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under leader election the cache-sync verdict comes once leading: a failed sync
+    stops the manager with exit code 1, as without leader election."""
+    manager = Manager(
+        KubeClient(None),
+        Options(
+            leader_elect=True,
+            leader_election_namespace="ns",
+            metrics_bind_address="0",
+            health_probe_bind_address="0",
+            cache_sync_timeout=0.0,
+        ),
+    )
+    started: list[bool] = []
+    monkeypatch.setattr(manager.controller, "wait_for_cache_sync", lambda *a, **k: False)
+    monkeypatch.setattr(manager.controller, "start_workers", lambda: started.append(True))
+    monkeypatch.setattr(manager.controller, "start_informers", lambda: None)
+    elector = manager.elector
+    assert elector is not None
+    # The elector "wins" at once and calls back as it does on acquiring the Lease.
+    monkeypatch.setattr(elector, "run", lambda stop: manager._start_leading())
+    assert manager.run() == 1
+    assert started == []
