@@ -473,3 +473,42 @@ def test_dry_run_log_never_says_reconciled() -> None:
     assert [e["event"] for e in logs] == ["dry run: change pending"]
     assert logs[0]["action"] == "create"
     assert logs[0]["ready_after"] == "True"
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        pytest.param({"data": {"a": "1"}}, id="created"),
+        pytest.param({"data": {"bad key": "1"}}, id="invalid"),
+        pytest.param({"data": {"a": "x" * 1_048_577}}, id="too-large"),
+    ],
+)
+def test_a_stale_cache_read_after_a_status_write_writes_no_status_again(
+    spec: dict[str, Any],
+) -> None:
+    """The cached bundle has not caught up with the status just written (its watch
+    event is on the way) and a resync or another event reconciles it again: no second
+    status write (it would differ only in lastTransitionTime)."""
+    b = bundle(spec)
+    client = FakeClient()
+    r = reconciler(client, b)
+    r.reconcile("demo/app")
+    first = [a for a in client.writes() if a[0] == "patch/status"]
+    assert first == [("patch/status", "configbundles", "app")]
+    later = datetime.datetime(2026, 1, 2, 3, 9, 5, tzinfo=datetime.UTC)
+    r._now = lambda: later
+    configmaps = [
+        body
+        for (verb, _, _), body in zip(client.actions, client.bodies, strict=True)
+        if verb == "create" and body and body.get("kind") == "ConfigMap"
+    ]
+    if configmaps:
+        r._configmaps = FakeLister(configmaps[0])
+    r.reconcile("demo/app")  # the same cached bundle, without the status written above
+    assert [a for a in client.writes() if a[0] == "patch/status"] == first
+    # Once the cache shows a newer version of the bundle, its own status counts again.
+    newer = copy.deepcopy(b)
+    newer["metadata"]["resourceVersion"] = "2000"
+    r._bundles = FakeLister(newer)
+    r.reconcile("demo/app")
+    assert len([a for a in client.writes() if a[0] == "patch/status"]) == 2

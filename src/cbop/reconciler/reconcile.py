@@ -51,6 +51,9 @@ from cbop.reconciler.diff import configmap_diff
 from cbop.reconciler.events import EventRecorder
 from cbop.reconciler.status import ConditionStatus, compute_status, status_equal
 
+#: Seconds a written status is remembered for stale cache reads (see Reconciler).
+_WRITTEN_STATUS_TTL = 300.0
+
 log = structlog.get_logger("cbop.reconciler")
 
 #: Name of the informer index from controller owner UID to objects (see cbop.informers).
@@ -234,6 +237,15 @@ class Reconciler:
             maxsize=100_000, ttl=4 * conflict_recheck
         )
         self._conflicts_lock = threading.Lock()
+        # The last status written per bundle UID, with the resourceVersion of the bundle
+        # it was computed from. A reconcile that still finds that resourceVersion in the
+        # cache (the watch event of the write is on its way) compares with what was
+        # written, so a stale read never writes the same status again with a new
+        # lastTransitionTime. Entries expire on their own; a newer read makes them moot.
+        self._written_status: cachetools.TTLCache[str, tuple[str, dict[str, Any]]] = (
+            cachetools.TTLCache(maxsize=100_000, ttl=_WRITTEN_STATUS_TTL)
+        )
+        self._written_status_lock = threading.Lock()
 
     # -- entry point ---------------------------------------------------------------
 
@@ -650,6 +662,7 @@ class Reconciler:
         """
         if self._dry_run:
             return
+        bundle = self._with_own_status(bundle)
         valid = spec if isinstance(spec, BundleSpec) else None
         if valid is not None and desired_hash is None:
             desired_hash = content_hash(valid.data, valid.binary_data)
@@ -680,6 +693,22 @@ class Reconciler:
             if err.is_not_found:
                 return  # deleted meanwhile; nothing to report to
             raise
+        uid, rv = meta.get("uid"), meta.get("resourceVersion")
+        if uid and rv:
+            with self._written_status_lock:
+                self._written_status[uid] = (rv, new_status)
+
+    def _with_own_status(self, bundle: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Return ``bundle`` with the status this reconciler last wrote for it, if the
+        cached ``bundle`` is the very version that write was computed from (the cache
+        has not caught up with the write yet); else ``bundle`` itself. Never mutates it.
+        """
+        meta = bundle["metadata"]
+        with self._written_status_lock:
+            written = self._written_status.get(meta.get("uid") or "")
+        if written is None or written[0] != meta.get("resourceVersion"):
+            return bundle
+        return {**bundle, "status": written[1]}
 
 
 def _dry_run_account(
