@@ -699,9 +699,11 @@ class Reconciler:
                 self._written_status[uid] = (rv, new_status)
 
     def _with_own_status(self, bundle: Mapping[str, Any]) -> Mapping[str, Any]:
-        """Return ``bundle`` with the status this reconciler last wrote for it, if the
-        cached ``bundle`` is the very version that write was computed from (the cache
-        has not caught up with the write yet); else ``bundle`` itself. Never mutates it.
+        """Return ``bundle`` as it is once this reconciler's last status write lands.
+
+        That is ``bundle`` with the written status when the cached ``bundle`` is the very
+        version the write was computed from (the cache has not caught up with the write
+        yet); else ``bundle`` itself. Never mutates it.
         """
         meta = bundle["metadata"]
         with self._written_status_lock:
