@@ -95,11 +95,6 @@ undeploy:
 	$(KUBECTL) delete --ignore-not-found -k manifests/rbac/
 	$(KUBECTL) delete --ignore-not-found -f manifests/namespace.yaml
 
-# The Dockerfile's build and install steps in fresh virtualenvs (no container engine).
-.PHONY: image-check
-image-check:
-	hack/check-image-install.sh
-
 clean:
 	rm -rf $(VENV) build dist .mypy_cache .pytest_cache .ruff_cache
 
@@ -113,3 +108,16 @@ bench: venv binaries
 .PHONY: bench-quick
 bench-quick: venv binaries
 	$(PY) -m bench.operators --quick --out $${TMPDIR:-/tmp}/cbop-bench $(BENCH_ARGS)
+
+# --- The container image and the local node (docs/deploy.md, docs/control-plane.md) ---
+# `make image`: podman builds the Dockerfile, tagged cbop:<version> and cbop:dev.
+# BASE_IMAGE=local (default) builds on a Debian base made here without a registry;
+# BASE_IMAGE=docker.io/library/python:3.11.14-slim-trixie uses the Dockerfile's default.
+BASE_IMAGE ?= local
+.PHONY: image node-binaries
+image:
+	@BASE_IMAGE='$(BASE_IMAGE)' hack/image/build.sh
+
+# kubelet, kube-scheduler and containerd 2 for the local node (WITH_NODE=1).
+node-binaries:
+	@hack/build-node.sh >/dev/null
