@@ -3,7 +3,8 @@
 # kubelet and kube-scheduler from the same pinned k8s.io/kubernetes module as the control
 # plane (hack/k8s), and containerd 2 with its runc shim and ctr from hack/containerd,
 # into a cache outside the repository keyed by both versions; prints the directory.
-# runc itself is Debian's package (hack/node-tools.sh installs it).
+# runc, socat (the API server relay), the CNI plugins and catatonit (the pause image)
+# are Debian packages, installed here when missing.
 # Binaries already present and reporting the pinned version are not rebuilt. Concurrent
 # runs wait for each other (flock). Progress and build times go to stderr.
 set -euo pipefail
@@ -12,6 +13,9 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 k8s_version="$(grep -oE "^\s*k8s.io/kubernetes v[0-9.]+" "$here/k8s/go.mod" | awk '{print $2}')"
 ctrd_version="$(grep -oE "^\s*github.com/containerd/containerd/v2 v[0-9.]+" "$here/containerd/go.mod" | awk '{print $2}')"
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/cbop/bin/node-k8s-${k8s_version}-containerd-${ctrd_version}"
+
+"$here/apt-tools.sh" runc=runc socat=socat nsenter=util-linux catatonit=catatonit \
+  /usr/lib/cni/bridge=containernetworking-plugins podman=podman
 
 mkdir -p "$cache"
 exec 9>"$cache/.build.lock"
