@@ -76,10 +76,12 @@ _SERVICE_CLUSTER_IP_RANGE: Final = "10.0.0.0/24"
 KUBERNETES_SERVICE_IP: Final = "10.0.0.1"
 #: kube-controller-manager controllers added for a node (``for_nodes``): Deployments make
 #: ReplicaSets make Pods, every namespace gets the ``kube-root-ca.crt`` ConfigMap that a
-#: pod's projected service-account volume reads, and the node lifecycle controller lifts
-#: the ``node.kubernetes.io/not-ready`` taint a kubelet registers with once it is Ready.
+#: pod's projected service-account volume reads, the node lifecycle controller lifts
+#: the ``node.kubernetes.io/not-ready`` taint a kubelet registers with once it is Ready,
+#: and Services get EndpointSlices (what Prometheus discovers scrape targets from).
 NODE_CONTROLLERS: Final[tuple[str, ...]] = (
     "deployment-controller",
+    "endpointslice-controller",
     "replicaset-controller",
     "root-ca-certificate-publisher-controller",
     "node-lifecycle-controller",
