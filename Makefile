@@ -44,8 +44,8 @@ test-e2e: venv binaries tools
 
 # A fresh machine to a running operator: local control plane, CRD, samples, then cbop in
 # the foreground. Ctrl-C stops cbop and the control plane.
-dev: venv binaries
-	@hack/dev.sh
+dev: venv binaries $(if $(WITH_NODE),image node-binaries)
+	@WITH_NODE='$(WITH_NODE)' hack/dev.sh
 
 # cbop against the current kubeconfig (the CRD must be installed: make install).
 run: venv
@@ -54,8 +54,8 @@ run: venv
 # A local control plane (etcd, kube-apiserver, kube-controller-manager) for development,
 # detached so it outlives make; prints `export KUBECONFIG=...` (also in
 # ${XDG_CACHE_HOME:-~/.cache}/cbop/dev-cluster/env). See docs/control-plane.md.
-dev-cluster: venv binaries
-	@$(PY) -m cbop.envtest start --detach
+dev-cluster: venv binaries $(if $(WITH_NODE),image node-binaries)
+	@$(PY) -m cbop.envtest start --detach $(if $(WITH_NODE),--with-node)
 
 dev-cluster-down: venv
 	@$(PY) -m cbop.envtest stop
@@ -84,9 +84,10 @@ install:
 uninstall:
 	$(KUBECTL) delete --ignore-not-found -f manifests/crd/cbop.dev_configbundles.yaml
 
-# CRD, namespace, RBAC, Deployment and metrics Service: kubectl apply -k manifests/.
+# CRD, namespace, RBAC, Deployment and metrics Service: kubectl apply -k manifests/;
+# IMG=name:tag replaces the image (e.g. IMG=cbop:dev on `make dev-cluster WITH_NODE=1`).
 deploy:
-	$(KUBECTL) apply -k manifests/
+	@KUBECTL="$(KUBECTL)" IMG='$(IMG)' hack/deploy.sh
 
 # Removes the operator (Deployment first, so the replicas shut down and release the
 # Lease) but keeps the CRD and the ConfigBundles; `make uninstall` removes those.
@@ -110,6 +111,8 @@ bench-quick: venv binaries
 	$(PY) -m bench.operators --quick --out $${TMPDIR:-/tmp}/cbop-bench $(BENCH_ARGS)
 
 # --- The container image and the local node (docs/deploy.md, docs/control-plane.md) ---
+# WITH_NODE=1 on `make dev-cluster` / `make dev` adds a kubelet node with cbop:dev.
+WITH_NODE ?=
 # `make image`: podman builds the Dockerfile, tagged cbop:<version> and cbop:dev.
 # BASE_IMAGE=local (default) builds on a Debian base made here without a registry;
 # BASE_IMAGE=docker.io/library/python:3.11.14-slim-trixie uses the Dockerfile's default.
