@@ -208,6 +208,17 @@ def _grants(role: dict[str, Any]) -> set[tuple[str, str, str]]:
 def test_roles_grant_exactly_what_cbop_uses(kubectl: Kubectl) -> None:
     objects = render(kubectl, MANIFESTS)
     roles = {(o["kind"], o["metadata"]["name"]): o for o in objects if o["kind"].endswith("Role")}
+    # The editor and viewer roles are for people (tests/e2e/test_security.py): they grant
+    # nothing but ConfigBundles and are bound to nobody here.
+    user_roles = {
+        ("ClusterRole", "cbop-configbundle-editor"),
+        ("ClusterRole", "cbop-configbundle-viewer"),
+    }
+    for key in user_roles:
+        assert {(g, r) for g, r, _ in _grants(roles.pop(key))} <= {
+            ("cbop.dev", "configbundles"),
+            ("cbop.dev", "configbundles/status"),
+        }
     assert set(roles) == {("ClusterRole", "cbop"), ("Role", "cbop-leader-election")}
     assert _grants(roles["ClusterRole", "cbop"]) == EXPECTED_CLUSTER_GRANTS
     lease_role = roles["Role", "cbop-leader-election"]
