@@ -44,10 +44,13 @@ done
 up_to_date() { # up_to_date <binary name>
   local bin="$cache/$1"
   [[ -x "$bin" ]] || return 1
+  # The output is read whole before grep: `binary | grep -q` under pipefail fails when
+  # grep exits at the first match and the binary then dies of SIGPIPE.
+  local out
   case "$1" in
     etcd) return 0 ;; # etcd's version is compiled in, not stamped
-    kubectl) "$bin" version --client 2>/dev/null | grep -qF "Client Version: ${k8s_version}" ;;
-    *) "$bin" --version 2>/dev/null | grep -qF "Kubernetes ${k8s_version}" ;;
+    kubectl) out="$("$bin" version --client 2>/dev/null)" && grep -qF "Client Version: ${k8s_version}" <<<"$out" ;;
+    *) out="$("$bin" --version 2>/dev/null)" && grep -qF "Kubernetes ${k8s_version}" <<<"$out" ;;
   esac
 }
 

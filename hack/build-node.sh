@@ -38,9 +38,10 @@ ctrd_ldflags="-X github.com/containerd/containerd/v2/version.Version=${ctrd_vers
 up_to_date() { # up_to_date <binary name>
   local bin="$cache/$1"
   [[ -x "$bin" ]] || return 1
+  local out # read whole before grep -q (no SIGPIPE under pipefail)
   case "$1" in
-    kubelet | kube-scheduler) "$bin" --version 2>/dev/null | grep -qF "Kubernetes ${k8s_version}" ;;
-    containerd | ctr) "$bin" --version 2>/dev/null | grep -qF " ${ctrd_version}" ;;
+    kubelet | kube-scheduler) out="$("$bin" --version 2>/dev/null)" && grep -qF "Kubernetes ${k8s_version}" <<<"$out" ;;
+    containerd | ctr) out="$("$bin" --version 2>/dev/null)" && grep -qF " ${ctrd_version}" <<<"$out" ;;
     *) return 0 ;;
   esac
 }
