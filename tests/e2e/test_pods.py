@@ -35,6 +35,7 @@ from urllib3.exceptions import ProtocolError
 
 from cbop.envtest import ControlPlane
 from cbop.envtest.node import Node
+from tests.e2e.helm import CHART, helm_binary
 from tests.e2e.images import BUILD_TIMEOUT, cbop_image, pause_image, podman_env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -606,3 +607,58 @@ def test_the_alert_rules_load_and_no_leader_fires_when_cbop_loses_its_rbac(
     finally:
         deployed.kubectl("apply", "-f", "-", stdin=binding)
     wait_until(lambda: "CbopNoLeader" not in firing(), WAIT, "CbopNoLeader to resolve", deployed)
+
+
+# ---------------------------------------------------------------------- Helm
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT + BUILD_TIMEOUT)
+def test_the_helm_chart_installs_on_the_node_and_uninstalls_to_the_crd(deployed: Cluster) -> None:
+    helm = [
+        helm_binary(),
+        f"--kubeconfig={deployed.cp.kubeconfig_path}",
+        "--namespace",
+        "cbop-helm",
+    ]
+    # One operator at a time: the kustomize-installed one steps aside.
+    deployed.kubectl("scale", "deployment/cbop", "-n", NAMESPACE, "--replicas=0")
+    wait_until(lambda: not deployed.pods(), WAIT, "the kustomize pods to go", deployed)
+
+    def run(*args: str) -> str:
+        result = subprocess.run(
+            [*helm, *args], capture_output=True, text=True, timeout=400, check=False
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result.stdout
+
+    began = time.monotonic()
+    run("install", "cbop-helm", str(CHART), "--create-namespace", "--set", "image.tag=dev",
+        "--wait", "--timeout", "300s")  # fmt: skip
+    MEASURED["helm install --wait to two Ready pods (s)"] = time.monotonic() - began
+    pods = deployed.get("pods", "-n", "cbop-helm", "-l", "app.kubernetes.io/instance=cbop-helm")
+    assert len([p for p in pods["items"] if _ready(p)]) == 2
+    _create_bundle(deployed, "via-helm", {"from": "helm"})
+    wait_until(lambda: _configmap_data(deployed, "via-helm-cm") == {"from": "helm"}, WAIT, "CM")
+
+    run("uninstall", "cbop-helm", "--wait", "--timeout", "300s")
+    owned = "app.kubernetes.io/instance=cbop-helm"
+    for kinds, scope in (
+        ("deployments,replicasets,pods,services,serviceaccounts,roles,rolebindings",
+         ["-n", "cbop-helm"]),
+        ("clusterroles,clusterrolebindings", []),
+    ):  # fmt: skip
+        left = deployed.get(kinds, *scope, "-l", owned)["items"]
+        assert not left, [f"{o['kind']}/{o['metadata']['name']}" for o in left]
+    remaining = {
+        f"{o['kind']}/{o['metadata']['name']}"
+        for o in deployed.get(
+            "all,serviceaccounts,roles,rolebindings,leases,configmaps", "-n", "cbop-helm"
+        )["items"]
+    }
+    # What Kubernetes puts in every namespace, and the Lease cbop itself made (released).
+    assert remaining <= {
+        "ServiceAccount/default",
+        "ConfigMap/kube-root-ca.crt",
+        "Lease/cbop-leader",
+    }, remaining
+    deployed.kubectl("get", "crd", "configbundles.cbop.dev")
