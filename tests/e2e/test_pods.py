@@ -642,13 +642,15 @@ def test_the_helm_chart_installs_on_the_node_and_uninstalls_to_the_crd(deployed:
 
     run("uninstall", "cbop-helm", "--wait", "--timeout", "300s")
     owned = "app.kubernetes.io/instance=cbop-helm"
-    for kinds, scope in (
-        ("deployments,replicasets,pods,services,serviceaccounts,roles,rolebindings",
-         ["-n", "cbop-helm"]),
-        ("clusterroles,clusterrolebindings", []),
-    ):  # fmt: skip
-        left = deployed.get(kinds, *scope, "-l", owned)["items"]
-        assert not left, [f"{o['kind']}/{o['metadata']['name']}" for o in left]
+    namespaced = "deployments,replicasets,pods,services,serviceaccounts,roles,rolebindings"
+
+    def leftovers() -> list[str]:
+        items = deployed.get(namespaced, "-n", "cbop-helm", "-l", owned)["items"]
+        items += deployed.get("clusterroles,clusterrolebindings", "-l", owned)["items"]
+        return [f"{o['kind']}/{o['metadata']['name']}" for o in items]
+
+    # The pods go after their grace period (the garbage collector deletes them).
+    wait_until(lambda: not leftovers(), WAIT, "every object of the release to go", deployed)
     remaining = {
         f"{o['kind']}/{o['metadata']['name']}"
         for o in deployed.get(
