@@ -1,26 +1,39 @@
-# cbop's container image: a wheel built in one stage, installed into a clean slim
-# Python in the next, run as a numeric non-root user. There is no Docker engine in
-# cbop's CI: hack/check-image-install.sh (make image-check) runs the same build and
-# install steps in a fresh virtualenv instead. See docs/deploy.md.
-# Both stages use the same pinned base; written out (not an ARG) so that hadolint can
-# check it. Bump both together.
-FROM python:3.11.14-slim-trixie AS builder
+# cbop's container image: cbop and its dependencies installed into a virtualenv in one
+# stage, copied onto a clean Python in the next, run as a numeric non-root user, with
+# no pip, setuptools or compiler in the final image. `make image` builds it with podman
+# (hack/image/build.sh); see docs/deploy.md.
+#
+# BASE_IMAGE is the official pinned Python image. Where no registry is reachable (cbop's
+# CI), `make image` passes a local Debian bookworm base made by hack/image/base.sh
+# instead (--build-arg BASE_IMAGE=localhost/cbop-base:...). Any base with python3 (3.11+)
+# and its venv module works: both stages must use the same one.
+ARG BASE_IMAGE=docker.io/library/python:3.11.14-slim-trixie
+
+FROM ${BASE_IMAGE} AS builder
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY src ./src
-RUN pip wheel --no-deps --wheel-dir /wheels .
+# The dependencies (kubernetes, prometheus-client, structlog, ...) come from the package
+# index within the ranges pyproject.toml allows. A build behind a TLS-inspecting proxy
+# passes its CA bundle as the build secret `ca-bundle` (used for this step only, never
+# stored in a layer). pip and setuptools leave the virtualenv afterwards.
+RUN --mount=type=secret,id=ca-bundle \
+    if [ -s /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle; fi \
+    && python3 -m venv /opt/cbop \
+    && /opt/cbop/bin/pip install . \
+    && /opt/cbop/bin/pip uninstall --yes pip setuptools
 
-FROM python:3.11.14-slim-trixie
+FROM ${BASE_IMAGE}
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
-COPY --from=builder /wheels /wheels
-# The wheel's dependencies (kubernetes, prometheus-client, structlog, ...) come from
-# the package index within the ranges pyproject.toml allows.
-RUN pip install --no-cache-dir /wheels/*.whl \
-    && rm -rf /wheels
+    PATH=/opt/cbop/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+# The official image's system Python carries pip, setuptools and wheel; cbop needs none.
+RUN if python3 -m pip --version >/dev/null 2>&1; then \
+      python3 -m pip uninstall --yes --no-cache-dir pip setuptools wheel; \
+    fi
+COPY --from=builder /opt/cbop /opt/cbop
 # 65532 is the conventional "nonroot" uid/gid; numeric so that Kubernetes can verify
 # runAsNonRoot without an /etc/passwd entry.
 USER 65532:65532

@@ -60,9 +60,9 @@ ENVTEST := $(PY) -m cbop.envtest --state-dir $(DEV_CLUSTER_DIR)
 
 # A fresh machine to a running operator: local control plane, CRD, samples, then cbop in
 # the foreground. Ctrl-C stops cbop and the control plane it started. See hack/dev.sh.
-dev: venv binaries ## control plane, CRD, samples, then cbop in the foreground
+dev: venv binaries $(if $(WITH_NODE),image node-binaries) ## control plane, CRD, samples, then cbop in the foreground (WITH_NODE=1: as pods)
 	@DEV_CLUSTER_DIR=$(DEV_CLUSTER_DIR) METRICS_ADDR=$(METRICS_ADDR) PROBE_ADDR=$(PROBE_ADDR) \
-	  REUSE_CLUSTER=$(REUSE_CLUSTER) hack/dev.sh $(CBOP_ARGS)
+	  REUSE_CLUSTER=$(REUSE_CLUSTER) WITH_NODE='$(WITH_NODE)' hack/dev.sh $(CBOP_ARGS)
 
 # cbop against the current kubeconfig (the CRD must be installed: make install). It
 # listens on cbop's defaults, :8080 and :8081 on all interfaces, unless CBOP_ARGS says else.
@@ -71,9 +71,10 @@ run: venv ## cbop against the current kubeconfig (CBOP_ARGS=...)
 
 # A local control plane (etcd, kube-apiserver, kube-controller-manager) for development,
 # detached so it outlives make; prints `export KUBECONFIG=...` (also in
-# $(DEV_CLUSTER_DIR)/env). Already running: reuses it and says so. See docs/control-plane.md.
-dev-cluster: venv binaries ## this checkout's control plane, in the background
-	@$(ENVTEST) start --detach
+# $(DEV_CLUSTER_DIR)/env). Already running: reuses it and says so. WITH_NODE=1 adds a
+# kubelet node with cbop:dev loaded. See docs/control-plane.md.
+dev-cluster: venv binaries $(if $(WITH_NODE),image node-binaries) ## this checkout's control plane, in the background (WITH_NODE=1: plus a node)
+	@$(ENVTEST) start --detach $(if $(WITH_NODE),--with-node)
 
 dev-cluster-down: venv ## stop this checkout's control plane
 	@$(ENVTEST) stop
@@ -104,9 +105,10 @@ UNINSTALL_ARGS ?=
 uninstall: venv ## delete the CRD and every ConfigBundle; says what stays behind
 	@$(PY) hack/uninstall.py $(UNINSTALL_ARGS)
 
-# CRD, namespace, RBAC, Deployment and metrics Service: kubectl apply -k manifests/.
-deploy: ## kubectl apply -k manifests/ (CRD, namespace, RBAC, Deployment, Service)
-	$(KUBECTL) apply -k manifests/
+# CRD, namespace, RBAC, Deployment and metrics Service: kubectl apply -k manifests/;
+# IMG=name:tag replaces the image (e.g. IMG=cbop:dev on `make dev-cluster WITH_NODE=1`).
+deploy: ## kubectl apply -k manifests/ (IMG=name:tag overrides the image)
+	@KUBECTL="$(KUBECTL)" IMG='$(IMG)' hack/deploy.sh
 
 # Removes the operator (Deployment first, so the replicas shut down and release the
 # Lease) but keeps the CRD and the ConfigBundles; `make uninstall` removes those.
@@ -114,11 +116,6 @@ undeploy: ## remove the operator; keep the CRD and the ConfigBundles
 	$(KUBECTL) delete --ignore-not-found -f manifests/deployment.yaml -f manifests/service.yaml
 	$(KUBECTL) delete --ignore-not-found -k manifests/rbac/
 	$(KUBECTL) delete --ignore-not-found -f manifests/namespace.yaml
-
-# The Dockerfile's build and install steps in fresh virtualenvs (no container engine).
-.PHONY: image-check
-image-check: ## the Dockerfile's install steps in fresh virtualenvs
-	hack/check-image-install.sh
 
 clean: ## remove .venv and the build and tool caches
 	rm -rf $(VENV) build dist .mypy_cache .pytest_cache .ruff_cache
@@ -133,3 +130,18 @@ bench: venv binaries ## operator benchmark, 40-60 min; updates bench/README.md
 .PHONY: bench-quick
 bench-quick: venv binaries ## short operator benchmark into $TMPDIR/cbop-bench
 	$(PY) -m bench.operators --quick --out $${TMPDIR:-/tmp}/cbop-bench $(BENCH_ARGS)
+
+# --- The container image and the local node (docs/deploy.md, docs/control-plane.md) ---
+# WITH_NODE=1 on `make dev-cluster` / `make dev` adds a kubelet node with cbop:dev.
+WITH_NODE ?=
+# `make image`: podman builds the Dockerfile, tagged cbop:<version> and cbop:dev.
+# BASE_IMAGE=local (default) builds on a Debian base made here without a registry;
+# BASE_IMAGE=docker.io/library/python:3.11.14-slim-trixie uses the Dockerfile's default.
+BASE_IMAGE ?= local
+.PHONY: image node-binaries
+image: ## build the image with podman, tagged cbop:<version> and cbop:dev
+	@BASE_IMAGE='$(BASE_IMAGE)' hack/image/build.sh
+
+# kubelet, kube-scheduler and containerd 2 for the local node (WITH_NODE=1).
+node-binaries: ## build kubelet, kube-scheduler and containerd for the local node
+	@hack/build-node.sh >/dev/null

@@ -11,6 +11,10 @@
 # It stops only what it started: on exit (Ctrl-C, or cbop failing) it stops the control
 # plane it started, never one it reused. Without REUSE_CLUSTER=1 a control plane already
 # running in DEV_CLUSTER_DIR is an error. The exit status is cbop's (0 after Ctrl-C).
+#
+# WITH_NODE=1 (make dev WITH_NODE=1): cbop runs as the shipped Deployment instead, two
+# real pods of the image cbop:dev (make image) on a local kubelet node; the script
+# follows their logs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=.venv/bin/python
@@ -50,7 +54,7 @@ if [[ "${REUSE_CLUSTER:-}" == 1 ]] && "${envtest[@]}" status >/dev/null; then
   echo "make dev: reusing the control plane running in $state; it keeps running afterwards"
 else
   code=0
-  "${envtest[@]}" start --detach --fail-if-running >/dev/null || code=$?
+  "${envtest[@]}" start --detach --fail-if-running ${WITH_NODE:+--with-node} >/dev/null || code=$?
   if ((code == 4)); then
     echo "make dev: a control plane already runs in $state (make dev-cluster?)." >&2
     echo "  make dev stops only what it starts: reuse it with 'make dev REUSE_CLUSTER=1'," >&2
@@ -66,6 +70,20 @@ export KUBECONFIG="$state/kubeconfig"
 "$kubectl" apply -f manifests/crd/
 "$kubectl" wait --for condition=established --timeout=60s crd/configbundles.cbop.dev
 "$kubectl" apply -k manifests/samples/
+if [[ -n "${WITH_NODE:-}" ]]; then
+  KUBECTL="$kubectl" IMG=cbop:dev hack/deploy.sh
+  "$kubectl" -n cbop-system rollout status deployment/cbop --timeout=180s
+  "$kubectl" -n cbop-system get pods,lease -o wide
+  "$kubectl" get configbundles -A
+  echo
+  echo "cbop runs as two pods on node $("$kubectl" get nodes -o name); in another shell:"
+  echo "  export KUBECONFIG=$KUBECONFIG"
+  echo "  $kubectl -n cbop-system get pods,lease"
+  echo "Their logs follow (the API server cannot reach the kubelet, so not kubectl logs)."
+  echo "Ctrl-C stops the node and the control plane."
+  tail -F "$state/node/pod-logs"/cbop-system_*/manager/*.log || true
+  exit 0
+fi
 echo
 echo "cbop is starting: metrics on http://$metrics/metrics, probes on http://$probes/healthz"
 echo "In another shell:"

@@ -9,6 +9,10 @@ copied to ``<state-dir>/kubeconfig``, the line ``export KUBECONFIG=...`` is writ
 ``start --detach`` on a running state directory reuses it (exit 0, it says so), or with
 ``--fail-if-running`` exits 4 and leaves it alone.
 
+``start --with-node`` also runs a :class:`~cbop.envtest.node.Node` (kubelet and
+containerd) with the podman image ``localhost/cbop:dev`` loaded (``make image``); its
+work directory is ``<state-dir>/node`` (container logs in ``node/pod-logs``).
+
 The state directory defaults to ``${XDG_CACHE_HOME:-~/.cache}/cbop/dev-cluster``;
 ``make dev-cluster`` / ``make dev-cluster-down`` / ``make dev`` pass ``--state-dir``
 ``.dev-cluster`` in the checkout, so each checkout has its own cluster.
@@ -23,14 +27,17 @@ import os
 import shlex
 import shutil
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
 from types import FrameType
 
 from cbop.envtest import process
+from cbop.envtest.binaries import repo_root
 from cbop.envtest.controlplane import ControlPlane
 from cbop.envtest.errors import EnvtestError
+from cbop.envtest.node import Node
 
 #: Exit status of ``status`` when no control plane runs (as LSB init scripts).
 EXIT_NOT_RUNNING = 3
@@ -90,7 +97,27 @@ def _raise_stop(signum: int, _frame: FrameType | None) -> None:
     raise _StopRequestedError(signal.Signals(signum).name)
 
 
-def _run_foreground(files: _Files, timeout: float) -> int:
+def _start_node(control_plane: ControlPlane, files: _Files) -> Node:
+    """Start a node with ``localhost/cbop:dev`` and the pause image (hack/image/pause.sh)."""
+    root = repo_root()
+    if root is None:
+        raise EnvtestError("--with-node needs a source checkout (hack/image/pause.sh)")
+    pause = subprocess.run(
+        [str(root / "hack" / "image" / "pause.sh")], capture_output=True, text=True, check=False
+    )
+    if pause.returncode != 0:
+        raise EnvtestError(f"hack/image/pause.sh failed: {pause.stderr}")
+    node = Node(
+        control_plane,
+        images=["localhost/cbop:dev"],
+        pause_image=pause.stdout.strip(),
+        workdir=files.workdir.parent / "node",
+    )
+    node.start()
+    return node
+
+
+def _run_foreground(files: _Files, timeout: float, *, with_node: bool = False) -> int:
     files.dir.mkdir(parents=True, exist_ok=True)
     if (pid := _running_pid(files)) is not None and pid != os.getpid():
         print(f"cbop.envtest: already running (pid {pid})", file=sys.stderr)
@@ -99,9 +126,12 @@ def _run_foreground(files: _Files, timeout: float) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, _raise_stop)
     files.pid.write_text(f"{os.getpid()}\n", encoding="utf-8")
-    control_plane = ControlPlane(workdir=files.workdir)
+    control_plane = ControlPlane(workdir=files.workdir, for_nodes=with_node)
+    node: Node | None = None
     try:
         control_plane.start(timeout=timeout)
+        if with_node:
+            node = _start_node(control_plane, files)
         shutil.copyfile(control_plane.kubeconfig_path, files.kubeconfig)
         files.kubeconfig.chmod(0o600)
         info = {
@@ -113,6 +143,8 @@ def _run_foreground(files: _Files, timeout: float) -> int:
             "components": control_plane.pids(),
             "startup_seconds": round(control_plane.startup_seconds, 2),
         }
+        if node is not None:
+            info["node"] = {"name": node.name, "workdir": str(node.workdir)}
         files.info.write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
         # Written last: its presence tells `start --detach` that all is ready.
         files.env.write_text(_export_line(files.kubeconfig) + "\n", encoding="utf-8")
@@ -131,12 +163,16 @@ def _run_foreground(files: _Files, timeout: float) -> int:
         print(f"cbop.envtest: {exc}", file=sys.stderr)
         return 1
     finally:
+        if node is not None:
+            node.stop()
         control_plane.stop()
         if _running_pid(files) in (None, os.getpid()):
             files.clear()
 
 
-def _start_detached(files: _Files, timeout: float, *, reuse: bool = True) -> int:
+def _start_detached(
+    files: _Files, timeout: float, *, reuse: bool = True, with_node: bool = False
+) -> int:
     files.dir.mkdir(parents=True, exist_ok=True)
     if (pid := _running_pid(files)) is not None:
         if not reuse:
@@ -156,11 +192,13 @@ def _start_detached(files: _Files, timeout: float, *, reuse: bool = True) -> int
         "start",
         f"--state-dir={files.dir}",
         f"--timeout={timeout}",
+        *(["--with-node"] if with_node else []),
     ]
     with files.daemon_log.open("wb") as log:
         # Its own session and no parent-death binding: it must outlive us and make.
         daemon = process.spawn(command, log, bind_to_parent=False)
-    deadline = time.monotonic() + timeout + 30
+    # A node adds its start-up: images loaded, kubelet registered and Ready.
+    deadline = time.monotonic() + timeout + (210 if with_node else 30)
     while time.monotonic() < deadline:
         if files.env.exists() and _running_pid(files) == daemon.pid:
             print(f"cbop.envtest: dev cluster running (pid {daemon.pid})", file=sys.stderr)
@@ -256,6 +294,11 @@ def main(argv: list[str] | None = None) -> int:
         help=f"with --detach: exit {EXIT_ALREADY_RUNNING} when a control plane already runs "
         "in the state directory, instead of reusing it",
     )
+    start.add_argument(
+        "--with-node",
+        action="store_true",
+        help="also run a kubelet node with cbop:dev loaded (make dev-cluster WITH_NODE=1)",
+    )
     stop = commands.add_parser("stop", help="stop the background control plane")
     stop.add_argument("--state-dir", type=Path, default=argparse.SUPPRESS)
     status = commands.add_parser("status", help="report on the background control plane")
@@ -264,8 +307,10 @@ def main(argv: list[str] | None = None) -> int:
     files = _Files(args.state_dir.expanduser().resolve())
     if args.command == "start":
         if args.detach:
-            return _start_detached(files, args.timeout, reuse=not args.fail_if_running)
-        return _run_foreground(files, args.timeout)
+            return _start_detached(
+                files, args.timeout, reuse=not args.fail_if_running, with_node=args.with_node
+            )
+        return _run_foreground(files, args.timeout, with_node=args.with_node)
     if args.command == "stop":
         return _stop(files)
     return _status(files)

@@ -99,6 +99,21 @@ rules:
 #: blockOwnerDeletion needs permission on the owner's finalizers).
 _REQUIRED_ADMISSION_PLUGIN: Final = "OwnerReferencesPermissionEnforcement"
 _SERVICE_CLUSTER_IP_RANGE: Final = "10.0.0.0/24"
+#: The ``kubernetes`` Service's ClusterIP (the first address of the range), as pods see
+#: it in ``KUBERNETES_SERVICE_HOST``; the serving certificate names it.
+KUBERNETES_SERVICE_IP: Final = "10.0.0.1"
+#: kube-controller-manager controllers added for a node (``for_nodes``): Deployments make
+#: ReplicaSets make Pods, every namespace gets the ``kube-root-ca.crt`` ConfigMap that a
+#: pod's projected service-account volume reads, the node lifecycle controller lifts
+#: the ``node.kubernetes.io/not-ready`` taint a kubelet registers with once it is Ready,
+#: and Services get EndpointSlices (what Prometheus discovers scrape targets from).
+NODE_CONTROLLERS: Final[tuple[str, ...]] = (
+    "deployment-controller",
+    "endpointslice-controller",
+    "replicaset-controller",
+    "root-ca-certificate-publisher-controller",
+    "node-lifecycle-controller",
+)
 _SERVICE_ACCOUNT_ISSUER: Final = "https://kubernetes.default.svc.cluster.local"
 #: Attempts at starting when a chosen port was taken meanwhile by another process.
 _PORT_ATTEMPTS: Final = 3
@@ -174,6 +189,11 @@ class ControlPlane:
             :attr:`audit_log_path` (the log backend, blocking mode: an event is on disk
             before the response is sent), with microsecond ``requestReceivedTimestamp``
             and ``stageTimestamp``. See :data:`WRITES_AUDIT_POLICY`.
+        for_nodes: Prepare for kubelets (:class:`cbop.envtest.node.Node`): the
+            ServiceAccount admission plugin (pods get their projected token volume), the
+            Node authorizer and NodeRestriction (kubelets act as ``system:node:<name>``,
+            as on a kubeadm cluster), and :data:`NODE_CONTROLLERS`. Off by default:
+            without a node, pods never run.
 
     Raises:
         ValueError: ``extra_apiserver_flags`` would disable
@@ -190,6 +210,7 @@ class ControlPlane:
         extra_controller_manager_flags: Sequence[str] = (),
         extra_etcd_flags: Sequence[str] = (),
         audit_policy: str | None = None,
+        for_nodes: bool = False,
     ) -> None:
         for flag in extra_apiserver_flags:
             if flag.startswith("--disable-admission-plugins") and (
@@ -199,7 +220,11 @@ class ControlPlane:
         self._binaries = binaries
         self._requested_workdir = workdir
         self._extra_apiserver_flags = tuple(extra_apiserver_flags)
-        self._controllers = tuple(controllers)
+        self._controllers = tuple(controllers) + (
+            tuple(c for c in NODE_CONTROLLERS if c not in controllers) if for_nodes else ()
+        )
+        self.for_nodes = for_nodes
+        """Whether this control plane was made for kubelets (the ``for_nodes`` argument)."""
         self._extra_kcm_flags = tuple(extra_controller_manager_flags)
         self._extra_etcd_flags = tuple(extra_etcd_flags)
         self._audit_policy = audit_policy
@@ -404,8 +429,16 @@ class ControlPlane:
             "cbop-envtest-serving",
             client=False,
             server=True,
-            dns_names=("localhost",),
-            ip_addresses=("127.0.0.1", "::1"),
+            # Also the names and address pods reach the API server by, as a cluster's
+            # API server certificate has them.
+            dns_names=(
+                "localhost",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+                "kubernetes.default.svc.cluster.local",
+            ),
+            ip_addresses=("127.0.0.1", "::1", KUBERNETES_SERVICE_IP),
         )
         admin = ca.issue("admin", ("system:masters",))
         sa_private, sa_public = new_signing_key_pem()
@@ -465,13 +498,19 @@ class ControlPlane:
             f"--tls-cert-file={pki / 'serving.crt'}",
             f"--tls-private-key-file={pki / 'serving.key'}",
             f"--client-ca-file={pki / 'ca.crt'}",
-            "--authorization-mode=RBAC",
+            "--authorization-mode=Node,RBAC" if self.for_nodes else "--authorization-mode=RBAC",
             f"--service-cluster-ip-range={_SERVICE_CLUSTER_IP_RANGE}",
             f"--service-account-issuer={_SERVICE_ACCOUNT_ISSUER}",
             f"--service-account-key-file={pki / 'service-account.pub'}",
             f"--service-account-signing-key-file={pki / 'service-account.key'}",
-            "--disable-admission-plugins=ServiceAccount",
-            f"--enable-admission-plugins={_REQUIRED_ADMISSION_PLUGIN}",
+            *(
+                [f"--enable-admission-plugins={_REQUIRED_ADMISSION_PLUGIN},NodeRestriction"]
+                if self.for_nodes
+                else [
+                    "--disable-admission-plugins=ServiceAccount",
+                    f"--enable-admission-plugins={_REQUIRED_ADMISSION_PLUGIN}",
+                ]
+            ),
             "--allow-privileged=true",
             # On SIGTERM, close open watches after 1 s instead of letting the HTTP
             # server wait for them (up to a minute): restarts and stops stay quick.

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# `make image`: builds the Dockerfile with podman, tagged cbop:<version> (pyproject.toml)
+# and cbop:dev. Installs podman, buildah, runc and mmdebstrap from Debian when missing.
+#
+# BASE_IMAGE (environment): `local` (the default) builds on the Debian base that
+# hack/image/base.sh makes without any registry; any other value is passed to the
+# Dockerfile as is (e.g. docker.io/library/python:3.11.14-slim-trixie, its default,
+# which needs a reachable registry). The host's CA bundle, when there is one, is given
+# to the build as the `ca-bundle` secret for pip (never stored in the image).
+# Prints the image's size on stderr; stdout stays empty.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+export CONTAINERS_CONF="${CONTAINERS_CONF:-$here/containers.conf}"
+"$repo/hack/apt-tools.sh" podman=podman buildah=buildah runc=runc mmdebstrap=mmdebstrap
+
+version="$(sed -nE 's/^version = "([^"]+)"$/\1/p' "$repo/pyproject.toml" | head -n1)"
+base="${BASE_IMAGE:-local}"
+if [[ "$base" == local ]]; then
+  base="$("$here/base.sh")"
+fi
+args=(--network host --build-arg "BASE_IMAGE=$base" --tag "cbop:$version" --tag cbop:dev)
+ca="${CBOP_BUILD_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}"
+if [[ -s "$ca" ]]; then
+  args+=(--secret "id=ca-bundle,src=$ca")
+fi
+start=$SECONDS
+echo "image: podman build (base $base)" >&2
+podman build --quiet "${args[@]}" --file "$repo/Dockerfile" "$repo" >/dev/null
+size="$(podman image inspect cbop:dev --format '{{.Size}}')"
+echo "image: built cbop:$version and cbop:dev in $((SECONDS - start))s, $((size / 1000000)) MB" >&2

@@ -1,0 +1,67 @@
+"""The container images the e2e tests build: cbop's (``make image``) and the node's pause.
+
+Both are built once per test session with podman (hack/image/*.sh, which install podman
+from Debian when it is missing and make the Debian base without a registry).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+CONTAINERS_CONF = REPO / "hack" / "image" / "containers.conf"
+#: Seconds for a cold image build: base image (about 100 s), podman's install from
+#: Debian, and pip installing the dependencies from the package index.
+BUILD_TIMEOUT = 900.0
+
+_BUILD_LOG: list[str] = []
+
+
+def podman_env() -> dict[str, str]:
+    """Return the environment for podman commands: ours plus ``CONTAINERS_CONF``."""
+    return {**os.environ, "CONTAINERS_CONF": str(CONTAINERS_CONF)}
+
+
+def cbop_version() -> str:
+    """Return the version in pyproject.toml (the image's ``cbop:<version>`` tag)."""
+    match = re.search(r'^version = "([^"]+)"$', (REPO / "pyproject.toml").read_text(), re.M)
+    assert match is not None
+    return match.group(1)
+
+
+def _run(*command: str, timeout: float) -> str:
+    result = subprocess.run(
+        list(command),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=podman_env(),
+        check=False,
+    )
+    assert result.returncode == 0, f"{command} failed:\n{result.stdout}\n{result.stderr}"
+    return result.stdout + result.stderr
+
+
+@functools.cache
+def cbop_image() -> str:
+    """Build (or reuse podman's layer cache for) ``cbop:dev`` and return its name.
+
+    The build's own report (its duration and size) is returned by :func:`build_report`.
+    """
+    _BUILD_LOG.append(_run(str(REPO / "hack" / "image" / "build.sh"), timeout=BUILD_TIMEOUT))
+    return "localhost/cbop:dev"
+
+
+def build_report() -> str:
+    """Return what ``hack/image/build.sh`` printed (empty before :func:`cbop_image`)."""
+    return "".join(_BUILD_LOG)
+
+
+@functools.cache
+def pause_image() -> str:
+    """Build (or reuse) the node's sandbox image and return its name."""
+    return _run(str(REPO / "hack" / "image" / "pause.sh"), timeout=BUILD_TIMEOUT).strip()

@@ -1,0 +1,82 @@
+"""The Helm chart (charts/cbop): lint-clean, and rendering what manifests/ holds.
+
+Installing it on a real node is in tests/e2e/test_pods.py.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.e2e.helm import BUILD_TIMEOUT, CHART, REPO, helm_binary
+
+
+def _render(*values: str) -> list[dict[str, Any]]:
+    result = subprocess.run(
+        [helm_binary(), "template", "cbop", str(CHART), "--namespace", "cbop-system", *values],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return [o for o in yaml.safe_load_all(result.stdout) if o]
+
+
+def _kustomize() -> list[dict[str, Any]]:
+    objects = []
+    for path in sorted((REPO / "manifests").rglob("*.yaml")):
+        if path.parent.name in {"rbac", "manifests"} and path.name != "kustomization.yaml":
+            objects += [o for o in yaml.safe_load_all(path.read_text()) if o]
+    return objects
+
+
+@pytest.mark.timeout(BUILD_TIMEOUT + 120)
+def test_helm_lint_passes() -> None:
+    result = subprocess.run(
+        [helm_binary(), "lint", "--strict", str(CHART)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.timeout(BUILD_TIMEOUT + 120)
+def test_the_chart_renders_what_the_kustomize_manifests_hold() -> None:
+    chart = {(o["kind"], o["metadata"]["name"].removeprefix("cbop-")): o for o in _render()}
+    shipped = {(o["kind"], o["metadata"]["name"].removeprefix("cbop-")): o for o in _kustomize()}
+    del shipped["Namespace", "system"]  # the release's namespace is helm's to make
+    assert set(chart) == set(shipped)
+    for key, obj in shipped.items():
+        if "rules" in obj:
+            assert chart[key]["rules"] == obj["rules"], key
+    pod = shipped["Deployment", "cbop"]["spec"]["template"]["spec"]
+    rendered = chart["Deployment", "cbop"]["spec"]["template"]["spec"]
+    (container,), (got,) = pod["containers"], rendered["containers"]
+    for field in ("args", "env", "ports", "livenessProbe", "readinessProbe", "resources",
+                  "securityContext", "volumeMounts"):  # fmt: skip
+        assert got[field] == container[field], field
+    assert got["image"] == "cbop:0.1.0"
+    assert rendered["securityContext"] == pod["securityContext"]
+    assert chart["Deployment", "cbop"]["spec"]["replicas"] == 2
+
+
+@pytest.mark.timeout(BUILD_TIMEOUT + 120)
+def test_values_scope_the_namespaces_and_add_the_service_monitor() -> None:
+    objects = _render(
+        "--set", "watchNamespaces={a,b}", "--set", "leaderElection.enabled=false",
+        "--set", "metrics.serviceMonitor.enabled=true", "--set", "replicas=1",
+    )  # fmt: skip
+    kinds = {o["kind"] for o in objects}
+    assert "ServiceMonitor" in kinds
+    assert "Role" not in kinds
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--namespace=a" in args
+    assert "--namespace=b" in args
+    assert "--leader-elect" not in args

@@ -1,0 +1,666 @@
+"""cbop as real pods: the shipped manifests on a real node, scraped by a real Prometheus.
+
+A control plane made for nodes and one :class:`cbop.envtest.node.Node` (kubelet,
+containerd 2, runc, in a network namespace of its own) run ``kubectl apply -k`` of a
+kustomization whose only change to ``manifests/`` is the image (``cbop:dev``, built by
+``make image``). Everything else is the shipped Deployment: two replicas, the
+securityContext, the resource limits, the probes the kubelet acts on, and in-cluster
+configuration from the projected service-account token.
+
+Then Debian's Prometheus, inside the node's network namespace, scrapes both pods with a
+scrape configuration derived from ``manifests/monitoring/service_monitor.yaml``, loads
+the rules of ``prometheus_rule.yaml`` and answers every query of the shipped dashboard.
+
+The tests of this module share the cluster and run in file order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client, config, watch
+from urllib3.exceptions import ProtocolError
+
+from cbop.envtest import ControlPlane
+from cbop.envtest.node import Node
+from tests.e2e.helm import CHART, helm_binary
+from tests.e2e.images import BUILD_TIMEOUT, cbop_image, pause_image, podman_env
+
+REPO = Path(__file__).resolve().parents[2]
+MANIFESTS = REPO / "manifests"
+NAMESPACE = "cbop-system"
+SELECTOR = "app.kubernetes.io/name=cbop,app.kubernetes.io/component=controller"
+#: The shipped Lease duration (cbop's --leader-election-lease-duration default), seconds.
+LEASE_DURATION = 15.0
+#: Generous bounds for waits on a shared two-core machine (seconds).
+WAIT = 180.0
+SETUP_TIMEOUT = BUILD_TIMEOUT + 600
+
+#: What the tests measured, printed at the end of the module (``-s`` or a failure shows it).
+MEASURED: dict[str, float] = {}
+
+
+class Cluster:
+    """The control plane, the node, and kubectl against them."""
+
+    def __init__(self, control_plane: ControlPlane, node: Node, workdir: Path) -> None:
+        self.cp = control_plane
+        self.node = node
+        self.workdir = workdir
+
+    def kubectl(self, *args: str, check: bool = True, stdin: str | None = None) -> str:
+        result = subprocess.run(
+            [str(self.cp.binaries.kubectl), f"--kubeconfig={self.cp.kubeconfig_path}", *args],
+            capture_output=True,
+            text=True,
+            input=stdin,
+            timeout=120,
+            check=False,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)}: {result.stderr}")
+        return result.stdout
+
+    def get(self, *args: str) -> Any:
+        return json.loads(self.kubectl("get", *args, "-o", "json"))
+
+    def apply_manifests(self, tag: str) -> None:
+        """``kubectl apply -k`` of manifests/ with only the image's tag changed."""
+        overlay = self.workdir / f"overlay-{tag}"
+        overlay.mkdir(exist_ok=True)
+        (overlay / "kustomization.yaml").write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                    "kind": "Kustomization",
+                    "resources": [os.path.relpath(MANIFESTS, overlay)],
+                    "images": [{"name": "cbop", "newName": "cbop", "newTag": tag}],
+                }
+            )
+        )
+        self.kubectl("apply", "-k", str(overlay))
+
+    def pods(self) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = self.get("pods", "-n", NAMESPACE, "-l", SELECTOR)["items"]
+        return [p for p in items if not p["metadata"].get("deletionTimestamp")]
+
+    def ready_pods(self) -> list[dict[str, Any]]:
+        return [p for p in self.pods() if _ready(p)]
+
+    def lease_holder(self) -> str:
+        lease = self.get("lease", "-n", NAMESPACE, "cbop-leader")
+        return str(lease["spec"].get("holderIdentity") or "")
+
+    def leader_pod(self) -> str:
+        """The name of the pod whose identity holds the Lease (``<pod>_<suffix>``)."""
+        holder = self.lease_holder()
+        names = [p["metadata"]["name"] for p in self.pods()]
+        owners = [n for n in names if holder == n or holder.startswith(n + "_")]
+        return owners[0] if owners else ""
+
+    def logs(self) -> str:
+        parts = []
+        for pod in self.get("pods", "-n", NAMESPACE, "-l", SELECTOR)["items"]:
+            name = pod["metadata"]["name"]
+            parts.append(f"--- {name}\n{self.node.pod_log(NAMESPACE, name, 'manager')[-4000:]}")
+        return "\n".join(parts)
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    conditions = pod.get("status", {}).get("conditions") or []
+    return pod.get("status", {}).get("phase") == "Running" and any(
+        c["type"] == "Ready" and c["status"] == "True" for c in conditions
+    )
+
+
+def wait_until(probe: Any, timeout: float, what: str, cluster: Cluster | None = None) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            extra = f"\n{cluster.logs()}\n{cluster.node.tail_logs(20)}" if cluster else ""
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}{extra}")
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    image = cbop_image()
+    pause = pause_image()
+    workdir = tmp_path_factory.mktemp("pods")
+    with (
+        ControlPlane(for_nodes=True, workdir=workdir / "cp") as cp,
+        Node(cp, images=[image], pause_image=pause, workdir=tmp_path_factory.mktemp("n")) as node,
+    ):
+        MEASURED["node start: images loaded (s)"] = node.startup_phases["images"]
+        MEASURED["node start: kubelet to Ready node (s)"] = node.startup_phases["kubelet"]
+        yield Cluster(cp, node, workdir)
+    for key, value in MEASURED.items():
+        print(f"measured: {key}: {value:.1f}")
+
+
+@pytest.fixture(scope="module")
+def deployed(cluster: Cluster) -> Cluster:
+    began = time.monotonic()
+    cluster.apply_manifests("dev")
+    wait_until(lambda: len(cluster.ready_pods()) == 2, WAIT, "two Ready cbop pods", cluster)
+    MEASURED["apply -k to two Ready pods (s)"] = time.monotonic() - began
+    return cluster
+
+
+# ------------------------------------------------------------------ the pods
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_apply_gives_two_ready_pods_running_the_shipped_pod_spec(deployed: Cluster) -> None:
+    shipped = yaml.safe_load((MANIFESTS / "deployment.yaml").read_text())
+    container = shipped["spec"]["template"]["spec"]["containers"][0]
+    pods = deployed.ready_pods()
+    assert len(pods) == 2
+    for pod in pods:
+        (running,) = pod["spec"]["containers"]
+        assert running["image"] == "cbop:dev"
+        assert running["securityContext"] == container["securityContext"]
+        assert running["resources"] == container["resources"]
+        status = pod["status"]["containerStatuses"][0]
+        assert status["ready"] is True
+        assert status["restartCount"] == 0, deployed.logs()
+        # The projected service-account token volume that in-cluster config reads.
+        mounts = {m["mountPath"] for m in running["volumeMounts"]}
+        assert "/var/run/secrets/kubernetes.io/serviceaccount" in mounts
+
+
+def _container_pid(cluster: Cluster, pod: dict[str, Any]) -> int:
+    container_id = pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
+    for line in cluster.node.ctr("tasks", "ls").splitlines()[1:]:
+        task, pid, *_ = line.split()
+        if task == container_id:
+            return int(pid)
+    raise AssertionError(f"no task for container {container_id}")
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_the_kernel_enforces_the_shipped_security_context_and_limits(deployed: Cluster) -> None:
+    for pod in deployed.ready_pods():
+        pid = _container_pid(deployed, pod)
+        status = dict(
+            line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+        )
+        assert status["Uid"].split()[:2] == ["65532", "65532"]
+        assert status["Gid"].split()[:2] == ["65532", "65532"]
+        assert int(status["CapEff"], 16) == 0
+        assert int(status["CapBnd"], 16) == 0
+        assert status["NoNewPrivs"].strip() == "1"
+        assert status["Seccomp"].strip() == "2"  # filter mode: RuntimeDefault
+        root = next(
+            line.split()
+            for line in Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
+            if line.split()[4] == "/"
+        )
+        assert "ro" in root[5].split(","), root
+        # Memory and CPU limits from the cgroup the kubelet made (cgroup v1 or v2).
+        cgroup = Path(f"/proc/{pid}/cgroup").read_text()
+        memory = next(
+            (line.split(":", 2)[2] for line in cgroup.splitlines() if ":memory:" in line), None
+        )
+        if memory is not None:
+            limit = Path(f"/sys/fs/cgroup/memory{memory}/memory.limit_in_bytes").read_text()
+            assert int(limit) == 256 * 1024 * 1024
+        else:
+            path = cgroup.strip().split(":", 2)[2]
+            assert Path(f"/sys/fs/cgroup{path}/memory.max").read_text().strip() == "268435456"
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_one_pod_holds_the_lease_and_reconciles_a_bundle(deployed: Cluster) -> None:
+    leader = wait_until(deployed.leader_pod, WAIT, "a pod holding the Lease", deployed)
+    assert leader in {p["metadata"]["name"] for p in deployed.ready_pods()}
+    _create_bundle(deployed, "first", {"key": "v1"})
+    wait_until(lambda: _configmap_data(deployed, "first-cm") == {"key": "v1"}, WAIT, "a CM")
+
+
+def _create_bundle(cluster: Cluster, name: str, data: dict[str, str]) -> None:
+    cluster.kubectl("create", "namespace", "apps", check=False)
+    bundle = {
+        "apiVersion": "cbop.dev/v1alpha1",
+        "kind": "ConfigBundle",
+        "metadata": {"name": name, "namespace": "apps"},
+        "spec": {"configMapName": f"{name}-cm", "data": data},
+    }
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps(bundle))
+
+
+def _configmap_data(cluster: Cluster, name: str) -> dict[str, str] | None:
+    out = cluster.kubectl("get", "configmap", "-n", "apps", name, "-o", "json", check=False)
+    return json.loads(out).get("data") if out else None
+
+
+# ------------------------------------------------------------------ failover
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_deleting_the_leader_pod_fails_over_and_the_deployment_replaces_it(
+    deployed: Cluster,
+) -> None:
+    leader = wait_until(deployed.leader_pod, WAIT, "a leader", deployed)
+    began = time.monotonic()
+    # As `kubectl delete pod` does by default: SIGTERM, then cbop releases its Lease.
+    deployed.kubectl("delete", "pod", "-n", NAMESPACE, leader, "--wait=false")
+    # The standby, or the replacement the Deployment starts meanwhile, whichever asks first.
+    wait_until(
+        lambda: deployed.leader_pod() not in ("", leader), WAIT, "another pod to lead", deployed
+    )
+    failover = time.monotonic() - began
+    MEASURED["failover after deleting the leader pod (s)"] = failover
+    # The released Lease is taken at the standby's next attempt, well inside the Lease
+    # duration that an unreleased Lease would need to expire.
+    assert failover < LEASE_DURATION + 5, f"failover took {failover:.1f} s"
+    wait_until(
+        lambda: (
+            len(deployed.ready_pods()) == 2
+            and leader not in {p["metadata"]["name"] for p in deployed.pods()}
+        ),
+        WAIT,
+        "the Deployment to replace the deleted pod",
+        deployed,
+    )
+    # The new leader reconciles.
+    _create_bundle(deployed, "after-failover", {"k": "v"})
+    wait_until(lambda: _configmap_data(deployed, "after-failover-cm") == {"k": "v"}, WAIT, "CM")
+
+
+class BundleWriter:
+    """Changes one bundle's data every half second and records every ConfigMap change."""
+
+    def __init__(self, cluster: Cluster, name: str) -> None:
+        self.cluster = cluster
+        self.name = name
+        self.written = 0
+        self.seen: list[int] = []
+        self._stop = threading.Event()
+        self._writer = threading.Thread(target=self._write, daemon=True)
+        self._api = config.new_client_from_config(config_file=str(cluster.cp.kubeconfig_path))  # type: ignore[no-untyped-call]
+        self._watch = watch.Watch()  # type: ignore[no-untyped-call]
+        self._reader = threading.Thread(target=self._read, daemon=True)
+
+    def __enter__(self) -> BundleWriter:
+        _create_bundle(self.cluster, self.name, {"n": "0"})
+        wait_until(lambda: _configmap_data(self.cluster, f"{self.name}-cm") == {"n": "0"}, WAIT, "")
+        self._reader.start()
+        self._writer.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._writer.join()
+        final = {"n": str(self.written)}
+        wait_until(
+            lambda: _configmap_data(self.cluster, f"{self.name}-cm") == final,
+            WAIT,
+            f"the last write ({final}) to be reconciled",
+            self.cluster,
+        )
+        wait_until(lambda: self.written in self.seen, 30, "the watch to see the last write")
+        self._watch.stop()  # type: ignore[no-untyped-call]
+        self._reader.join()
+        self._api.close()
+
+    def _write(self) -> None:
+        while not self._stop.wait(0.5):
+            self.written += 1
+            patch = json.dumps({"spec": {"data": {"n": str(self.written)}}})
+            self.cluster.kubectl(
+                "patch", "configbundle", "-n", "apps", self.name, "--type=merge", "-p", patch
+            )
+
+    def _read(self) -> None:
+        core = client.CoreV1Api(self._api)
+        with contextlib.suppress(ProtocolError):  # the connection closed by stop()
+            self._consume(core)
+
+    def _consume(self, core: client.CoreV1Api) -> None:
+        for event in self._watch.stream(  # type: ignore[no-untyped-call]
+            core.list_namespaced_config_map,
+            "apps",
+            field_selector=f"metadata.name={self.name}-cm",
+            timeout_seconds=600,
+        ):
+            if event["type"] == "MODIFIED":
+                self.seen.append(int(event["object"].data["n"]))
+
+
+def _rolled(cluster: Cluster, before: set[str]) -> bool:
+    pods = cluster.ready_pods()
+    names = {p["metadata"]["name"] for p in cluster.pods()}
+    return len(pods) == 2 and len(names) == 2 and not names & before
+
+
+def _roll(cluster: Cluster, action: Any, what: str) -> None:
+    before = {p["metadata"]["name"] for p in cluster.pods()}
+    with BundleWriter(cluster, what) as writer:
+        began = time.monotonic()
+        action()
+        wait_until(lambda: _rolled(cluster, before), WAIT, f"{what}: both pods replaced", cluster)
+        MEASURED[f"{what}: both pods replaced (s)"] = time.monotonic() - began
+        wait_until(cluster.leader_pod, WAIT, "a new leader", cluster)
+    # None lost: the last change arrived (checked on exit). None duplicated or stale:
+    # every ConfigMap change carries a newer value than the one before; no replica
+    # wrote an old spec after another had written a newer one.
+    assert writer.seen, "no ConfigMap change was observed"
+    assert writer.seen == sorted(set(writer.seen)), writer.seen
+    assert writer.seen[-1] == writer.written
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_rollout_restart_rolls_both_pods_without_losing_or_repeating_a_reconcile(
+    deployed: Cluster,
+) -> None:
+    _roll(
+        deployed,
+        lambda: deployed.kubectl("rollout", "restart", "deployment/cbop", "-n", NAMESPACE),
+        "rollout-restart",
+    )
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_a_new_image_tag_rolls_both_pods_without_losing_or_repeating_a_reconcile(
+    deployed: Cluster,
+) -> None:
+    subprocess.run(
+        ["podman", "tag", "localhost/cbop:dev", "localhost/cbop:dev-next"],
+        check=True,
+        env=podman_env(),
+    )
+    deployed.node.load_image("localhost/cbop:dev-next")
+    _roll(deployed, lambda: deployed.apply_manifests("dev-next"), "image-tag-change")
+    images = {p["spec"]["containers"][0]["image"] for p in deployed.pods()}
+    assert images == {"cbop:dev-next"}
+
+
+# ---------------------------------------------------------------- Prometheus
+
+
+class Prometheus:
+    """Debian's prometheus inside the node's network namespace, queried from the host."""
+
+    def __init__(self, cluster: Cluster, workdir: Path) -> None:
+        self.cluster = cluster
+        self.workdir = workdir
+        self.port = 0
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, config: dict[str, Any], rules: dict[str, Any]) -> None:
+        (self.workdir / "rules.yaml").write_text(yaml.safe_dump(rules))
+        config["rule_files"] = [str(self.workdir / "rules.yaml")]
+        (self.workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
+        log = (self.workdir / "prometheus.log").open("wb")
+        self.process = subprocess.Popen(
+            self.cluster.node.in_netns(
+                "prometheus",
+                f"--config.file={self.workdir / 'prometheus.yml'}",
+                f"--storage.tsdb.path={self.workdir / 'data'}",
+                "--web.listen-address=127.0.0.1:9090",
+            ),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        self.port = self.cluster.node.forward_to_node("127.0.0.1", 9090)
+        wait_until(self._ready, 60, "prometheus ready")
+
+    def _ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/-/ready", timeout=2):
+                return True
+        except OSError:
+            return False
+
+    def api(self, path: str, **params: str) -> Any:
+        query = urllib.parse.urlencode(params)
+        url = f"http://127.0.0.1:{self.port}/api/v1/{path}?{query}"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            body = json.loads(response.read())
+        assert body["status"] == "success", body
+        return body["data"]
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self.api("query", query=expr)["result"]
+        return result
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(timeout=30)
+
+
+#: The `for` of every shipped alert is replaced by this so that one can fire during
+#: the test; everything else in the rules is as shipped.
+ALERT_FOR = "10s"
+
+
+def scrape_config_from_service_monitor(targets_file: Path) -> dict[str, Any]:
+    """The shipped ServiceMonitor's endpoint as a Prometheus scrape job (path, scheme, interval).
+
+    Debian's prometheus is built without Kubernetes service discovery, so the targets come
+    from a file that :func:`discover_targets` fills from the EndpointSlices, as the
+    Prometheus Operator's endpoints discovery would.
+    """
+    monitor = _service_monitor()
+    (endpoint,) = monitor["spec"]["endpoints"]
+    return {
+        "job_name": f"serviceMonitor/{monitor['metadata']['namespace']}/"
+        f"{monitor['metadata']['name']}/0",
+        "scrape_interval": endpoint["interval"],
+        "metrics_path": endpoint["path"],
+        "scheme": endpoint["scheme"],
+        "file_sd_configs": [{"files": [str(targets_file)], "refresh_interval": "5s"}],
+    }
+
+
+def _service_monitor() -> dict[str, Any]:
+    monitor: dict[str, Any] = yaml.safe_load(
+        (MANIFESTS / "monitoring" / "service_monitor.yaml").read_text()
+    )
+    return monitor
+
+
+def discover_targets(cluster: Cluster, targets_file: Path) -> set[str]:
+    """Write the ServiceMonitor's targets: ready endpoints of the Services it selects.
+
+    Services in its namespaces whose labels match its selector; of their EndpointSlices,
+    the port with the endpoint's name; each target labelled with namespace, pod and job
+    (the Service's name), as the Prometheus Operator labels them. Returns the pod names.
+    """
+    spec = _service_monitor()["spec"]
+    (endpoint,) = spec["endpoints"]
+    groups = []
+    pods = set()
+    for namespace in spec["namespaceSelector"]["matchNames"]:
+        selector = ",".join(f"{k}={v}" for k, v in spec["selector"]["matchLabels"].items())
+        for service in cluster.get("services", "-n", namespace, "-l", selector)["items"]:
+            name = service["metadata"]["name"]
+            slices = cluster.get(
+                "endpointslices", "-n", namespace, "-l", f"kubernetes.io/service-name={name}"
+            )["items"]
+            for eps in slices:
+                port = next(p["port"] for p in eps["ports"] if p["name"] == endpoint["port"])
+                for ep in eps.get("endpoints") or []:
+                    if not ep.get("conditions", {}).get("ready"):
+                        continue
+                    pod = ep["targetRef"]["name"]
+                    pods.add(pod)
+                    groups.append(
+                        {
+                            "targets": [f"{ep['addresses'][0]}:{port}"],
+                            "labels": {"namespace": namespace, "pod": pod, "job": name},
+                        }
+                    )
+    targets_file.write_text(json.dumps(groups))
+    return pods
+
+
+@pytest.fixture(scope="module")
+def prometheus(deployed: Cluster) -> Iterator[Prometheus]:
+    workdir = deployed.workdir / "prometheus"
+    workdir.mkdir()
+    targets = workdir / "targets.json"
+    wait_until(lambda: len(discover_targets(deployed, targets)) == 2, WAIT, "two endpoints")
+    job = scrape_config_from_service_monitor(targets)
+    rule = yaml.safe_load((MANIFESTS / "monitoring" / "prometheus_rule.yaml").read_text())
+    groups = rule["spec"]["groups"]
+    for group in groups:
+        for alert in group["rules"]:
+            alert["for"] = ALERT_FOR
+        group["interval"] = "5s"
+    server = Prometheus(deployed, workdir)
+    server.start({"global": {"evaluation_interval": "5s"}, "scrape_configs": [job]}, rule["spec"])
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_prometheus_scrapes_both_pods_through_the_service_monitor(
+    deployed: Cluster, prometheus: Prometheus
+) -> None:
+    pods = {p["metadata"]["name"] for p in deployed.ready_pods()}
+
+    def both_up() -> bool:
+        up = prometheus.query("up")
+        return {s["metric"].get("pod") for s in up if s["value"][1] == "1"} == pods
+
+    wait_until(both_up, WAIT, f"up == 1 for {pods}", deployed)
+    leaders = prometheus.query('leader_election_master_status{name="cbop-leader"} == 1')
+    assert len(leaders) == 1, leaders
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_every_dashboard_query_returns_data(deployed: Cluster, prometheus: Prometheus) -> None:
+    # A drift correction, so that the drift panel has something to count.
+    _create_bundle(deployed, "drifty", {"a": "1"})
+    wait_until(lambda: _configmap_data(deployed, "drifty-cm") == {"a": "1"}, WAIT, "CM")
+    deployed.kubectl(
+        "patch", "configmap", "-n", "apps", "drifty-cm", "--type=merge", "-p",
+        json.dumps({"data": {"a": "edited"}}),
+    )  # fmt: skip
+    wait_until(lambda: _configmap_data(deployed, "drifty-cm") == {"a": "1"}, WAIT, "drift fix")
+    dashboard = json.loads((MANIFESTS / "monitoring" / "cbop-dashboard.json").read_text())
+    queries = [
+        target["expr"].replace("$__rate_interval", "1m")
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+    ]
+    assert queries
+
+    def empty() -> list[str]:
+        return [q for q in queries if not prometheus.query(q)]
+
+    missing: list[str] = []
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        missing = empty()
+        if not missing:
+            break
+        time.sleep(5)
+    assert not missing, f"no data for: {missing}"
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_the_alert_rules_load_and_no_leader_fires_when_cbop_loses_its_rbac(
+    deployed: Cluster, prometheus: Prometheus
+) -> None:
+    shipped = yaml.safe_load((MANIFESTS / "monitoring" / "prometheus_rule.yaml").read_text())
+    names = {r["alert"] for g in shipped["spec"]["groups"] for r in g["rules"]}
+    loaded = {
+        r["name"]
+        for g in prometheus.api("rules")["groups"]
+        for r in g["rules"]
+        if r["type"] == "alerting" and r["health"] != "err"
+    }
+    assert loaded == names
+
+    def firing() -> set[str]:
+        alerts = prometheus.api("alerts")["alerts"]
+        return {a["labels"]["alertname"] for a in alerts if a["state"] == "firing"}
+
+    assert "CbopNoLeader" not in firing()
+    # cbop made to fail: its leader-election RBAC is removed, so no replica can renew or
+    # acquire the Lease.
+    binding = (MANIFESTS / "rbac" / "leader_election_role_binding.yaml").read_text()
+    deployed.kubectl("delete", "rolebinding", "-n", NAMESPACE, "cbop-leader-election")
+    try:
+        wait_until(lambda: "CbopNoLeader" in firing(), WAIT, "CbopNoLeader to fire", deployed)
+    finally:
+        deployed.kubectl("apply", "-f", "-", stdin=binding)
+    wait_until(lambda: "CbopNoLeader" not in firing(), WAIT, "CbopNoLeader to resolve", deployed)
+
+
+# ---------------------------------------------------------------------- Helm
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT + BUILD_TIMEOUT)
+def test_the_helm_chart_installs_on_the_node_and_uninstalls_to_the_crd(deployed: Cluster) -> None:
+    helm = [
+        helm_binary(),
+        f"--kubeconfig={deployed.cp.kubeconfig_path}",
+        "--namespace",
+        "cbop-helm",
+    ]
+    # One operator at a time: the kustomize-installed one steps aside.
+    deployed.kubectl("scale", "deployment/cbop", "-n", NAMESPACE, "--replicas=0")
+    wait_until(lambda: not deployed.pods(), WAIT, "the kustomize pods to go", deployed)
+
+    def run(*args: str) -> str:
+        result = subprocess.run(
+            [*helm, *args], capture_output=True, text=True, timeout=400, check=False
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result.stdout
+
+    began = time.monotonic()
+    run("install", "cbop-helm", str(CHART), "--create-namespace", "--set", "image.tag=dev",
+        "--wait", "--timeout", "300s")  # fmt: skip
+    MEASURED["helm install --wait to two Ready pods (s)"] = time.monotonic() - began
+    pods = deployed.get("pods", "-n", "cbop-helm", "-l", "app.kubernetes.io/instance=cbop-helm")
+    assert len([p for p in pods["items"] if _ready(p)]) == 2
+    _create_bundle(deployed, "via-helm", {"from": "helm"})
+    wait_until(lambda: _configmap_data(deployed, "via-helm-cm") == {"from": "helm"}, WAIT, "CM")
+
+    run("uninstall", "cbop-helm", "--wait", "--timeout", "300s")
+    owned = "app.kubernetes.io/instance=cbop-helm"
+    namespaced = "deployments,replicasets,pods,services,serviceaccounts,roles,rolebindings"
+
+    def leftovers() -> list[str]:
+        items = deployed.get(namespaced, "-n", "cbop-helm", "-l", owned)["items"]
+        items += deployed.get("clusterroles,clusterrolebindings", "-l", owned)["items"]
+        return [f"{o['kind']}/{o['metadata']['name']}" for o in items]
+
+    # The pods go after their grace period (the garbage collector deletes them).
+    wait_until(lambda: not leftovers(), WAIT, "every object of the release to go", deployed)
+    remaining = {
+        f"{o['kind']}/{o['metadata']['name']}"
+        for o in deployed.get(
+            "all,serviceaccounts,roles,rolebindings,leases,configmaps", "-n", "cbop-helm"
+        )["items"]
+    }
+    # What Kubernetes puts in every namespace, and the Lease cbop itself made (released).
+    assert remaining <= {
+        "ServiceAccount/default",
+        "ConfigMap/kube-root-ca.crt",
+        "Lease/cbop-leader",
+    }, remaining
+    deployed.kubectl("get", "crd", "configbundles.cbop.dev")

@@ -1,0 +1,150 @@
+"""The security model's pieces on a real API server: aggregated roles and the optional policy.
+
+* The ConfigBundle editor and viewer ClusterRoles are aggregated by
+  kube-controller-manager into the built-in ``edit``/``admin`` and ``view`` roles: a
+  user bound to ``edit`` in a namespace may create bundles there, one bound to ``view``
+  may only read them.
+* The ValidatingAdmissionPolicy of ``manifests/policy/`` denies creating or updating a
+  bundle in a protected namespace (kube-system and the binding's list) and lets
+  everything else through.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from cbop.envtest import DEFAULT_CONTROLLERS, ControlPlane
+
+REPO = Path(__file__).resolve().parents[2]
+MANIFESTS = REPO / "manifests"
+#: Generous bound for the aggregation controller and the policy to take effect (seconds).
+WAIT = 60.0
+
+
+class Kubectl:
+    def __init__(self, control_plane: ControlPlane) -> None:
+        self.cp = control_plane
+
+    def __call__(
+        self, *args: str, stdin: str | None = None, kubeconfig: Path | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        config = kubeconfig or self.cp.kubeconfig_path
+        return subprocess.run(
+            [str(self.cp.binaries.kubectl), f"--kubeconfig={config}", *args],
+            capture_output=True,
+            text=True,
+            input=stdin,
+            timeout=60,
+            check=False,
+        )
+
+    def ok(self, *args: str, stdin: str | None = None) -> str:
+        result = self(*args, stdin=stdin)
+        assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
+        return result.stdout
+
+
+@pytest.fixture(scope="module")
+def kubectl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kubectl]:
+    # Role aggregation is kube-controller-manager's work: run its controller too.
+    controllers = (*DEFAULT_CONTROLLERS, "clusterrole-aggregation-controller")
+    with ControlPlane(
+        workdir=tmp_path_factory.mktemp("security"), controllers=controllers
+    ) as control_plane:
+        run = Kubectl(control_plane)
+        run.ok("apply", "-k", str(MANIFESTS))
+        run.ok("wait", "--for=condition=established", "crd/configbundles.cbop.dev")
+        yield run
+
+
+def bundle(namespace: str, name: str) -> str:
+    body: dict[str, Any] = {
+        "apiVersion": "cbop.dev/v1alpha1",
+        "kind": "ConfigBundle",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"configMapName": name, "data": {"k": "v"}},
+    }
+    return json.dumps(body)
+
+
+def eventually(probe: Any, what: str) -> None:
+    deadline = time.monotonic() + WAIT
+    while not probe():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+
+
+def test_edit_and_view_include_the_configbundle_roles(kubectl: Kubectl) -> None:
+    kubectl.ok("create", "namespace", "team-a")
+    kubectl.ok("create", "rolebinding", "alice-edit", "--clusterrole=edit", "--user=alice",
+               "-n", "team-a")  # fmt: skip
+    kubectl.ok("create", "rolebinding", "bob-view", "--clusterrole=view", "--user=bob",
+               "-n", "team-a")  # fmt: skip
+
+    def can(user: str, verb: str, *extra: str) -> bool:
+        result = kubectl(
+            "auth", "can-i", verb, "configbundles.cbop.dev", *extra, "-n", "team-a", "--as", user
+        )
+        return result.stdout.strip() == "yes"
+
+    eventually(lambda: can("alice", "create") and can("bob", "list"), "role aggregation")
+    for verb in ("create", "update", "patch", "delete", "get", "list", "watch"):
+        assert can("alice", verb), verb
+    for verb in ("get", "list", "watch"):
+        assert can("bob", verb), verb
+    for verb in ("create", "update", "patch", "delete"):
+        assert not can("bob", verb), verb
+    # Neither may touch cbop's status subresource (only cbop writes it).
+    assert not can("alice", "update", "--subresource=status")
+    assert can("alice", "get", "--subresource=status")
+    # Elsewhere, neither has anything.
+    denied = kubectl("auth", "can-i", "create", "configbundles.cbop.dev", "-n", "default",
+                     "--as", "alice")  # fmt: skip
+    assert denied.stdout.strip() == "no"
+
+
+def test_the_policy_keeps_bundles_out_of_protected_namespaces(kubectl: Kubectl) -> None:
+    kubectl.ok("create", "namespace", "apps")
+    kubectl.ok("apply", "-k", str(MANIFESTS / "policy"))
+
+    def denied_in_kube_system() -> bool:
+        result = kubectl("create", "-f", "-", stdin=bundle("kube-system", "probe"))
+        if result.returncode == 0:
+            kubectl.ok("delete", "configbundle", "-n", "kube-system", "probe")
+            return False
+        return True
+
+    eventually(denied_in_kube_system, "the policy to take effect")
+    refused = kubectl("create", "-f", "-", stdin=bundle("kube-system", "x"))
+    assert refused.returncode != 0
+    assert "ConfigBundles are not allowed in the protected namespace kube-system" in (
+        refused.stderr
+    )
+    assert "ValidatingAdmissionPolicy 'cbop-protected-namespaces'" in refused.stderr
+    # Other namespaces are untouched.
+    kubectl.ok("create", "-f", "-", stdin=bundle("apps", "fine"))
+
+    # The list is configurable: protect `apps` too; its existing bundle can no longer be
+    # changed but can still be deleted.
+    binding = yaml.safe_load_all((MANIFESTS / "policy" / "protected_namespaces.yaml").read_text())
+    policy_binding = next(o for o in binding if o["kind"] == "ValidatingAdmissionPolicyBinding")
+    policy_binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][0][
+        "values"
+    ].append("apps")
+    kubectl.ok("apply", "-f", "-", stdin=json.dumps(policy_binding))
+
+    def apps_protected() -> bool:
+        patch = json.dumps({"spec": {"data": {"k": str(time.monotonic())}}})
+        result = kubectl("patch", "configbundle", "-n", "apps", "fine", "--type=merge", "-p", patch)
+        return result.returncode != 0 and "protected namespace apps" in result.stderr
+
+    eventually(apps_protected, "the binding's new namespace to be protected")
+    kubectl.ok("delete", "configbundle", "-n", "apps", "fine")
