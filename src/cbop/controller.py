@@ -332,16 +332,23 @@ class Controller:
         """Return one readiness check per informer, for ``/readyz``.
 
         Keys are ``informer <name>`` (``informer configmaps/ns``); each check returns
-        ``None`` when its informer has synced and its watch is up, else one line saying
-        why not: the failing request (:attr:`ListWatchProblem.message`: a missing CRD,
-        a 403 naming verb, resource and scope, an unreachable API server) or the first
-        list still in progress.
+        ``None`` when its informer has synced and its watch is up (or down only briefly),
+        else one line saying why not: the failing request (:attr:`ListWatchProblem.message`:
+        a missing CRD or a 403 naming verb, resource and scope, at once; an unreachable API
+        server once the watch has been down longer than the informer's ``unhealthy_after``)
+        or the first list still in progress.
         """
 
         def check(informer: SharedInformer) -> Callable[[], str | None]:
             def ready() -> str | None:
                 problem = informer.problem()
-                if problem is not None:
+                # A refusal (missing CRD, 403) fails at once; any other failure only
+                # before the first list or once the watch has been down for longer than
+                # the informer's ``unhealthy_after``: a watch that times out and is
+                # re-established at once must not make the replica flap out of service.
+                if problem is not None and (
+                    problem.refused or not informer.has_synced() or not informer.healthy()
+                ):
                     return problem.message
                 if not informer.has_synced():
                     return "the first list is in progress"

@@ -373,6 +373,12 @@ class _StubInformer:
     def problem(self) -> ListWatchProblem | None:
         return self.current
 
+    def healthy(self) -> bool:
+        # As SharedInformer.healthy: refusals and brief failures count as healthy.
+        return self.current is None or self.current.refused or not self.down_long
+
+    down_long = False
+
 
 def _forbidden_problem(namespace: str | None) -> ListWatchProblem:
     return ListWatchProblem.of(
@@ -433,3 +439,18 @@ def test_readiness_has_one_check_per_informer_naming_what_is_wrong() -> None:
         "informer configmaps/b": "the first list is in progress",
         "informer configmaps/c": None,
     }
+
+
+def test_readiness_ignores_a_brief_watch_failure_but_not_a_long_one() -> None:
+    """A watch that timed out and is being re-established does not fail readiness; one
+    that has been down longer than ``unhealthy_after`` does, naming the failure."""
+    timeout = ListWatchProblem.of(
+        "watch", CONFIGMAPS, "a", ApiError(0, "Timeout", "watch stream broken: read timed out")
+    )
+    brief = _StubInformer("configmaps/a", synced=True, problem=timeout)
+    ctrl = _with_informers(_StubInformer("configbundles/*", synced=True), brief)
+    assert ctrl.readiness_checks()["informer configmaps/a"]() is None
+    brief.down_long = True
+    message = ctrl.readiness_checks()["informer configmaps/a"]()
+    assert message is not None
+    assert "read timed out" in message
