@@ -26,22 +26,16 @@ from cbop.api import FINALIZER_ORPHAN, LABEL_BUNDLE
 from cbop.kube import (
     CONFIGBUNDLES,
     CONFIGMAPS,
+    CUSTOM_RESOURCE_DEFINITIONS,
     ApiError,
     ConfigError,
     ConnectionFailed,
     KubeClient,
-    Resource,
 )
 from cbop.reconciler.decision import has_finalizer, release_body
 from cbop.reconciler.desired import is_controlled_by
 
-CRDS = Resource(
-    "apiextensions.k8s.io",
-    "v1",
-    "customresourcedefinitions",
-    "CustomResourceDefinition",
-    namespaced=False,
-)
+CRDS = CUSTOM_RESOURCE_DEFINITIONS
 CRD_NAME = "configbundles.cbop.dev"
 FIELD_MANAGER = "cbop-uninstall"
 

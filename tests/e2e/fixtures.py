@@ -15,17 +15,11 @@ import pytest
 import yaml
 
 from cbop.envtest import ControlPlane
-from cbop.kube import CONFIGBUNDLES, ApiError, KubeClient, Resource
+from cbop.kube import CONFIGBUNDLES, CUSTOM_RESOURCE_DEFINITIONS, ApiError, KubeClient
 
 from .harness import REPO, Operator, wait_for
 
-CRDS = Resource(
-    "apiextensions.k8s.io",
-    "v1",
-    "customresourcedefinitions",
-    "CustomResourceDefinition",
-    namespaced=False,
-)
+CRDS = CUSTOM_RESOURCE_DEFINITIONS
 RESYNC = "2s"
 
 

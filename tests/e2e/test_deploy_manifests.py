@@ -28,7 +28,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from cbop.envtest import ControlPlane
-from cbop.kube import CONFIGMAPS, ApiError, KubeClient, Resource
+from cbop.kube import CONFIGMAPS, CUSTOM_RESOURCE_DEFINITIONS, ApiError, KubeClient, Resource
 from cbop.metrics.controller import (
     BundleReadinessCollector,
     ControllerMetrics,
@@ -43,9 +43,7 @@ SECRETS = Resource("", "v1", "secrets", "Secret")
 PODS = Resource("", "v1", "pods", "Pod")
 DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment")
 SERVICES = Resource("", "v1", "services", "Service")
-CRDS = Resource(
-    "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False
-)
+CRDS = CUSTOM_RESOURCE_DEFINITIONS
 KUBECTL_TIMEOUT = 60.0
 
 Kubectl = Callable[..., subprocess.CompletedProcess[str]]

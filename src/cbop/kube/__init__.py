@@ -12,6 +12,7 @@ from cbop.kube.metrics import RestClientMetrics
 from cbop.kube.resources import (
     CONFIGBUNDLES,
     CONFIGMAPS,
+    CUSTOM_RESOURCE_DEFINITIONS,
     EVENTS,
     LEASES,
     NAMESPACES,
@@ -21,6 +22,7 @@ from cbop.kube.resources import (
 __all__ = [
     "CONFIGBUNDLES",
     "CONFIGMAPS",
+    "CUSTOM_RESOURCE_DEFINITIONS",
     "DEFAULT_USER_AGENT",
     "EVENTS",
     "LEASES",

@@ -16,6 +16,7 @@ from cbop.api import types as api_types
 __all__ = [
     "CONFIGBUNDLES",
     "CONFIGMAPS",
+    "CUSTOM_RESOURCE_DEFINITIONS",
     "EVENTS",
     "LEASES",
     "NAMESPACES",
@@ -101,6 +102,10 @@ CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
 EVENTS = Resource("", "v1", "events", "Event")
 #: coordination.k8s.io/v1 Leases, used for leader election.
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
+#: apiextensions.k8s.io/v1 CustomResourceDefinitions (cluster-scoped).
+CUSTOM_RESOURCE_DEFINITIONS = Resource(
+    "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False
+)
 #: Core v1 Namespaces (cluster-scoped).
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 #: cbop.dev/v1alpha1 ConfigBundles, cbop's own custom resource.
