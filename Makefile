@@ -19,13 +19,15 @@ help: ## list the targets
 
 all: lint test ## lint, then every test
 
-$(VENV)/.installed: pyproject.toml
+# cbop and, apart from it, its test support (testing/: the local control plane and node,
+# the fake clock), which the cbop wheel and the image never contain.
+$(VENV)/.installed: pyproject.toml testing/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev]' -e ./testing
 	touch $@
 
-venv: $(VENV)/.installed ## .venv with cbop (editable) and the dev tools
+venv: $(VENV)/.installed ## .venv with cbop and cbop-testing (editable) and the dev tools
 
 # Builds (or reuses) kube-apiserver, kube-controller-manager, kubectl and etcd.
 binaries: ## build (or reuse) etcd, kube-apiserver, kube-controller-manager, kubectl
@@ -56,7 +58,7 @@ PROBE_ADDR ?= 127.0.0.1:8081
 # 1: `make dev` uses the control plane already running in DEV_CLUSTER_DIR (and leaves it
 # running); otherwise a running one is an error, so make dev never stops what it did not start.
 REUSE_CLUSTER ?=
-ENVTEST := $(PY) -m cbop.envtest --state-dir $(DEV_CLUSTER_DIR)
+ENVTEST := $(PY) -m cbop_testing.envtest --state-dir $(DEV_CLUSTER_DIR)
 
 # A fresh machine to a running operator: local control plane, CRD, samples, then cbop in
 # the foreground. Ctrl-C stops cbop and the control plane it started. See hack/dev.sh.
@@ -80,15 +82,15 @@ dev-cluster-down: venv ## stop this checkout's control plane
 	@$(ENVTEST) stop
 
 lint: venv ## ruff format check, ruff, mypy strict, import-linter, hadolint
-	$(VENV)/bin/ruff format --check src tests bench hack
-	$(VENV)/bin/ruff check src tests bench hack
+	$(VENV)/bin/ruff format --check src testing tests bench hack
+	$(VENV)/bin/ruff check src testing tests bench hack
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/hadolint --config .hadolint.yaml Dockerfile
 
 fmt: venv ## ruff format and ruff --fix
-	$(VENV)/bin/ruff format src tests bench hack
-	$(VENV)/bin/ruff check --fix src tests bench hack
+	$(VENV)/bin/ruff format src testing tests bench hack
+	$(VENV)/bin/ruff check --fix src testing tests bench hack
 
 # --- The cluster of the current kubeconfig (docs/deploy.md) ---------------------------
 # kubectl: $KUBECTL if set, else the one built with the local control plane.

@@ -4,7 +4,7 @@ Run from the repository root (``PYTHONPATH=src`` unless cbop is installed)::
 
     python -m bench.informer [--count 10000] [--size 1024] [--repeat 5] [--existing KUBECONFIG]
 
-It starts its own local control plane (``cbop.envtest.ControlPlane``; the binaries come
+It starts its own local control plane (``cbop_testing.envtest.ControlPlane``; the binaries come
 from ``hack/build-control-plane.sh``), creates ``--count`` ConfigMaps whose data is about
 ``--size`` bytes, and measures, each in a fresh Python subprocess:
 
@@ -219,7 +219,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.existing:
         times, objects, memory = measure(args.existing, args.repeat)
     else:
-        from cbop.envtest import ControlPlane
+        from cbop_testing.envtest import ControlPlane
 
         with (
             tempfile.TemporaryDirectory(prefix="cbop-bench-") as tmp,

@@ -21,7 +21,7 @@ py=.venv/bin/python
 state="${DEV_CLUSTER_DIR:-$PWD/.dev-cluster}"
 metrics="${METRICS_ADDR:-127.0.0.1:8080}"
 probes="${PROBE_ADDR:-127.0.0.1:8081}"
-envtest=("$py" -m cbop.envtest --state-dir "$state")
+envtest=("$py" -m cbop_testing.envtest --state-dir "$state")
 
 # The ports first: a taken one fails here, before a control plane is started for nothing.
 "$py" - "$metrics" "$probes" <<'EOF'

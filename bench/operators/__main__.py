@@ -24,8 +24,8 @@ from typing import Any
 
 from bench.operators import cluster, procs, report
 from bench.operators.scenarios import Bench, Settings, log
-from cbop.envtest import ControlPlane
-from cbop.envtest.binaries import pinned_versions
+from cbop_testing.envtest import ControlPlane
+from cbop_testing.envtest.binaries import pinned_versions
 
 RESULTS = cluster.REPO / "bench" / "results"
 README = cluster.REPO / "bench" / "README.md"

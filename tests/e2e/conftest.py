@@ -1,6 +1,6 @@
-"""Fixtures for end-to-end tests against a real local control plane (cbop.envtest).
+"""Fixtures for end-to-end tests against a real local control plane (cbop_testing.envtest).
 
-* ``control_plane`` (session): one :class:`cbop.envtest.ControlPlane` for the session,
+* ``control_plane`` (session): one :class:`cbop_testing.envtest.ControlPlane` for the session,
   with its work directory (and logs) under pytest's base temp directory.
 * ``kubeconfig``: path (str) of its admin kubeconfig.
 * ``api_client``: a ``kubernetes.client.ApiClient`` loaded from that kubeconfig by the
@@ -32,7 +32,7 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from cbop.envtest import (
+from cbop_testing.envtest import (
     Binaries,
     BinariesUnavailableError,
     ControlPlane,
@@ -40,7 +40,7 @@ from cbop.envtest import (
     ControlPlaneStartError,
     find_binaries,
 )
-from cbop.envtest.process import processes_mentioning
+from cbop_testing.envtest.process import processes_mentioning
 
 _HERE = Path(__file__).parent.resolve()
 #: Seconds the session's control plane gets to become ready.

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cbop.envtest import ControlPlane
 from cbop.kube import CONFIGBUNDLES, CUSTOM_RESOURCE_DEFINITIONS, ApiError, KubeClient
+from cbop_testing.envtest import ControlPlane
 
 from .harness import REPO, Operator, wait_for
 

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
-from cbop.envtest import ControlPlane
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, KubeClient, Resource
+from cbop_testing.envtest import ControlPlane
 
 from .harness import REPO, Operator, bundle, condition, get_or_none, ready, set_spec, wait_for
 

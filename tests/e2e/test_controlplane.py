@@ -1,4 +1,4 @@
-"""End-to-end checks of the local control plane itself (cbop.envtest).
+"""End-to-end checks of the local control plane itself (cbop_testing.envtest).
 
 Each test asserts behaviour the operator's own e2e tests rely on: the official client
 works through the generated kubeconfig, the garbage collector and namespace controller
@@ -24,8 +24,8 @@ from kubernetes import client, watch
 from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 
-from cbop.envtest import ControlPlane, ControlPlaneError, ControlPlaneStartError
-from cbop.envtest.process import pid_alive, processes_mentioning
+from cbop_testing.envtest import ControlPlane, ControlPlaneError, ControlPlaneStartError
+from cbop_testing.envtest.process import pid_alive, processes_mentioning
 
 REPO = Path(__file__).resolve().parents[2]
 MakeClient = Callable[[str | Path], client.ApiClient]
@@ -397,7 +397,7 @@ _CHILD = textwrap.dedent(
     """
     import json, sys, time
     from pathlib import Path
-    from cbop.envtest import ControlPlane, ControlPlaneError
+    from cbop_testing.envtest import ControlPlane, ControlPlaneError
     control = ControlPlane(workdir=Path(sys.argv[1]))
     control.start()
     print(json.dumps(list(control.pids().values())), flush=True)
@@ -463,7 +463,7 @@ def test_dev_cluster_cli_detaches_and_stops(tmp_path: Path, make_api_client: Mak
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "cbop.envtest", f"--state-dir={state}", *args],
+            [sys.executable, "-m", "cbop_testing.envtest", f"--state-dir={state}", *args],
             env=env,
             capture_output=True,
             text=True,

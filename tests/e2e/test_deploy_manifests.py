@@ -27,7 +27,6 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from cbop.envtest import ControlPlane
 from cbop.kube import CONFIGMAPS, CUSTOM_RESOURCE_DEFINITIONS, ApiError, KubeClient, Resource
 from cbop.metrics.controller import (
     BundleReadinessCollector,
@@ -35,6 +34,7 @@ from cbop.metrics.controller import (
     LeaderElectionMetrics,
 )
 from cbop.metrics.workqueue import PrometheusWorkqueueMetricsProvider
+from cbop_testing.envtest import ControlPlane
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"

@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 from cbop.api import FINALIZER_ORPHAN, LABEL_BUNDLE, LABEL_MANAGED_BY
-from cbop.envtest import process
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, KubeClient
+from cbop_testing.envtest import process
 
 from .fixtures import CRDS
 from .harness import REPO, bundle, error_lines, free_port, run_cli, wait_for
@@ -41,7 +41,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 def _envtest(state: Path, *args: str, timeout: float = 240.0) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "cbop.envtest", "--state-dir", str(state), *args],
+        [sys.executable, "-m", "cbop_testing.envtest", "--state-dir", str(state), *args],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cbop.envtest import ControlPlane, find_binaries
+from cbop_testing.envtest import ControlPlane, find_binaries
 
 from .harness import REPO
 
@@ -163,7 +163,7 @@ def test_commands_shown_run(block: Block, docs_env: dict[str, str]) -> None:
         # A block that starts the developer cluster and fails before it stops it.
         state_dir = docs_env["DEV_CLUSTER_DIR"]
         subprocess.run(
-            [sys.executable, "-m", "cbop.envtest", "--state-dir", state_dir, "stop"],
+            [sys.executable, "-m", "cbop_testing.envtest", "--state-dir", state_dir, "stop"],
             capture_output=True,
             timeout=120,
             check=False,

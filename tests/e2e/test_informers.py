@@ -25,9 +25,9 @@ from typing import Any
 import pytest
 import yaml
 
-from cbop.envtest import ControlPlane
 from cbop.informers import DeletedFinalStateUnknown, SharedInformer
 from cbop.kube import CONFIGMAPS, NAMESPACES, ApiError, KubeClient
+from cbop_testing.envtest import ControlPlane
 
 WAIT = 60.0
 

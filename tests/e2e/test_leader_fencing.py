@@ -34,9 +34,9 @@ import pytest
 from kubernetes import client as k8s_client
 
 from cbop.api import LABEL_MANAGED_BY, MANAGED_BY_VALUE
-from cbop.envtest import WRITES_AUDIT_POLICY, ControlPlane
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, LEASES, ApiError, KubeClient, Resource
 from cbop.manager import Manager, Options
+from cbop_testing.envtest import WRITES_AUDIT_POLICY, ControlPlane
 
 from . import audit
 from .conftest import START_TIMEOUT, _binaries

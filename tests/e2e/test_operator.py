@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 import yaml
 
-from cbop.envtest import ControlPlane
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, KubeClient
+from cbop_testing.envtest import ControlPlane
 
 from .harness import (
     REPO,

@@ -1,6 +1,6 @@
 """cbop as real pods: the shipped manifests on a real node, scraped by a real Prometheus.
 
-A control plane made for nodes and one :class:`cbop.envtest.node.Node` (kubelet,
+A control plane made for nodes and one :class:`cbop_testing.envtest.node.Node` (kubelet,
 containerd 2, runc, in a network namespace of its own) run ``kubectl apply -k`` of a
 kustomization whose only change to ``manifests/`` is the image (``cbop:dev``, built by
 ``make image``). Everything else is the shipped Deployment: two replicas, the
@@ -33,8 +33,8 @@ import yaml
 from kubernetes import client, config, watch
 from urllib3.exceptions import ProtocolError
 
-from cbop.envtest import ControlPlane
-from cbop.envtest.node import Node
+from cbop_testing.envtest import ControlPlane
+from cbop_testing.envtest.node import Node
 from tests.e2e.helm import CHART, helm_binary
 from tests.e2e.images import BUILD_TIMEOUT, cbop_image, pause_image, podman_env
 

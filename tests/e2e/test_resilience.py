@@ -15,8 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from cbop.envtest import ControlPlane
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, KubeClient
+from cbop_testing.envtest import ControlPlane
 
 from .harness import (
     Operator,

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from cbop.envtest import DEFAULT_CONTROLLERS, ControlPlane
+from cbop_testing.envtest import DEFAULT_CONTROLLERS, ControlPlane
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"

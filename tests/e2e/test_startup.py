@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
-from cbop.envtest import ControlPlane
 from cbop.kube import CONFIGBUNDLES, NAMESPACES, ApiError, KubeClient, Resource
+from cbop_testing.envtest import ControlPlane
 
 from .fixtures import CRDS
 from .harness import CRD, Operator, bundle, error_lines, ready, run_cli, wait_for

@@ -19,8 +19,8 @@ from typing import Any
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from cbop.envtest import ControlPlane
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, KubeClient, Resource
+from cbop_testing.envtest import ControlPlane
 
 from .harness import REPO, Operator, bundle, raw_get, wait_for
 

@@ -8,7 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
-from cbop.clock import Clock, FakeClock, RealClock, wait_for
+from cbop.clock import Clock, RealClock, wait_for
+from cbop_testing.clock import FakeClock
 
 JOIN = 5.0  # real seconds; only bounds a hung test
 

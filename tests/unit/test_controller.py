@@ -21,10 +21,10 @@ from cbop.reconciler import Action, Requeue, Result
 from cbop.workqueue import (
     LOW_PRIORITY,
     NORMAL_PRIORITY,
-    FakeClock,
     PriorityQueue,
     RateLimitingQueue,
 )
+from cbop_testing.clock import FakeClock
 from tests.unit.test_informer import Harness, cm, ev, wait_until
 
 

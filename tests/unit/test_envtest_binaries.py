@@ -1,4 +1,4 @@
-"""Binary lookup of cbop.envtest: TEST_ASSET_* > KUBEBUILDER_ASSETS > build cache."""
+"""Binary lookup of cbop_testing.envtest: TEST_ASSET_* > KUBEBUILDER_ASSETS > build cache."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cbop.envtest import BinariesUnavailableError, cache_dir, find_binaries
-from cbop.envtest.binaries import BINARY_NAMES, pinned_versions
+from cbop_testing.envtest import BinariesUnavailableError, cache_dir, find_binaries
+from cbop_testing.envtest.binaries import BINARY_NAMES, pinned_versions
 
 ENV_VARS = (
     "KUBEBUILDER_ASSETS",

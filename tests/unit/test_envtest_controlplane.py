@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cbop.envtest import ControlPlane, ControlPlaneNotRunningError
+from cbop_testing.envtest import ControlPlane, ControlPlaneNotRunningError
 
 
 def test_owner_references_permission_enforcement_cannot_be_disabled() -> None:

@@ -1,4 +1,4 @@
-"""Certificates and kubeconfigs made by cbop.envtest, checked with cryptography and the
+"""Certificates and kubeconfigs made by cbop_testing.envtest, checked with cryptography and the
 official client's kubeconfig loader."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from kubernetes import client, config
 
-from cbop.envtest.kubeconfig import write_kubeconfig
-from cbop.envtest.pki import CertificateAuthority, new_signing_key_pem
+from cbop_testing.envtest.kubeconfig import write_kubeconfig
+from cbop_testing.envtest.pki import CertificateAuthority, new_signing_key_pem
 
 
 def test_client_certificate_names_user_and_groups_and_chains_to_the_ca() -> None:

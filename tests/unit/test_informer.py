@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from cbop.clock import FakeClock
 from cbop.informers import (
     CONTROLLER_UID_INDEX,
     Backoff,
@@ -24,6 +23,7 @@ from cbop.informers import (
     wait_for_cache_sync,
 )
 from cbop.kube import CONFIGMAPS, ApiError, ConnectionFailed, Resource
+from cbop_testing.clock import FakeClock
 
 WAIT = 5.0  # real seconds; only guards against a hung test
 

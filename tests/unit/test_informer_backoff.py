@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from cbop.clock import FakeClock
 from cbop.informers import Backoff
+from cbop_testing.clock import FakeClock
 
 
 def test_schedule_doubles_from_0_8_to_a_30_second_cap() -> None:

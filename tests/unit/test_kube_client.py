@@ -19,7 +19,6 @@ import pytest
 import structlog.testing
 from kubernetes import client as k8s_client
 
-from cbop.clock import FakeClock
 from cbop.kube import (
     CONFIGMAPS,
     ApiError,
@@ -29,6 +28,7 @@ from cbop.kube import (
     LeaseNotHeld,
 )
 from cbop.kube.client import _load_in_cluster
+from cbop_testing.clock import FakeClock
 
 
 @dataclass

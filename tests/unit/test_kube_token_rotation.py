@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cbop.clock import FakeClock
 from cbop.kube import CONFIGMAPS, ApiError, KubeClient
+from cbop_testing.clock import FakeClock
 
 
 class _Server(http.server.ThreadingHTTPServer):

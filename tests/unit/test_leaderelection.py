@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from cbop.clock import FakeClock
 from cbop.kube import LEASES, ApiError, ConnectionFailed, KubeClient, Resource
 from cbop.leaderelection import ACQUIRE_JITTER_FACTOR, LeaderElector, micro_time
 from cbop.metrics.controller import LeaderElectionMetrics
+from cbop_testing.clock import FakeClock
 
 NS = "cbop-system"
 LEASE = "cbop-leader"

@@ -8,12 +8,12 @@ import pytest
 
 from cbop.workqueue import (
     BucketRateLimiter,
-    FakeClock,
     ItemExponentialFailureRateLimiter,
     MaxOfRateLimiter,
     RateLimiter,
     default_controller_rate_limiter,
 )
+from cbop_testing.clock import FakeClock
 
 
 class FixedLimiter:

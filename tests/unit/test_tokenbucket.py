@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from cbop.clock import FakeClock
 from cbop.tokenbucket import TokenBucket
+from cbop_testing.clock import FakeClock
 
 
 class TestReserve:

@@ -17,7 +17,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from cbop.workqueue import DelayingQueue, FakeClock, PriorityQueue, RealClock
+from cbop.workqueue import DelayingQueue, PriorityQueue, RealClock
+from cbop_testing.clock import FakeClock
 
 JOIN = 5.0  # real seconds; only bounds a hung test
 

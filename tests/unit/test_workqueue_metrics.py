@@ -19,7 +19,6 @@ from cbop.workqueue import (
     NORMAL_PRIORITY,
     CounterMetric,
     DelayingQueue,
-    FakeClock,
     GaugeMetric,
     HistogramMetric,
     Interface,
@@ -33,6 +32,7 @@ from cbop.workqueue import (
     get_provider,
     set_provider,
 )
+from cbop_testing.clock import FakeClock
 
 JOIN = 5.0  # real seconds; only bounds a hung test
 

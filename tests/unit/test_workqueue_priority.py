@@ -16,9 +16,9 @@ from cbop.workqueue import (
     DEFAULT_MAX_WAIT,
     LOW_PRIORITY,
     NORMAL_PRIORITY,
-    FakeClock,
     PriorityQueue,
 )
+from cbop_testing.clock import FakeClock
 
 
 @pytest.fixture

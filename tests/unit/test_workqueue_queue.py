@@ -14,7 +14,6 @@ import pytest
 from cbop.workqueue import (
     DelayingInterface,
     DelayingQueue,
-    FakeClock,
     Interface,
     PriorityInterface,
     PriorityQueue,
@@ -22,6 +21,7 @@ from cbop.workqueue import (
     RateLimitingInterface,
     RateLimitingQueue,
 )
+from cbop_testing.clock import FakeClock
 
 JOIN = 5.0  # real seconds; only bounds a hung test
 

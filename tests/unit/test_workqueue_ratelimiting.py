@@ -10,12 +10,12 @@ from collections.abc import Iterator
 import pytest
 
 from cbop.workqueue import (
-    FakeClock,
     ItemExponentialFailureRateLimiter,
     MaxOfRateLimiter,
     PriorityQueue,
     RateLimitingQueue,
 )
+from cbop_testing.clock import FakeClock
 
 
 @pytest.fixture

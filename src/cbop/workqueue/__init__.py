@@ -17,8 +17,9 @@ before:
 
 Callers type against the ``Interface``/``DelayingInterface``/``RateLimitingInterface``/
 ``PriorityInterface`` protocols. Metrics go through the ``MetricsProvider`` seam
-(``metrics`` module); this package never imports Prometheus or Kubernetes. ``Clock``,
-``RealClock`` and ``FakeClock`` are re-exported from ``cbop.clock`` for convenience.
+(``metrics`` module); this package never imports Prometheus or Kubernetes. ``Clock`` and
+``RealClock`` are re-exported from ``cbop.clock`` for convenience (tests drive the queues
+with ``cbop_testing.clock.FakeClock``).
 
 Typical worker loop::
 
@@ -36,7 +37,7 @@ Typical worker loop::
             queue.done(key)
 """
 
-from cbop.clock import Clock, FakeClock, RealClock
+from cbop.clock import Clock, RealClock
 from cbop.workqueue.delaying import DelayingQueue
 from cbop.workqueue.interfaces import (
     LOW_PRIORITY,
@@ -77,7 +78,6 @@ __all__ = [
     "CounterMetric",
     "DelayingInterface",
     "DelayingQueue",
-    "FakeClock",
     "GaugeMetric",
     "HistogramMetric",
     "Interface",

@@ -43,15 +43,15 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Final, Self
 
-from cbop.envtest import process
-from cbop.envtest.binaries import Binaries, find_binaries
-from cbop.envtest.errors import (
+from cbop_testing.envtest import process
+from cbop_testing.envtest.binaries import Binaries, find_binaries
+from cbop_testing.envtest.errors import (
     ControlPlaneError,
     ControlPlaneNotRunningError,
     ControlPlaneStartError,
 )
-from cbop.envtest.kubeconfig import write_kubeconfig
-from cbop.envtest.pki import CertificateAuthority, new_signing_key_pem
+from cbop_testing.envtest.kubeconfig import write_kubeconfig
+from cbop_testing.envtest.pki import CertificateAuthority, new_signing_key_pem
 
 __all__ = ["COMPONENTS", "DEFAULT_CONTROLLERS", "WRITES_AUDIT_POLICY", "ControlPlane"]
 
@@ -169,10 +169,10 @@ class ControlPlane:
     Use as a context manager (``with ControlPlane() as cp: ...``) or call
     :meth:`start` and :meth:`stop`. Every child process is stopped by :meth:`stop`, at
     interpreter exit, on SIGTERM/SIGHUP, and, on Linux, by the kernel when this process
-    is killed outright (see :mod:`cbop.envtest.process`).
+    is killed outright (see :mod:`cbop_testing.envtest.process`).
 
     Args:
-        binaries: The executables; found with :func:`cbop.envtest.find_binaries` (which
+        binaries: The executables; found with :func:`cbop_testing.envtest.find_binaries` (which
             may build them) at :meth:`start` when None.
         workdir: Directory for state, certificates, kubeconfigs and logs; created if
             missing and kept after :meth:`stop`. When None a temporary directory is
@@ -189,7 +189,7 @@ class ControlPlane:
             :attr:`audit_log_path` (the log backend, blocking mode: an event is on disk
             before the response is sent), with microsecond ``requestReceivedTimestamp``
             and ``stageTimestamp``. See :data:`WRITES_AUDIT_POLICY`.
-        for_nodes: Prepare for kubelets (:class:`cbop.envtest.node.Node`): the
+        for_nodes: Prepare for kubelets (:class:`cbop_testing.envtest.node.Node`): the
             ServiceAccount admission plugin (pods get their projected token volume), the
             Node authorizer and NodeRestriction (kubelets act as ``system:node:<name>``,
             as on a kubeadm cluster), and :data:`NODE_CONTROLLERS`. Off by default:
@@ -594,7 +594,7 @@ class ControlPlane:
             log = (workdir / "logs" / f"{name}.log").open("ab")
             self._logs[name] = log
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        log.write(f"=== cbop.envtest: starting {name} at {stamp}\n".encode())
+        log.write(f"=== cbop_testing.envtest: starting {name} at {stamp}\n".encode())
         log.write(("=== " + " ".join(self._commands[name]) + "\n").encode())
         log.flush()
         popen = process.spawn(self._commands[name], log, cwd=workdir)

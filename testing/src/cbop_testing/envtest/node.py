@@ -54,10 +54,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Final, Self
 
-from cbop.envtest import process
-from cbop.envtest.binaries import repo_root
-from cbop.envtest.controlplane import KUBERNETES_SERVICE_IP, ControlPlane
-from cbop.envtest.errors import BinariesUnavailableError, ControlPlaneError
+from cbop_testing.envtest import process
+from cbop_testing.envtest.binaries import repo_root
+from cbop_testing.envtest.controlplane import KUBERNETES_SERVICE_IP, ControlPlane
+from cbop_testing.envtest.errors import BinariesUnavailableError, ControlPlaneError
 
 __all__ = ["NODE_BINARY_NAMES", "Node", "NodeBinaries", "find_node_binaries"]
 
@@ -172,7 +172,7 @@ class Node:
         name: The Node's name; ``cbop-node-<random>`` when None.
 
     Use as a context manager or call :meth:`start` and :meth:`stop`. Every process is
-    also stopped at interpreter exit and on SIGTERM (:mod:`cbop.envtest.process`).
+    also stopped at interpreter exit and on SIGTERM (:mod:`cbop_testing.envtest.process`).
     """
 
     def __init__(

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from cbop.envtest.errors import BinariesUnavailableError
+from cbop_testing.envtest.errors import BinariesUnavailableError
 
 __all__ = [
     "BINARY_NAMES",
@@ -77,8 +77,8 @@ class Binaries:
 def repo_root() -> Path | None:
     """Return the cbop source checkout holding this package, or None for an installed copy.
 
-    The checkout is recognised by ``hack/build-control-plane.sh`` two levels above
-    ``src/cbop``.
+    The checkout is the nearest directory above this file that holds
+    ``hack/build-control-plane.sh`` (this package lives in ``testing/src/cbop_testing``).
     """
     here = Path(__file__).resolve()
     for parent in here.parents:
@@ -111,7 +111,7 @@ def pinned_versions() -> tuple[str, str]:
     root = repo_root()
     if root is None:
         raise BinariesUnavailableError(
-            "cbop.envtest is not running from a source checkout (hack/ not found), so the "
+            "cbop_testing.envtest is not running from a source checkout (hack/ not found), so the "
             "pinned control-plane versions are unknown; set KUBEBUILDER_ASSETS or the "
             "TEST_ASSET_* variables to existing binaries"
         )

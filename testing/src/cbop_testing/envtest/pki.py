@@ -24,7 +24,7 @@ try:
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
-        "cbop.envtest needs the 'cryptography' package for the control plane's "
+        "cbop_testing.envtest needs the 'cryptography' package for the control plane's "
         "certificates (it is in cbop's dev extra: pip install -e '.[dev]')"
     ) from exc
 

@@ -1,6 +1,6 @@
-"""Command line for the local control plane: ``python -m cbop.envtest start|stop|status``.
+"""Command line for the local control plane: ``python -m cbop_testing.envtest start|stop|status``.
 
-``start`` runs a :class:`~cbop.envtest.ControlPlane` in the foreground until SIGTERM or
+``start`` runs a :class:`~cbop_testing.envtest.ControlPlane` in the foreground until SIGTERM or
 Ctrl-C; ``start --detach`` runs it as a background daemon that survives the calling
 shell (and ``make``) and returns once it is ready. Either way the admin kubeconfig is
 copied to ``<state-dir>/kubeconfig``, the line ``export KUBECONFIG=...`` is written to
@@ -9,7 +9,7 @@ copied to ``<state-dir>/kubeconfig``, the line ``export KUBECONFIG=...`` is writ
 ``start --detach`` on a running state directory reuses it (exit 0, it says so), or with
 ``--fail-if-running`` exits 4 and leaves it alone.
 
-``start --with-node`` also runs a :class:`~cbop.envtest.node.Node` (kubelet and
+``start --with-node`` also runs a :class:`~cbop_testing.envtest.node.Node` (kubelet and
 containerd) with the podman image ``localhost/cbop:dev`` loaded (``make image``); its
 work directory is ``<state-dir>/node`` (container logs in ``node/pod-logs``).
 
@@ -33,11 +33,11 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from cbop.envtest import process
-from cbop.envtest.binaries import repo_root
-from cbop.envtest.controlplane import ControlPlane
-from cbop.envtest.errors import EnvtestError
-from cbop.envtest.node import Node
+from cbop_testing.envtest import process
+from cbop_testing.envtest.binaries import repo_root
+from cbop_testing.envtest.controlplane import ControlPlane
+from cbop_testing.envtest.errors import EnvtestError
+from cbop_testing.envtest.node import Node
 
 #: Exit status of ``status`` when no control plane runs (as LSB init scripts).
 EXIT_NOT_RUNNING = 3
@@ -84,7 +84,7 @@ def _running_pid(files: _Files) -> int | None:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         cmdline = b""
-    if process.pid_alive(pid) and b"cbop.envtest" in cmdline:
+    if process.pid_alive(pid) and b"cbop_testing.envtest" in cmdline:
         return pid
     return None
 
@@ -120,7 +120,7 @@ def _start_node(control_plane: ControlPlane, files: _Files) -> Node:
 def _run_foreground(files: _Files, timeout: float, *, with_node: bool = False) -> int:
     files.dir.mkdir(parents=True, exist_ok=True)
     if (pid := _running_pid(files)) is not None and pid != os.getpid():
-        print(f"cbop.envtest: already running (pid {pid})", file=sys.stderr)
+        print(f"cbop_testing.envtest: already running (pid {pid})", file=sys.stderr)
         return 1
     files.clear()
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -149,7 +149,7 @@ def _run_foreground(files: _Files, timeout: float, *, with_node: bool = False) -
         # Written last: its presence tells `start --detach` that all is ready.
         files.env.write_text(_export_line(files.kubeconfig) + "\n", encoding="utf-8")
         print(
-            f"cbop.envtest: control plane ready at {control_plane.api_url} "
+            f"cbop_testing.envtest: control plane ready at {control_plane.api_url} "
             f"in {control_plane.startup_seconds:.1f}s",
             file=sys.stderr,
         )
@@ -157,10 +157,10 @@ def _run_foreground(files: _Files, timeout: float, *, with_node: bool = False) -
         while True:
             signal.pause()
     except _StopRequestedError as stop:
-        print(f"cbop.envtest: {stop}, stopping", file=sys.stderr)
+        print(f"cbop_testing.envtest: {stop}, stopping", file=sys.stderr)
         return 0
     except EnvtestError as exc:
-        print(f"cbop.envtest: {exc}", file=sys.stderr)
+        print(f"cbop_testing.envtest: {exc}", file=sys.stderr)
         return 1
     finally:
         if node is not None:
@@ -177,18 +177,18 @@ def _start_detached(
     if (pid := _running_pid(files)) is not None:
         if not reuse:
             print(
-                f"cbop.envtest: already running in {files.dir} (pid {pid}); not reusing it",
+                f"cbop_testing.envtest: already running in {files.dir} (pid {pid}); not reusing it",
                 file=sys.stderr,
             )
             return EXIT_ALREADY_RUNNING
-        print(f"cbop.envtest: already running (pid {pid}); reusing it", file=sys.stderr)
+        print(f"cbop_testing.envtest: already running (pid {pid}); reusing it", file=sys.stderr)
         print(files.env.read_text(encoding="utf-8").strip())
         return 0
     files.clear()
     command = [
         sys.executable,
         "-m",
-        "cbop.envtest",
+        "cbop_testing.envtest",
         "start",
         f"--state-dir={files.dir}",
         f"--timeout={timeout}",
@@ -201,7 +201,7 @@ def _start_detached(
     deadline = time.monotonic() + timeout + (210 if with_node else 30)
     while time.monotonic() < deadline:
         if files.env.exists() and _running_pid(files) == daemon.pid:
-            print(f"cbop.envtest: dev cluster running (pid {daemon.pid})", file=sys.stderr)
+            print(f"cbop_testing.envtest: dev cluster running (pid {daemon.pid})", file=sys.stderr)
             print(files.env.read_text(encoding="utf-8").strip())
             return 0
         if daemon.poll() is not None:
@@ -213,7 +213,8 @@ def _start_detached(
         files.daemon_log.read_text(encoding="utf-8", errors="replace").splitlines()[-40:]
     )
     print(
-        f"cbop.envtest: the control plane did not start (see {files.daemon_log}):\n{log_tail}",
+        f"cbop_testing.envtest: the control plane did not start (see {files.daemon_log}):\n"
+        f"{log_tail}",
         file=sys.stderr,
     )
     return 1
@@ -222,7 +223,7 @@ def _start_detached(
 def _stop(files: _Files) -> int:
     pid = _running_pid(files)
     if pid is None:
-        print("cbop.envtest: not running", file=sys.stderr)
+        print("cbop_testing.envtest: not running", file=sys.stderr)
         files.clear()
         return 0
     components: dict[str, int] = {}
@@ -238,11 +239,11 @@ def _stop(files: _Files) -> int:
     deadline = time.monotonic() + STOP_TIMEOUT
     while any(process.pid_alive(p) for p in components.values()):
         if time.monotonic() > deadline:
-            print(f"cbop.envtest: components still running: {components}", file=sys.stderr)
+            print(f"cbop_testing.envtest: components still running: {components}", file=sys.stderr)
             return 1
         time.sleep(0.1)
     files.clear()
-    print(f"cbop.envtest: stopped (pid {pid})", file=sys.stderr)
+    print(f"cbop_testing.envtest: stopped (pid {pid})", file=sys.stderr)
     return 0
 
 
@@ -269,7 +270,7 @@ def _status(files: _Files) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; return the exit status."""
     parser = argparse.ArgumentParser(
-        prog="python -m cbop.envtest",
+        prog="python -m cbop_testing.envtest",
         description="Run cbop's local Kubernetes control plane (etcd, kube-apiserver, "
         "kube-controller-manager).",
     )

@@ -1,4 +1,4 @@
-"""Exceptions raised by :mod:`cbop.envtest`."""
+"""Exceptions raised by :mod:`cbop_testing.envtest`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ __all__ = [
 
 
 class EnvtestError(Exception):
-    """Base class of every error raised by :mod:`cbop.envtest`."""
+    """Base class of every error raised by :mod:`cbop_testing.envtest`."""
 
 
 class BinariesUnavailableError(EnvtestError):

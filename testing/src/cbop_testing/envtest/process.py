@@ -198,7 +198,7 @@ def _stop_all() -> None:
         try:
             owner.stop()
         except Exception as exc:  # noqa: BLE001 - keep stopping the others
-            print(f"cbop.envtest: stopping {owner!r} failed: {exc}", file=sys.stderr)
+            print(f"cbop_testing.envtest: stopping {owner!r} failed: {exc}", file=sys.stderr)
 
 
 def _make_handler(
