@@ -10,12 +10,12 @@ The operator itself never imports this package (an import-linter contract).
 """
 
 from cbop_testing.envtest.binaries import Binaries, cache_dir, find_binaries
-from cbop_testing.envtest.controlplane import (
+from cbop_testing.envtest.components import (
     COMPONENTS,
     DEFAULT_CONTROLLERS,
     WRITES_AUDIT_POLICY,
-    ControlPlane,
 )
+from cbop_testing.envtest.controlplane import ControlPlane
 from cbop_testing.envtest.errors import (
     BinariesUnavailableError,
     ControlPlaneError,

@@ -15,7 +15,9 @@ Layout of the work directory (all components log there)::
     kubeconfig      admin (CN=admin, O=system:masters), client-certificate auth
     kubeconfigs/    kubeconfigs issued by kubeconfig_for_user / _for_service_account
 
-Fault hooks for tests: :meth:`ControlPlane.compact_etcd`,
+What each component runs (flags, certificates, probes) is in
+:mod:`cbop_testing.envtest.components`; this module owns the lifecycle. Fault hooks for
+tests: :meth:`ControlPlane.compact_etcd`,
 :meth:`ControlPlane.restart_apiserver`, :meth:`ControlPlane.pause_apiserver` /
 :meth:`ControlPlane.resume_apiserver`.
 """
@@ -25,19 +27,14 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
-import json
-import os
 import re
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -45,76 +42,31 @@ from typing import IO, Any, Final, Self
 
 from cbop_testing.envtest import process
 from cbop_testing.envtest.binaries import Binaries, find_binaries
+from cbop_testing.envtest.components import (
+    COMPONENTS,
+    DEFAULT_CONTROLLERS,
+    NODE_CONTROLLERS,
+    REQUIRED_ADMISSION_PLUGIN,
+    Ports,
+    apiserver_command,
+    audit_flags,
+    controller_manager_command,
+    etcd_call,
+    etcd_command,
+    etcd_healthy,
+    https_ok,
+    write_pki,
+)
 from cbop_testing.envtest.errors import (
     ControlPlaneError,
     ControlPlaneNotRunningError,
     ControlPlaneStartError,
 )
-from cbop_testing.envtest.kubeconfig import write_kubeconfig
-from cbop_testing.envtest.pki import CertificateAuthority, new_signing_key_pem
+from cbop_testing.envtest.kubeconfig import request_service_account_token, write_kubeconfig
+from cbop_testing.envtest.pki import CertificateAuthority
 
-__all__ = ["COMPONENTS", "DEFAULT_CONTROLLERS", "WRITES_AUDIT_POLICY", "ControlPlane"]
+__all__ = ["ControlPlane"]
 
-#: Component names, in start order; keys of :meth:`ControlPlane.log_paths`.
-COMPONENTS: Final[tuple[str, ...]] = ("etcd", "kube-apiserver", "kube-controller-manager")
-
-#: kube-controller-manager controllers run by default: owner-reference garbage
-#: collection, namespace deletion, the ``default`` ServiceAccount in each namespace, and
-#: tokens for legacy service-account token Secrets. (Names as ``--controllers`` takes
-#: them; kube-controller-manager also accepts its older aliases.)
-DEFAULT_CONTROLLERS: Final[tuple[str, ...]] = (
-    "garbage-collector-controller",
-    "namespace-controller",
-    "serviceaccount-controller",
-    "serviceaccount-token-controller",
-)
-
-#: An audit policy (for ``ControlPlane(audit_policy=...)``) that records who wrote what:
-#: every create, update, patch and delete of ConfigBundles (and their status),
-#: ConfigMaps and Events at ``Metadata`` level, and every Lease request at
-#: ``RequestResponse`` level (the response carries the holder). Nothing else.
-WRITES_AUDIT_POLICY: Final = """\
-apiVersion: audit.k8s.io/v1
-kind: Policy
-omitStages: ["RequestReceived"]
-rules:
-  - level: RequestResponse
-    verbs: ["create", "update", "patch", "delete"]
-    resources:
-      - group: "coordination.k8s.io"
-        resources: ["leases"]
-  - level: Metadata
-    verbs: ["create", "update", "patch", "delete", "deletecollection"]
-    resources:
-      - group: "cbop.dev"
-        resources: ["configbundles", "configbundles/status"]
-      - group: ""
-        resources: ["configmaps", "events"]
-      - group: "events.k8s.io"
-        resources: ["events"]
-  - level: None
-"""
-
-#: Always enabled: cbop's RBAC must hold under it (setting ownerReferences with
-#: blockOwnerDeletion needs permission on the owner's finalizers).
-_REQUIRED_ADMISSION_PLUGIN: Final = "OwnerReferencesPermissionEnforcement"
-_SERVICE_CLUSTER_IP_RANGE: Final = "10.0.0.0/24"
-#: The ``kubernetes`` Service's ClusterIP (the first address of the range), as pods see
-#: it in ``KUBERNETES_SERVICE_HOST``; the serving certificate names it.
-KUBERNETES_SERVICE_IP: Final = "10.0.0.1"
-#: kube-controller-manager controllers added for a node (``for_nodes``): Deployments make
-#: ReplicaSets make Pods, every namespace gets the ``kube-root-ca.crt`` ConfigMap that a
-#: pod's projected service-account volume reads, the node lifecycle controller lifts
-#: the ``node.kubernetes.io/not-ready`` taint a kubelet registers with once it is Ready,
-#: and Services get EndpointSlices (what Prometheus discovers scrape targets from).
-NODE_CONTROLLERS: Final[tuple[str, ...]] = (
-    "deployment-controller",
-    "endpointslice-controller",
-    "replicaset-controller",
-    "root-ca-certificate-publisher-controller",
-    "node-lifecycle-controller",
-)
-_SERVICE_ACCOUNT_ISSUER: Final = "https://kubernetes.default.svc.cluster.local"
 #: Attempts at starting when a chosen port was taken meanwhile by another process.
 _PORT_ATTEMPTS: Final = 3
 #: Seconds between readiness probes.
@@ -125,38 +77,6 @@ _STOP_GRACE: Final = 10.0
 _KCM_GAVE_UP: Final = "failed to wait for apiserver being healthy"
 #: How often kube-controller-manager is restarted after giving up that way.
 _KCM_STARTUP_RESPAWNS: Final = 3
-
-
-def _free_ports(count: int) -> list[int]:
-    """Return ``count`` distinct currently free TCP ports on 127.0.0.1."""
-    sockets: list[socket.socket] = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
-def _tail(path: Path, lines: int) -> str:
-    """Return the last ``lines`` lines of a text file (empty when it does not exist)."""
-    try:
-        with path.open("rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            block = 64 * 1024
-            data = b""
-            while size > 0 and data.count(b"\n") <= lines:
-                step = min(block, size)
-                size -= step
-                handle.seek(size)
-                data = handle.read(step) + data
-    except FileNotFoundError:
-        return ""
-    return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
 
 
 class _PortInUseError(ControlPlaneStartError):
@@ -214,9 +134,9 @@ class ControlPlane:
     ) -> None:
         for flag in extra_apiserver_flags:
             if flag.startswith("--disable-admission-plugins") and (
-                _REQUIRED_ADMISSION_PLUGIN in flag
+                REQUIRED_ADMISSION_PLUGIN in flag
             ):
-                raise ValueError(f"{_REQUIRED_ADMISSION_PLUGIN} is always enabled: {flag!r}")
+                raise ValueError(f"{REQUIRED_ADMISSION_PLUGIN} is always enabled: {flag!r}")
         self._binaries = binaries
         self._requested_workdir = workdir
         self._extra_apiserver_flags = tuple(extra_apiserver_flags)
@@ -337,7 +257,7 @@ class ControlPlane:
             for name, popen in list(self._children.items()):
                 code = popen.poll()
                 if code is not None:
-                    tail = _tail(self.log_paths()[name], 40)
+                    tail = process.tail_file(self.log_paths()[name], 40)
                     if self._respawn_controller_manager(name, tail):
                         continue
                     raise ControlPlaneError(
@@ -422,102 +342,30 @@ class ControlPlane:
             (workdir / sub).mkdir(mode=0o700, exist_ok=True)
         return workdir
 
-    def _write_pki(self, workdir: Path) -> None:
-        pki = workdir / "pki"
-        ca = CertificateAuthority()
-        serving = ca.issue(
-            "cbop-envtest-serving",
-            client=False,
-            server=True,
-            # Also the names and address pods reach the API server by, as a cluster's
-            # API server certificate has them.
-            dns_names=(
-                "localhost",
-                "kubernetes",
-                "kubernetes.default",
-                "kubernetes.default.svc",
-                "kubernetes.default.svc.cluster.local",
-            ),
-            ip_addresses=("127.0.0.1", "::1", KUBERNETES_SERVICE_IP),
-        )
-        admin = ca.issue("admin", ("system:masters",))
-        sa_private, sa_public = new_signing_key_pem()
-        files = {
-            "ca.crt": ca.cert_pem,
-            "serving.crt": serving.cert_pem,
-            "serving.key": serving.key_pem,
-            "admin.crt": admin.cert_pem,
-            "admin.key": admin.key_pem,
-            "service-account.key": sa_private,
-            "service-account.pub": sa_public,
-        }
-        for name, data in files.items():
-            path = pki / name
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-        self._ca = ca
-
     def _start_once(self, deadline: float) -> None:
         binaries = self.binaries
         workdir = self._prepare_workdir()
         self._workdir = workdir
-        self._write_pki(workdir)
+        self._ca = ca = write_pki(workdir)
         pki = workdir / "pki"
-        ca = self._ca
-        assert ca is not None
-        self._etcd_port, etcd_peer_port, self._apiserver_port, self._kcm_port = _free_ports(4)
+        ports = Ports(*process.free_ports(4))
+        self._etcd_port, self._apiserver_port = ports.etcd, ports.apiserver
+        self._kcm_port = ports.controller_manager
         process.register(self)
         began = time.monotonic()
 
-        etcd_client = f"http://127.0.0.1:{self._etcd_port}"
-        etcd_peer = f"http://127.0.0.1:{etcd_peer_port}"
-        self._commands["etcd"] = [
-            str(binaries.etcd),
-            "--name=cbop-envtest",
-            f"--data-dir={workdir / 'etcd'}",
-            f"--listen-client-urls={etcd_client}",
-            f"--advertise-client-urls={etcd_client}",
-            f"--listen-peer-urls={etcd_peer}",
-            f"--initial-advertise-peer-urls={etcd_peer}",
-            f"--initial-cluster=cbop-envtest={etcd_peer}",
-            "--initial-cluster-state=new",
-            "--unsafe-no-fsync=true",
-            "--log-level=warn",
-            *self._extra_etcd_flags,
-        ]
+        self._commands["etcd"] = etcd_command(binaries, workdir, ports, self._extra_etcd_flags)
         self._spawn("etcd")
         self._wait("etcd", deadline, self._etcd_ready)
 
-        self._commands["kube-apiserver"] = [
-            str(binaries.kube_apiserver),
-            "--advertise-address=127.0.0.1",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={self._apiserver_port}",
-            f"--etcd-servers={etcd_client}",
-            f"--tls-cert-file={pki / 'serving.crt'}",
-            f"--tls-private-key-file={pki / 'serving.key'}",
-            f"--client-ca-file={pki / 'ca.crt'}",
-            "--authorization-mode=Node,RBAC" if self.for_nodes else "--authorization-mode=RBAC",
-            f"--service-cluster-ip-range={_SERVICE_CLUSTER_IP_RANGE}",
-            f"--service-account-issuer={_SERVICE_ACCOUNT_ISSUER}",
-            f"--service-account-key-file={pki / 'service-account.pub'}",
-            f"--service-account-signing-key-file={pki / 'service-account.key'}",
-            *(
-                [f"--enable-admission-plugins={_REQUIRED_ADMISSION_PLUGIN},NodeRestriction"]
-                if self.for_nodes
-                else [
-                    "--disable-admission-plugins=ServiceAccount",
-                    f"--enable-admission-plugins={_REQUIRED_ADMISSION_PLUGIN}",
-                ]
-            ),
-            "--allow-privileged=true",
-            # On SIGTERM, close open watches after 1 s instead of letting the HTTP
-            # server wait for them (up to a minute): restarts and stops stay quick.
-            "--shutdown-watch-termination-grace-period=1s",
-            *self._audit_flags(workdir),
-            *self._extra_apiserver_flags,
-        ]
+        self._commands["kube-apiserver"] = apiserver_command(
+            binaries,
+            workdir,
+            ports,
+            for_nodes=self.for_nodes,
+            audit=audit_flags(workdir, self._audit_policy),
+            extra=self._extra_apiserver_flags,
+        )
         self._spawn("kube-apiserver")
         write_kubeconfig(
             workdir / "kubeconfig",
@@ -529,49 +377,12 @@ class ControlPlane:
         )
         self._wait("kube-apiserver", deadline, self._apiserver_ready)
 
-        kubeconfig = str(workdir / "kubeconfig")
-        self._commands["kube-controller-manager"] = [
-            str(binaries.kube_controller_manager),
-            f"--kubeconfig={kubeconfig}",
-            # Authenticate callers of its own endpoints by our client CA directly
-            # rather than by looking up kube-system/extension-apiserver-authentication
-            # (which has no request-header CA here and would log errors).
-            "--authentication-skip-lookup=true",
-            f"--client-ca-file={pki / 'ca.crt'}",
-            f"--authentication-kubeconfig={kubeconfig}",
-            f"--authorization-kubeconfig={kubeconfig}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={self._kcm_port}",
-            f"--tls-cert-file={pki / 'serving.crt'}",
-            f"--tls-private-key-file={pki / 'serving.key'}",
-            "--leader-elect=false",
-            f"--controllers={','.join(self._controllers)}",
-            f"--service-account-private-key-file={pki / 'service-account.key'}",
-            f"--root-ca-file={pki / 'ca.crt'}",
-            "--use-service-account-credentials=false",
-            # Namespace deletion walks every resource type; don't let client-side
-            # throttling stretch it.
-            "--kube-api-qps=200",
-            "--kube-api-burst=400",
-            *self._extra_kcm_flags,
-        ]
+        self._commands["kube-controller-manager"] = controller_manager_command(
+            binaries, workdir, ports, self._controllers, self._extra_kcm_flags
+        )
         self._spawn("kube-controller-manager")
         self._wait("kube-controller-manager", deadline, self._kcm_ready)
         self.startup_seconds = time.monotonic() - began
-
-    def _audit_flags(self, workdir: Path) -> list[str]:
-        """kube-apiserver flags for the audit policy, written to the work directory."""
-        if self._audit_policy is None:
-            return []
-        policy = workdir / "audit-policy.yaml"
-        policy.write_text(self._audit_policy)
-        return [
-            f"--audit-policy-file={policy}",
-            f"--audit-log-path={workdir / 'logs' / 'audit.log'}",
-            "--audit-log-format=json",
-            "--audit-log-mode=blocking",
-            "--audit-log-maxsize=0",
-        ]
 
     @property
     def audit_log_path(self) -> Path:
@@ -611,7 +422,7 @@ class ControlPlane:
                 code = popen.poll()
                 if code is None:
                     continue
-                tail = _tail(self.log_paths()[component], 40)
+                tail = process.tail_file(self.log_paths()[component], 40)
                 if self._respawn_controller_manager(component, tail):
                     continue
                 message = f"{component} exited with status {code} during start-up"
@@ -674,54 +485,25 @@ class ControlPlane:
 
     # ----------------------------------------------------------------- probes
 
-    def _ssl_context(self, *, client_cert: bool = True) -> ssl.SSLContext:
-        pki = self._require_running() / "pki"
-        context = ssl.create_default_context(cafile=str(pki / "ca.crt"))
-        if client_cert:
-            context.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
-        return context
-
     def _etcd_ready(self) -> bool:
-        with urllib.request.urlopen(f"{self.etcd_url}/health", timeout=2) as response:
-            health = json.loads(response.read())
-        return bool(health.get("health") == "true")
+        return etcd_healthy(self.etcd_url)
 
     def _apiserver_ready(self) -> bool:
-        return self._https_ok(f"https://127.0.0.1:{self._apiserver_port}/readyz")
+        pki = self._require_running() / "pki"
+        return https_ok(f"https://127.0.0.1:{self._apiserver_port}/readyz", pki)
 
     def _kcm_ready(self) -> bool:
-        return self._https_ok(f"https://127.0.0.1:{self._kcm_port}/healthz")
-
-    def _https_ok(self, url: str, timeout: float = 2.0) -> bool:
-        try:
-            with urllib.request.urlopen(url, timeout=timeout, context=self._ssl_context()) as r:
-                return bool(r.status == 200)
-        except urllib.error.HTTPError:
-            return False
+        pki = self._require_running() / "pki"
+        return https_ok(f"https://127.0.0.1:{self._kcm_port}/healthz", pki)
 
     def apiserver_ready(self, timeout: float = 2.0) -> bool:
         """Whether kube-apiserver's ``/readyz`` answers 200 within ``timeout`` seconds."""
         try:
-            return self._https_ok(f"{self.api_url}/readyz", timeout)
+            return https_ok(f"{self.api_url}/readyz", self.workdir / "pki", timeout)
         except (OSError, ssl.SSLError):
             return False
 
     # ------------------------------------------------------------ fault hooks
-
-    def _etcd_call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        """POST to etcd's JSON gRPC gateway (``/v3/...``) and return the decoded answer."""
-        request = urllib.request.Request(
-            f"{self.etcd_url}{path}",
-            data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-            method="POST",
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=10) as response:
-                answer: dict[str, Any] = json.loads(response.read())
-        except (OSError, ValueError) as exc:
-            raise ControlPlaneError(f"etcd {path} failed: {exc}") from exc
-        return answer
 
     def etcd_revision(self) -> int:
         """Return etcd's current revision (the newest resourceVersion of any object).
@@ -732,7 +514,7 @@ class ControlPlane:
         """
         self._require_running()
         # A range over the single key "\\0" is cheap; the header carries the revision.
-        answer = self._etcd_call("/v3/kv/range", {"key": base64.b64encode(b"\0").decode()})
+        answer = etcd_call(self.etcd_url, "/v3/kv/range", {"key": base64.b64encode(b"\0").decode()})
         return int(answer["header"]["revision"])
 
     def compact_etcd(self) -> int:
@@ -752,7 +534,7 @@ class ControlPlane:
             ControlPlaneError: etcd refused or did not answer.
         """
         revision = self.etcd_revision()
-        self._etcd_call("/v3/kv/compaction", {"revision": str(revision), "physical": True})
+        etcd_call(self.etcd_url, "/v3/kv/compaction", {"revision": str(revision), "physical": True})
         return revision
 
     def restart_apiserver(self, timeout: float = 60.0) -> None:
@@ -873,39 +655,13 @@ class ControlPlane:
         workdir = self._require_running()
         ca = self._ca
         assert ca is not None
-        # Imported here: the client is heavy and only this method needs it.
-        from kubernetes import client, config  # noqa: PLC0415
-        from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
-
-        # The client's kubeconfig loader carries no annotations.
-        api_client = config.new_client_from_config(  # type: ignore[no-untyped-call]
-            config_file=str(self.kubeconfig_path)
+        token = request_service_account_token(
+            self.kubeconfig_path,
+            namespace,
+            name,
+            expiration_seconds=expiration_seconds,
+            bound_object=bound_object,
         )
-        with api_client:
-            core = client.CoreV1Api(api_client)
-            try:
-                core.create_namespaced_service_account(
-                    namespace,
-                    client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=name)),
-                )
-            except ApiException as exc:
-                if exc.status != 409:
-                    raise
-            spec = client.V1TokenRequestSpec(
-                audiences=[],
-                expiration_seconds=expiration_seconds,
-                bound_object_ref=(
-                    client.V1BoundObjectReference.from_dict(dict(bound_object))
-                    if bound_object is not None
-                    else None
-                ),
-            )
-            answer = core.create_namespaced_service_account_token(
-                name, namespace, client.AuthenticationV1TokenRequest(spec=spec)
-            )
-        if answer.status is None or not answer.status.token:
-            raise ControlPlaneError(f"TokenRequest for {namespace}/{name} returned no token")
-        token = answer.status.token
         return write_kubeconfig(
             workdir / "kubeconfigs" / f"sa-{namespace}-{name}.kubeconfig",
             server=self.api_url,
@@ -937,5 +693,5 @@ class ControlPlane:
         parts = []
         for name in COMPONENTS:
             path = logs / f"{name}.log"
-            parts.append(f"==> {name} ({path}) <==\n{_tail(path, lines)}")
+            parts.append(f"==> {name} ({path}) <==\n{process.tail_file(path, lines)}")
         return "\n".join(parts)

@@ -8,6 +8,7 @@ __all__ = [
     "ControlPlaneNotRunningError",
     "ControlPlaneStartError",
     "EnvtestError",
+    "NodeError",
 ]
 
 
@@ -29,3 +30,7 @@ class ControlPlaneStartError(ControlPlaneError):
 
 class ControlPlaneNotRunningError(ControlPlaneError):
     """An operation needs a started control plane and this one is not running."""
+
+
+class NodeError(ControlPlaneError):
+    """The node could not be started or a node operation failed; the message says why."""

@@ -1,4 +1,4 @@
-"""Writing kubeconfig files for the local control plane.
+"""Writing kubeconfig files for the local control plane, and service-account tokens for them.
 
 The files are self-contained: the CA, client certificate and key are embedded
 (``*-data`` fields, base64), so a kubeconfig can be copied elsewhere (as the dev
@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import base64
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-__all__ = ["write_kubeconfig"]
+from cbop_testing.envtest.errors import ControlPlaneError
+
+__all__ = ["request_service_account_token", "write_kubeconfig"]
 
 #: Name used for the cluster entry in every kubeconfig written here.
 CLUSTER_NAME = "cbop-envtest"
@@ -92,3 +95,64 @@ def write_kubeconfig(
         yaml.safe_dump(document, handle, sort_keys=False)
     tmp.replace(path)
     return path
+
+
+def request_service_account_token(
+    admin_kubeconfig: Path,
+    namespace: str,
+    name: str,
+    *,
+    expiration_seconds: int = 3600,
+    bound_object: Mapping[str, Any] | None = None,
+) -> str:
+    """Return a token for a ServiceAccount from the TokenRequest API, creating it if missing.
+
+    ``POST .../serviceaccounts/<name>/token`` with the API server's default audience, as a
+    pod's projected token would be requested. The namespace must exist.
+
+    Args:
+        admin_kubeconfig: Credentials allowed to create ServiceAccounts and tokens.
+        namespace: Namespace of the ServiceAccount.
+        name: Name of the ServiceAccount.
+        expiration_seconds: Requested validity in seconds; the API server requires at
+            least 600.
+        bound_object: Optional BoundObjectReference the token is bound to.
+
+    Raises:
+        kubernetes.client.exceptions.ApiException: The API server refused.
+        ControlPlaneError: The answer carried no token.
+    """
+    # Imported here: the client is heavy and only this function needs it.
+    from kubernetes import client, config  # noqa: PLC0415
+    from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
+
+    # The client's kubeconfig loader carries no annotations.
+    api_client = config.new_client_from_config(  # type: ignore[no-untyped-call]
+        config_file=str(admin_kubeconfig)
+    )
+    with api_client:
+        core = client.CoreV1Api(api_client)
+        try:
+            core.create_namespaced_service_account(
+                namespace,
+                client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=name)),
+            )
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+        spec = client.V1TokenRequestSpec(
+            audiences=[],
+            expiration_seconds=expiration_seconds,
+            bound_object_ref=(
+                client.V1BoundObjectReference.from_dict(dict(bound_object))
+                if bound_object is not None
+                else None
+            ),
+        )
+        answer = core.create_namespaced_service_account_token(
+            name, namespace, client.AuthenticationV1TokenRequest(spec=spec)
+        )
+    if answer.status is None or not answer.status.token:
+        raise ControlPlaneError(f"TokenRequest for {namespace}/{name} returned no token")
+    token: str = answer.status.token
+    return token

@@ -19,9 +19,15 @@ configuration uses). There is no kube-proxy: other Services are not routed.
 
 Host settings the kubelet changes: it sets ``vm.overcommit_memory``, ``kernel.panic``,
 ``kernel.panic_on_oops`` and related sysctls (its ``protectKernelDefaults: false``
-behaviour); :meth:`Node.stop` restores the values found at start. Cgroups (v1 with the
-cgroupfs driver, ``failCgroupV1: false``; v2 works as well) live under a cgroup root of
-the node's own name, removed at stop.
+behaviour). They are shared by every node on the machine
+(:mod:`~cbop_testing.envtest.kernelsettings`): the first node to start saves them, the
+last one to stop restores them, and a node that died without stopping is not counted.
+Cgroups (v1 with the cgroupfs driver, ``failCgroupV1: false``; v2 works as well) live
+under a cgroup root of the node's own name, removed at stop.
+
+This module owns the node's lifecycle, relays, images and logs; the configuration files
+are written by :mod:`~cbop_testing.envtest.nodeconfig`, the cgroups, network namespace
+and mounts made and removed by :mod:`~cbop_testing.envtest.nodehost`.
 
 Needs root, ``ip`` (iproute2), ``socat``, ``runc``, the CNI plugins and ``podman`` (to
 hand images to containerd without a registry: ``podman save | ctr images import``);
@@ -56,10 +62,22 @@ from typing import IO, Final, Self
 
 from cbop_testing.envtest import process
 from cbop_testing.envtest.binaries import repo_root
-from cbop_testing.envtest.controlplane import KUBERNETES_SERVICE_IP, ControlPlane
-from cbop_testing.envtest.errors import BinariesUnavailableError, ControlPlaneError
+from cbop_testing.envtest.components import KUBERNETES_SERVICE_IP
+from cbop_testing.envtest.controlplane import ControlPlane
+from cbop_testing.envtest.errors import BinariesUnavailableError, NodeError
+from cbop_testing.envtest.kernelsettings import KernelSettings
+from cbop_testing.envtest.nodeconfig import NODE_IP, write_containerd_config, write_kubelet_config
+from cbop_testing.envtest.nodehost import (
+    COMMAND_TIMEOUT,
+    kill_cgroup_tree,
+    make_cgroup_root,
+    make_netns,
+    remove_cgroup_tree,
+    run,
+    unmount_under,
+)
 
-__all__ = ["NODE_BINARY_NAMES", "Node", "NodeBinaries", "find_node_binaries"]
+__all__ = ["NODE_BINARY_NAMES", "Node", "NodeBinaries", "NodeError", "find_node_binaries"]
 
 #: Executables built by ``hack/build-node.sh``.
 NODE_BINARY_NAMES: Final[tuple[str, ...]] = (
@@ -69,30 +87,10 @@ NODE_BINARY_NAMES: Final[tuple[str, ...]] = (
     "kube-scheduler",
     "kubelet",
 )
-#: The node's address (on a veth interface inside its network namespace) and its pods'
-#: subnet (a CNI bridge there). Documentation and private ranges that exist only inside
-#: that namespace.
-NODE_IP: Final = "192.0.2.10"
-POD_SUBNET: Final = "10.244.0.0/24"
-#: Host sysctls the kubelet sets (Kubernetes' container manager), restored at stop.
-_KERNEL_TUNABLES: Final[tuple[str, ...]] = (
-    "vm/overcommit_memory",
-    "vm/panic_on_oom",
-    "kernel/panic",
-    "kernel/panic_on_oops",
-    "kernel/keys/root_maxkeys",
-    "kernel/keys/root_maxbytes",
-)
-_CGROUP_ROOT: Final = Path("/sys/fs/cgroup")
 #: Seconds between readiness polls.
 _POLL: Final = 0.5
 #: Seconds a component gets to exit after SIGTERM before SIGKILL.
 _STOP_GRACE: Final = 15.0
-_COMMAND_TIMEOUT: Final = 120.0
-
-
-class NodeError(ControlPlaneError):
-    """The node could not be started or a node operation failed; the message says why."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,29 +129,6 @@ def find_node_binaries() -> NodeBinaries:
     if missing:
         raise BinariesUnavailableError(f"{', '.join(missing)} missing from {directory}")
     return NodeBinaries(directory)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _run(args: Sequence[str], *, stdin: IO[bytes] | None = None) -> str:
-    result = subprocess.run(
-        list(args),
-        stdin=stdin,
-        capture_output=True,
-        timeout=_COMMAND_TIMEOUT,
-        check=False,
-    )
-    if result.returncode != 0:
-        raise NodeError(
-            f"{' '.join(args)} failed (exit {result.returncode}): "
-            f"{result.stderr.decode(errors='replace').strip()}"
-        )
-    return result.stdout.decode(errors="replace")
 
 
 class Node:
@@ -201,7 +176,7 @@ class Node:
         self._own_workdir = False
         self._children: dict[str, subprocess.Popen[bytes]] = {}
         self._logs: dict[str, IO[bytes]] = {}
-        self._tunables: dict[str, str] = {}
+        self._kernel_settings = KernelSettings()
         self._netns_made = False
         self.startup_phases: dict[str, float] = {}
         """Seconds each start-up phase took (``images``, ``kubelet``: to a Ready Node)."""
@@ -243,7 +218,7 @@ class Node:
             NodeError: ctr failed.
         """
         binaries = self._require_binaries()
-        return _run(
+        return run(
             [
                 str(binaries.path("ctr")),
                 "--address",
@@ -305,12 +280,12 @@ class Node:
         for sub in ("containerd/cni", "kubelet", "pod-logs", "logs"):
             (workdir / sub).mkdir(parents=True, exist_ok=True)
         process.register(self)
-        self._save_tunables()
+        self._kernel_settings.acquire()
         self._make_netns()
         self._relay_apiserver()
 
         began = time.monotonic()
-        self._write_containerd_config(workdir)
+        config = write_containerd_config(workdir, pause_image=self._pause_image, network=self.netns)
         path = f"{binaries.directory}:{os.environ.get('PATH', '/usr/sbin:/usr/bin')}"
         self._spawn(
             "containerd",
@@ -319,7 +294,7 @@ class Node:
                 f"PATH={path}",
                 str(binaries.path("containerd")),
                 "--config",
-                str(workdir / "containerd" / "containerd.toml"),
+                str(config),
             ),
         )
         self._wait("containerd", deadline, self._containerd_ready)
@@ -339,18 +314,20 @@ class Node:
                 "--authentication-skip-lookup=true",
                 f"--client-ca-file={self._cp.ca_path}",
                 "--bind-address=127.0.0.1",
-                f"--secure-port={_free_port()}",
+                f"--secure-port={process.free_ports(1)[0]}",
                 "--leader-elect=false",
             ],
         )
         kubeconfig = self._cp.kubeconfig_for_user(f"system:node:{self.name}", ("system:nodes",))
-        self._write_kubelet_config(workdir)
-        self._make_cgroup_root()
+        kubelet_config = write_kubelet_config(
+            workdir, client_ca=self._cp.ca_path, cgroup_root=self.cgroup_root
+        )
+        make_cgroup_root(self.name)
         self._spawn(
             "kubelet",
             self.in_netns(
                 str(binaries.path("kubelet")),
-                f"--config={workdir / 'kubelet' / 'kubelet.yaml'}",
+                f"--config={kubelet_config}",
                 f"--kubeconfig={kubeconfig}",
                 f"--root-dir={workdir / 'kubelet'}",
                 f"--cert-dir={workdir / 'kubelet' / 'pki'}",
@@ -373,7 +350,7 @@ class Node:
             popen = self._children.pop("kubelet", None)
             if popen is not None:
                 process.terminate(popen, _STOP_GRACE)
-            self._kill_cgroup_tree()
+            kill_cgroup_tree(self.name)
             for name in list(self._children):
                 process.terminate(self._children.pop(name), _STOP_GRACE)
             workdir = self._workdir
@@ -382,12 +359,12 @@ class Node:
                 for pid in process.processes_mentioning(str(workdir)):
                     with contextlib.suppress(ProcessLookupError, PermissionError):
                         os.kill(pid, signal.SIGKILL)
-                self._unmount_under(workdir)
-            self._remove_cgroup_tree()
+                unmount_under(workdir)
+            remove_cgroup_tree(self.name)
             if self._netns_made:
                 subprocess.run(["ip", "netns", "delete", self.netns], check=False)
                 self._netns_made = False
-            self._restore_tunables()
+            self._kernel_settings.release()
             for log in self._logs.values():
                 with contextlib.suppress(OSError):
                     log.close()
@@ -433,7 +410,7 @@ class Node:
         return True
 
     def _node_ready(self) -> bool:
-        out = _run(
+        out = run(
             [
                 str(self._cp.binaries.kubectl),
                 f"--kubeconfig={self._cp.kubeconfig_path}",
@@ -470,7 +447,7 @@ class Node:
                 check=True,
                 capture_output=True,
                 env=env,
-                timeout=_COMMAND_TIMEOUT,
+                timeout=COMMAND_TIMEOUT,
             )
         except subprocess.CalledProcessError as exc:
             raise NodeError(f"podman save {image} failed: {exc.stderr.decode()}") from exc
@@ -485,20 +462,8 @@ class Node:
     # ------------------------------------------------------------ networking
 
     def _make_netns(self) -> None:
-        _run(["ip", "netns", "add", self.netns])
-        self._netns_made = True
-        ns = ["ip", "-n", self.netns]
-        _run([*ns, "link", "set", "lo", "up"])
-        # The kubernetes Service's ClusterIP is local inside the namespace (a relay
-        # listens there); nothing else is routed anywhere.
-        _run([*ns, "addr", "add", f"{KUBERNETES_SERVICE_IP}/32", "dev", "lo"])
-        # The node's own address, on one end of a veth pair whose both ends stay inside
-        # (the dummy link type is not available on every kernel).
-        _run([*ns, "link", "add", "node0", "type", "veth", "peer", "name", "node0-peer"])
-        _run([*ns, "addr", "add", f"{NODE_IP}/24", "dev", "node0"])
-        _run([*ns, "link", "set", "node0-peer", "up"])
-        _run([*ns, "link", "set", "node0", "up"])
-        _run([*ns, "route", "add", "default", "dev", "node0"])
+        self._netns_made = True  # deleted at stop even when set-up fails half-way
+        make_netns(self.netns, service_ip=KUBERNETES_SERVICE_IP, node_ip=NODE_IP)
 
     def _relay(self, name: str, listen: str, connect: str, *, in_netns: bool) -> None:
         args = ["socat", f"{listen},fork,reuseaddr", connect]
@@ -539,7 +504,7 @@ class Node:
             :meth:`stop`.
         """
         workdir = self.workdir
-        local = _free_port()
+        local = process.free_ports(1)[0]
         sock = workdir / f"fwd-{local}.sock"
         self._relay(
             f"relay-{local}",
@@ -562,187 +527,6 @@ class Node:
                 return local
             time.sleep(0.05)
         raise NodeError(f"the relay to {address}:{port} did not start")
-
-    # --------------------------------------------------------- configuration
-
-    def _write_containerd_config(self, workdir: Path) -> None:
-        state = workdir / "containerd"
-        (state / "containerd.toml").write_text(
-            f"""version = 3
-root = '{state / "root"}'
-state = '{state / "state"}'
-[grpc]
-  address = '{workdir / "containerd.sock"}'
-[ttrpc]
-  address = '{workdir / "containerd.sock.ttrpc"}'
-[plugins.'io.containerd.nri.v1.nri']
-  disable = true
-[plugins.'io.containerd.cri.v1.images']
-  snapshotter = 'overlayfs'
-  [plugins.'io.containerd.cri.v1.images'.pinned_images]
-    sandbox = '{self._pause_image}'
-[plugins.'io.containerd.cri.v1.runtime']
-  netns_mounts_under_state_dir = true
-  # Without CAP_SYS_RESOURCE (as on cbop's CI machines) runc cannot lower a process's
-  # oom_score_adj below ours (the kubelet asks -998 for sandboxes): clamp it instead.
-  restrict_oom_score_adj = true
-  [plugins.'io.containerd.cri.v1.runtime'.containerd]
-    default_runtime_name = 'runc'
-    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
-      runtime_type = 'io.containerd.runc.v2'
-      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
-        BinaryName = '{shutil.which("runc") or "runc"}'
-        Root = '{state / "runc"}'
-        SystemdCgroup = false
-  [plugins.'io.containerd.cri.v1.runtime'.cni]
-    bin_dirs = ['/usr/lib/cni', '/opt/cni/bin']
-    conf_dir = '{state / "cni"}'
-[plugins.'io.containerd.grpc.v1.cri']
-  disable_tcp_service = true
-  stream_server_address = '127.0.0.1'
-  stream_server_port = '0'
-""",
-            encoding="utf-8",
-        )
-        network = {
-            "cniVersion": "1.0.0",
-            "name": self.netns,
-            "plugins": [
-                {
-                    "type": "bridge",
-                    "bridge": "cbop0",
-                    "isGateway": True,
-                    "ipMasq": False,
-                    "ipam": {
-                        "type": "host-local",
-                        "ranges": [[{"subnet": POD_SUBNET}]],
-                        # Via the bridge, whose address is local to the node's namespace
-                        # like the kubernetes Service's ClusterIP.
-                        "routes": [{"dst": "0.0.0.0/0"}],
-                        "dataDir": str(state / "cni-ipam"),
-                    },
-                },
-                {"type": "portmap", "capabilities": {"portMappings": True}},
-            ],
-        }
-        (state / "cni" / "10-cbop.conflist").write_text(json.dumps(network), encoding="utf-8")
-
-    def _write_kubelet_config(self, workdir: Path) -> None:
-        kubelet = workdir / "kubelet"
-        config = {
-            "apiVersion": "kubelet.config.k8s.io/v1beta1",
-            "kind": "KubeletConfiguration",
-            "authentication": {
-                "anonymous": {"enabled": False},
-                "webhook": {"enabled": True},
-                "x509": {"clientCAFile": str(self._cp.ca_path)},
-            },
-            "authorization": {"mode": "Webhook"},
-            "address": NODE_IP,
-            "readOnlyPort": 0,
-            "healthzBindAddress": "127.0.0.1",
-            "containerRuntimeEndpoint": f"unix://{workdir / 'containerd.sock'}",
-            "cgroupDriver": "cgroupfs",
-            "cgroupRoot": self.cgroup_root,
-            # This project's machines run cgroup v1; Kubernetes keeps it behind this flag.
-            "failCgroupV1": False,
-            "failSwapOn": False,
-            "podLogsDir": str(workdir / "pod-logs"),
-            "rotateCertificates": False,
-            "serializeImagePulls": False,
-            # The images are loaded, never pulled: garbage collection must keep them,
-            # and a shared machine's full disk must not evict the pods.
-            "imageGCHighThresholdPercent": 100,
-            "imageGCLowThresholdPercent": 99,
-            "evictionHard": {
-                "memory.available": "100Mi",
-                "nodefs.available": "1%",
-                "imagefs.available": "1%",
-                "nodefs.inodesFree": "1%",
-            },
-            "maxPods": 30,
-            "resolvConf": "/etc/resolv.conf",
-            "staticPodPath": "",
-            "syncFrequency": "10s",
-            "nodeStatusUpdateFrequency": "5s",
-        }
-        (kubelet / "kubelet.yaml").write_text(json.dumps(config, indent=2), encoding="utf-8")
-
-    # -------------------------------------------------------- host resources
-
-    def _save_tunables(self) -> None:
-        for key in _KERNEL_TUNABLES:
-            with contextlib.suppress(OSError):
-                self._tunables[key] = (Path("/proc/sys") / key).read_text().strip()
-
-    def _restore_tunables(self) -> None:
-        for key, value in self._tunables.items():
-            with contextlib.suppress(OSError):
-                (Path("/proc/sys") / key).write_text(value)
-        self._tunables.clear()
-
-    def _hierarchies(self) -> list[Path]:
-        """Cgroup v1 hierarchies (the named systemd one too), or the v2 mount."""
-        if (_CGROUP_ROOT / "cgroup.controllers").exists():
-            return [_CGROUP_ROOT]
-        return [
-            p
-            for p in sorted(_CGROUP_ROOT.iterdir())
-            if p.is_dir() and not p.is_symlink() and p.name != "unified"
-        ]
-
-    def _make_cgroup_root(self) -> None:
-        for hierarchy in self._hierarchies():
-            target = hierarchy / self.name
-            target.mkdir(exist_ok=True)
-            if hierarchy.name == "cpuset":
-                for knob in ("cpuset.cpus", "cpuset.mems"):
-                    (target / knob).write_text((hierarchy / knob).read_text())
-
-    def _kill_cgroup_tree(self) -> None:
-        """SIGKILL every process in the node's cgroups (the containers), until none is left."""
-        for _ in range(20):
-            pids: set[int] = set()
-            for hierarchy in self._hierarchies():
-                root = hierarchy / self.name
-                if not root.is_dir():
-                    continue
-                for procs in root.rglob("cgroup.procs"):
-                    with contextlib.suppress(OSError, ValueError):
-                        pids.update(int(p) for p in procs.read_text().split())
-            if not pids:
-                return
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.2)
-
-    def _remove_cgroup_tree(self) -> None:
-        for hierarchy in self._hierarchies():
-            root = hierarchy / self.name
-            if not root.is_dir():
-                continue
-            for directory in sorted(
-                (p for p in root.rglob("*") if p.is_dir()),
-                key=lambda p: len(p.parts),
-                reverse=True,
-            ):
-                with contextlib.suppress(OSError):
-                    directory.rmdir()
-            with contextlib.suppress(OSError):
-                root.rmdir()
-
-    @staticmethod
-    def _unmount_under(workdir: Path) -> None:
-        prefix = str(workdir) + "/"
-        mounts = []
-        with contextlib.suppress(OSError):
-            for line in Path("/proc/self/mountinfo").read_text().splitlines():
-                point = line.split()[4].replace("\\040", " ")
-                if point.startswith(prefix):
-                    mounts.append(point)
-        for point in sorted(mounts, key=len, reverse=True):
-            subprocess.run(["umount", "--lazy", point], check=False, capture_output=True)
 
     # ------------------------------------------------------------------- logs
 

@@ -17,16 +17,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-try:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "cbop_testing.envtest needs the 'cryptography' package for the control plane's "
-        "certificates (it is in cbop's dev extra: pip install -e '.[dev]')"
-    ) from exc
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 __all__ = ["CertificateAuthority", "KeyPair", "new_signing_key_pem"]
 

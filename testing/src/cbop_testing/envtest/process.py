@@ -12,6 +12,9 @@ Three layers, so that no etcd or kube-apiserver is left behind by a test run:
   and exec, so it is killed even when the parent is SIGKILLed and no Python code runs.
   The kernel sends it when the *thread* that forked the child exits, so start control
   planes from a thread that lives as long as they should (normally the main thread).
+
+Also two small helpers the components' owners share: free loopback ports
+(:func:`free_ports`) and the tail of a log file (:func:`tail_file`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import contextlib
 import ctypes
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -32,11 +36,13 @@ from typing import IO, Protocol
 
 __all__ = [
     "Stoppable",
+    "free_ports",
     "pid_alive",
     "processes_mentioning",
     "register",
     "signal_group",
     "spawn",
+    "tail_file",
     "terminate",
     "unregister",
 ]
@@ -247,3 +253,42 @@ def unregister(owner: Stoppable) -> None:
     """Undo :func:`register` (no error when not registered)."""
     with _registry_lock:
         _registry.pop(id(owner), None)
+
+
+def free_ports(count: int) -> list[int]:
+    """Return ``count`` distinct TCP ports on 127.0.0.1 that are free right now.
+
+    Another process may take one before the caller binds it; callers that start servers
+    on them retry with new ports when a bind fails.
+    """
+    sockets: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def tail_file(path: Path, lines: int) -> str:
+    """Return the last ``lines`` lines of a text file (empty when it does not exist).
+
+    Reads backwards in 64 KiB blocks, so a large log costs only its end.
+    """
+    try:
+        with path.open("rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            block = 64 * 1024
+            data = b""
+            while size > 0 and data.count(b"\n") <= lines:
+                step = min(block, size)
+                size -= step
+                handle.seek(size)
+                data = handle.read(step) + data
+    except FileNotFoundError:
+        return ""
+    return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
