@@ -310,3 +310,17 @@ def test_the_self_signed_certificate_names_localhost_and_the_given_names() -> No
     cert = x509.load_pem_x509_certificate(self_signed_certificate(("cbop-metrics.ns.svc",))[0])
     names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert {"localhost", "cbop-metrics.ns.svc"} <= set(names.get_values_for_type(x509.DNSName))
+
+
+def test_the_flags_default_to_plain_http_and_take_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from cbop.cli import build_parser
+
+    args = build_parser().parse_args([])
+    assert (args.metrics_secure, args.metrics_cert_dir) == (False, None)
+    args = build_parser().parse_args(["--metrics-secure", "--metrics-cert-dir", "/certs"])
+    assert (args.metrics_secure, args.metrics_cert_dir) == (True, "/certs")
+    monkeypatch.setenv("CBOP_METRICS_SECURE", "true")
+    assert build_parser().parse_args([]).metrics_secure is True
+    assert build_parser().parse_args(["--no-metrics-secure"]).metrics_secure is False
