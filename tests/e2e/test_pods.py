@@ -22,6 +22,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import ssl
 import subprocess
 import threading
@@ -40,6 +41,7 @@ from urllib3.exceptions import ProtocolError
 
 from cbop.envtest import ControlPlane
 from cbop.envtest.node import Node
+from cbop.metrics.secure import self_signed_certificate
 from tests.e2e.helm import CHART, helm_binary
 from tests.e2e.images import BUILD_TIMEOUT, cbop_image, pause_image, podman_env
 
@@ -628,11 +630,17 @@ def test_prometheus_scrapes_both_pods_through_the_service_monitor(
     MEASURED["scrape duration over HTTPS with auth, max of both pods (ms)"] = max(durations) * 1000
 
 
-def _get_metrics(port: int, token: str | None) -> tuple[int, str]:
-    """GET /metrics over HTTPS (the certificate is self-signed) with ``token`` if given."""
-    context = ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
+def _get_metrics(
+    port: int, token: str | None, context: ssl.SSLContext | None = None
+) -> tuple[int, str]:
+    """GET /metrics over HTTPS with ``token`` if given.
+
+    Without ``context`` the certificate is not verified (cbop's default is self-signed).
+    """
+    if context is None:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
     headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
     request = urllib.request.Request(f"https://127.0.0.1:{port}/metrics", headers=headers)
     try:
@@ -771,12 +779,39 @@ def test_the_helm_chart_installs_on_the_node_and_uninstalls_to_the_crd(deployed:
         assert result.returncode == 0, result.stdout + result.stderr
         return result.stdout
 
+    # The serving certificate mounted from a TLS Secret with its CA (metrics.certSecret),
+    # as cert-manager would issue it for the name the chart's ServiceMonitor verifies.
+    server_name = "cbop-metrics.cbop-helm.svc"
+    cert, key = self_signed_certificate((server_name,))
+    certs = deployed.workdir / "helm-certs"
+    certs.mkdir()
+    for name, data in (("tls.crt", cert), ("tls.key", key), ("ca.crt", cert)):
+        (certs / name).write_bytes(data)
+    deployed.kubectl("create", "namespace", "cbop-helm")
+    deployed.kubectl(
+        "create", "secret", "generic", "cbop-metrics-tls", "-n", "cbop-helm",
+        "--type=kubernetes.io/tls", *(f"--from-file={f}" for f in sorted(certs.iterdir())),
+    )  # fmt: skip
+
     began = time.monotonic()
     run("install", "cbop-helm", str(CHART), "--create-namespace", "--set", "image.tag=dev",
+        "--set", "metrics.certSecret=cbop-metrics-tls",
         "--wait", "--timeout", "300s")  # fmt: skip
     MEASURED["helm install --wait to two Ready pods (s)"] = time.monotonic() - began
     pods = deployed.get("pods", "-n", "cbop-helm", "-l", "app.kubernetes.io/instance=cbop-helm")
-    assert len([p for p in pods["items"] if _ready(p)]) == 2
+    ready = [p for p in pods["items"] if _ready(p)]
+    assert len(ready) == 2
+    trusted = ssl.create_default_context(cadata=cert.decode())
+    reader = service_account_token(deployed, "prometheus", metrics_reader=True)
+    for pod in ready:
+        port = deployed.node.forward_to_node(pod["status"]["podIP"], METRICS_PORT)
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=30) as raw,
+            trusted.wrap_socket(raw, server_hostname=server_name) as tls,
+        ):
+            assert tls.getpeercert(binary_form=True) == ssl.PEM_cert_to_DER_cert(cert.decode())
+        status, body = _get_metrics(port, reader, trusted)
+        assert status == 200, body
     _create_bundle(deployed, "via-helm", {"from": "helm"})
     wait_until(lambda: _configmap_data(deployed, "via-helm-cm") == {"from": "helm"}, WAIT, "CM")
 
