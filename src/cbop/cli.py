@@ -207,6 +207,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     flag("metrics-bind-address", ":8080", help="address of /metrics (default :8080; 0 disables)")
     flag(
+        "metrics-secure",
+        False,
+        action="store_true",
+        help="serve /metrics over HTTPS, only to callers whose bearer token may get /metrics "
+        "(TokenReview and SubjectAccessReview, cached 10s)",
+    )
+    flag(
+        "metrics-cert-dir",
+        None,
+        help="directory with tls.crt and tls.key for --metrics-secure, re-read on change "
+        "(default: a self-signed certificate made at start)",
+    )
+    flag(
         "health-probe-bind-address",
         ":8081",
         help="address of /healthz and /readyz (default :8081; 0 disables)",
@@ -454,6 +467,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 workers=args.workers,
                 resync_period=args.resync_period,
                 metrics_bind_address=args.metrics_bind_address,
+                metrics_secure=args.metrics_secure,
+                metrics_cert_dir=args.metrics_cert_dir,
                 health_probe_bind_address=args.health_probe_bind_address,
                 leader_elect=args.leader_elect,
                 leader_election_id=args.leader_election_id,

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import socketserver
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
@@ -42,6 +43,7 @@ from cbop.metrics.controller import (
     LeaderElectionMetrics,
 )
 from cbop.metrics.restclient import PrometheusRestClientMetrics
+from cbop.metrics.secure import CertSource, start_secure_metrics_server
 from cbop.metrics.workqueue import PrometheusWorkqueueMetricsProvider
 from cbop.reconciler import EventRecorder
 
@@ -59,6 +61,10 @@ class Options:
         workers: concurrent reconciles.
         resync_period: informer resync period, seconds (0 disables).
         metrics_bind_address: ``host:port`` for ``/metrics``; ``0`` disables.
+        metrics_secure: serve ``/metrics`` over HTTPS to authorized callers only
+            (:mod:`cbop.metrics.secure`).
+        metrics_cert_dir: ``tls.crt``/``tls.key`` for ``metrics_secure`` (None:
+            self-signed).
         health_probe_bind_address: ``host:port`` for ``/healthz`` and ``/readyz``; ``0``
             disables.
         leader_elect: take part in leader election on a Lease.
@@ -79,6 +85,8 @@ class Options:
     workers: int = 4
     resync_period: float = 36000.0
     metrics_bind_address: str = ":8080"
+    metrics_secure: bool = False
+    metrics_cert_dir: str | None = None
     health_probe_bind_address: str = ":8081"
     leader_elect: bool = False
     leader_election_id: str = "cbop-leader"
@@ -275,8 +283,14 @@ class Manager:
             fence closed) or caches never synced, with or without leader election.
         """
         opts = self.options
-        metrics_server = None
-        if self._metrics_address is not None:
+        metrics_server: socketserver.BaseServer | None = None
+        if self._metrics_address is not None and opts.metrics_secure:
+            certs = CertSource(opts.metrics_cert_dir)
+            with _bind_errors("--metrics-bind-address", opts.metrics_bind_address):
+                metrics_server = start_secure_metrics_server(
+                    self._metrics_address, self.registry, self._client, certs
+                )
+        elif self._metrics_address is not None:
             with _bind_errors("--metrics-bind-address", opts.metrics_bind_address):
                 metrics_server, _ = start_http_server(
                     self._metrics_address[1], self._metrics_address[0], registry=self.registry
@@ -289,6 +303,7 @@ class Manager:
             workers=opts.workers,
             leader_elect=opts.leader_elect,
             metrics=opts.metrics_bind_address,
+            metrics_secure=opts.metrics_secure,
             probes=opts.health_probe_bind_address,
         )
         self.controller.start_informers()

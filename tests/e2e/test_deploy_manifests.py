@@ -189,6 +189,9 @@ EXPECTED_CLUSTER_GRANTS = {
     ),
     ("", "events", "create"),
     ("", "events", "patch"),
+    # --metrics-secure: the scraper's token and its right to get /metrics.
+    ("authentication.k8s.io", "tokenreviews", "create"),
+    ("authorization.k8s.io", "subjectaccessreviews", "create"),
 }
 EXPECTED_LEASE_GRANTS = {("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")}
 
@@ -217,6 +220,10 @@ def test_roles_grant_exactly_what_cbop_uses(kubectl: Kubectl) -> None:
             ("cbop.dev", "configbundles"),
             ("cbop.dev", "configbundles/status"),
         }
+    # For scrapers of --metrics-secure's /metrics: that one URL, nothing else.
+    assert roles.pop(("ClusterRole", "cbop-metrics-reader"))["rules"] == [
+        {"nonResourceURLs": ["/metrics"], "verbs": ["get"]}
+    ]
     assert set(roles) == {("ClusterRole", "cbop"), ("Role", "cbop-leader-election")}
     assert _grants(roles["ClusterRole", "cbop"]) == EXPECTED_CLUSTER_GRANTS
     lease_role = roles["Role", "cbop-leader-election"]
@@ -298,6 +305,9 @@ CAN_I = [
     CanI(False, "get", "secrets", None, NAMESPACE),
     CanI(False, "list", "secrets", None, None),
     CanI(False, "create", "pods", None, NAMESPACE),
+    CanI(True, "create", "tokenreviews.authentication.k8s.io", None, None),
+    CanI(True, "create", "subjectaccessreviews.authorization.k8s.io", None, None),
+    CanI(False, "create", "localsubjectaccessreviews.authorization.k8s.io", None, "default"),
     CanI(False, "*", "*", None, None),
 ]
 
@@ -605,6 +615,13 @@ def test_the_service_monitor_selects_the_metrics_service(kubectl: Kubectl) -> No
     assert selector.items() <= service["metadata"]["labels"].items()
     port_names = {p["name"] for p in service["spec"]["ports"]}
     assert {e["port"] for e in monitor["spec"]["endpoints"]} <= port_names
+    # The Deployment serves /metrics with --metrics-secure: HTTPS and a bearer token.
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    assert "--metrics-secure" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    for endpoint in monitor["spec"]["endpoints"]:
+        assert endpoint["scheme"] == "https"
+        assert endpoint["bearerTokenFile"].endswith("/serviceaccount/token")
+        assert endpoint["tlsConfig"] == {"insecureSkipVerify": True}
     assert monitor["spec"]["namespaceSelector"]["matchNames"] == [service["metadata"]["namespace"]]
 
 

@@ -80,3 +80,33 @@ def test_values_scope_the_namespaces_and_add_the_service_monitor() -> None:
     assert "--namespace=a" in args
     assert "--namespace=b" in args
     assert "--leader-elect" not in args
+
+
+@pytest.mark.timeout(BUILD_TIMEOUT + 120)
+def test_values_switch_the_secure_metrics_and_mount_a_certificate() -> None:
+    def rendered(*values: str) -> tuple[dict[str, Any], dict[str, Any], set[str]]:
+        objects = _render("--set", "metrics.serviceMonitor.enabled=true", *values)
+        pod = next(o for o in objects if o["kind"] == "Deployment")["spec"]["template"]["spec"]
+        monitor = next(o for o in objects if o["kind"] == "ServiceMonitor")
+        names = {f"{o['kind']}/{o['metadata']['name']}" for o in objects}
+        return pod, monitor["spec"]["endpoints"][0], names
+
+    pod, endpoint, names = rendered()
+    assert "--metrics-secure" in pod["containers"][0]["args"]
+    assert endpoint["scheme"] == "https"
+    assert endpoint["tlsConfig"] == {"insecureSkipVerify": True}
+    assert "ClusterRole/cbop-metrics-reader" in names
+
+    pod, endpoint, names = rendered("--set", "metrics.certSecret=cbop-metrics-tls")
+    (container,) = pod["containers"]
+    assert "--metrics-cert-dir=/etc/cbop/metrics-certs" in container["args"]
+    assert {"name": "metrics-certs", "secret": {"secretName": "cbop-metrics-tls"}} in pod["volumes"]
+    assert endpoint["tlsConfig"] == {
+        "ca": {"secret": {"name": "cbop-metrics-tls", "key": "ca.crt"}},
+        "serverName": "cbop-metrics.cbop-system.svc",
+    }
+
+    pod, endpoint, names = rendered("--set", "metrics.secure=false")
+    assert not any(a.startswith("--metrics-secure") for a in pod["containers"][0]["args"])
+    assert endpoint["scheme"] == "http"
+    assert "ClusterRole/cbop-metrics-reader" not in names

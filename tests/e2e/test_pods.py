@@ -8,8 +8,10 @@ securityContext, the resource limits, the probes the kubelet acts on, and in-clu
 configuration from the projected service-account token.
 
 Then Debian's Prometheus, inside the node's network namespace, scrapes both pods with a
-scrape configuration derived from ``manifests/monitoring/service_monitor.yaml``, loads
-the rules of ``prometheus_rule.yaml`` and answers every query of the shipped dashboard.
+scrape configuration derived from ``manifests/monitoring/service_monitor.yaml`` (HTTPS
+with the token of a ServiceAccount bound to ``cbop-metrics-reader``, as the shipped
+``--metrics-secure`` needs), loads the rules of ``prometheus_rule.yaml`` and answers
+every query of the shipped dashboard.
 
 The tests of this module share the cluster and run in file order.
 """
@@ -19,9 +21,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
+import socket
+import ssl
 import subprocess
 import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -33,6 +39,7 @@ import yaml
 from kubernetes import client, config, watch
 from urllib3.exceptions import ProtocolError
 
+from cbop.metrics.secure import self_signed_certificate
 from cbop_testing.envtest import ControlPlane
 from cbop_testing.envtest.node import Node
 from tests.e2e.helm import CHART, helm_binary
@@ -44,6 +51,12 @@ NAMESPACE = "cbop-system"
 SELECTOR = "app.kubernetes.io/name=cbop,app.kubernetes.io/component=controller"
 #: The shipped Lease duration (cbop's --leader-election-lease-duration default), seconds.
 LEASE_DURATION = 15.0
+#: The shipped retry period (--leader-election-retry-period default), seconds.
+RETRY_PERIOD = 2.0
+#: The port of /metrics (HTTPS with --metrics-secure) in the shipped Deployment.
+METRICS_PORT = 8080
+#: Where the scrapers' ServiceAccounts live.
+SCRAPERS = "monitoring"
 #: Generous bounds for waits on a shared two-core machine (seconds).
 WAIT = 180.0
 SETUP_TIMEOUT = BUILD_TIMEOUT + 600
@@ -283,6 +296,43 @@ def test_deleting_the_leader_pod_fails_over_and_the_deployment_replaces_it(
     wait_until(lambda: _configmap_data(deployed, "after-failover-cm") == {"k": "v"}, WAIT, "CM")
 
 
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_a_sigkilled_leader_is_replaced_by_the_standby_once_its_lease_expires(
+    deployed: Cluster,
+) -> None:
+    wait_until(lambda: len(deployed.ready_pods()) == 2, WAIT, "two Ready pods", deployed)
+    leader = wait_until(deployed.leader_pod, WAIT, "a leader", deployed)
+    holder = deployed.lease_holder()
+    (standby,) = {p["metadata"]["name"] for p in deployed.ready_pods()} - {leader}
+    pod = next(p for p in deployed.ready_pods() if p["metadata"]["name"] == leader)
+    restarts = pod["status"]["containerStatuses"][0]["restartCount"]
+    # No SIGTERM, no release: the process dies at once, as on an OOM kill or a crash.
+    began = time.monotonic()
+    os.kill(_container_pid(deployed, pod), signal.SIGKILL)
+    wait_until(lambda: deployed.lease_holder() not in ("", holder), WAIT, "a new holder", deployed)
+    failover = time.monotonic() - began
+    MEASURED["failover after SIGKILL of the leader (s)"] = failover
+    # The standby waits until it has seen the Lease unchanged for the lease duration on
+    # its own clock (it last saw a renewal at most about two retry periods before the
+    # kill), and takes it at its next attempt after that.
+    assert LEASE_DURATION - 2.5 * RETRY_PERIOD < failover < LEASE_DURATION + 15, failover
+    # The standby won, not the killed pod's restarted container (a fresh candidate that
+    # starts its own lease-duration wait only when it first reads the Lease).
+    assert deployed.leader_pod() == standby, (deployed.lease_holder(), deployed.logs())
+    _create_bundle(deployed, "after-sigkill", {"k": "v"})
+    wait_until(lambda: _configmap_data(deployed, "after-sigkill-cm") == {"k": "v"}, WAIT, "CM")
+    # The kubelet restarts the killed container in place; it rejoins as a standby.
+
+    def restarted() -> bool:
+        pods = {p["metadata"]["name"]: p for p in deployed.ready_pods()}
+        return leader in pods and (
+            pods[leader]["status"]["containerStatuses"][0]["restartCount"] > restarts
+        )
+
+    wait_until(restarted, WAIT, "the killed container to be restarted and Ready", deployed)
+    assert deployed.leader_pod() == standby
+
+
 class BundleWriter:
     """Changes one bundle's data every half second and records every ConfigMap change."""
 
@@ -451,16 +501,20 @@ class Prometheus:
 ALERT_FOR = "10s"
 
 
-def scrape_config_from_service_monitor(targets_file: Path) -> dict[str, Any]:
-    """The shipped ServiceMonitor's endpoint as a Prometheus scrape job (path, scheme, interval).
+def scrape_config_from_service_monitor(targets_file: Path, token_file: Path) -> dict[str, Any]:
+    """The shipped ServiceMonitor's endpoint as a Prometheus scrape job.
 
-    Debian's prometheus is built without Kubernetes service discovery, so the targets come
-    from a file that :func:`discover_targets` fills from the EndpointSlices, as the
-    Prometheus Operator's endpoints discovery would.
+    Path, scheme, interval, bearer token and TLS settings as the Prometheus Operator
+    renders them. Debian's prometheus is built without Kubernetes service discovery, so
+    the targets come from a file that :func:`discover_targets` fills from the
+    EndpointSlices, as the Prometheus Operator's endpoints discovery would; and it runs
+    outside a pod, so the ServiceMonitor's ``bearerTokenFile`` (Prometheus' own
+    ServiceAccount token in a pod) is ``token_file``, holding the token of a
+    ServiceAccount bound as the docs say.
     """
     monitor = _service_monitor()
     (endpoint,) = monitor["spec"]["endpoints"]
-    return {
+    job: dict[str, Any] = {
         "job_name": f"serviceMonitor/{monitor['metadata']['namespace']}/"
         f"{monitor['metadata']['name']}/0",
         "scrape_interval": endpoint["interval"],
@@ -468,6 +522,13 @@ def scrape_config_from_service_monitor(targets_file: Path) -> dict[str, Any]:
         "scheme": endpoint["scheme"],
         "file_sd_configs": [{"files": [str(targets_file)], "refresh_interval": "5s"}],
     }
+    if "bearerTokenFile" in endpoint:
+        job["authorization"] = {"type": "Bearer", "credentials_file": str(token_file)}
+    if "tlsConfig" in endpoint:
+        tls = endpoint["tlsConfig"]
+        assert set(tls) == {"insecureSkipVerify"}, tls  # a CA would need translating too
+        job["tls_config"] = {"insecure_skip_verify": tls["insecureSkipVerify"]}
+    return job
 
 
 def _service_monitor() -> dict[str, Any]:
@@ -512,13 +573,28 @@ def discover_targets(cluster: Cluster, targets_file: Path) -> set[str]:
     return pods
 
 
+def service_account_token(cluster: Cluster, name: str, *, metrics_reader: bool) -> str:
+    """A token of ServiceAccount ``monitoring/<name>``, bound to cbop-metrics-reader or not."""
+    cluster.kubectl("create", "namespace", SCRAPERS, check=False)
+    cluster.kubectl("create", "serviceaccount", "-n", SCRAPERS, name, check=False)
+    if metrics_reader:
+        cluster.kubectl(
+            "create", "clusterrolebinding", f"{name}-cbop-metrics",
+            "--clusterrole=cbop-metrics-reader", f"--serviceaccount={SCRAPERS}:{name}",
+            check=False,
+        )  # fmt: skip
+    return cluster.kubectl("create", "token", "-n", SCRAPERS, name, "--duration=3h").strip()
+
+
 @pytest.fixture(scope="module")
 def prometheus(deployed: Cluster) -> Iterator[Prometheus]:
     workdir = deployed.workdir / "prometheus"
     workdir.mkdir()
     targets = workdir / "targets.json"
     wait_until(lambda: len(discover_targets(deployed, targets)) == 2, WAIT, "two endpoints")
-    job = scrape_config_from_service_monitor(targets)
+    token_file = workdir / "token"
+    token_file.write_text(service_account_token(deployed, "prometheus", metrics_reader=True))
+    job = scrape_config_from_service_monitor(targets, token_file)
     rule = yaml.safe_load((MANIFESTS / "monitoring" / "prometheus_rule.yaml").read_text())
     groups = rule["spec"]["groups"]
     for group in groups:
@@ -546,6 +622,78 @@ def test_prometheus_scrapes_both_pods_through_the_service_monitor(
     wait_until(both_up, WAIT, f"up == 1 for {pods}", deployed)
     leaders = prometheus.query('leader_election_master_status{name="cbop-leader"} == 1')
     assert len(leaders) == 1, leaders
+    # Every scrape is authorized: the token's decision is served from cbop's review cache
+    # or made anew, never refused.
+    answers = prometheus.query("sum by (code) (cbop_metrics_auth_requests_total)")
+    assert {s["metric"]["code"] for s in answers} == {"200"}, answers
+    durations = [float(s["value"][1]) for s in prometheus.query("scrape_duration_seconds")]
+    MEASURED["scrape duration over HTTPS with auth, max of both pods (ms)"] = max(durations) * 1000
+
+
+def _get_metrics(
+    port: int, token: str | None, context: ssl.SSLContext | None = None
+) -> tuple[int, str]:
+    """GET /metrics over HTTPS with ``token`` if given.
+
+    Without ``context`` the certificate is not verified (cbop's default is self-signed).
+    """
+    if context is None:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+    request = urllib.request.Request(f"https://127.0.0.1:{port}/metrics", headers=headers)
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=30) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_metrics_refuse_scrapes_without_a_token_or_without_the_reader_role(
+    deployed: Cluster, prometheus: Prometheus
+) -> None:
+    reader = (prometheus.workdir / "token").read_text()
+    outsider = service_account_token(deployed, "outsider", metrics_reader=False)
+    pods = deployed.ready_pods()
+    assert len(pods) == 2
+    for pod in pods:
+        port = deployed.node.forward_to_node(pod["status"]["podIP"], METRICS_PORT)
+        assert _get_metrics(port, None)[0] == 401
+        assert _get_metrics(port, "not-a-token")[0] == 401
+        status, body = _get_metrics(port, outsider)
+        assert status == 403, body
+        assert f"system:serviceaccount:{SCRAPERS}:outsider" in body
+        status, body = _get_metrics(port, reader)
+        assert status == 200, body
+        assert "controller_runtime_reconcile_total" in body
+        # Plain HTTP gets nothing.
+        with pytest.raises((urllib.error.URLError, OSError)):
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30)
+    # Measured, not asserted (timing): back-to-back requests with one token, as several
+    # scrapers sharing a token would send them, mostly get the cached decision.
+    began = time.monotonic()
+    for _ in range(20):
+        status, body = _get_metrics(port, reader)
+        assert status == 200, body
+    MEASURED["20 authorized GETs of /metrics in a row, mean (ms)"] = (
+        (time.monotonic() - began) / 20 * 1000
+    )
+    for cached in ("true", "false"):
+        MEASURED[f"authorized requests to that pod, decision cached={cached} (count)"] = _sample(
+            body, "cbop_metrics_auth_requests_total", code="200", cached=cached
+        )
+
+
+def _sample(exposition: str, name: str, **labels: str) -> float:
+    """The value of one sample in a text exposition (0 when absent)."""
+    # prometheus_client writes the labels sorted by name.
+    want = name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+    for line in exposition.splitlines():
+        if line.startswith(want + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
 
 
 @pytest.mark.timeout(SETUP_TIMEOUT)
@@ -631,12 +779,39 @@ def test_the_helm_chart_installs_on_the_node_and_uninstalls_to_the_crd(deployed:
         assert result.returncode == 0, result.stdout + result.stderr
         return result.stdout
 
+    # The serving certificate mounted from a TLS Secret with its CA (metrics.certSecret),
+    # as cert-manager would issue it for the name the chart's ServiceMonitor verifies.
+    server_name = "cbop-metrics.cbop-helm.svc"
+    cert, key = self_signed_certificate((server_name,))
+    certs = deployed.workdir / "helm-certs"
+    certs.mkdir()
+    for name, data in (("tls.crt", cert), ("tls.key", key), ("ca.crt", cert)):
+        (certs / name).write_bytes(data)
+    deployed.kubectl("create", "namespace", "cbop-helm")
+    deployed.kubectl(
+        "create", "secret", "generic", "cbop-metrics-tls", "-n", "cbop-helm",
+        "--type=kubernetes.io/tls", *(f"--from-file={f}" for f in sorted(certs.iterdir())),
+    )  # fmt: skip
+
     began = time.monotonic()
     run("install", "cbop-helm", str(CHART), "--create-namespace", "--set", "image.tag=dev",
+        "--set", "metrics.certSecret=cbop-metrics-tls",
         "--wait", "--timeout", "300s")  # fmt: skip
     MEASURED["helm install --wait to two Ready pods (s)"] = time.monotonic() - began
     pods = deployed.get("pods", "-n", "cbop-helm", "-l", "app.kubernetes.io/instance=cbop-helm")
-    assert len([p for p in pods["items"] if _ready(p)]) == 2
+    ready = [p for p in pods["items"] if _ready(p)]
+    assert len(ready) == 2
+    trusted = ssl.create_default_context(cadata=cert.decode())
+    reader = service_account_token(deployed, "prometheus", metrics_reader=True)
+    for pod in ready:
+        port = deployed.node.forward_to_node(pod["status"]["podIP"], METRICS_PORT)
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=30) as raw,
+            trusted.wrap_socket(raw, server_hostname=server_name) as tls,
+        ):
+            assert tls.getpeercert(binary_form=True) == ssl.PEM_cert_to_DER_cert(cert.decode())
+        status, body = _get_metrics(port, reader, trusted)
+        assert status == 200, body
     _create_bundle(deployed, "via-helm", {"from": "helm"})
     wait_until(lambda: _configmap_data(deployed, "via-helm-cm") == {"from": "helm"}, WAIT, "CM")
 
