@@ -9,7 +9,12 @@ from typing import Any
 
 from cbop.clock import FakeClock
 from cbop.informers.indexer import Indexer, IndexStaging
-from cbop.informers.reflector import Reflector, strip_managed_fields
+from cbop.informers.reflector import (
+    LIST_PAGE_SIZE,
+    MIN_WATCH_TIMEOUT,
+    Reflector,
+    strip_managed_fields,
+)
 from cbop.kube import CONFIGMAPS, ApiError
 from tests.unit.test_informer import WAIT, FakeListWatch, FakeStream, bookmark, cm, ev, page
 
@@ -52,6 +57,8 @@ def start(fake: FakeListWatch, clock: FakeClock) -> tuple[Reflector, Sink, threa
         clock=clock,
         rng=random.Random(0),
         transform=strip_managed_fields,
+        page_size=LIST_PAGE_SIZE,
+        min_watch_timeout=MIN_WATCH_TIMEOUT,
     )
     reflector.reset()
     thread = threading.Thread(target=reflector.run, daemon=True)

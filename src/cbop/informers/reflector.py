@@ -159,9 +159,10 @@ class Reflector:
         clock: time source for the backoff and :attr:`down_since`.
         rng: random source for watch timeouts and backoff jitter.
         transform: applied to each object before it is handed over (``None``: none).
-        page_size: list page size (500).
+        page_size: list page size (:data:`LIST_PAGE_SIZE` by the informer's default).
         min_watch_timeout: each watch asks for ``timeoutSeconds`` drawn uniformly from
-            ``[min_watch_timeout, 2 * min_watch_timeout)`` seconds.
+            ``[min_watch_timeout, 2 * min_watch_timeout)`` seconds
+            (:data:`MIN_WATCH_TIMEOUT` by the informer's default).
         backoff: retry schedule (default: 0.8 s doubling to 30 s, reset after 2 min).
     """
 
@@ -181,8 +182,8 @@ class Reflector:
         clock: Clock,
         rng: random.Random,
         transform: Transform | None,
-        page_size: int = LIST_PAGE_SIZE,
-        min_watch_timeout: float = MIN_WATCH_TIMEOUT,
+        page_size: int,
+        min_watch_timeout: float,
         backoff: Backoff | None = None,
     ) -> None:
         self._client = client

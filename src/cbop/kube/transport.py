@@ -192,7 +192,8 @@ class Transport:
     The part of client-go's ``rest.RESTClient`` below the typed verbs: a
     :class:`cbop.kube.KubeClient` holds one and calls :meth:`call` (or
     :meth:`open_watch`) for each verb. Thread-safe: urllib3's pool manager is, and the
-    counts and warnings are guarded by a lock.
+    counts and warnings are guarded by a lock. ``qps``, ``burst`` and ``max_retries``
+    have no defaults here: :class:`cbop.kube.KubeClient`'s are the only ones.
 
     Args:
         api_client: a configured ``kubernetes.client.ApiClient`` (host, TLS,
@@ -212,10 +213,10 @@ class Transport:
         self,
         api_client: Any,
         *,
-        qps: float = 20.0,
-        burst: int = 30,
+        qps: float,
+        burst: int,
         clock: Clock | None = None,
-        max_retries: int = 10,
+        max_retries: int,
         on_request: RequestHook | None = None,
         metrics: RestClientMetrics | None = None,
         fence: WriteFence | None = None,
