@@ -230,7 +230,7 @@ def configmap_body(bundle: Mapping[str, Any], name: str, want: Expected) -> dict
 
 def raw_get(kube: KubeClient, path: str) -> str:
     """GET a non-JSON path (``/metrics``) with the client's credentials."""
-    api = kube._api
+    api = kube._transport.api_client
     response = api.rest_client.pool_manager.request(
         "GET", api.configuration.host + path, headers=api.default_headers, preload_content=True
     )

@@ -157,7 +157,7 @@ def apiserver_writes(
 
 def raw_get(kube: KubeClient, path: str) -> str:
     """GET a non-JSON path (e.g. ``/metrics``) with the client's credentials."""
-    api = kube._api
+    api = kube._transport.api_client
     response = api.rest_client.pool_manager.request(
         "GET", api.configuration.host + path, headers=api.default_headers, preload_content=True
     )

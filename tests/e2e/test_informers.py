@@ -419,6 +419,9 @@ def test_paused_apiserver_is_noticed_by_the_read_timeout(
     informer.add_event_handler(rec)
     with running(informer):
         poll(informer.has_synced, message="sync")
+        # healthy() is already true within unhealthy_after of the start: wait for the
+        # watch itself, so that the pause silences an open watch.
+        poll(lambda: ("watch", 200) in statuses, message="the watch is open")
         poll(informer.healthy, message="healthy")
         control_plane.pause_apiserver()
         try:

@@ -27,7 +27,7 @@ from cbop.kube import (
     KubeClient,
     LeaseNotHeld,
 )
-from cbop.kube.client import _load_in_cluster
+from cbop.kube.config import load_in_cluster
 from cbop_testing.clock import FakeClock
 
 
@@ -220,7 +220,7 @@ def test_retry_after_gives_up_after_max_retries(server_factory: Any) -> None:
     client = KubeClient.from_configuration(
         k8s_client.Configuration(host=srv.url), qps=0, clock=clock
     )
-    client._max_retries = 2
+    client._transport._max_retries = 2
     t, out = run_in_thread(lambda: client.get(CONFIGMAPS, "ns", "x"))
     for _ in range(2):
         assert clock.wait_for_waiter()
@@ -528,7 +528,7 @@ def test_from_config_uses_the_kubeconfig(server_factory: Any, tmp_path: Path) ->
     assert seen.headers["authorization"] == "Bearer secret-token"
     assert seen.headers["user-agent"].startswith("cbop/")
     # The generated REST client hands connection_pool_maxsize to urllib3 as maxsize.
-    assert client._api.rest_client.pool_manager.connection_pool_kw["maxsize"] == 7
+    assert client._transport.api_client.rest_client.pool_manager.connection_pool_kw["maxsize"] == 7
     with pytest.raises(ConfigError, match="nope"):
         KubeClient.from_config(kubeconfig=str(kubeconfig), context="nope")
 
@@ -566,7 +566,7 @@ def test_in_cluster_token_is_reread_after_rotation(server_factory: Any, tmp_path
     ca.write_text("not-used-over-http")
     clock = FakeClock(0.0)
     configuration = k8s_client.Configuration()
-    _load_in_cluster(
+    load_in_cluster(
         configuration,
         clock,
         token_file=str(token),
@@ -707,7 +707,7 @@ def test_exhausted_retries_warn_at_most_every_30_seconds(server_factory: Any) ->
     client = KubeClient.from_configuration(
         k8s_client.Configuration(host=srv.url), qps=0, clock=clock
     )
-    client._max_retries = 1
+    client._transport._max_retries = 1
     with structlog.testing.capture_logs() as logs:
         for _ in range(3):
             with pytest.raises(ApiError):

@@ -1,52 +1,28 @@
 """SharedInformer: list+watch one resource into an indexed cache and notify handlers.
 
 This module owns the informer loop, a Python rendering of client-go's ``tools/cache``
-``Reflector`` + ``DeltaFIFO`` + ``sharedIndexInformer`` (controller-runtime defaults):
+``DeltaFIFO`` + ``sharedIndexInformer`` (controller-runtime defaults) over a
+:class:`~cbop.informers.reflector.Reflector`, which lists and watches (relist after 410,
+backoff, bookmarks, resourceVersion tracking: see :mod:`cbop.informers.reflector`):
 
-* **List.** The first list asks for ``resourceVersion=0`` (may be served from the API
-  server's watch cache), paged with ``limit=500``; the server may ignore the limit for
-  RV 0 and answer in one page, and both are handled. A ``continue`` token that expires
-  mid-way (410) falls back to one unpaged list, as client-go's pager does. The body is
-  decoded while it streams in (:mod:`cbop.kube.jsonstream`); each object is transformed
-  and indexed into an :class:`~cbop.informers.indexer.IndexStaging` as soon as it is
-  decoded, and the staging replaces the cache in one step on the informer thread.
-* **Watch.** From the list's resourceVersion with ``allowWatchBookmarks=true`` and
-  ``timeoutSeconds`` drawn uniformly from [300, 600). Every event, bookmarks included,
-  advances :meth:`SharedInformer.last_sync_resource_version`. A watch that ends (its
-  timeout) is re-opened at once from that RV, without a list.
-* **410 Gone / Expired** (an ``ERROR`` event or an error answer): after a short pause
-  (its own backoff schedule, so that a 410 right after an outage does not wait out the
-  outage's long delays) relist with ``resourceVersion=""``, a consistent read, as
-  client-go does after ``isLastSyncResourceVersionUnavailable``. Keys the cache holds
-  that the relist lacks are delivered as deletions of a :class:`DeletedFinalStateUnknown`
-  tombstone; listed objects already cached are delivered as updates (old = cached,
-  new = listed, even if unchanged, as client-go), the others as adds.
-* **404 NotFound** (the resource is not served: its CRD is not installed yet, or was
-  deleted): back off on a short schedule of its own (0.8 s doubling to 5 s) and list
-  again (after a watch's 404, with ``resourceVersion=""``); a CRD that appears (again) is
-  picked up within seconds, and objects that went with the old one are delivered as
-  deletions.
-* **403 Forbidden** (RBAC): back off as below and retry: RBAC is often granted after
-  the operator starts. These *refusals* (see :mod:`cbop.informers.problems`) never make
-  :meth:`SharedInformer.healthy` false: the informer is alive and waiting for the
-  cluster to change, which a restart cannot speed up.
-* **Transport failures, 429, 5xx** (and any other watch error): back off
-  (:class:`~cbop.informers.backoff.Backoff`: 0.8 s doubling to 30 s, jittered, reset
-  after 2 min of health; at least ``Retry-After``) and re-watch from the last RV,
-  **without** relisting. A watch that ends at once with no event counts as a failure
-  (client-go's "very short watch").
-* **Reporting.** Each failed attempt is logged in one line (the failure and the delay
-  before the next attempt); :meth:`SharedInformer.problem` tells what is failing while
-  the list/watch is down, for readiness probes and ``cbop --once``.
-* **Silent watches.** Every socket read has ``read_timeout`` seconds (default 90: a
-  real API server sends a bookmark about once a minute); a dead TCP connection is noticed
-  after that long and re-watched like any transport failure.
+* **Replace.** Each full list replaces the cache in one step on the informer thread.
+  After a relist, keys the cache holds that the list lacks are delivered as deletions
+  of a :class:`DeletedFinalStateUnknown` tombstone; listed objects already cached are
+  delivered as updates (old = cached, new = listed, even if unchanged, as client-go),
+  the others as adds. So objects that went with a deleted CRD are delivered as
+  deletions once it is back.
+* **Events.** Each watch event updates the cache, then the handlers, in order.
+* **Health.** :meth:`SharedInformer.healthy` is false once the watch has been down for
+  more than ``unhealthy_after`` seconds, except while the failure is a *refusal* (404 or
+  403, see :mod:`cbop.informers.problems`): the informer is alive and waiting for the
+  cluster to change, which a restart cannot speed up. :meth:`SharedInformer.problem`
+  tells what is failing, for readiness probes and ``cbop --once``.
 * **Resync.** Every ``resync_period`` seconds (default 10 h, each period jittered by a
   factor in [0.9, 1.1) as controller-runtime's ``SyncPeriod``; 0 disables), every cached
   object is re-delivered as ``on_update(obj, obj)``. No API call is made.
 
 Threads: :meth:`SharedInformer.run` runs the processing loop (cache writes and handler
-calls, in order) on the calling thread (the "informer thread"); the list/watch loop runs
+calls, in order) on the calling thread (the "informer thread"); the reflector runs
 on a second thread and feeds it through a FIFO; a third waits for the stop event and
 interrupts blocking reads. Handler exceptions are logged and never stop the informer.
 The FIFO is unbounded: slow handlers delay delivery (and grow memory), never the watch,
@@ -65,8 +41,8 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Final, Protocol
+from collections.abc import Mapping
+from typing import Any, Final
 
 import structlog
 
@@ -79,11 +55,18 @@ from cbop.informers.indexer import (
     IndexFunc,
     IndexStaging,
     Lister,
-    meta_namespace_key,
 )
 from cbop.informers.problems import ListWatchProblem
-from cbop.kube import ApiError, Resource
-from cbop.kube.jsonstream import intern_keys, paused_gc
+from cbop.informers.reflector import (
+    LIST_PAGE_SIZE,
+    MIN_WATCH_TIMEOUT,
+    ListWatchClient,
+    Reflector,
+    Transform,
+    strip_managed_fields,
+)
+from cbop.kube import Resource
+from cbop.kube.jsonstream import paused_gc
 
 __all__ = [
     "DEFAULT_RESYNC_PERIOD",
@@ -98,69 +81,8 @@ log = structlog.get_logger("cbop.informers")
 
 #: controller-runtime's default SyncPeriod: 10 hours, in seconds.
 DEFAULT_RESYNC_PERIOD: Final = 36000.0
-#: Page size of lists, as client-go's reflector (``pager.PageSize`` 500).
-LIST_PAGE_SIZE: Final = 500
-#: Watch timeouts are drawn from [MIN, 2*MIN) seconds, as client-go's reflector.
-MIN_WATCH_TIMEOUT: Final = 300.0
-#: A watch that ends sooner than this with no event is treated as a failure.
-SHORT_WATCH: Final = 1.0
-#: Longest pause, seconds, between attempts while the resource is not served (404).
-ABSENT_BACKOFF_CAP: Final = 5.0
 _STOP_POLL: Final = 0.2
 _JOIN_TIMEOUT: Final = 10.0
-
-#: ``transform(obj) -> obj``, applied to each object before it is cached.
-Transform = Callable[[dict[str, Any]], dict[str, Any]]
-
-
-def strip_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
-    """Drop ``metadata.managedFields`` (server-side apply bookkeeping) in place; return ``obj``.
-
-    The default transform of cbop's informers: the field is often larger than the rest
-    of a small object and nothing in cbop reads it.
-    """
-    meta = obj.get("metadata")
-    if isinstance(meta, dict):
-        meta.pop("managedFields", None)
-    return obj
-
-
-class ListWatchClient(Protocol):
-    """The two calls an informer makes (satisfied by :class:`cbop.kube.KubeClient`)."""
-
-    def list(
-        self,
-        res: Resource,
-        namespace: str | None = None,
-        *,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-        limit: int | None = None,
-        continue_: str | None = None,
-        resource_version: str | None = None,
-        item_hook: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-    ) -> dict[str, Any]:
-        """LIST one page (see :meth:`cbop.kube.KubeClient.list`), ``item_hook`` per item."""
-        ...
-
-    def watch(
-        self,
-        res: Resource,
-        namespace: str | None = None,
-        *,
-        resource_version: str,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-        timeout_seconds: int,
-        allow_bookmarks: bool = True,
-        read_timeout: float,
-    ) -> Iterator[dict[str, Any]]:
-        """Open a WATCH (see :meth:`cbop.kube.KubeClient.watch`); may have ``close()``."""
-        ...
-
-
-class _Stopped(Exception):  # noqa: N818 - control flow, not an error
-    """Internal: the informer is stopping."""
 
 
 class SharedInformer:
@@ -211,28 +133,11 @@ class SharedInformer:
         min_watch_timeout: float = MIN_WATCH_TIMEOUT,
         backoff: Backoff | None = None,
     ) -> None:
-        self._client = client
         self._resource = resource
-        self._namespace = namespace
-        self._label_selector = label_selector
-        self._field_selector = field_selector
         self._resync_period = resync_period
-        self._read_timeout = read_timeout
         self._clock: Clock = clock if clock is not None else RealClock()
-        self._transform = transform
         self._unhealthy_after = unhealthy_after
         self._rng = rng if rng is not None else random.Random()
-        self._page_size = page_size
-        self._min_watch_timeout = min_watch_timeout
-        self._backoff = (
-            backoff if backoff is not None else Backoff(self._clock, rand=self._rng.random)
-        )
-        # Relists after 410 have their own schedule: a 410 that follows an outage must
-        # not inherit the outage's long delays, but repeated 410s still slow down.
-        self._relist_backoff = Backoff(self._clock, rand=self._rng.random)
-        # While the resource is not served (its CRD missing), retry often enough that
-        # its installation is noticed within seconds.
-        self._absent_backoff = Backoff(self._clock, cap=ABSENT_BACKOFF_CAP, rand=self._rng.random)
         self._indexer = Indexer(indexers)
         self._lister = Lister(self._indexer)
         if name is None:
@@ -251,19 +156,31 @@ class SharedInformer:
         self._resync_due: float | None = None
         self._synced = threading.Event()
 
-        # Reflector side.
-        self._rcond = threading.Condition(threading.Lock())
-        self._stream: Any = None
-        self._stream_lock = threading.Lock()
-        self._rv = ""
-        self._down_since: float | None = None
-        self._problem: ListWatchProblem | None = None
+        # List/watch side: the reflector feeds the FIFO from its own thread.
+        self._reflector = Reflector(
+            client,
+            resource,
+            indexer=self._indexer,
+            on_replace=self._enqueue_replace,
+            on_event=self._enqueue_event,
+            name=name,
+            namespace=namespace,
+            label_selector=label_selector,
+            field_selector=field_selector,
+            read_timeout=read_timeout,
+            clock=self._clock,
+            rng=self._rng,
+            transform=transform,
+            page_size=page_size,
+            min_watch_timeout=min_watch_timeout,
+            backoff=backoff,
+        )
 
         # Lifecycle.
         self._lifecycle = threading.Lock()
         self._running = False
         self._stopping = False
-        self._reflector: threading.Thread | None = None
+        self._reflector_thread: threading.Thread | None = None
         self._thread: threading.Thread | None = None
         self._own_stop = threading.Event()
 
@@ -305,7 +222,7 @@ class SharedInformer:
 
     def last_sync_resource_version(self) -> str:
         """Return the resourceVersion of the last list or watch event seen (``""`` before any)."""
-        return self._rv
+        return self._reflector.last_sync_resource_version()
 
     def alive(self) -> bool:
         """Return whether the informer runs: started, not stopping, its reflector thread alive.
@@ -315,7 +232,7 @@ class SharedInformer:
         """
         if not self._running or self._stopping:
             return False
-        reflector = self._reflector
+        reflector = self._reflector_thread
         return reflector is None or reflector.is_alive()
 
     def healthy(self) -> bool:
@@ -329,13 +246,13 @@ class SharedInformer:
         """
         if not self._running or self._stopping:
             return False
-        reflector = self._reflector
+        reflector = self._reflector_thread
         if reflector is not None and not reflector.is_alive():
             return False
-        down = self._down_since
+        down = self._reflector.down_since
         if down is None:
             return True
-        problem = self._problem
+        problem = self._reflector.problem()
         if problem is not None and problem.refused:
             return True
         return self._clock.now() - down <= self._unhealthy_after
@@ -346,7 +263,7 @@ class SharedInformer:
         Set by every failed list or watch attempt, cleared when a watch is established.
         ``None`` also while the first list is still in progress without a failure.
         """
-        return self._problem
+        return self._reflector.problem()
 
     def start(self) -> None:
         """Run the informer on a daemon thread; returns at once. Stop it with :meth:`stop`.
@@ -390,9 +307,9 @@ class SharedInformer:
                 self._own_stop = stop
                 self._mark_running()
         reflector = threading.Thread(
-            target=self._reflect_loop, name=f"reflector-{self.name}", daemon=True
+            target=self._reflector.run, name=f"reflector-{self.name}", daemon=True
         )
-        self._reflector = reflector
+        self._reflector_thread = reflector
         waiter = threading.Thread(
             target=self._await_stop, args=(stop,), name=f"stopper-{self.name}", daemon=True
         )
@@ -416,7 +333,7 @@ class SharedInformer:
         self._stopping = False
         with self._cond:
             self._queue.clear()
-        self._down_since = self._clock.now()
+        self._reflector.reset()
 
     def _await_stop(self, stop: threading.Event) -> None:
         while not stop.wait(_STOP_POLL):
@@ -428,19 +345,7 @@ class SharedInformer:
         self._stopping = True
         with self._cond:
             self._cond.notify_all()
-        with self._rcond:
-            self._rcond.notify_all()
-        self._close_stream()
-
-    def _close_stream(self) -> None:
-        with self._stream_lock:
-            stream = self._stream
-        close = getattr(stream, "close", None)
-        if close is not None:
-            try:
-                close()
-            except Exception:  # noqa: BLE001 - closing is best effort
-                self._log.debug("closing the watch stream failed", exc_info=True)
+        self._reflector.stop()
 
     # ------------------------------------------------------------------ processing
 
@@ -543,247 +448,13 @@ class SharedInformer:
             self._queue.append(item)
             self._cond.notify_all()
 
-    # ------------------------------------------------------------------ list/watch
+    def _enqueue_replace(self, staging: IndexStaging, resource_version: str) -> None:
+        """Queue a full list for :meth:`_apply_replace` (called on the reflector thread)."""
+        self._enqueue(("replace", staging, resource_version))
 
-    def _prepare(self, obj: dict[str, Any]) -> dict[str, Any]:
-        if self._transform is not None:
-            obj = self._transform(obj)
-        # List items come without kind/apiVersion; give every cached object the same
-        # (shared) strings.
-        obj["kind"] = self._resource.kind
-        obj["apiVersion"] = self._resource.api_version
-        return obj
-
-    def _set_rv(self, rv: str) -> None:
-        self._rv = rv
-        self._indexer.set_resource_version(rv)
-
-    def _mark_up(self) -> None:
-        self._problem = None
-        if self._down_since is not None:
-            self._down_since = None
-            self._log.info("watch established", resource_version=self._rv)
-
-    def _mark_down(self) -> None:
-        if self._down_since is None:
-            self._down_since = self._clock.now()
-
-    def _sleep(self, seconds: float) -> None:
-        """Wait ``seconds`` on the clock; raises _Stopped if the informer stops meanwhile."""
-        with self._rcond:
-            deadline = self._clock.now() + seconds
-            while not self._stopping:
-                if not self._clock.wait_until(self._rcond, deadline):
-                    break
-        if self._stopping:
-            raise _Stopped
-
-    def _pause(self, *, relist: bool = False) -> None:
-        delay = (self._relist_backoff if relist else self._backoff).next_delay()
-        self._log.info("backing off", seconds=round(delay, 3))
-        self._sleep(delay)
-
-    def _failed(self, verb: str, error: BaseException) -> None:
-        """Record a failed ``verb`` attempt, log it in one line, and wait out the backoff.
-
-        Raises:
-            _Stopped: the informer stops while waiting.
-        """
-        problem = ListWatchProblem.of(verb, self._resource, self._namespace, error)
-        self._problem = problem
-        self._mark_down()
-        schedule = self._absent_backoff if problem.reason == "NotFound" else self._backoff
-        delay = schedule.next_delay()
-        retry_after = getattr(error, "retry_after", None)
-        if isinstance(retry_after, int | float) and retry_after > delay:
-            delay = float(retry_after)
-        self._log.warning(
-            f"{verb} failed; retrying",
-            problem=problem.message,
-            reason=problem.reason,
-            status=problem.status,
-            retry_in=round(delay, 3),
-            exc_info=error if not isinstance(error, ApiError) else None,
-        )
-        self._sleep(delay)
-
-    def _reflect_loop(self) -> None:
-        try:
-            self._reflect()
-        except _Stopped:
-            pass
-        except Exception:
-            self._log.exception("list/watch loop crashed")
-            raise
-        finally:
-            with self._stream_lock:
-                self._stream = None
-
-    def _reflect(self) -> None:
-        list_rv = "0"
-        need_list = True
-        while not self._stopping:
-            if need_list:
-                try:
-                    staging, rv = self._list(list_rv)
-                except _Stopped:
-                    return
-                except Exception as err:  # noqa: BLE001 - keep the informer alive
-                    if self._stopping:
-                        return
-                    if isinstance(err, ApiError) and err.is_gone:
-                        list_rv = ""
-                    self._failed("list", err)
-                    continue
-                self._enqueue(("replace", staging, rv))
-                self._set_rv(rv)
-                need_list = False
-            try:
-                self._watch_once()
-            except _Stopped:
-                return
-            except ApiError as err:
-                if self._stopping:
-                    return
-                if err.is_gone:
-                    self._log.info("watch expired; relisting", error=str(err))
-                    need_list = True
-                    list_rv = ""
-                    self._pause(relist=True)
-                    continue
-                if err.is_not_found:
-                    # The resource is no longer served (its CRD was deleted). Once it is
-                    # back, list afresh: the old resourceVersion means nothing to it, and
-                    # the relist delivers what went with the old CRD as deletions.
-                    need_list = True
-                    list_rv = ""
-                self._failed("watch", err)
-            except Exception as err:  # noqa: BLE001 - keep the informer alive
-                if self._stopping:
-                    return
-                self._failed("watch", err)
-
-    def _list(self, rv: str) -> tuple[IndexStaging, str]:
-        """List every page into a new :class:`IndexStaging`; return it and the list's RV.
-
-        Each object is transformed and indexed as soon as it is decoded, while the rest
-        of the body is still arriving; the cache itself is replaced later, at once, on
-        the informer thread.
-
-        Raises:
-            ApiError: the list failed (``is_gone`` when ``rv`` is too old).
-        """
-        staging = self._indexer.staging()
-
-        def stage(obj: dict[str, Any]) -> dict[str, Any]:
-            obj = self._prepare(obj)
-            try:
-                key = meta_namespace_key(obj)
-            except ValueError:
-                self._log.warning("dropping a listed object without a name")
-                return obj
-            staging.add(key, obj)
-            return obj
-
-        list_rv = rv
-        continue_: str | None = None
-        while True:
-            try:
-                page = self._client.list(
-                    self._resource,
-                    self._namespace,
-                    label_selector=self._label_selector,
-                    field_selector=self._field_selector,
-                    limit=self._page_size,
-                    continue_=continue_,
-                    resource_version=None if continue_ else (rv or None),
-                    item_hook=stage,
-                )
-            except ApiError as err:
-                if not (err.is_gone and continue_):
-                    raise
-                # The continue token expired (compaction): one unpaged list instead.
-                self._log.info("list continuation expired; listing in one go")
-                staging = self._indexer.staging()
-                continue_ = None
-                page = self._client.list(
-                    self._resource,
-                    self._namespace,
-                    label_selector=self._label_selector,
-                    field_selector=self._field_selector,
-                    resource_version=rv or None,
-                    item_hook=stage,
-                )
-            meta = page.get("metadata") or {}
-            page_rv = meta.get("resourceVersion")
-            if page_rv:
-                list_rv = str(page_rv)
-            continue_ = meta.get("continue") or None
-            if not continue_:
-                break
-        if self._stopping:
-            raise _Stopped
-        return staging, list_rv
-
-    def _watch_once(self) -> None:
-        """Open one watch from the current RV and pump its events into the FIFO.
-
-        Raises:
-            ApiError: the watch could not be opened, broke, or reported an ERROR.
-            _Stopped: the informer is stopping.
-        """
-        timeout_seconds = max(1, int(self._min_watch_timeout * (1.0 + self._rng.random())))
-        stream = self._client.watch(
-            self._resource,
-            self._namespace,
-            resource_version=self._rv,
-            label_selector=self._label_selector,
-            field_selector=self._field_selector,
-            timeout_seconds=timeout_seconds,
-            allow_bookmarks=True,
-            read_timeout=self._read_timeout,
-        )
-        with self._stream_lock:
-            self._stream = stream
-        if self._stopping:
-            self._close_stream()
-            raise _Stopped
-        self._mark_up()
-        started = self._clock.now()
-        events = 0
-        try:
-            for event in stream:
-                events += 1
-                self._on_watch_event(event)
-                if self._stopping:
-                    break
-        finally:
-            with self._stream_lock:
-                self._stream = None
-            close = getattr(stream, "close", None)
-            if close is not None:
-                close()
-        if self._stopping:
-            raise _Stopped
-        if events == 0 and self._clock.now() - started < SHORT_WATCH:
-            self._log.warning("very short watch: the server closed it at once")
-            self._mark_down()
-            self._pause()
-
-    def _on_watch_event(self, event: Mapping[str, Any]) -> None:
-        typ = event.get("type")
-        obj = event.get("object")
-        if not isinstance(obj, dict):
-            return
-        meta = obj.get("metadata")
-        rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
-        if typ in ("ADDED", "MODIFIED", "DELETED"):
-            self._enqueue(("event", typ, intern_keys(self._prepare(obj))))
-        elif typ != "BOOKMARK":
-            self._log.warning("ignoring a watch event of unknown type", type=typ)
-            return
-        if rv:
-            self._set_rv(str(rv))
+    def _enqueue_event(self, event_type: str, obj: dict[str, Any]) -> None:
+        """Queue one watch event for :meth:`_apply` (called on the reflector thread)."""
+        self._enqueue(("event", event_type, obj))
 
 
 def wait_for_cache_sync(*informers: SharedInformer, timeout: float, poll: float = 0.1) -> bool:
