@@ -70,6 +70,7 @@ from typing import Any, Final
 
 import structlog
 
+from cbop import defaults
 from cbop.clock import Clock, RealClock, wait_for
 from cbop.kube import LEASES, ApiError, KubeClient
 from cbop.metrics.controller import LeaderElectionMetrics
@@ -198,9 +199,9 @@ class LeaderElector:
         lease_name: str,
         namespace: str,
         identity: str,
-        lease_duration: float = 15.0,
-        renew_deadline: float = 10.0,
-        retry_period: float = 2.0,
+        lease_duration: float = defaults.LEASE_DURATION,
+        renew_deadline: float = defaults.RENEW_DEADLINE,
+        retry_period: float = defaults.RETRY_PERIOD,
         on_started_leading: Callable[[], None],
         on_stopped_leading: Callable[[], None],
         on_new_leader: Callable[[str], None] | None = None,

@@ -70,6 +70,7 @@ from typing import Any, Final, Protocol
 
 import structlog
 
+from cbop import defaults
 from cbop.clock import Clock, RealClock
 from cbop.informers.backoff import Backoff
 from cbop.informers.handlers import ResourceEventHandler
@@ -97,7 +98,7 @@ __all__ = [
 log = structlog.get_logger("cbop.informers")
 
 #: controller-runtime's default SyncPeriod: 10 hours, in seconds.
-DEFAULT_RESYNC_PERIOD: Final = 36000.0
+DEFAULT_RESYNC_PERIOD: Final = defaults.RESYNC_PERIOD
 #: Page size of lists, as client-go's reflector (``pager.PageSize`` 500).
 LIST_PAGE_SIZE: Final = 500
 #: Watch timeouts are drawn from [MIN, 2*MIN) seconds, as client-go's reflector.
@@ -200,7 +201,7 @@ class SharedInformer:
         label_selector: str | None = None,
         field_selector: str | None = None,
         resync_period: float = DEFAULT_RESYNC_PERIOD,
-        read_timeout: float = 90.0,
+        read_timeout: float = defaults.WATCH_READ_TIMEOUT,
         clock: Clock | None = None,
         indexers: Mapping[str, IndexFunc] | None = None,
         name: str | None = None,

@@ -9,9 +9,9 @@ and watches cheap.
 
 Behaviour borrowed from client-go's ``rest`` package:
 
-* client-side rate limiting with a token bucket (``qps``/``burst``, defaults 20/30 as
-  controller-runtime's; ``qps <= 0`` disables it), applied to every request except
-  watch streams;
+* optional client-side rate limiting with a token bucket (``qps``/``burst``; off by
+  default as in controller-runtime since v0.21, ``qps <= 0`` disables it), applied to
+  every request except watch streams;
 * a 429 or 5xx answer that carries ``Retry-After`` is retried after that many seconds,
   at most ``max_retries`` (10) times, for every verb (the server did not process it);
 * responses may be gzip-compressed (``Accept-Encoding: gzip``, as Go's HTTP transport
@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -60,6 +61,7 @@ from kubernetes.config.incluster_config import (
 )
 
 import cbop
+from cbop import defaults
 from cbop.clock import Clock, RealClock
 from cbop.kube.errors import ApiError, ConfigError, ConnectionFailed, LeaseNotHeld
 from cbop.kube.jsonstream import ItemHook, StreamDecodeError, decode_list, paused_gc
@@ -379,7 +381,7 @@ class KubeClient:
     Args:
         api_client: the transport (its configuration: host, TLS, credentials, pool).
         qps: sustained client-side request rate (requests/second); ``<= 0`` = unlimited.
-        burst: token bucket size (requests).
+        burst: token bucket size (requests); ``0``: ``qps`` rounded up.
         clock: time source for rate limiting, Retry-After waits and latency.
         max_retries: how often a 429/5xx answer with ``Retry-After`` is retried.
         on_request: optional ``(verb, resource, status_code, seconds)`` hook, called
@@ -393,10 +395,10 @@ class KubeClient:
         self,
         api_client: Any,
         *,
-        qps: float = 20.0,
-        burst: int = 30,
+        qps: float = defaults.KUBE_API_QPS,
+        burst: int = defaults.KUBE_API_BURST,
         clock: Clock | None = None,
-        max_retries: int = 10,
+        max_retries: int = defaults.KUBE_API_MAX_RETRIES,
         on_request: RequestHook | None = None,
         metrics: RestClientMetrics | None = None,
         fence: WriteFence | None = None,
@@ -404,6 +406,7 @@ class KubeClient:
         self._api = api_client
         self._fence = fence
         self._clock: Clock = clock if clock is not None else RealClock()
+        burst = burst if burst > 0 else math.ceil(qps)  # 0: one second's worth
         self._bucket = TokenBucket(qps, max(1, burst), clock=self._clock) if qps > 0 else None
         self._max_retries = max_retries
         self._on_request = on_request
@@ -427,8 +430,8 @@ class KubeClient:
         *,
         kubeconfig: str | None = None,
         context: str | None = None,
-        qps: float = 20.0,
-        burst: int = 30,
+        qps: float = defaults.KUBE_API_QPS,
+        burst: int = defaults.KUBE_API_BURST,
         pool_size: int = 16,
         user_agent: str = DEFAULT_USER_AGENT,
         clock: Clock | None = None,
@@ -446,7 +449,7 @@ class KubeClient:
             kubeconfig: path of a kubeconfig file.
             context: kubeconfig context name (default: the file's current context).
             qps: client-side sustained rate (requests/s); ``<= 0`` = unlimited.
-            burst: client-side burst (requests).
+            burst: client-side burst (requests); ``0``: ``qps`` rounded up.
             pool_size: idle connections kept per host by urllib3 (``maxsize``).
             user_agent: ``User-Agent`` header.
             clock: time source (tests pass a ``FakeClock``).
@@ -488,8 +491,8 @@ class KubeClient:
         cls,
         configuration: Any,
         *,
-        qps: float = 20.0,
-        burst: int = 30,
+        qps: float = defaults.KUBE_API_QPS,
+        burst: int = defaults.KUBE_API_BURST,
         pool_size: int = 16,
         user_agent: str = DEFAULT_USER_AGENT,
         clock: Clock | None = None,
