@@ -14,7 +14,6 @@ from kubernetes import client as k8s_client
 
 from cbop import defaults
 from cbop.cli import build_parser, format_duration, parse_duration
-from cbop.clock import FakeClock
 from cbop.informers import SharedInformer
 from cbop.kube import CONFIGMAPS, KubeClient
 from cbop.leaderelection import LeaderElector
@@ -92,20 +91,8 @@ def test_format_duration_round_trips(seconds: float, text: str) -> None:
 
 
 def test_no_client_side_rate_limit_by_default() -> None:
-    """Hundreds of requests reserve no wait: nothing throttles on the client."""
-    clock = FakeClock()
-    client = KubeClient(k8s_client.ApiClient(k8s_client.Configuration()), clock=clock)
-    assert client._bucket is None
+    """The flag's default is no limit (the client side is in test_kube_client.py)."""
     assert build_parser().parse_args([]).kube_api_qps == 0
-
-
-def test_a_qps_limit_without_burst_allows_one_seconds_worth() -> None:
-    clock = FakeClock()
-    api = k8s_client.ApiClient(k8s_client.Configuration())
-    bucket = KubeClient(api, qps=2.5, clock=clock)._bucket
-    assert bucket is not None
-    assert bucket.burst == 3
-    assert KubeClient(api, qps=20, burst=30, clock=clock)._bucket.burst == 30  # type: ignore[union-attr]
 
 
 def test_the_parts_default_to_the_same_values() -> None:
