@@ -158,8 +158,8 @@ def wait_quiet(
 # ------------------------------------------------------------------------ operators
 
 IMPLEMENTATIONS = ("raw", "cbop", "controller-runtime", "kopf")
-#: Variants measured in S1 only, at the sizes up to the given one: cbop with its default
-#: client-side limit (20/s, burst 30) and kopf with ``queueing.worker_limit = 4``.
+#: Variants measured in S1 only, at the sizes up to the given one: cbop with its former
+#: default client-side limit (20/s, burst 30) and kopf with ``queueing.worker_limit = 4``.
 VARIANTS = {"cbop-qps20": 1000, "kopf-wl4": 100}
 
 
@@ -167,7 +167,7 @@ class Operator:
     """One operator process for one namespace.
 
     Args:
-        impl: ``cbop``, ``cbop-qps20`` (cbop with its default client limits),
+        impl: ``cbop``, ``cbop-qps20`` (cbop with its former default client limits),
             ``controller-runtime`` or ``kopf``.
         kubeconfig: admin kubeconfig.
         namespace: the only namespace it watches.
@@ -194,7 +194,9 @@ class Operator:
         env: dict[str, str] = {**os.environ, "KUBECONFIG": str(kubeconfig)}
         self.ready_path = "/readyz"
         if impl in ("cbop", "cbop-qps20"):
-            limits = ["--kube-api-qps", "0"] if impl == "cbop" else []
+            limits = ["--kube-api-qps", "0"]
+            if impl == "cbop-qps20":  # the client-side limit cbop once had by default
+                limits = ["--kube-api-qps", "20", "--kube-api-burst", "30"]
             cmd = [
                 sys.executable,
                 "-m",

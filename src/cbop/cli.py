@@ -33,7 +33,7 @@ from typing import Any, NoReturn
 
 import structlog
 
-from cbop import __version__
+from cbop import __version__, defaults
 from cbop.controller import Controller
 from cbop.kube import CONFIGBUNDLES, ApiError, ConfigError, ConnectionFailed, KubeClient
 from cbop.logconfig import LEVELS, configure_logging
@@ -72,6 +72,23 @@ def parse_duration(text: str) -> float:
             f"invalid duration {text!r}: use seconds (30) or units like 10h, 5m, 30s, 1h30m"
         )
     return sum(float(n) * _UNITS[u] for n, u in parts)
+
+
+def format_duration(seconds: float) -> str:
+    """Format ``seconds`` the way :func:`parse_duration` reads it back: ``10h``, ``1m30s``.
+
+    Whole hours, minutes and seconds are spelled with units (``0`` is ``0s``); a
+    fractional number of seconds is given as is (``0.5s``).
+    """
+    if seconds != int(seconds):
+        return f"{seconds:g}s"
+    rest = int(seconds)
+    parts: list[str] = []
+    for unit, size in (("h", 3600), ("m", 60), ("s", 1)):
+        if rest >= size or (unit == "s" and not parts):
+            parts.append(f"{rest // size}{unit}")
+            rest %= size
+    return "".join(parts)
 
 
 def _positive_int(text: str) -> int:
@@ -175,28 +192,43 @@ def build_parser() -> argparse.ArgumentParser:
             kw["action"] = argparse.BooleanOptionalAction
         elif kw.get("action") == "append":
             kw["action"] = _Repeatable
+        if default is not None and "help" in kw:
+            shown = str(default).lower() if isinstance(default, bool) else str(default)
+            if kw.get("type") is parse_duration:
+                shown = format_duration(default)
+            elif isinstance(default, float):
+                shown = f"{default:g}"
+            kw["help"] += f" (default: {shown})"
         action = parser.add_argument(f"--{name}", default=default, **kw)
         action.default = _env_default(parser, action)
 
-    conn = parser.add_argument_group("connection")
     flag("kubeconfig", help="path to a kubeconfig (default: in-cluster, then $KUBECONFIG)")
-    flag("context", help="kubeconfig context to use")
-    flag("kube-api-qps", 20.0, type=float, help="client-side request rate limit (default 20/s)")
-    flag("kube-api-burst", 30, type=int, help="client-side burst (default 30)")
-    del conn
-
+    flag("context", help="kubeconfig context to use (default: its current context)")
+    flag(
+        "kube-api-qps",
+        defaults.KUBE_API_QPS,
+        type=float,
+        help="client-side request rate limit, requests/s; 0: none (the API server's "
+        "Priority and Fairness limits cbop)",
+    )
+    flag(
+        "kube-api-burst",
+        defaults.KUBE_API_BURST,
+        type=int,
+        help="client-side burst with --kube-api-qps; 0: one second's worth",
+    )
     flag(
         "namespace",
         action="append",
         dest="namespaces",
         help="namespace to watch (repeatable; default: all namespaces)",
     )
-    flag("workers", 4, type=_positive_int, help="concurrent reconciles (default 4)")
+    flag("workers", defaults.WORKERS, type=_positive_int, help="concurrent reconciles")
     flag(
         "resync-period",
-        36000.0,
+        defaults.RESYNC_PERIOD,
         type=parse_duration,
-        help="informer resync period, e.g. 10h (default; 0 disables)",
+        help="informer resync period, e.g. 10h; 0 disables",
     )
     flag(
         "priority-queue",
@@ -205,7 +237,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="queue initial-list and resync keys behind real changes, as controller-runtime; "
         "--no-priority-queue: one FIFO for all",
     )
-    flag("metrics-bind-address", ":8080", help="address of /metrics (default :8080; 0 disables)")
+    flag(
+        "metrics-bind-address",
+        defaults.METRICS_BIND_ADDRESS,
+        help="address of /metrics; 0 disables",
+    )
     flag(
         "metrics-secure",
         False,
@@ -221,10 +257,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     flag(
         "health-probe-bind-address",
-        ":8081",
-        help="address of /healthz and /readyz (default :8081; 0 disables)",
+        defaults.HEALTH_PROBE_BIND_ADDRESS,
+        help="address of /healthz and /readyz; 0 disables",
     )
-    flag("log-level", "info", choices=LEVELS, help="log level (default info)")
+    flag("log-level", defaults.LOG_LEVEL, choices=LEVELS, help="log level")
     flag(
         "log-format",
         None,
@@ -232,7 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="log format (default: console on a terminal, else json)",
     )
     flag("leader-elect", False, action="store_true", help="use leader election (Lease)")
-    flag("leader-election-id", "cbop-leader", help="name of the Lease (default cbop-leader)")
+    flag("leader-election-id", defaults.LEADER_ELECTION_ID, help="name of the Lease")
     flag(
         "leader-election-namespace",
         None,
@@ -240,34 +276,34 @@ def build_parser() -> argparse.ArgumentParser:
     )
     flag(
         "leader-election-lease-duration",
-        15.0,
+        defaults.LEASE_DURATION,
         type=parse_duration,
-        help="how long a standby waits before taking over an unrenewed lease (default 15s)",
+        help="how long a standby waits before taking over an unrenewed lease",
     )
     flag(
         "leader-election-renew-deadline",
-        10.0,
+        defaults.RENEW_DEADLINE,
         type=parse_duration,
-        help="how long the leader retries renewing before it stops writing (default 10s)",
+        help="how long the leader retries renewing before it stops writing",
     )
     flag(
         "leader-election-retry-period",
-        2.0,
+        defaults.RETRY_PERIOD,
         type=parse_duration,
-        help="time between lease renewals and acquire attempts (default 2s)",
+        help="time between lease renewals and acquire attempts",
     )
     flag(
         "shutdown-timeout",
-        30.0,
+        defaults.SHUTDOWN_TIMEOUT,
         type=parse_duration,
-        help="time in-flight reconciles get on shutdown (default 30s)",
+        help="time in-flight reconciles get on shutdown",
     )
     flag(
         "watch-read-timeout",
-        90.0,
+        defaults.WATCH_READ_TIMEOUT,
         type=parse_duration,
         help="a watch connection silent for this long is dead and re-established "
-        "(default 90s; bookmarks arrive about once a minute)",
+        "(bookmarks arrive about once a minute)",
     )
     flag("once", False, action="store_true", help="reconcile every bundle once, then exit")
     flag(
@@ -356,11 +392,12 @@ def run_once(args: argparse.Namespace, client: KubeClient) -> int:
     )
     controller.start_informers()
     try:
-        if not controller.wait_for_cache_sync(60.0):
+        timeout = defaults.ONCE_CACHE_SYNC_TIMEOUT
+        if not controller.wait_for_cache_sync(timeout):
             refused = controller.refusals()
             if refused:
                 _fail(refused[0].message)
-            _fail("timed out listing ConfigBundles and ConfigMaps (60 s)")
+            _fail(f"timed out listing ConfigBundles and ConfigMaps ({timeout:g} s)")
         try:
             results = controller.reconcile_all()
         except (ApiError, ConnectionFailed) as err:

@@ -193,3 +193,42 @@ def test_bundle_over_256_kib_needs_server_side_apply(
     assert plain.returncode != 0
     assert "metadata.annotations: Too long" in plain.stderr, plain.stderr
     _run(f"kubectl apply --server-side -f {path}", docs_env)
+
+
+def test_apf_example_classifies_cbop_requests(docs_env: dict[str, str]) -> None:
+    """docs/apf.md's FlowSchemas, applied for real, take cbop's requests: its Lease
+    requests to ``leader-election``, everything else to its own priority level."""
+    (block,) = [
+        b for b in BLOCKS if b.path.name == "apf.md" and b.kind == "yaml" and "FlowSchema" in b.text
+    ]
+    _run("kubectl apply -f -", docs_env, block.text)
+    try:
+        as_cbop = "--as=system:serviceaccount:cbop-system:cbop"
+        expected = {
+            ("cbop", "cbop"): f"kubectl get configmaps -n {NAMESPACE} {as_cbop}",
+            ("cbop-leader-election", "leader-election"): (
+                f"kubectl get leases -n cbop-system cbop-leader {as_cbop}"
+            ),
+        }
+        for (flow_schema, level), command in expected.items():
+            # The ServiceAccount has no RBAC here: the request is classified (and
+            # dispatched) first, then refused. Classification is what is checked.
+            for _ in range(3):
+                subprocess.run(
+                    ["bash", "-c", command],
+                    env=docs_env,
+                    capture_output=True,
+                    timeout=60,
+                    check=False,
+                )
+            metrics = _run("kubectl get --raw /metrics", docs_env)
+            dispatched = re.compile(
+                r"^apiserver_flowcontrol_dispatched_requests_total\{"
+                rf'(?=[^}}]*flow_schema="{flow_schema}")(?=[^}}]*priority_level="{level}")'
+                r"[^}]*\} (\S+)$",
+                re.MULTILINE,
+            )
+            counts = [float(v) for v in dispatched.findall(metrics)]
+            assert sum(counts) >= 3, f"{flow_schema} -> {level}: {counts}"
+    finally:
+        _run("kubectl delete --ignore-not-found -f -", docs_env, block.text)

@@ -404,6 +404,35 @@ def test_client_side_rate_limit_waits_on_the_clock(server_factory: Any) -> None:
     assert len(srv.requests) == 2
 
 
+def test_no_client_side_rate_limit_by_default(server_factory: Any) -> None:
+    """Issue 15: a client with the default settings never waits on its clock, however
+    many requests it sends (the former default, 20/s with burst 30, made the 31st wait)."""
+    srv = server_factory(lambda seen: Reply(200, cm("a")))
+    clock = FakeClock(0.0)
+    client = KubeClient.from_configuration(k8s_client.Configuration(host=srv.url), clock=clock)
+    t, out = run_in_thread(lambda: [client.get(CONFIGMAPS, "ns", "a") for _ in range(100)])
+    t.join(10)
+    assert out.get_nowait()[0] == "ok"
+    assert len(srv.requests) == 100
+    assert not clock.has_waiters()
+    assert clock.now() == 0.0
+
+
+def test_a_limit_without_a_burst_allows_one_seconds_worth(server_factory: Any) -> None:
+    """``burst=0`` with a QPS limit: a burst of ``ceil(qps)`` requests, then waits."""
+    srv = server_factory(lambda seen: Reply(200, cm("a")))
+    clock = FakeClock(0.0)
+    client = make_client(srv.url, clock=clock, qps=2.5, burst=0)
+    for _ in range(3):
+        client.get(CONFIGMAPS, "ns", "a")
+    t, out = run_in_thread(lambda: client.get(CONFIGMAPS, "ns", "a"))
+    assert clock.wait_for_waiter(deadline=0.4)  # 1 token / 2.5 qps
+    assert len(srv.requests) == 3
+    clock.step(0.4)
+    t.join(5)
+    assert out.get_nowait()[0] == "ok"
+
+
 def _event(kind: str, obj: dict[str, Any]) -> bytes:
     return json.dumps({"type": kind, "object": obj}).encode() + b"\n"
 

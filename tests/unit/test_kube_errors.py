@@ -65,7 +65,6 @@ def test_non_status_body_falls_back_to_the_code() -> None:
     assert err.message == "<html>upstream unavailable</html>"
     assert err.body is None
     assert err.is_server_error
-    assert err.is_retryable
     invalid = ApiError.from_response(422, {}, b"")
     assert invalid.is_invalid
     forbidden = ApiError.from_response(403, {}, b"{}")
@@ -108,7 +107,6 @@ def test_connection_failed_is_an_api_error_with_status_zero() -> None:
     err = ConnectionFailed("refused", cause=ConnectionRefusedError())
     assert isinstance(err, ApiError)
     assert err.status == 0
-    assert err.is_retryable
     assert not err.is_not_found
     assert not err.timed_out
     assert ConnectionFailed("slow", timed_out=True).reason == "Timeout"

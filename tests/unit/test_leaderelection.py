@@ -292,6 +292,9 @@ class Candidate:
     def metric(self) -> float | None:
         return self.registry.get_sample_value("leader_election_master_status", {"name": LEASE})
 
+    def slowpath(self) -> float | None:
+        return self.registry.get_sample_value("leader_election_slowpath_total", {"name": LEASE})
+
     def seen_leaders(self) -> list[str]:
         got: list[str] = []
         while True:
@@ -586,6 +589,26 @@ def test_the_leader_renews_every_retry_period(
     # Renewals take the optimistic path: one update each, no read.
     assert api.calls == ["get", "create", "update", "update", "update"]
     assert renew_times == sorted(renew_times)
+
+
+def test_a_renewal_that_must_read_the_lease_counts_as_slow_path(
+    api: FakeLeaseApi, candidates: Callable[..., Candidate]
+) -> None:
+    """client-go's leader_election_slowpath_total: optimistic renewals do not count; one
+    refused because someone else wrote the Lease (409), then read and renewed, does."""
+    a = candidates()
+    leading(a)
+    a.tick()
+    assert a.slowpath() == 0.0
+    # Another writer touches the Lease (same record, new resourceVersion).
+    api.put(**api.spec())
+    a.tick()
+    assert api.calls[-3:] == ["update", "get", "update"]
+    assert api.spec()["holderIdentity"] == "a"
+    assert a.elector.is_leader()
+    assert a.slowpath() == 1.0
+    a.tick()
+    assert a.slowpath() == 1.0
 
 
 def test_a_blocking_on_started_leading_does_not_hold_up_renewals(

@@ -77,15 +77,3 @@ class Backoff:
             delay = base * (1.0 - self._jitter * self._rand())
             self._healthy_from = now + delay
             return delay
-
-    def reset(self) -> None:
-        """Forget past failures: the next delay is ``initial`` again."""
-        with self._lock:
-            self._failures = 0
-            self._healthy_from = None
-
-    @property
-    def failures(self) -> int:
-        """Consecutive failures counted by the schedule (stops growing at the cap)."""
-        with self._lock:
-            return self._failures

@@ -46,6 +46,7 @@ from typing import Any, Final
 
 import structlog
 
+from cbop import defaults
 from cbop.clock import Clock, RealClock
 from cbop.informers.backoff import Backoff
 from cbop.informers.handlers import ResourceEventHandler
@@ -80,7 +81,7 @@ __all__ = [
 log = structlog.get_logger("cbop.informers")
 
 #: controller-runtime's default SyncPeriod: 10 hours, in seconds.
-DEFAULT_RESYNC_PERIOD: Final = 36000.0
+DEFAULT_RESYNC_PERIOD: Final = defaults.RESYNC_PERIOD
 _STOP_POLL: Final = 0.2
 _JOIN_TIMEOUT: Final = 10.0
 
@@ -122,7 +123,7 @@ class SharedInformer:
         label_selector: str | None = None,
         field_selector: str | None = None,
         resync_period: float = DEFAULT_RESYNC_PERIOD,
-        read_timeout: float = 90.0,
+        read_timeout: float = defaults.WATCH_READ_TIMEOUT,
         clock: Clock | None = None,
         indexers: Mapping[str, IndexFunc] | None = None,
         name: str | None = None,

@@ -6,7 +6,7 @@ typed/dynamic clients over its ``rest`` package). It is built from three parts:
 * :mod:`cbop.kube.config` and :mod:`cbop.kube.credentials`: where the configuration
   comes from (kubeconfig, in-cluster) and how token files stay fresh;
 * :mod:`cbop.kube.transport`: one request on the wire, with client-side rate limiting
-  (qps/burst 20/30), Retry-After retries, gzip, the write fence (:meth:`KubeClient.with_fence`),
+  (qps/burst, off by default), Retry-After retries, gzip, the write fence (:meth:`KubeClient.with_fence`),
   request counts and client-go's REST client metrics (:meth:`KubeClient.set_metrics`);
 * :mod:`cbop.kube.watch`: the :class:`WatchStream` a watch returns.
 
@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, cast
 
+from cbop import defaults
 from cbop.clock import Clock, RealClock
 from cbop.kube.config import DEFAULT_USER_AGENT, load_configuration, new_api_client
 from cbop.kube.jsonstream import ItemHook
@@ -85,10 +86,10 @@ class KubeClient:
         self,
         api_client: Any,
         *,
-        qps: float = 20.0,
-        burst: int = 30,
+        qps: float = defaults.KUBE_API_QPS,
+        burst: int = defaults.KUBE_API_BURST,
         clock: Clock | None = None,
-        max_retries: int = 10,
+        max_retries: int = defaults.KUBE_API_MAX_RETRIES,
         on_request: RequestHook | None = None,
         metrics: RestClientMetrics | None = None,
         fence: WriteFence | None = None,
@@ -119,8 +120,8 @@ class KubeClient:
         *,
         kubeconfig: str | None = None,
         context: str | None = None,
-        qps: float = 20.0,
-        burst: int = 30,
+        qps: float = defaults.KUBE_API_QPS,
+        burst: int = defaults.KUBE_API_BURST,
         pool_size: int = 16,
         user_agent: str = DEFAULT_USER_AGENT,
         clock: Clock | None = None,
@@ -138,7 +139,7 @@ class KubeClient:
             kubeconfig: path of a kubeconfig file.
             context: kubeconfig context name (default: the file's current context).
             qps: client-side sustained rate (requests/s); ``<= 0`` = unlimited.
-            burst: client-side burst (requests).
+            burst: client-side burst (requests); ``0``: ``qps`` rounded up.
             pool_size: idle connections kept per host by urllib3 (``maxsize``).
             user_agent: ``User-Agent`` header.
             clock: time source (tests pass a ``FakeClock``).
@@ -164,8 +165,8 @@ class KubeClient:
         cls,
         configuration: Any,
         *,
-        qps: float = 20.0,
-        burst: int = 30,
+        qps: float = defaults.KUBE_API_QPS,
+        burst: int = defaults.KUBE_API_BURST,
         pool_size: int = 16,
         user_agent: str = DEFAULT_USER_AGENT,
         clock: Clock | None = None,

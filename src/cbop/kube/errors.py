@@ -240,11 +240,6 @@ class ApiError(Exception):
         """A 5xx status: the request may succeed later."""
         return 500 <= self.status <= 599
 
-    @property
-    def is_retryable(self) -> bool:
-        """Transport failures, 429 and 5xx: worth retrying after a backoff."""
-        return self.status == 0 or self.is_too_many_requests or self.is_server_error
-
 
 class ConnectionFailed(ApiError):  # noqa: N818 - the name the callers use
     """The request never got an HTTP answer: connection refused/reset, DNS, TLS, timeout.
@@ -264,11 +259,6 @@ class ConnectionFailed(ApiError):  # noqa: N818 - the name the callers use
     def __str__(self) -> str:
         # No HTTP status to show: "timed out: ..." or "connection failed: ...".
         return f"{'timed out' if self.timed_out else 'connection failed'}: {self.message}"
-
-    @property
-    def is_retryable(self) -> bool:
-        """Always ``True``: a transport failure may succeed on the next attempt."""
-        return True
 
 
 class LeaseNotHeld(Exception):  # noqa: N818 - a state, named as the lease's

@@ -3,9 +3,10 @@
 This module owns what happens between a verb and the wire, as client-go's
 ``rest.Request`` with its ``flowcontrol`` rate limiter and ``rest`` metrics hooks:
 
-* client-side rate limiting with a token bucket (``qps``/``burst``, defaults 20/30 as
-  controller-runtime's; ``qps <= 0`` disables it), applied to every request except
-  watch streams;
+* optional client-side rate limiting with a token bucket (``qps``/``burst``; off by
+  default as in controller-runtime since v0.21, ``qps <= 0`` disables it; ``burst <= 0``
+  means one second's worth, ``qps`` rounded up), applied to every request except watch
+  streams;
 * a 429 or 5xx answer that carries ``Retry-After`` is retried after that many seconds,
   at most ``max_retries`` (10) times, for every verb (the server did not process it);
 * a 401 makes a watched token file be re-read and the request sent once more
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
@@ -224,6 +226,7 @@ class Transport:
         self._api = api_client
         self._fence = fence
         self._clock: Clock = clock if clock is not None else RealClock()
+        burst = burst if burst > 0 else math.ceil(qps)  # 0: one second's worth
         self._bucket = TokenBucket(qps, max(1, burst), clock=self._clock) if qps > 0 else None
         self._max_retries = max_retries
         self._on_request = on_request

@@ -5,7 +5,8 @@ Dashboards and alerts written for controller-runtime operators work unchanged:
 requeue, requeue_after; all four initialised to 0), ``..._reconcile_errors_total``,
 ``..._terminal_reconcile_errors_total``, ``..._reconcile_panics_total``,
 ``..._reconcile_time_seconds`` (histogram), ``..._max_concurrent_reconciles``,
-``..._active_workers`` and ``leader_election_master_status{name}``. cbop adds
+``..._active_workers``, ``leader_election_master_status{name}`` and
+``leader_election_slowpath_total{name}``. cbop adds
 ``cbop_configmap_writes_total{operation}``, ``cbop_drift_corrections_total`` and
 ``cbop_configbundles{ready}`` (computed from the informer cache at scrape time).
 """
@@ -192,7 +193,17 @@ class InformerConnectedCollector(Collector):
 
 
 class LeaderElectionMetrics:
-    """``leader_election_master_status{name}``: 1 while this process leads, else 0."""
+    """client-go's leader election metrics for one Lease, registered in ``registry``.
+
+    ``leader_election_master_status{name}`` (1 while this process leads, else 0) and
+    ``leader_election_slowpath_total{name}`` (renewals that had to read the Lease first),
+    as controller-runtime registers them. Implements
+    :class:`cbop.leaderelection.LeaderMetrics`.
+
+    Args:
+        name: the Lease's name (the ``name`` label).
+        registry: where to register; one LeaderElectionMetrics per registry.
+    """
 
     def __init__(self, name: str, registry: CollectorRegistry) -> None:
         self._gauge = Gauge(
@@ -202,7 +213,18 @@ class LeaderElectionMetrics:
             ("name",),
             registry=registry,
         ).labels(name)
+        self._slowpath = Counter(
+            "leader_election_slowpath",
+            "Total number of slow path exercised in renewing leader leases. 'name' is the "
+            "string used to identify the lease.",
+            ("name",),
+            registry=registry,
+        ).labels(name)
 
     def set_leading(self, leading: bool) -> None:
         """Set the gauge to 1 (leading) or 0."""
         self._gauge.set(1 if leading else 0)
+
+    def slowpath_exercised(self) -> None:
+        """Count one slow-path renewal."""
+        self._slowpath.inc()

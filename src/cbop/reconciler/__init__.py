@@ -1,12 +1,14 @@
 """Reconcile: turn one ConfigBundle key into the ConfigMap it declares.
 
 Pure parts (:mod:`.desired`, :mod:`.decision`, :mod:`.status`) decide; :mod:`.reconcile`
-acts through the API client; :mod:`.events` records what was done.
+acts through the API client (its seams and result in :mod:`.interfaces`, the dry-run
+account in :mod:`.dryrun`); :mod:`.events` records what was done.
 """
 
 from cbop.reconciler.decision import Action, Decision, decide
 from cbop.reconciler.events import EventRecorder
-from cbop.reconciler.reconcile import CONTROLLER_UID_INDEX, Reconciler, Requeue, Result
+from cbop.reconciler.interfaces import CONTROLLER_UID_INDEX, Requeue, Result
+from cbop.reconciler.reconcile import Reconciler
 
 __all__ = [
     "CONTROLLER_UID_INDEX",

@@ -1,5 +1,8 @@
 """The reconcile act layer: read from the caches, decide, write, report.
 
+Its seams (listers, client, metrics hooks) and :class:`Result` are in
+:mod:`cbop.reconciler.interfaces`; the dry-run account in :mod:`cbop.reconciler.dryrun`.
+
 :class:`Reconciler` turns one ``namespace/name`` key into at most a handful of API
 writes. It reads the bundle and its ConfigMap from the informer caches (listers), asks
 the pure :func:`cbop.reconciler.decision.decide` what to do, performs it, and writes the
@@ -29,9 +32,8 @@ import datetime
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import cachetools
 import structlog
@@ -44,11 +46,21 @@ from cbop.api import (
     config_map_name_of,
     parse_spec,
 )
-from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, ConnectionFailed, Resource
+from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, ConnectionFailed
 from cbop.reconciler.decision import Action, Decision, FinalizerChange, decide
 from cbop.reconciler.desired import content_hash
 from cbop.reconciler.diff import configmap_diff
+from cbop.reconciler.dryrun import dry_run_account
 from cbop.reconciler.events import EventRecorder
+from cbop.reconciler.interfaces import (
+    CONTROLLER_UID_INDEX,
+    NO_OBSERVER,
+    Client,
+    Lister,
+    Observer,
+    Requeue,
+    Result,
+)
 from cbop.reconciler.status import ConditionStatus, compute_status, status_equal
 
 #: Seconds a written status is remembered for stale cache reads (see Reconciler).
@@ -56,136 +68,7 @@ _WRITTEN_STATUS_TTL = 300.0
 
 log = structlog.get_logger("cbop.reconciler")
 
-#: Name of the informer index from controller owner UID to objects (see cbop.informers).
-CONTROLLER_UID_INDEX = "controller-uid"
-
-
-class Lister(Protocol):
-    """Read-only cache view the reconciler reads from (see :mod:`cbop.informers`)."""
-
-    def get(self, namespace: str | None, name: str) -> Mapping[str, Any] | None:
-        """Return the cached object or None."""
-        ...
-
-    def by_index(self, index_name: str, value: str) -> Sequence[Mapping[str, Any]]:
-        """Return cached objects whose index ``index_name`` yields ``value``."""
-        ...
-
-
-class Client(Protocol):
-    """The API calls the reconciler makes (satisfied by :class:`cbop.kube.KubeClient`)."""
-
-    def get(self, res: Resource, namespace: str | None, name: str) -> dict[str, Any]:
-        """GET one object; raises ApiError (``is_not_found``)."""
-        ...
-
-    def create(
-        self,
-        res: Resource,
-        namespace: str | None,
-        body: Mapping[str, Any],
-        *,
-        field_manager: str | None = None,
-        dry_run: bool = False,
-    ) -> dict[str, Any]:
-        """POST; raises ApiError (``is_already_exists``, ``is_invalid``)."""
-        ...
-
-    def update(
-        self,
-        res: Resource,
-        namespace: str | None,
-        name: str,
-        body: Mapping[str, Any],
-        subresource: str | None = None,
-        *,
-        field_manager: str | None = None,
-        dry_run: bool = False,
-    ) -> dict[str, Any]:
-        """PUT; raises ApiError (``is_conflict``, ``is_not_found``, ``is_invalid``)."""
-        ...
-
-    def patch(
-        self,
-        res: Resource,
-        namespace: str | None,
-        name: str,
-        body: Any,
-        *,
-        patch_type: str = "merge",
-        subresource: str | None = None,
-        field_manager: str | None = None,
-    ) -> dict[str, Any]:
-        """PATCH; raises ApiError."""
-        ...
-
-    def delete(
-        self,
-        res: Resource,
-        namespace: str | None,
-        name: str,
-        *,
-        preconditions: Mapping[str, str] | None = None,
-        dry_run: bool = False,
-    ) -> dict[str, Any]:
-        """DELETE; raises ApiError (``is_not_found``, ``is_conflict`` on preconditions)."""
-        ...
-
-
-class Observer(Protocol):
-    """Metrics hooks the reconciler calls (provided by :mod:`cbop.metrics`)."""
-
-    def configmap_write(self, operation: str) -> None:
-        """Count one successful ConfigMap write: create, update or delete."""
-        ...
-
-    def drift_corrected(self) -> None:
-        """Count one ConfigMap restored after a change made outside cbop."""
-        ...
-
-
-class _NoObserver:
-    def configmap_write(self, operation: str) -> None:
-        pass
-
-    def drift_corrected(self) -> None:
-        pass
-
-
-class Requeue(Exception):  # noqa: N818 - a signal, named for what the controller does
-    """A transient, expected failure (e.g. 409 Conflict): retry rate-limited, log quietly."""
-
-
-@dataclass(frozen=True, slots=True)
-class Result:
-    """The outcome of one reconcile.
-
-    Attributes:
-        key: the ``namespace/name`` reconciled.
-        action: what was decided (``Action``), or None when the bundle is gone.
-        ready: the Ready condition's status after the reconcile ("True"/"False"/"Unknown"),
-            or None when no status applies (gone, being deleted).
-        reason: the Ready reason, or None.
-        message: a one-line account of the outcome.
-        config_map: the ConfigMap's name, when known.
-        requeue_after: seconds until the key should be looked at again, or None.
-        diff: for dry runs, a unified diff of the ConfigMap (else ""), bounded in size
-            (see :func:`cbop.reconciler.diff.configmap_diff`).
-        pending: for dry runs, whether the reconcile would have written something (the
-            ConfigMap, a stale ConfigMap's deletion, the Orphan finalizer, a release);
-            ``ready``/``reason`` then say what the bundle would be once it is written.
-            Always False outside dry runs.
-    """
-
-    key: str
-    action: Action | None
-    ready: ConditionStatus | None = None
-    reason: Reason | None = None
-    message: str = ""
-    config_map: str | None = None
-    requeue_after: float | None = None
-    diff: str = ""
-    pending: bool = False
+__all__ = ["CONTROLLER_UID_INDEX", "Reconciler", "Requeue", "Result"]
 
 
 class Reconciler:
@@ -225,7 +108,7 @@ class Reconciler:
         self._bundles = bundles
         self._configmaps = configmaps
         self._recorder = recorder
-        self._observer: Observer = observer or _NoObserver()
+        self._observer: Observer = observer or NO_OBSERVER
         self._dry_run = dry_run
         self._conflict_recheck = conflict_recheck
         self._now = now or (lambda: datetime.datetime.now(datetime.UTC))
@@ -403,7 +286,7 @@ class Reconciler:
         if self._dry_run:
             diff = configmap_diff(current, decision.body) if decision.body is not None else ""
             after = "Ready" if ready == "True" else reason.value
-            message, pending = _dry_run_account(decision, message, stale, after)
+            message, pending = dry_run_account(decision, message, stale, after)
         assert isinstance(spec, BundleSpec) or decision.action is Action.INVALID
         self._write_status(
             bundle,
@@ -711,37 +594,6 @@ class Reconciler:
         if written is None or written[0] != meta.get("resourceVersion"):
             return bundle
         return {**bundle, "status": written[1]}
-
-
-def _dry_run_account(
-    decision: Decision, message: str, stale: Sequence[str], after: str
-) -> tuple[str, bool]:
-    """For a dry run: the result's message and whether a write is pending.
-
-    ``message`` is the outcome's own message, ``stale`` the ConfigMaps that would be
-    deleted, ``after`` the Ready word or reason the bundle would then have.
-
-    The message says what would be written and what the bundle would then be; it never
-    says that the ConfigMap matches when a write is pending.
-    """
-    pending: list[str] = []
-    desired = decision.desired
-    if decision.action in (Action.CREATE, Action.UPDATE, Action.REPLACE) and desired is not None:
-        keys = len(desired.data) + len(desired.binary_data)
-        pending.append(
-            f"would {decision.action.value} ConfigMap {desired.name} "
-            f"({keys} keys, {desired.content_hash})"
-        )
-    pending += [f"would delete ConfigMap {name} (no longer spec.configMapName)" for name in stale]
-    if decision.finalizer is FinalizerChange.ADD:
-        pending.append(f"would add the {FINALIZER_ORPHAN} finalizer")
-    elif decision.finalizer is FinalizerChange.REMOVE:
-        pending.append(f"would remove the {FINALIZER_ORPHAN} finalizer")
-    if not pending:
-        if decision.action is Action.NONE and desired is not None:
-            return f"ConfigMap {desired.name} is in sync; nothing to write", False
-        return message, False
-    return "; ".join(pending) + f"; the bundle would then be {after}", True
 
 
 class _RejectedError(ApiError):

@@ -2,8 +2,9 @@
 
 This module owns :class:`LeaderElector`. The manager builds one when ``--leader-elect``
 is given and runs it in its own thread; the elector calls the manager back when this
-process starts and stops leading. It may import only ``cbop.kube``, ``cbop.metrics``,
-``cbop.clock`` and ``cbop.api``.
+process starts and stops leading, and reports to a
+:class:`cbop.leaderelection.metrics.LeaderMetrics` (Prometheus is plugged in from
+``cbop.metrics``, which this package never imports).
 
 The lock is a ``coordination.k8s.io/v1`` Lease whose spec is the election record:
 ``holderIdentity``, ``leaseDurationSeconds``, ``acquireTime``, ``renewTime`` (MicroTime,
@@ -70,9 +71,10 @@ from typing import Any, Final
 
 import structlog
 
+from cbop import defaults
 from cbop.clock import Clock, RealClock, wait_for
 from cbop.kube import LEASES, ApiError, KubeClient
-from cbop.metrics.controller import LeaderElectionMetrics
+from cbop.leaderelection.metrics import NO_METRICS, LeaderMetrics
 
 __all__ = [
     "ACQUIRE_JITTER_FACTOR",
@@ -176,8 +178,8 @@ class LeaderElector:
             or released; after the Lease was released when ``release_on_cancel``.
         on_new_leader: called, in a new thread, with the identity of each new holder
             this candidate observes (itself included).
-        metrics: ``leader_election_master_status`` is set to 0 when :meth:`run` starts,
-            1 while leading and 0 afterwards.
+        metrics: where leadership (0 when :meth:`run` starts, 1 while leading, 0
+            afterwards) and slow-path renewals are reported (default: nowhere).
         clock: monotonic time source for every wait and for expiry (default real time).
             The Lease's timestamps are always wall-clock UTC.
         release_on_cancel: when ``stop`` is set while leading, write an empty holder and
@@ -198,13 +200,13 @@ class LeaderElector:
         lease_name: str,
         namespace: str,
         identity: str,
-        lease_duration: float = 15.0,
-        renew_deadline: float = 10.0,
-        retry_period: float = 2.0,
+        lease_duration: float = defaults.LEASE_DURATION,
+        renew_deadline: float = defaults.RENEW_DEADLINE,
+        retry_period: float = defaults.RETRY_PERIOD,
         on_started_leading: Callable[[], None],
         on_stopped_leading: Callable[[], None],
         on_new_leader: Callable[[str], None] | None = None,
-        metrics: LeaderElectionMetrics | None = None,
+        metrics: LeaderMetrics = NO_METRICS,
         clock: Clock | None = None,
         release_on_cancel: bool = True,
     ) -> None:
@@ -333,8 +335,7 @@ class LeaderElector:
             daemon=True,
         )
         relay.start()
-        if self._metrics is not None:
-            self._metrics.set_leading(False)
+        self._metrics.set_leading(False)
         try:
             if not self._acquire(stop):
                 return
@@ -462,8 +463,7 @@ class LeaderElector:
     def _become_leader(self) -> None:
         with self._state_lock:
             self._leading = True
-        if self._metrics is not None:
-            self._metrics.set_leading(True)
+        self._metrics.set_leading(True)
         spec = self._observed_spec or {}
         log.info(
             "acquired the leader lease",
@@ -479,8 +479,7 @@ class LeaderElector:
         with self._state_lock:
             self._leading = False
             self._renewed_at = None
-        if self._metrics is not None:
-            self._metrics.set_leading(False)
+        self._metrics.set_leading(False)
         log.info("stopped leading", lease=self._describe(), identity=self._identity)
         self._on_stopped_leading()
 
@@ -557,6 +556,10 @@ class LeaderElector:
             log.debug("the leader lease is held", lease=self._describe(), holder=holder)
             return _Attempt.HELD
         if holder == self._identity:
+            if renewing:
+                # The optimistic renewal above was not possible or failed: count it, as
+                # client-go's leader_election_slowpath_total does.
+                self._metrics.slowpath_exercised()
             record = self._record(
                 acquire_time=old.get("acquireTime") or now,
                 renew_time=now,

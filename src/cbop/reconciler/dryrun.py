@@ -1,0 +1,47 @@
+"""What a dry run reports: the pending writes of one reconcile, in one message.
+
+This module owns :func:`dry_run_account`, which ``cbop --once --dry-run`` relies on to
+say what would be written (ConfigMap create, update or replace, deletions of ConfigMaps
+left under an old name, the Orphan finalizer) and what the bundle would be afterwards.
+The act layer (:mod:`cbop.reconciler.reconcile`) calls it; it performs nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from cbop.api import FINALIZER_ORPHAN
+from cbop.reconciler.decision import Action, Decision, FinalizerChange
+
+__all__ = ["dry_run_account"]
+
+
+def dry_run_account(
+    decision: Decision, message: str, stale: Sequence[str], after: str
+) -> tuple[str, bool]:
+    """For a dry run: the result's message and whether a write is pending.
+
+    ``message`` is the outcome's own message, ``stale`` the ConfigMaps that would be
+    deleted, ``after`` the Ready word or reason the bundle would then have.
+
+    The message says what would be written and what the bundle would then be; it never
+    says that the ConfigMap matches when a write is pending.
+    """
+    pending: list[str] = []
+    desired = decision.desired
+    if decision.action in (Action.CREATE, Action.UPDATE, Action.REPLACE) and desired is not None:
+        keys = len(desired.data) + len(desired.binary_data)
+        pending.append(
+            f"would {decision.action.value} ConfigMap {desired.name} "
+            f"({keys} keys, {desired.content_hash})"
+        )
+    pending += [f"would delete ConfigMap {name} (no longer spec.configMapName)" for name in stale]
+    if decision.finalizer is FinalizerChange.ADD:
+        pending.append(f"would add the {FINALIZER_ORPHAN} finalizer")
+    elif decision.finalizer is FinalizerChange.REMOVE:
+        pending.append(f"would remove the {FINALIZER_ORPHAN} finalizer")
+    if not pending:
+        if decision.action is Action.NONE and desired is not None:
+            return f"ConfigMap {desired.name} is in sync; nothing to write", False
+        return message, False
+    return "; ".join(pending) + f"; the bundle would then be {after}", True
