@@ -99,7 +99,7 @@ def test_the_parts_default_to_the_same_values() -> None:
     """The informer, the elector and the client take their keyword defaults from there."""
     informer = SharedInformer(KubeClient(k8s_client.ApiClient()), CONFIGMAPS)
     assert informer._resync_period == defaults.RESYNC_PERIOD
-    assert informer._read_timeout == defaults.WATCH_READ_TIMEOUT
+    assert informer._reflector._read_timeout == defaults.WATCH_READ_TIMEOUT
     elector = LeaderElector(
         KubeClient(k8s_client.ApiClient()),
         lease_name="l",

@@ -7,7 +7,6 @@ import random
 import threading
 from typing import Any
 
-from cbop.clock import FakeClock
 from cbop.informers.indexer import Indexer, IndexStaging
 from cbop.informers.reflector import (
     LIST_PAGE_SIZE,
@@ -16,6 +15,7 @@ from cbop.informers.reflector import (
     strip_managed_fields,
 )
 from cbop.kube import CONFIGMAPS, ApiError
+from cbop_testing.clock import FakeClock
 from tests.unit.test_informer import WAIT, FakeListWatch, FakeStream, bookmark, cm, ev, page
 
 

@@ -5,9 +5,10 @@ typed/dynamic clients over its ``rest`` package). It is built from three parts:
 
 * :mod:`cbop.kube.config` and :mod:`cbop.kube.credentials`: where the configuration
   comes from (kubeconfig, in-cluster) and how token files stay fresh;
-* :mod:`cbop.kube.transport`: one request on the wire, with client-side rate limiting
-  (qps/burst, off by default), Retry-After retries, gzip, the write fence (:meth:`KubeClient.with_fence`),
-  request counts and client-go's REST client metrics (:meth:`KubeClient.set_metrics`);
+* :mod:`cbop.kube.transport`: one request on the wire, with optional client-side rate
+  limiting (qps/burst, off by default), Retry-After retries, gzip, the write fence
+  (:meth:`KubeClient.with_fence`), request counts and client-go's REST client metrics
+  (:meth:`KubeClient.set_metrics`);
 * :mod:`cbop.kube.watch`: the :class:`WatchStream` a watch returns.
 
 Requests go through ``kubernetes.client.ApiClient`` (configuration loading, TLS,
