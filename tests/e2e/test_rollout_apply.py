@@ -160,7 +160,8 @@ def test_the_apply_rolls_once_and_survives_a_gitops_apply(
     first = wait_for(lambda: revisions(kube, kind, uid), WAIT, message=f"{kind}'s first revision")
     assert len(first) == 1
 
-    body = apply_body(created, resource.api_version, kind, "sha256:" + "1" * 64)
+    digest = "sha256:" + "1" * 64
+    body = apply_body(created, resource.api_version, kind, digest)
     rolled = kube.patch(
         resource,
         NAMESPACE,
@@ -170,8 +171,7 @@ def test_the_apply_rolls_once_and_survives_a_gitops_apply(
         field_manager=FIELD_MANAGER,
         force=False,
     )
-    assert template_annotations(rolled) == {"team": "web", ANNOTATION_CONFIG_HASH: body["spec"][
-        "template"]["metadata"]["annotations"][ANNOTATION_CONFIG_HASH]}  # fmt: skip
+    assert template_annotations(rolled) == {"team": "web", ANNOTATION_CONFIG_HASH: digest}
     assert rolled["metadata"]["generation"] == created["metadata"]["generation"] + 1
     second = wait_for(
         lambda: (got := revisions(kube, kind, uid)) != first and got,
