@@ -11,7 +11,11 @@ from typing import Any
 
 import pytest
 
-from cbop.kube import DEPLOYMENTS, STATEFULSETS, ApiError, Resource
+from cbop.clock import RealClock
+from cbop.informers import Lister
+from cbop.kube import DEPLOYMENTS, STATEFULSETS, ApiError, KubeClient, Resource
+from cbop.metrics.rollout import RolloutMetrics
+from cbop.reconciler import EventRecorder
 from cbop.rollout import (
     ANNOTATION_CONFIG_HASH,
     CONFIGMAP_INDEX,
@@ -302,8 +306,6 @@ def test_each_kind_writes_its_own_resource_and_metric_label() -> None:
 def test_the_prometheus_counter_has_every_kind_from_zero() -> None:
     from prometheus_client import CollectorRegistry
 
-    from cbop.metrics.rollout import RolloutMetrics
-
     registry = CollectorRegistry()
     metrics = RolloutMetrics(registry)
     f = Fixture(configmap("a"))
@@ -315,3 +317,18 @@ def test_the_prometheus_counter_has_every_kind_from_zero() -> None:
         return registry.get_sample_value("cbop_rollouts_total", {"kind": kind})
 
     assert (value("Deployment"), value("StatefulSet"), value("DaemonSet")) == (1.0, 0.0, 0.0)
+
+
+def _the_real_parts_fit_the_seams(
+    kube: KubeClient, recorder: EventRecorder, lister: Lister, metrics: RolloutMetrics
+) -> RolloutReconciler:
+    """Never called: mypy checks that cbop's client, recorder, lister and metrics fit."""
+    return RolloutReconciler(
+        resource=DEPLOYMENTS,
+        client=kube,
+        workloads=lister,
+        configmaps=lister,
+        recorder=recorder,
+        observer=metrics,
+        coalescer=ChangeCoalescer(clock=RealClock()),
+    )
