@@ -230,5 +230,9 @@ def test_an_annotation_owned_by_another_manager_is_a_conflict_not_a_fight(
         )
     assert refused.value.is_conflict
     assert GITOPS_MANAGER in refused.value.message
+    # Nothing was written: the manifest's value stands, the spec is as created, and
+    # cbop owns no field (the Deployment controller may have written its status).
     after = kube.get(DEPLOYMENTS, NAMESPACE, "pinned")
-    assert after["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
+    assert template_annotations(after)[ANNOTATION_CONFIG_HASH] == "sha256:" + "0" * 64
+    assert after["metadata"]["generation"] == created["metadata"]["generation"]
+    assert FIELD_MANAGER not in {m["manager"] for m in after["metadata"]["managedFields"]}
