@@ -192,6 +192,11 @@ EXPECTED_CLUSTER_GRANTS = {
     # --metrics-secure: the scraper's token and its right to get /metrics.
     ("authentication.k8s.io", "tokenreviews", "create"),
     ("authorization.k8s.io", "subjectaccessreviews", "create"),
+    *(
+        ("apps", workloads, v)
+        for workloads in ("deployments", "statefulsets", "daemonsets")
+        for v in ("get", "list", "watch", "patch")
+    ),
 }
 EXPECTED_LEASE_GRANTS = {("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")}
 
@@ -297,6 +302,13 @@ CAN_I = [
     CanI(False, "deletecollection", "configmaps", None, "default"),
     CanI(True, "create", "events", None, "default"),
     CanI(False, "delete", "events", None, "default"),
+    CanI(True, "watch", "deployments.apps", None, None),
+    CanI(True, "patch", "statefulsets.apps", None, "default"),
+    CanI(True, "list", "daemonsets.apps", None, None),
+    CanI(False, "update", "deployments.apps", None, "default"),
+    CanI(False, "create", "deployments.apps", None, "default"),
+    CanI(False, "delete", "daemonsets.apps", None, "default"),
+    CanI(False, "patch", "replicasets.apps", None, "default"),
     CanI(True, "get", "leases.coordination.k8s.io", None, NAMESPACE),
     CanI(True, "create", "leases.coordination.k8s.io", None, NAMESPACE),
     CanI(True, "update", "leases.coordination.k8s.io", None, NAMESPACE),

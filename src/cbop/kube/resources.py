@@ -17,9 +17,12 @@ __all__ = [
     "CONFIGBUNDLES",
     "CONFIGMAPS",
     "CUSTOM_RESOURCE_DEFINITIONS",
+    "DAEMONSETS",
+    "DEPLOYMENTS",
     "EVENTS",
     "LEASES",
     "NAMESPACES",
+    "STATEFULSETS",
     "Resource",
 ]
 
@@ -112,3 +115,7 @@ NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 CONFIGBUNDLES = Resource(
     api_types.GROUP, api_types.VERSION, api_types.PLURAL, api_types.KIND, namespaced=True
 )
+#: apps/v1 workloads whose pod template cbop annotates to roll them (docs/rollout.md).
+DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment")
+STATEFULSETS = Resource("apps", "v1", "statefulsets", "StatefulSet")
+DAEMONSETS = Resource("apps", "v1", "daemonsets", "DaemonSet")

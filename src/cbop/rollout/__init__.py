@@ -1,0 +1,53 @@
+"""Rollout: roll opted-in workloads when the managed ConfigMaps they read change.
+
+A Deployment, StatefulSet or DaemonSet labelled ``cbop.dev/rollout: "true"`` gets the
+pod template annotation ``cbop.dev/config-hash``, a digest of the cbop-managed
+ConfigMaps its pod template references; a new digest makes the workload's own
+controller roll it (docs/rollout.md). Modules:
+
+- :mod:`.decision`: pure; references, the digest, the decision, the apply body.
+- :mod:`.index`: pure; the workload informer's ConfigMap index.
+- :mod:`.reconcile`: the reconciler (one per kind), the ConfigMap map function and the
+  coalescer of changes made together.
+"""
+
+from cbop.rollout.decision import (
+    ANNOTATION_CONFIG_HASH,
+    FIELD_MANAGER,
+    LABEL_ROLLOUT,
+    ROLLOUT_SELECTOR,
+    Action,
+    Decision,
+    apply_body,
+    config_digest,
+    decide,
+    referenced_configmaps,
+)
+from cbop.rollout.index import CONFIGMAP_INDEX, index_by_configmap
+from cbop.rollout.reconcile import (
+    ChangeCoalescer,
+    RolloutObserver,
+    RolloutReconciler,
+    RolloutResult,
+    configmap_mapper,
+)
+
+__all__ = [
+    "ANNOTATION_CONFIG_HASH",
+    "CONFIGMAP_INDEX",
+    "FIELD_MANAGER",
+    "LABEL_ROLLOUT",
+    "ROLLOUT_SELECTOR",
+    "Action",
+    "ChangeCoalescer",
+    "Decision",
+    "RolloutObserver",
+    "RolloutReconciler",
+    "RolloutResult",
+    "apply_body",
+    "config_digest",
+    "configmap_mapper",
+    "decide",
+    "index_by_configmap",
+    "referenced_configmaps",
+]

@@ -1,0 +1,465 @@
+"""The rollout act layer: read the caches, decide, apply the annotation, report.
+
+:class:`RolloutReconciler` reconciles the workloads of one kind (Deployments,
+StatefulSets or DaemonSets; one reconciler, and so one controller, per kind) by their
+``namespace/name`` key. It reads the workload and the ConfigMaps it references from
+informer caches (listers), asks the pure :func:`cbop.rollout.decision.decide` what to do,
+and writes at most one server-side apply of the pod template annotation
+``cbop.dev/config-hash`` under its own field manager. A new value is what makes the
+workload's own controller roll it; an equal value means no request at all.
+
+Coalescing: the ConfigMap watch's map function (:func:`configmap_mapper`) tells a
+:class:`ChangeCoalescer` when a ConfigMap a workload reads has changed. While changes
+are that fresh, a reconcile that would apply returns ``requeue_after`` instead (the
+controller's delayed add), so ConfigMaps changed together (two bundles applied at once,
+a ConfigMap deleted and recreated) give one write with the final digest, or none.
+
+Error policy, as sample-controller's syncHandler:
+
+- workload gone from the cache (deleted, or its ``cbop.dev/rollout`` label removed) ->
+  nothing;
+- 409 on the apply (without force: another field manager owns the annotation with
+  another value) -> a Warning Event naming the conflict, and no retry until the
+  workload's spec or the digest changes (cbop does not fight another owner);
+- 404 (deleted meanwhile) -> nothing;
+- anything else -> re-raised for a rate-limited retry.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import cachetools
+import structlog
+
+from cbop.clock import Clock, RealClock
+from cbop.kube import ApiError, Resource
+from cbop.rollout.decision import (
+    ANNOTATION_CONFIG_HASH,
+    FIELD_MANAGER,
+    Action,
+    Decision,
+    ManagedConfigMap,
+    apply_body,
+    decide,
+    referenced_configmaps,
+)
+from cbop.rollout.index import CONFIGMAP_INDEX, configmap_index_value
+
+__all__ = [
+    "DEFAULT_COALESCE_MAX_DELAY",
+    "DEFAULT_COALESCE_WINDOW",
+    "ChangeCoalescer",
+    "RolloutClient",
+    "RolloutEvents",
+    "RolloutLister",
+    "RolloutObserver",
+    "RolloutReconciler",
+    "RolloutResult",
+    "configmap_mapper",
+]
+
+log = structlog.get_logger("cbop.rollout")
+
+#: Seconds after the last observed ConfigMap change before a workload is written.
+DEFAULT_COALESCE_WINDOW = 1.0
+#: Seconds after the first observed change after which it is written regardless.
+DEFAULT_COALESCE_MAX_DELAY = 10.0
+#: Workloads whose last seen ConfigMap content hashes are remembered (to name the
+#: bundles that changed in the Event).
+_KNOWN_ENTRIES = 100_000
+
+
+class RolloutLister(Protocol):
+    """Read-only cache view (satisfied by :class:`cbop.informers.Lister`)."""
+
+    def get(self, namespace: str | None, name: str) -> Mapping[str, Any] | None:
+        """Return the cached object or None."""
+        ...
+
+    def by_index(self, index_name: str, value: str) -> Sequence[Mapping[str, Any]]:
+        """Return cached objects whose index ``index_name`` yields ``value``."""
+        ...
+
+
+class RolloutClient(Protocol):
+    """The one API call the reconciler makes (satisfied by :class:`cbop.kube.KubeClient`)."""
+
+    def patch(
+        self,
+        res: Resource,
+        namespace: str | None,
+        name: str,
+        body: Any,
+        *,
+        patch_type: str = "merge",
+        field_manager: str | None = None,
+        force: bool | None = None,
+    ) -> dict[str, Any]:
+        """PATCH (here: server-side apply); raises ApiError (``is_conflict``, ...)."""
+        ...
+
+
+class RolloutEvents(Protocol):
+    """Where Events go (satisfied by :class:`cbop.reconciler.EventRecorder`)."""
+
+    def event(
+        self, obj: Mapping[str, Any], type_: Literal["Normal", "Warning"], reason: str, message: str
+    ) -> None:
+        """Record one Event about ``obj``; never raises."""
+        ...
+
+
+class RolloutObserver(Protocol):
+    """Metrics hook (provided by :class:`cbop.metrics.rollout.RolloutMetrics`)."""
+
+    def rolled_out(self, kind: str) -> None:
+        """Count one annotation write that rolls a workload of ``kind`` (e.g. Deployment)."""
+        ...
+
+
+class _NoObserver:
+    def rolled_out(self, kind: str) -> None:
+        pass
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutResult:
+    """The outcome of one rollout reconcile.
+
+    Attributes:
+        key: the ``namespace/name`` reconciled.
+        action: what was decided, or None when the workload is not in the cache.
+        digest: the digest the annotation should carry (``""``: no managed reference).
+        written: whether the annotation was written (one apply request).
+        requeue_after: seconds until the key should be looked at again (coalescing),
+            or None.
+        message: a one-line account of the outcome.
+    """
+
+    key: str
+    action: Action | None
+    digest: str = ""
+    written: bool = False
+    requeue_after: float | None = None
+    message: str = ""
+
+
+class ChangeCoalescer:
+    """Holds back writes while the ConfigMaps a workload reads are still changing.
+
+    A trailing-edge debounce with a bound: after :meth:`observed` is called for a key,
+    :meth:`delay` is positive until ``window`` seconds have passed since the latest
+    observation, or ``max_delay`` seconds since the first one, whichever comes first.
+    :meth:`settled` forgets the observations a reconcile has acted on. Thread-safe.
+
+    Args:
+        window: seconds of quiet before writing.
+        max_delay: seconds after the first change after which the write goes ahead.
+        clock: the time source (tests: ``FakeClock``).
+    """
+
+    def __init__(
+        self,
+        *,
+        window: float = DEFAULT_COALESCE_WINDOW,
+        max_delay: float = DEFAULT_COALESCE_MAX_DELAY,
+        clock: Clock | None = None,
+    ) -> None:
+        self._window = window
+        self._max_delay = max_delay
+        self._clock: Clock = clock or RealClock()
+        self._lock = threading.Lock()
+        # key -> (first, latest) observation time, on the clock's scale.
+        self._pending: dict[str, tuple[float, float]] = {}
+
+    def observed(self, key: str) -> None:
+        """Note that a ConfigMap the workload ``key`` reads changed just now."""
+        now = self._clock.now()
+        with self._lock:
+            first, _ = self._pending.get(key, (now, now))
+            self._pending[key] = (first, now)
+
+    def delay(self, key: str) -> float:
+        """Return seconds to hold back a write for ``key``; 0.0 when it may go now."""
+        now = self._clock.now()
+        with self._lock:
+            pending = self._pending.get(key)
+        if pending is None:
+            return 0.0
+        first, latest = pending
+        ready_at = min(latest + self._window, first + self._max_delay)
+        return max(0.0, ready_at - now)
+
+    def now(self) -> float:
+        """Return the coalescer's clock time (pass it to :meth:`settled`)."""
+        return self._clock.now()
+
+    def settled(self, key: str, as_of: float) -> None:
+        """Forget ``key``'s observations, unless one came after ``as_of``."""
+        with self._lock:
+            pending = self._pending.get(key)
+            if pending is not None and pending[1] <= as_of:
+                del self._pending[key]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._pending)
+
+
+def configmap_mapper(
+    workloads: RolloutLister, coalescer: ChangeCoalescer | None = None
+) -> Callable[[Mapping[str, Any]], list[str]]:
+    """Return the map function of the ConfigMap watch: ConfigMap -> workload keys.
+
+    Args:
+        workloads: the workload informer's lister, with the
+            :data:`cbop.rollout.index.CONFIGMAP_INDEX` index.
+        coalescer: told about each change for every key returned (None: no coalescing).
+
+    Returns:
+        ``fn(configmap) -> ["namespace/name", ...]``, the workloads (of the lister's
+        kind) whose pod template references the ConfigMap. Managed or not is not judged
+        here: a ConfigMap that stops being managed must wake its readers too.
+    """
+
+    def map_configmap(configmap: Mapping[str, Any]) -> list[str]:
+        meta = configmap.get("metadata") or {}
+        value = configmap_index_value(str(meta.get("namespace") or ""), str(meta.get("name")))
+        keys = sorted(
+            f"{w['metadata']['namespace']}/{w['metadata']['name']}"
+            for w in workloads.by_index(CONFIGMAP_INDEX, value)
+        )
+        if coalescer is not None:
+            for key in keys:
+                coalescer.observed(key)
+        return keys
+
+    return map_configmap
+
+
+class RolloutReconciler:
+    """Reconciles the ``cbop.dev/config-hash`` annotation of one kind of workload.
+
+    Safe to call from many threads (never for the same key at once: the workqueue
+    guarantees it).
+
+    Args:
+        resource: the workload kind (``DEPLOYMENTS``, ``STATEFULSETS`` or ``DAEMONSETS``).
+        client: the API client (the apply).
+        workloads: lister over the opted-in workloads of ``resource``.
+        configmaps: lister over the managed-ConfigMap informer cache.
+        recorder: where Events go (None: none).
+        observer: metrics hooks (``cbop_rollouts_total``).
+        coalescer: the coalescer the ConfigMap map function feeds (None: write at once).
+        field_manager: the server-side apply field manager.
+        force: send ``force=true`` (take the annotation from another owner). False by
+            default, so cbop never fights a tool that owns the same field: a conflict
+            is reported instead (docs/rollout.md).
+        controller_name: the ``controller`` field of the log lines.
+    """
+
+    def __init__(
+        self,
+        *,
+        resource: Resource,
+        client: RolloutClient,
+        workloads: RolloutLister,
+        configmaps: RolloutLister,
+        recorder: RolloutEvents | None = None,
+        observer: RolloutObserver | None = None,
+        coalescer: ChangeCoalescer | None = None,
+        field_manager: str = FIELD_MANAGER,
+        force: bool = False,
+        controller_name: str | None = None,
+    ) -> None:
+        self._resource = resource
+        self._client = client
+        self._workloads = workloads
+        self._configmaps = configmaps
+        self._recorder = recorder
+        self._observer: RolloutObserver = observer or _NoObserver()
+        self._coalescer = coalescer
+        self._field_manager = field_manager
+        self._force = force
+        self._controller_name = controller_name or f"rollout-{resource.kind.lower()}"
+        self._lock = threading.Lock()
+        # Workload UID -> ConfigMap name -> content hash last seen in sync or written,
+        # to name the bundles whose content changed. Lost on restart: then every
+        # referenced bundle is named.
+        self._known: cachetools.LRUCache[str, dict[str, str]] = cachetools.LRUCache(_KNOWN_ENTRIES)
+        # key -> (uid, generation, digest) of an apply refused with a conflict, or of a
+        # paused Deployment already reported: not tried (or reported) again until one
+        # of them changes.
+        self._conflicts: dict[str, tuple[str, int, str]] = {}
+        self._paused: dict[str, tuple[str, int, str]] = {}
+
+    @property
+    def resource(self) -> Resource:
+        """The workload kind this reconciler handles."""
+        return self._resource
+
+    def reconcile(self, key: str) -> RolloutResult:
+        """Bring workload ``key`` (``namespace/name``)'s config-hash annotation up to date.
+
+        Returns:
+            The :class:`RolloutResult` (``requeue_after`` set while coalescing).
+
+        Raises:
+            ApiError, ConnectionFailed: a failed apply other than a conflict or a 404;
+                retry rate-limited.
+        """
+        namespace, _, name = key.rpartition("/")
+        as_of = self._coalescer.now() if self._coalescer is not None else 0.0
+        workload = self._workloads.get(namespace, name)
+        if workload is None:
+            self._forget(key)
+            return RolloutResult(key, None, message="not in the cache (gone or not opted in)")
+        configmaps = {}
+        for cm_name in referenced_configmaps(workload):
+            cm = self._configmaps.get(namespace, cm_name)
+            if cm is not None:
+                configmaps[cm_name] = cm
+        decision = decide(workload, configmaps)
+        logger = log.bind(controller=self._controller_name, namespace=namespace, name=name)
+        mark = self._mark(workload, decision.digest)
+        if decision.action is Action.NONE:
+            self._settle(key, as_of)
+            if decision.digest:
+                self._remember(workload, decision.configmaps)
+            logger.debug("rollout: nothing to do", reason=decision.message or "in sync")
+            return RolloutResult(key, Action.NONE, decision.digest, message=decision.message)
+        delay = self._coalescer.delay(key) if self._coalescer is not None else 0.0
+        if delay > 0:
+            return RolloutResult(
+                key,
+                decision.action,
+                decision.digest,
+                requeue_after=delay,
+                message="referenced ConfigMaps changed moments ago; waiting for more",
+            )
+        if decision.action is Action.SKIP:
+            self._settle(key, as_of)
+            with self._lock:
+                reported = self._paused.get(key) == mark
+                self._paused[key] = mark
+            if not reported:
+                self._event(workload, "Normal", "RolloutPaused", decision.message)
+                logger.info("rollout: skipped", reason=decision.message)
+            return RolloutResult(key, Action.SKIP, decision.digest, message=decision.message)
+        with self._lock:
+            if self._conflicts.get(key) == mark:
+                self._settle(key, as_of)
+                return RolloutResult(
+                    key, Action.APPLY, decision.digest, message="conflict reported; not retried"
+                )
+        return self._apply(key, workload, decision, as_of=as_of, mark=mark, logger=logger)
+
+    def _apply(
+        self,
+        key: str,
+        workload: Mapping[str, Any],
+        decision: Decision,
+        *,
+        as_of: float,
+        mark: tuple[str, int, str],
+        logger: Any,
+    ) -> RolloutResult:
+        meta = workload["metadata"]
+        body = apply_body(
+            workload, self._resource.api_version, self._resource.kind, decision.digest
+        )
+        try:
+            self._client.patch(
+                self._resource,
+                meta["namespace"],
+                meta["name"],
+                body,
+                patch_type="apply",
+                field_manager=self._field_manager,
+                force=self._force,
+            )
+        except ApiError as err:
+            if err.is_not_found:
+                self._settle(key, as_of)
+                return RolloutResult(key, Action.APPLY, decision.digest, message="workload gone")
+            if err.is_conflict:
+                self._settle(key, as_of)
+                with self._lock:
+                    self._conflicts[key] = mark
+                message = (
+                    f"cannot set {ANNOTATION_CONFIG_HASH}: another field manager owns it "
+                    f"({err.message}); cbop does not take it by force"
+                )
+                self._event(workload, "Warning", "RolloutConflict", message)
+                logger.warning("rollout: conflict", error=err.message)
+                return RolloutResult(key, Action.APPLY, decision.digest, message=message)
+            raise
+        self._settle(key, as_of)
+        changed = self._changed_bundles(workload, decision.configmaps)
+        self._remember(workload, decision.configmaps)
+        self._observer.rolled_out(self._resource.kind)
+        names = ", ".join(sorted({cm.name for cm in decision.configmaps if cm.bundle in changed}))
+        message = (
+            f"ConfigBundle(s) {', '.join(changed)} changed (ConfigMaps {names}); "
+            f"{ANNOTATION_CONFIG_HASH} set to {decision.digest}"
+        )
+        self._event(workload, "Normal", "ConfigChanged", message)
+        logger.info("rollout: annotation written", digest=decision.digest, bundles=changed)
+        return RolloutResult(key, Action.APPLY, decision.digest, written=True, message=message)
+
+    # -- bookkeeping -------------------------------------------------------------------
+
+    @staticmethod
+    def _mark(workload: Mapping[str, Any], digest: str) -> tuple[str, int, str]:
+        meta = workload.get("metadata") or {}
+        return (str(meta.get("uid", "")), int(meta.get("generation") or 0), digest)
+
+    def _settle(self, key: str, as_of: float) -> None:
+        if self._coalescer is not None:
+            self._coalescer.settled(key, as_of)
+
+    def _forget(self, key: str) -> None:
+        with self._lock:
+            self._conflicts.pop(key, None)
+            self._paused.pop(key, None)
+        self._settle(key, float("inf"))
+
+    def _remember(self, workload: Mapping[str, Any], managed: Sequence[ManagedConfigMap]) -> None:
+        uid = str(workload["metadata"].get("uid", ""))
+        with self._lock:
+            self._known[uid] = {cm.name: cm.content_hash for cm in managed}
+
+    def _changed_bundles(
+        self, workload: Mapping[str, Any], managed: Sequence[ManagedConfigMap]
+    ) -> list[str]:
+        """Return the bundles whose content differs from what was last seen, sorted.
+
+        All referenced bundles when nothing was seen (after a restart) or nothing differs.
+        """
+        with self._lock:
+            known = self._known.get(str(workload["metadata"].get("uid", "")))
+        if known is None:
+            return sorted({cm.bundle for cm in managed})
+        changed = {cm.bundle for cm in managed if known.get(cm.name) != cm.content_hash}
+        return sorted(changed or {cm.bundle for cm in managed})
+
+    def _event(
+        self,
+        workload: Mapping[str, Any],
+        type_: Literal["Normal", "Warning"],
+        reason: str,
+        message: str,
+    ) -> None:
+        if self._recorder is None:
+            return
+        # Listed objects carry no kind/apiVersion; the Event's involvedObject needs them.
+        obj = {
+            "apiVersion": self._resource.api_version,
+            "kind": self._resource.kind,
+            "metadata": workload["metadata"],
+        }
+        self._recorder.event(obj, type_, reason, message)

@@ -1,0 +1,334 @@
+"""The rollout reconciler against recording fakes: listers, client, Events, fake time.
+
+As sample-controller's tests: call the sync handler directly and compare the recorded
+API actions with the expected ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from cbop.clock import RealClock
+from cbop.informers import Lister
+from cbop.kube import DEPLOYMENTS, STATEFULSETS, ApiError, KubeClient, Resource
+from cbop.metrics.rollout import RolloutMetrics
+from cbop.reconciler import EventRecorder
+from cbop.rollout import (
+    ANNOTATION_CONFIG_HASH,
+    CONFIGMAP_INDEX,
+    FIELD_MANAGER,
+    Action,
+    ChangeCoalescer,
+    RolloutReconciler,
+    configmap_mapper,
+    index_by_configmap,
+)
+from cbop_testing.clock import FakeClock
+
+from .rollout_objects import configmap, with_annotation, workload
+
+
+class FakeClient:
+    """Records every patch; scripted errors."""
+
+    def __init__(self) -> None:
+        self.patches: list[tuple[str, str, str, Any, dict[str, Any]]] = []
+        self.errors: list[ApiError] = []
+
+    def patch(
+        self, res: Resource, namespace: str | None, name: str, body: Any, **kw: Any
+    ) -> dict[str, Any]:
+        self.patches.append((res.plural, str(namespace), name, body, kw))
+        if self.errors:
+            raise self.errors.pop(0)
+        return dict(body)
+
+
+class FakeLister:
+    """Objects by (namespace, name), with the rollout ConfigMap index."""
+
+    def __init__(self, *objs: dict[str, Any]) -> None:
+        self.objs: dict[tuple[str, str], dict[str, Any]] = {}
+        for obj in objs:
+            self.put(obj)
+
+    def put(self, obj: dict[str, Any]) -> None:
+        self.objs[obj["metadata"]["namespace"], obj["metadata"]["name"]] = obj
+
+    def get(self, namespace: str | None, name: str) -> dict[str, Any] | None:
+        return self.objs.get((str(namespace), name))
+
+    def by_index(self, index_name: str, value: str) -> list[dict[str, Any]]:
+        assert index_name == CONFIGMAP_INDEX
+        return [o for o in self.objs.values() if value in index_by_configmap(o)]
+
+
+class FakeRecorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, str, str, str]] = []
+
+    def event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        self.events.append((obj["kind"], obj["metadata"]["name"], type_, reason, message))
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.kinds: list[str] = []
+
+    def rolled_out(self, kind: str) -> None:
+        self.kinds.append(kind)
+
+
+class Fixture:
+    def __init__(self, *cms: dict[str, Any], resource: Resource = DEPLOYMENTS) -> None:
+        self.clock = FakeClock(100.0)
+        self.client = FakeClient()
+        self.workloads = FakeLister()
+        self.configmaps = FakeLister(*cms)
+        self.recorder = FakeRecorder()
+        self.counter = Counter()
+        self.coalescer = ChangeCoalescer(window=1.0, max_delay=5.0, clock=self.clock)
+        self.mapper = configmap_mapper(self.workloads, self.coalescer)
+        self.reconciler = RolloutReconciler(
+            resource=resource,
+            client=self.client,
+            workloads=self.workloads,
+            configmaps=self.configmaps,
+            recorder=self.recorder,
+            observer=self.counter,
+            coalescer=self.coalescer,
+        )
+
+    def change(self, cm: dict[str, Any]) -> list[str]:
+        """A ConfigMap event: the cache updates, then the map function runs."""
+        self.configmaps.put(cm)
+        return self.mapper(cm)
+
+    def converge(self, key: str = "demo/web") -> str:
+        """Reconcile once and file the written annotation into the cached workload."""
+        result = self.reconciler.reconcile(key)
+        assert result.written
+        ns, _, name = key.partition("/")
+        cached = self.workloads.get(ns, name)
+        assert cached is not None
+        self.workloads.put(with_annotation(cached, result.digest))
+        return result.digest
+
+
+def test_first_visit_applies_under_its_field_manager_without_force() -> None:
+    f = Fixture(configmap("a", bundle="app-conf"))
+    f.workloads.put(workload(volumes=["a"]))
+    result = f.reconciler.reconcile("demo/web")
+    assert result.action is Action.APPLY
+    assert result.written
+    ((plural, ns, name, body, kw),) = f.client.patches
+    assert (plural, ns, name) == ("deployments", "demo", "web")
+    assert kw == {"patch_type": "apply", "field_manager": FIELD_MANAGER, "force": False}
+    assert body["kind"] == "Deployment"
+    assert body["apiVersion"] == "apps/v1"
+    assert body["spec"]["template"]["metadata"]["annotations"] == {
+        ANNOTATION_CONFIG_HASH: result.digest
+    }
+    assert f.counter.kinds == ["Deployment"]
+    ((kind, obj, type_, reason, message),) = f.recorder.events
+    assert (kind, obj, type_, reason) == ("Deployment", "web", "Normal", "ConfigChanged")
+    assert "app-conf" in message
+
+
+def test_in_sync_writes_nothing_however_often_it_is_reconciled() -> None:
+    f = Fixture(configmap("a"))
+    f.workloads.put(workload(volumes=["a"]))
+    f.converge()
+    f.client.patches.clear()
+    for _ in range(5):  # resyncs, restarts, unrelated events
+        assert f.reconciler.reconcile("demo/web").action is Action.NONE
+    assert f.client.patches == []
+    assert f.counter.kinds == ["Deployment"]
+
+
+def test_two_bundles_changed_together_give_one_write_naming_both() -> None:
+    f = Fixture(configmap("a", {"k": "1"}), configmap("b", {"k": "1"}), configmap("c"))
+    f.workloads.put(workload(volumes=["a", "b", "c"]))
+    first = f.converge()
+    f.client.patches.clear()
+    f.recorder.events.clear()
+
+    assert f.change(configmap("a", {"k": "2"})) == ["demo/web"]
+    held = f.reconciler.reconcile("demo/web")  # the controller runs the key at once
+    assert held.requeue_after == pytest.approx(1.0)
+    f.clock.step(0.4)
+    assert f.change(configmap("b", {"k": "2"})) == ["demo/web"]
+    held = f.reconciler.reconcile("demo/web")
+    assert held.requeue_after == pytest.approx(1.0)  # a second change restarts the window
+    assert f.client.patches == []
+
+    f.clock.step(1.0)
+    done = f.reconciler.reconcile("demo/web")
+    assert done.written
+    assert done.digest != first
+    assert len(f.client.patches) == 1
+    ((_, _, _, _, message),) = f.recorder.events
+    assert "ConfigBundle(s) a, b changed" in message
+    assert "c" not in message.split("changed")[0]
+    assert f.counter.kinds == ["Deployment", "Deployment"]
+    assert len(f.coalescer) == 0
+
+
+def test_a_change_undone_within_the_window_writes_nothing() -> None:
+    f = Fixture(configmap("a", {"k": "1"}))
+    f.workloads.put(workload(volumes=["a"]))
+    f.converge()
+    f.client.patches.clear()
+    f.change(configmap("a", {"k": "edited by hand"}))
+    assert f.reconciler.reconcile("demo/web").requeue_after
+    f.change(configmap("a", {"k": "1"}))  # cbop's bundle reconcile restores it
+    f.clock.step(1.0)
+    assert f.reconciler.reconcile("demo/web").action is Action.NONE
+    assert f.client.patches == []
+    assert len(f.coalescer) == 0
+
+
+def test_changes_that_never_stop_are_written_after_the_max_delay() -> None:
+    f = Fixture(configmap("a", {"k": "0"}))
+    f.workloads.put(workload(volumes=["a"]))
+    f.converge()
+    f.client.patches.clear()
+    for i in range(1, 12):
+        f.change(configmap("a", {"k": str(i)}))
+        result = f.reconciler.reconcile("demo/web")
+        if result.written:
+            break
+        f.clock.step(0.5)
+    assert len(f.client.patches) == 1
+    assert i == 11  # 5 s of changes every 0.5 s: the bound, not the quiet, released it
+
+
+def test_a_workload_event_without_a_configmap_change_is_not_held_back() -> None:
+    f = Fixture(configmap("a"))
+    f.workloads.put(workload(volumes=["a"]))
+    result = f.reconciler.reconcile("demo/web")
+    assert result.written
+    assert result.requeue_after is None
+
+
+def test_the_mapper_finds_readers_in_the_configmaps_namespace_only() -> None:
+    f = Fixture()
+    f.workloads.put(workload("web", volumes=["a"]))
+    f.workloads.put(workload("api", env_from=["a"]))
+    f.workloads.put(workload("other", volumes=["b"]))
+    f.workloads.put(workload("elsewhere", volumes=["a"], namespace="prod"))
+    assert f.mapper(configmap("a")) == ["demo/api", "demo/web"]
+    assert f.mapper(configmap("a", namespace="prod")) == ["prod/elsewhere"]
+    assert f.mapper(configmap("z")) == []
+
+
+def test_a_paused_deployment_is_not_written_and_reported_once() -> None:
+    f = Fixture(configmap("a", bundle="app-conf"))
+    f.workloads.put(workload(volumes=["a"], paused=True))
+    for _ in range(3):
+        assert f.reconciler.reconcile("demo/web").action is Action.SKIP
+    assert f.client.patches == []
+    ((_, _, type_, reason, message),) = f.recorder.events
+    assert (type_, reason) == ("Normal", "RolloutPaused")
+    assert "app-conf" in message
+    # Resumed: the Deployment's update event brings the key back, and it is written.
+    f.workloads.put(workload(volumes=["a"], generation=2))
+    assert f.reconciler.reconcile("demo/web").written
+
+
+def test_a_conflict_is_reported_and_not_retried_until_the_spec_changes() -> None:
+    f = Fixture(configmap("a"))
+    f.workloads.put(workload(volumes=["a"]))
+    f.client.errors.append(
+        ApiError(409, "Conflict", 'Apply failed with 1 conflict: conflict with "argocd-controller"')
+    )
+    result = f.reconciler.reconcile("demo/web")
+    assert not result.written
+    ((_, _, type_, reason, message),) = f.recorder.events
+    assert (type_, reason) == ("Warning", "RolloutConflict")
+    assert "argocd-controller" in message
+    for _ in range(3):  # status updates of the Deployment bring the key back
+        f.reconciler.reconcile("demo/web")
+    assert len(f.client.patches) == 1
+    assert len(f.recorder.events) == 1
+    f.workloads.put(workload(volumes=["a"], generation=2))  # the other owner let go
+    assert f.reconciler.reconcile("demo/web").written
+    assert f.counter.kinds == ["Deployment"]
+
+
+def test_a_workload_deleted_meanwhile_is_no_error() -> None:
+    f = Fixture(configmap("a"))
+    f.workloads.put(workload(volumes=["a"]))
+    f.client.errors.append(ApiError(404, "NotFound", "gone"))
+    result = f.reconciler.reconcile("demo/web")
+    assert not result.written
+    assert f.counter.kinds == []
+
+
+@pytest.mark.parametrize("status", [500, 429, 403], ids=["500", "429", "403"])
+def test_other_errors_are_raised_for_a_rate_limited_retry(status: int) -> None:
+    f = Fixture(configmap("a"))
+    f.workloads.put(workload(volumes=["a"]))
+    f.client.errors.append(ApiError(status, "x", "failed"))
+    with pytest.raises(ApiError):
+        f.reconciler.reconcile("demo/web")
+    assert f.recorder.events == []
+    assert f.reconciler.reconcile("demo/web").written  # the retry
+
+
+def test_a_workload_not_in_the_cache_is_left_alone() -> None:
+    f = Fixture(configmap("a"))
+    result = f.reconciler.reconcile("demo/web")
+    assert result.action is None
+    assert f.client.patches == []
+
+
+def test_after_a_restart_every_referenced_bundle_is_named() -> None:
+    f = Fixture(configmap("a", bundle="one"), configmap("b", bundle="two"))
+    f.workloads.put(with_annotation(workload(volumes=["a", "b"]), "sha256:from-before"))
+    assert f.reconciler.reconcile("demo/web").written
+    ((_, _, _, _, message),) = f.recorder.events
+    assert "ConfigBundle(s) one, two changed" in message
+
+
+def test_each_kind_writes_its_own_resource_and_metric_label() -> None:
+    f = Fixture(configmap("a"), resource=STATEFULSETS)
+    f.workloads.put(workload(volumes=["a"]))
+    assert f.reconciler.reconcile("demo/web").written
+    ((plural, _, _, body, _),) = f.client.patches
+    assert (plural, body["kind"]) == ("statefulsets", "StatefulSet")
+    assert f.counter.kinds == ["StatefulSet"]
+
+
+def test_the_prometheus_counter_has_every_kind_from_zero() -> None:
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry()
+    metrics = RolloutMetrics(registry)
+    f = Fixture(configmap("a"))
+    f.reconciler._observer = metrics
+    f.workloads.put(workload(volumes=["a"]))
+    f.reconciler.reconcile("demo/web")
+
+    def value(kind: str) -> float | None:
+        return registry.get_sample_value("cbop_rollouts_total", {"kind": kind})
+
+    assert (value("Deployment"), value("StatefulSet"), value("DaemonSet")) == (1.0, 0.0, 0.0)
+
+
+def _the_real_parts_fit_the_seams(
+    kube: KubeClient, recorder: EventRecorder, lister: Lister, metrics: RolloutMetrics
+) -> RolloutReconciler:
+    """Never called: mypy checks that cbop's client, recorder, lister and metrics fit."""
+    return RolloutReconciler(
+        resource=DEPLOYMENTS,
+        client=kube,
+        workloads=lister,
+        configmaps=lister,
+        recorder=recorder,
+        observer=metrics,
+        coalescer=ChangeCoalescer(clock=RealClock()),
+    )
