@@ -34,7 +34,8 @@ from typing import Any, NoReturn
 import structlog
 
 from cbop import __version__
-from cbop.controller import Controller
+from cbop.controllers import configbundle
+from cbop.informers import SharedInformerFactory
 from cbop.kube import CONFIGBUNDLES, ApiError, ConfigError, ConnectionFailed, KubeClient
 from cbop.logconfig import LEVELS, configure_logging
 from cbop.manager import Manager, Options
@@ -333,27 +334,23 @@ def run_once(args: argparse.Namespace, client: KubeClient) -> int:
         found changes pending, else :data:`EXIT_OK`.
     """
     recorder = None if args.dry_run else EventRecorder(client)
-    controller = Controller(
-        client,
-        namespaces=args.namespaces,
-        workers=1,
-        resync_period=0,
-        recorder=recorder,
-        dry_run=args.dry_run,
+    informers = SharedInformerFactory(client, namespaces=args.namespaces, resync_period=0)
+    reconciler = configbundle.new_reconciler(
+        client, informers, recorder=recorder, dry_run=args.dry_run
     )
-    controller.start_informers()
+    informers.start()
     try:
-        if not controller.wait_for_cache_sync(60.0):
-            refused = controller.refusals()
+        if not informers.wait_for_cache_sync(60.0):
+            refused = informers.refusals()
             if refused:
                 _fail(refused[0].message)
             _fail("timed out listing ConfigBundles and ConfigMaps (60 s)")
         try:
-            results = controller.reconcile_all()
+            results = configbundle.reconcile_all(reconciler, informers.lister(CONFIGBUNDLES))
         except (ApiError, ConnectionFailed) as err:
             _fail(f"reconcile failed: {err}")
     finally:
-        controller.shutdown(1.0)
+        informers.shutdown()
         if recorder is not None:
             recorder.close(timeout=5.0)
     if args.output == "json":

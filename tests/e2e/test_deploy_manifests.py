@@ -31,8 +31,9 @@ from cbop.envtest import ControlPlane
 from cbop.kube import CONFIGMAPS, CUSTOM_RESOURCE_DEFINITIONS, ApiError, KubeClient, Resource
 from cbop.metrics.controller import (
     BundleReadinessCollector,
-    ControllerMetrics,
+    ConfigMapWriteMetrics,
     LeaderElectionMetrics,
+    PrometheusControllerMetricsProvider,
 )
 from cbop.metrics.workqueue import PrometheusWorkqueueMetricsProvider
 
@@ -326,7 +327,8 @@ _LABEL_MATCHER = re.compile(r"([a-zA-Z_]\w*)\s*(?:=~|!~|!=|=)")
 def exported_samples() -> dict[str, set[str]]:
     """Sample name -> label names, of everything cbop's manager registers."""
     registry = CollectorRegistry()
-    ControllerMetrics("configbundle", registry)
+    PrometheusControllerMetricsProvider(registry).new_controller_metrics("configbundle")
+    ConfigMapWriteMetrics(registry)
     LeaderElectionMetrics("cbop-leader", registry).set_leading(False)
     provider = PrometheusWorkqueueMetricsProvider(registry)
     for new in (

@@ -6,10 +6,10 @@ acts through the API client; :mod:`.events` records what was done.
 
 from cbop.reconciler.decision import Action, Decision, decide
 from cbop.reconciler.events import EventRecorder
-from cbop.reconciler.reconcile import CONTROLLER_UID_INDEX, Reconciler, Requeue, Result
+from cbop.reconciler.reconcile import Reconciler, Result
+from cbop.runtime import Requeue
 
 __all__ = [
-    "CONTROLLER_UID_INDEX",
     "Action",
     "Decision",
     "EventRecorder",

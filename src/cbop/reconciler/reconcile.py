@@ -44,20 +44,19 @@ from cbop.api import (
     config_map_name_of,
     parse_spec,
 )
+from cbop.keys import CONTROLLER_UID_INDEX, split_key
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, ConnectionFailed, Resource
 from cbop.reconciler.decision import Action, Decision, FinalizerChange, decide
 from cbop.reconciler.desired import content_hash
 from cbop.reconciler.diff import configmap_diff
 from cbop.reconciler.events import EventRecorder
 from cbop.reconciler.status import ConditionStatus, compute_status, status_equal
+from cbop.runtime import Requeue
 
 #: Seconds a written status is remembered for stale cache reads (see Reconciler).
 _WRITTEN_STATUS_TTL = 300.0
 
 log = structlog.get_logger("cbop.reconciler")
-
-#: Name of the informer index from controller owner UID to objects (see cbop.informers).
-CONTROLLER_UID_INDEX = "controller-uid"
 
 
 class Lister(Protocol):
@@ -150,10 +149,6 @@ class _NoObserver:
 
     def drift_corrected(self) -> None:
         pass
-
-
-class Requeue(Exception):  # noqa: N818 - a signal, named for what the controller does
-    """A transient, expected failure (e.g. 409 Conflict): retry rate-limited, log quietly."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,8 +255,8 @@ class Reconciler:
             ApiError, ConnectionFailed: other failures (already reported in status when
                 possible); retry with backoff.
         """
-        namespace, _, name = key.rpartition("/")
-        bundle = self._bundles.get(namespace or None, name)
+        namespace, name = split_key(key)
+        bundle = self._bundles.get(namespace, name)
         if bundle is None:
             return Result(key, None, message="bundle not found; nothing to do")
         started = time.monotonic()
@@ -278,7 +273,7 @@ class Reconciler:
             spec = err
         current = self._cached_configmap(bundle, spec)
         if current is None and isinstance(spec, BundleSpec) and self._known_conflict(key):
-            current = self._fresh_configmap(namespace, spec.config_map_name)
+            current = self._fresh_configmap(namespace or "", spec.config_map_name)
         decision = decide(bundle, spec, current)
         try:
             result = self._act(key, bundle, spec, decision)
