@@ -36,6 +36,7 @@ import structlog
 from cbop import __version__
 from cbop.controllers import configbundle
 from cbop.informers import SharedInformerFactory
+from cbop.keys import split_key
 from cbop.kube import CONFIGBUNDLES, ApiError, ConfigError, ConnectionFailed, KubeClient
 from cbop.logconfig import LEVELS, configure_logging
 from cbop.manager import Manager, Options
@@ -356,8 +357,8 @@ def run_once(args: argparse.Namespace, client: KubeClient) -> int:
     if args.output == "json":
         rows = [
             {
-                "namespace": r.key.partition("/")[0],
-                "bundle": r.key.partition("/")[2],
+                "namespace": split_key(r.key)[0],
+                "bundle": split_key(r.key)[1],
                 "configMap": r.config_map,
                 "action": r.action.value if r.action else None,
                 "pending": r.pending,
@@ -392,8 +393,8 @@ def _table(results: Sequence[Result], *, dry_run: bool) -> str:
     header = ("NAMESPACE", "BUNDLE", "CONFIGMAP", "ACTION", "RESULT")
     rows = [
         (
-            r.key.partition("/")[0],
-            r.key.partition("/")[2],
+            split_key(r.key)[0] or "",
+            split_key(r.key)[1],
             r.config_map or "-",
             (r.action.value if r.action else "-") + (" (dry run)" if r.pending else ""),
             _ready_word(r),

@@ -274,7 +274,3 @@ class SharedInformerFactory:
     def connection_states(self) -> dict[str, bool]:
         """Return informer name -> :meth:`SharedInformer.healthy`, for metrics."""
         return {informer.name: informer.healthy() for informer in self.informers}
-
-    def synced(self) -> bool:
-        """Whether every informer has delivered its first full list."""
-        return all(informer.has_synced() for informer in self.informers)
