@@ -2,10 +2,11 @@
 
 A ConfigBundle custom resource declares the content of a ConfigMap; cbop keeps the
 managed ConfigMap equal to it. The package is layered (outermost first): ``cbop.cli`` ->
-``cbop.manager`` -> ``cbop.controller`` -> ``cbop.reconciler`` / ``cbop.informers`` /
-``cbop.leaderelection`` -> ``cbop.metrics`` -> ``cbop.workqueue`` -> ``cbop.kube`` ->
-``cbop.api`` -> ``cbop.clock`` / ``cbop.tokenbucket`` / ``cbop.defaults`` (every default
-setting, defined once). The layering is enforced by import-linter.
+``cbop.manager`` -> ``cbop.controllers`` -> ``cbop.rollout`` -> ``cbop.reconciler`` ->
+``cbop.runtime`` -> ``cbop.informers`` / ``cbop.leaderelection`` / ``cbop.health`` ->
+``cbop.metrics`` -> ``cbop.workqueue`` -> ``cbop.kube`` -> ``cbop.api`` -> ``cbop.clock`` /
+``cbop.tokenbucket`` / ``cbop.keys`` / ``cbop.defaults`` (every default setting, defined
+once). The layering is enforced by import-linter.
 """
 
 __version__ = "0.1.0"

@@ -34,7 +34,9 @@ from typing import Any, NoReturn
 import structlog
 
 from cbop import __version__, defaults
-from cbop.controller import Controller
+from cbop.controllers import configbundle
+from cbop.informers import SharedInformerFactory
+from cbop.keys import split_key
 from cbop.kube import CONFIGBUNDLES, ApiError, ConfigError, ConnectionFailed, KubeClient
 from cbop.logconfig import LEVELS, configure_logging
 from cbop.manager import Manager, Options
@@ -382,35 +384,31 @@ def run_once(args: argparse.Namespace, client: KubeClient) -> int:
         found changes pending, else :data:`EXIT_OK`.
     """
     recorder = None if args.dry_run else EventRecorder(client)
-    controller = Controller(
-        client,
-        namespaces=args.namespaces,
-        workers=1,
-        resync_period=0,
-        recorder=recorder,
-        dry_run=args.dry_run,
+    informers = SharedInformerFactory(client, namespaces=args.namespaces, resync_period=0)
+    reconciler = configbundle.new_reconciler(
+        client, informers, recorder=recorder, dry_run=args.dry_run
     )
-    controller.start_informers()
+    informers.start()
     try:
         timeout = defaults.ONCE_CACHE_SYNC_TIMEOUT
-        if not controller.wait_for_cache_sync(timeout):
-            refused = controller.refusals()
+        if not informers.wait_for_cache_sync(timeout):
+            refused = informers.refusals()
             if refused:
                 _fail(refused[0].message)
             _fail(f"timed out listing ConfigBundles and ConfigMaps ({timeout:g} s)")
         try:
-            results = controller.reconcile_all()
+            results = configbundle.reconcile_all(reconciler, informers.lister(CONFIGBUNDLES))
         except (ApiError, ConnectionFailed) as err:
             _fail(f"reconcile failed: {err}")
     finally:
-        controller.shutdown(1.0)
+        informers.shutdown()
         if recorder is not None:
             recorder.close(timeout=5.0)
     if args.output == "json":
         rows = [
             {
-                "namespace": r.key.partition("/")[0],
-                "bundle": r.key.partition("/")[2],
+                "namespace": split_key(r.key)[0],
+                "bundle": split_key(r.key)[1],
                 "configMap": r.config_map,
                 "action": r.action.value if r.action else None,
                 "pending": r.pending,
@@ -445,8 +443,8 @@ def _table(results: Sequence[Result], *, dry_run: bool) -> str:
     header = ("NAMESPACE", "BUNDLE", "CONFIGMAP", "ACTION", "RESULT")
     rows = [
         (
-            r.key.partition("/")[0],
-            r.key.partition("/")[2],
+            split_key(r.key)[0] or "",
+            split_key(r.key)[1],
             r.config_map or "-",
             (r.action.value if r.action else "-") + (" (dry run)" if r.pending else ""),
             _ready_word(r),

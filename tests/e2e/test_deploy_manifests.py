@@ -30,8 +30,9 @@ from prometheus_client import CollectorRegistry
 from cbop.kube import CONFIGMAPS, CUSTOM_RESOURCE_DEFINITIONS, ApiError, KubeClient, Resource
 from cbop.metrics.controller import (
     BundleReadinessCollector,
-    ControllerMetrics,
+    ConfigMapWriteMetrics,
     LeaderElectionMetrics,
+    PrometheusControllerMetricsProvider,
 )
 from cbop.metrics.workqueue import PrometheusWorkqueueMetricsProvider
 from cbop_testing.envtest import ControlPlane
@@ -348,7 +349,8 @@ _LABEL_MATCHER = re.compile(r"([a-zA-Z_]\w*)\s*(?:=~|!~|!=|=)")
 def exported_samples() -> dict[str, set[str]]:
     """Sample name -> label names, of everything cbop's manager registers."""
     registry = CollectorRegistry()
-    ControllerMetrics("configbundle", registry)
+    PrometheusControllerMetricsProvider(registry).new_controller_metrics("configbundle")
+    ConfigMapWriteMetrics(registry)
     LeaderElectionMetrics("cbop-leader", registry).set_leading(False)
     provider = PrometheusWorkqueueMetricsProvider(registry)
     for new in (

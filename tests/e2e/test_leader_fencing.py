@@ -452,7 +452,7 @@ def test_caches_that_never_sync_exit_1(namespace: str) -> None:
     """An API server that accepts connections and never answers (no refusal: a 403 or a
     missing CRD is waited out instead): the caches never sync; exit 1 after the timeout.
 
-    Under ``--leader-elect`` the same path runs once leading (``Manager._start_leading``);
+    Under ``--leader-elect`` the same path runs once leading;
     a replica cannot lead without a working API server, so that variant is unit-tested.
     """
     with socket.create_server(("127.0.0.1", 0)) as silent:  # never accepts, never answers

@@ -1,7 +1,7 @@
-"""The controller's worker outcome policy and event mapping, with a fake reconciler.
+"""The runtime controller's worker outcome policy and its event-to-key mapping.
 
 As sample-controller's tests: no server, no informer threads; the queue is real (with a
-fake clock), the reconcile outcome is scripted.
+fake clock), the reconcile outcome is scripted, metrics are read from a registry.
 """
 
 from __future__ import annotations
@@ -13,17 +13,12 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from cbop.controller import Controller, MultiNamespaceLister, _Enqueue, owner_key
-from cbop.informers import DeletedFinalStateUnknown, ListWatchProblem
-from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, LeaseNotHeld
-from cbop.metrics.controller import ControllerMetrics
+from cbop.informers import DeletedFinalStateUnknown
+from cbop.kube import ApiError, LeaseNotHeld
+from cbop.metrics.controller import PrometheusControllerMetricsProvider
 from cbop.reconciler import Action, Requeue, Result
-from cbop.workqueue import (
-    LOW_PRIORITY,
-    NORMAL_PRIORITY,
-    PriorityQueue,
-    RateLimitingQueue,
-)
+from cbop.runtime import Controller, EnqueueHandler, enqueue_controller_owner, enqueue_object
+from cbop.workqueue import LOW_PRIORITY, NORMAL_PRIORITY, PriorityQueue, RateLimitingQueue
 from cbop_testing.clock import FakeClock
 from tests.unit.test_informer import Harness, cm, ev, wait_until
 
@@ -38,26 +33,39 @@ class _ScriptedReconciler:
         return self.outcome(key)
 
 
-def _controller(
-    outcome: Callable[[str], Result], clock: FakeClock
-) -> tuple[Controller, ControllerMetrics]:
-    registry = CollectorRegistry()
-    metrics = ControllerMetrics("configbundle", registry)
-    ctrl = Controller.__new__(Controller)
-    ctrl.queue = RateLimitingQueue(clock=clock)
-    ctrl.reconciler = _ScriptedReconciler(outcome)  # type: ignore[assignment]
-    ctrl._metrics = metrics
-    ctrl._stopping = threading.Event()
-    ctrl._threads = []
-    ctrl._busy_since = {}
-    ctrl._busy_lock = threading.Lock()
-    ctrl._wedged_after = 600.0
-    ctrl._now = clock.now
-    return ctrl, metrics
+class _Fixture:
+    """A controller over a real queue and fake clock, with Prometheus metrics."""
 
+    def __init__(
+        self,
+        outcome: Callable[[str], Result],
+        *,
+        queue: RateLimitingQueue[str] | None = None,
+        clock: FakeClock | None = None,
+    ) -> None:
+        self.clock = clock or FakeClock()
+        self.registry = CollectorRegistry()
+        self.reconciler = _ScriptedReconciler(outcome)
+        self.queue: RateLimitingQueue[str] = (
+            queue if queue is not None else RateLimitingQueue(clock=self.clock)
+        )
+        provider = PrometheusControllerMetricsProvider(self.registry)
+        self.controller = Controller(
+            "demo",
+            self.reconciler,
+            queue=self.queue,
+            workers=2,
+            metrics=provider.new_controller_metrics("demo"),
+            clock=self.clock,
+        )
 
-def _count(metrics: ControllerMetrics, result: str) -> float:
-    return float(metrics.reconcile_total.labels("configbundle", result)._value.get())
+    def sample(self, name: str, **labels: str) -> float:
+        value = self.registry.get_sample_value(name, {"controller": "demo", **labels})
+        assert value is not None, name
+        return value
+
+    def results(self, result: str) -> float:
+        return self.sample("controller_runtime_reconcile_total", result=result)
 
 
 def _raise(exc: BaseException) -> Callable[[str], Result]:
@@ -65,6 +73,15 @@ def _raise(exc: BaseException) -> Callable[[str], Result]:
         raise exc
 
     return outcome
+
+
+def test_metrics_are_initialised_per_controller() -> None:
+    f = _Fixture(lambda k: Result(k, Action.NONE))
+    assert f.sample("controller_runtime_max_concurrent_reconciles") == 2
+    assert f.sample("controller_runtime_active_workers") == 0
+    assert f.sample("controller_runtime_terminal_reconcile_errors_total") == 0
+    for result in ("success", "error", "requeue", "requeue_after"):
+        assert f.results(result) == 0
 
 
 @pytest.mark.parametrize(
@@ -79,74 +96,82 @@ def _raise(exc: BaseException) -> Callable[[str], Result]:
 def test_worker_outcome_policy(
     outcome: Callable[[str], Result], result: str, requeues: int
 ) -> None:
-    clock = FakeClock()
-    ctrl, metrics = _controller(outcome, clock)
-    ctrl.queue.add("ns/a")
-    assert ctrl.process_next_work_item() is True
-    assert _count(metrics, result) == 1
-    assert ctrl.queue.num_requeues("ns/a") == requeues
-    assert metrics.active_workers._value.get() == 0
+    f = _Fixture(outcome)
+    f.queue.add("ns/a")
+    assert f.controller.process_next_work_item() is True
+    assert f.results(result) == 1
+    assert f.queue.num_requeues("ns/a") == requeues
+    assert f.sample("controller_runtime_active_workers") == 0
     if requeues:
         # Rate-limited: back after 5 ms, not at once.
-        assert len(ctrl.queue) == 0
-        clock.wait_for_waiter()
-        clock.step(0.006)
-        first, _ = ctrl.queue.get()
+        assert len(f.queue) == 0
+        f.clock.wait_for_waiter()
+        f.clock.step(0.006)
+        first, _ = f.queue.get()
         assert first == "ns/a"
-    if result == "error":
-        assert metrics.reconcile_errors._value.get() == 1
-    ctrl.queue.shut_down()
+    errors = f.sample("controller_runtime_reconcile_errors_total")
+    assert errors == (1 if result == "error" else 0)
+    f.queue.shut_down()
 
 
 def test_panic_is_counted_and_worker_survives() -> None:
-    ctrl, metrics = _controller(_raise(KeyError("bug")), FakeClock())
-    ctrl.queue.add("ns/a")
-    ctrl.queue.add("ns/b")
-    assert ctrl.process_next_work_item()
-    assert ctrl.process_next_work_item()
-    assert metrics.panics._value.get() == 2
-    ctrl.queue.shut_down()
+    f = _Fixture(_raise(KeyError("bug")))
+    f.queue.add("ns/a")
+    f.queue.add("ns/b")
+    assert f.controller.process_next_work_item()
+    assert f.controller.process_next_work_item()
+    assert f.sample("controller_runtime_reconcile_panics_total") == 2
+    f.queue.shut_down()
 
 
 def test_requeue_after_forgets_then_adds_after() -> None:
-    clock = FakeClock()
-    ctrl, metrics = _controller(lambda k: Result(k, Action.CONFLICT, requeue_after=15.0), clock)
-    ctrl.queue.add("ns/a")
-    ctrl.process_next_work_item()
-    assert _count(metrics, "requeue_after") == 1
-    assert ctrl.queue.num_requeues("ns/a") == 0
-    assert len(ctrl.queue) == 0
-    clock.step(14.0)
-    clock.wait_for_waiter()
-    assert len(ctrl.queue) == 0
-    clock.step(1.0)
-    item, _ = ctrl.queue.get()
+    f = _Fixture(lambda k: Result(k, Action.CONFLICT, requeue_after=15.0))
+    f.queue.add("ns/a")
+    f.controller.process_next_work_item()
+    assert f.results("requeue_after") == 1
+    assert f.queue.num_requeues("ns/a") == 0
+    assert len(f.queue) == 0
+    f.clock.step(14.0)
+    f.clock.wait_for_waiter()
+    assert len(f.queue) == 0
+    f.clock.step(1.0)
+    item, _ = f.queue.get()
     assert item == "ns/a"
-    ctrl.queue.shut_down()
+    f.queue.shut_down()
 
 
 def test_fenced_write_stops_the_worker_and_drops_the_queue() -> None:
     """A write refused by the fence: no retry of that key, no further key taken."""
-    ctrl, metrics = _controller(_raise(LeaseNotHeld("not leader")), FakeClock())
-    ctrl.queue.add("ns/a")
-    ctrl.queue.add("ns/b")
-    assert ctrl.process_next_work_item() is False
-    assert ctrl.queue.num_requeues("ns/a") == 0
-    assert metrics.panics._value.get() == 0
-    assert ctrl.queue.shutting_down()
+    f = _Fixture(_raise(LeaseNotHeld("not leader")))
+    f.queue.add("ns/a")
+    f.queue.add("ns/b")
+    assert f.controller.process_next_work_item() is False
+    assert f.queue.num_requeues("ns/a") == 0
+    assert f.sample("controller_runtime_reconcile_panics_total") == 0
+    assert f.queue.shutting_down()
     # The queued key is dropped, not reconciled.
-    assert ctrl.process_next_work_item() is False
-    assert ctrl.reconciler.calls == ["ns/a"]  # type: ignore[attr-defined]
+    assert f.controller.process_next_work_item() is False
+    assert f.reconciler.calls == ["ns/a"]
 
 
 def test_stop_workers_drops_queued_keys() -> None:
     """Stopping takes no further key (controller-runtime), unlike a drain."""
-    ctrl, _ = _controller(lambda k: Result(k, Action.NONE), FakeClock())
+    f = _Fixture(lambda k: Result(k, Action.NONE))
     for name in ("a", "b", "c"):
-        ctrl.queue.add(f"ns/{name}")
-    ctrl.stop_workers()
-    assert ctrl.process_next_work_item() is False
-    assert ctrl.reconciler.calls == []  # type: ignore[attr-defined]
+        f.queue.add(f"ns/{name}")
+    f.controller.stop_workers()
+    assert f.controller.process_next_work_item() is False
+    assert f.reconciler.calls == []
+
+
+def test_started_workers_reconcile_and_shutdown_waits_for_them() -> None:
+    f = _Fixture(lambda k: Result(k, Action.NONE))
+    f.controller.start()
+    f.queue.add("ns/a")
+    wait_until(lambda: f.results("success") == 1)
+    assert f.controller.healthy()
+    assert f.controller.shutdown(5.0) is True
+    assert f.reconciler.calls == ["ns/a"]
 
 
 def test_a_worker_stuck_in_one_reconcile_fails_liveness() -> None:
@@ -158,28 +183,42 @@ def test_a_worker_stuck_in_one_reconcile_fails_liveness() -> None:
         release.wait(5)
         return Result(key, Action.NONE)
 
-    clock = FakeClock()
-    ctrl, _ = _controller(stuck, clock)
-    ctrl.bundle_informers = {}
-    ctrl.configmap_informers = {}
-    ctrl.queue.add("ns/a")
-    worker = threading.Thread(target=ctrl.process_next_work_item)
+    f = _Fixture(stuck)
+    f.queue.add("ns/a")
+    worker = threading.Thread(target=f.controller.process_next_work_item)
     worker.start()
     assert entered.wait(5)
-    clock.step(600.0)
-    assert ctrl.healthy(), "busy for exactly wedged_after is not wedged"
-    clock.step(0.5)
-    assert not ctrl.healthy()
+    f.clock.step(600.0)
+    assert f.controller.healthy(), "busy for exactly wedged_after is not wedged"
+    f.clock.step(0.5)
+    assert not f.controller.healthy()
     release.set()
     worker.join(5)
-    assert ctrl.healthy()
-    ctrl.queue.shut_down()
+    assert f.controller.healthy()
+    f.queue.shut_down()
 
 
 def test_shutdown_reports_to_worker() -> None:
-    ctrl, _ = _controller(lambda k: Result(k, Action.NONE), FakeClock())
-    ctrl.queue.shut_down()
-    assert ctrl.process_next_work_item() is False
+    f = _Fixture(lambda k: Result(k, Action.NONE))
+    f.queue.shut_down()
+    assert f.controller.process_next_work_item() is False
+
+
+@pytest.mark.parametrize("got", [LOW_PRIORITY, NORMAL_PRIORITY], ids=["low", "normal"])
+def test_a_failed_reconcile_is_retried_at_the_priority_it_was_handed_out_with(got: int) -> None:
+    clock = FakeClock()
+    queue: PriorityQueue[str] = PriorityQueue(clock=clock)
+    f = _Fixture(_raise(ApiError(500, "InternalError", "boom")), queue=queue, clock=clock)
+    queue.add("ns/a", got)
+    assert f.controller.process_next_work_item()
+    assert f.results("error") == 1
+    assert clock.wait_for_waiter(0.005)
+    clock.step(0.005)
+    assert queue.get_with_priority() == ("ns/a", got, False)
+    queue.shut_down()
+
+
+# -- event sources: objects -> keys ----------------------------------------------------
 
 
 def _cm(owner: dict[str, Any] | None, namespace: str = "demo") -> dict[str, Any]:
@@ -196,27 +235,34 @@ BUNDLE_REF = {
     "uid": "u",
     "controller": True,
 }
+to_bundle = enqueue_controller_owner("cbop.dev", "ConfigBundle")
 
 
 @pytest.mark.parametrize(
-    ("obj", "key"),
+    ("obj", "keys"),
     [
-        pytest.param(_cm(BUNDLE_REF), "demo/app", id="controller-ref"),
+        pytest.param(_cm(BUNDLE_REF), ["demo/app"], id="controller-ref"),
         pytest.param(
-            _cm({**BUNDLE_REF, "apiVersion": "cbop.dev/v1"}), "demo/app", id="version-ignored"
+            _cm({**BUNDLE_REF, "apiVersion": "cbop.dev/v1"}), ["demo/app"], id="version-ignored"
         ),
-        pytest.param(_cm({**BUNDLE_REF, "controller": False}), None, id="not-controller"),
-        pytest.param(_cm({**BUNDLE_REF, "kind": "Other"}), None, id="other-kind"),
-        pytest.param(_cm(None), None, id="no-owner"),
+        pytest.param(_cm({**BUNDLE_REF, "controller": False}), [], id="not-controller"),
+        pytest.param(_cm({**BUNDLE_REF, "kind": "Other"}), [], id="other-kind"),
+        pytest.param(_cm({**BUNDLE_REF, "apiVersion": "v1"}), [], id="core-group"),
+        pytest.param(_cm(None), [], id="no-owner"),
     ],
 )
-def test_owned_configmap_maps_to_its_bundle(obj: dict[str, Any], key: str | None) -> None:
-    assert owner_key(obj) == key
+def test_owned_object_maps_to_its_controller_owner(obj: dict[str, Any], keys: list[str]) -> None:
+    assert list(to_bundle(obj)) == keys
 
 
-def test_configmap_events_enqueue_old_and_new_owner_and_tombstones() -> None:
+def test_core_group_owner_is_matched_by_the_empty_group() -> None:
+    ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": "parent", "controller": True}
+    assert list(enqueue_controller_owner("", "ConfigMap")(_cm(ref))) == ["demo/parent"]
+
+
+def test_owned_events_enqueue_old_and_new_owner_and_tombstones() -> None:
     queue: RateLimitingQueue[str] = RateLimitingQueue(clock=FakeClock())
-    handler = _Enqueue(queue, owned=True)
+    handler = EnqueueHandler(queue, to_bundle)
     old = _cm(BUNDLE_REF)
     new = _cm({**BUNDLE_REF, "name": "other"})
     handler.on_update(old, new)
@@ -226,31 +272,6 @@ def test_configmap_events_enqueue_old_and_new_owner_and_tombstones() -> None:
     assert got == ["demo/app", "demo/other", "demo/third"]
     assert len(queue) == 0
     queue.shut_down()
-
-
-class _Lister:
-    def __init__(self, objs: list[dict[str, Any]]) -> None:
-        self.objs = objs
-
-    def get(self, namespace: str | None, name: str) -> dict[str, Any] | None:
-        return next((o for o in self.objs if o["metadata"]["name"] == name), None)
-
-    def by_index(self, index_name: str, value: str) -> list[dict[str, Any]]:
-        return [o for o in self.objs if o["metadata"].get("uid") == value]
-
-    def list(self) -> list[dict[str, Any]]:
-        return list(self.objs)
-
-
-def test_multi_namespace_lister_dispatches_by_namespace() -> None:
-    a = {"metadata": {"name": "x", "namespace": "a", "uid": "1"}}
-    b = {"metadata": {"name": "x", "namespace": "b", "uid": "1"}}
-    lister = MultiNamespaceLister({"a": _Lister([a]), "b": _Lister([b])})
-    assert lister.get("a", "x") is a
-    assert lister.get("b", "x") is b
-    assert lister.get("c", "x") is None
-    assert lister.by_index("controller-uid", "1") == [a, b]
-    assert len(lister.list()) == 2
 
 
 def _bundle(name: str, rv: str) -> dict[str, Any]:
@@ -269,7 +290,7 @@ def _drain(queue: PriorityQueue[str]) -> list[tuple[str | None, int]]:
 def test_initial_list_and_unchanged_updates_go_in_low_real_changes_normal() -> None:
     queue: PriorityQueue[str] = PriorityQueue(clock=FakeClock())
     synced = False
-    handler = _Enqueue(queue, owned=False, synced=lambda: synced)
+    handler = EnqueueHandler(queue, enqueue_object, synced=lambda: synced)
     handler.on_add(_bundle("listed", "1"))  # initial list: the informer has not synced
     synced = True
     handler.on_add(_bundle("created", "2"))
@@ -292,7 +313,8 @@ def test_initial_list_and_unchanged_updates_go_in_low_real_changes_normal() -> N
 def test_a_real_change_overtakes_the_initial_list_through_a_real_informer() -> None:
     h = Harness(resync_period=100.0)
     queue: PriorityQueue[str] = PriorityQueue(clock=FakeClock())
-    h.informer.add_event_handler(_Enqueue(queue, owned=False, synced=h.informer.has_synced))
+    f = _Fixture(lambda k: Result(k, Action.NONE), queue=queue)
+    f.controller.watch(h.informer, enqueue_object)
     try:
         stream = h.start(cm("a", "5"), cm("b", "6"), cm("c", "7"), rv="10")
         wait_until(lambda: queue.ready_by_priority() == {LOW_PRIORITY: 3})
@@ -316,141 +338,8 @@ def test_a_real_change_overtakes_the_initial_list_through_a_real_informer() -> N
 
 def test_plain_queue_takes_every_add_when_the_priority_queue_is_off() -> None:
     queue: RateLimitingQueue[str] = RateLimitingQueue(clock=FakeClock())
-    handler = _Enqueue(queue, owned=False, synced=lambda: False)
+    handler = EnqueueHandler(queue, enqueue_object, synced=lambda: False)
     handler.on_add(_bundle("listed", "1"))
     handler.on_update(_bundle("resynced", "2"), _bundle("resynced", "2"))
     assert [queue.get()[0] for _ in range(2)] == ["demo/listed", "demo/resynced"]
     queue.shut_down()
-
-
-@pytest.mark.parametrize("got", [LOW_PRIORITY, NORMAL_PRIORITY], ids=["low", "normal"])
-def test_a_failed_reconcile_is_retried_at_the_priority_it_was_handed_out_with(got: int) -> None:
-    clock = FakeClock()
-    ctrl, metrics = _controller(_raise(ApiError(500, "InternalError", "boom")), clock)
-    ctrl.queue = PriorityQueue(clock=clock)
-    ctrl.queue.add("ns/a", got)
-    assert ctrl.process_next_work_item()
-    assert _count(metrics, "error") == 1
-    assert clock.wait_for_waiter(0.005)
-    clock.step(0.005)
-    assert ctrl.queue.get_with_priority() == ("ns/a", got, False)
-    ctrl.queue.shut_down()
-
-
-@pytest.mark.parametrize("priority_queue", [True, False], ids=["priority", "plain"])
-def test_the_controller_builds_the_queue_the_flag_asks_for(priority_queue: bool) -> None:
-    ctrl = Controller(
-        None,  # type: ignore[arg-type]  # the informers are built, never started
-        resync_period=0,
-        priority_queue=priority_queue,
-    )
-    assert isinstance(ctrl.queue, PriorityQueue) is priority_queue
-    assert isinstance(ctrl.queue, RateLimitingQueue)
-    ctrl.queue.shut_down()
-
-
-class _StubInformer:
-    """What the controller reads of an informer: name, sync state, current problem."""
-
-    def __init__(
-        self, name: str, *, synced: bool = False, problem: ListWatchProblem | None = None
-    ) -> None:
-        self.name = name
-        self.synced = synced
-        self.current = problem
-        self.sync_calls = 0
-        self.sync_after: int | None = None
-
-    def has_synced(self) -> bool:
-        return self.synced
-
-    def wait_for_sync(self, timeout: float | None = None) -> bool:
-        self.sync_calls += 1
-        if self.sync_after is not None and self.sync_calls >= self.sync_after:
-            self.synced, self.current = True, None
-        return self.synced
-
-    def problem(self) -> ListWatchProblem | None:
-        return self.current
-
-    def healthy(self) -> bool:
-        # As SharedInformer.healthy: refusals and brief failures count as healthy.
-        return self.current is None or self.current.refused or not self.down_long
-
-    down_long = False
-
-
-def _forbidden_problem(namespace: str | None) -> ListWatchProblem:
-    return ListWatchProblem.of(
-        "list", CONFIGMAPS, namespace, ApiError(403, "Forbidden", "configmaps is forbidden")
-    )
-
-
-def _with_informers(*informers: _StubInformer) -> Controller:
-    ctrl = Controller.__new__(Controller)
-    stubs: list[Any] = list(informers)
-    ctrl.bundle_informers = {None: stubs[0]}
-    ctrl.configmap_informers = {str(i): inf for i, inf in enumerate(stubs[1:])}
-    return ctrl
-
-
-def test_a_refused_list_ends_the_cache_sync_wait_at_once_unless_waited_out() -> None:
-    bundles = _StubInformer("configbundles/*", synced=True)
-    configmaps = _StubInformer("configmaps/a", problem=_forbidden_problem("a"))
-    ctrl = _with_informers(bundles, configmaps)
-    assert ctrl.refusals() == [configmaps.current]
-    assert ctrl.wait_for_cache_sync(3600.0, poll=0.001) is False
-    # Waited out (the long-running operator): the timeout does not run while refused.
-    configmaps.sync_after = configmaps.sync_calls + 50
-    assert ctrl.wait_for_cache_sync(0.0, wait_out_refusals=True, poll=0.001) is True
-    assert ctrl.refusals() == []
-
-
-def test_cache_sync_wait_ends_on_stop_and_on_timeout_without_refusal() -> None:
-    ctrl = _with_informers(_StubInformer("configbundles/*"), _StubInformer("configmaps/a"))
-    assert ctrl.wait_for_cache_sync(0.0, wait_out_refusals=True, poll=0.001) is False
-    stop = threading.Event()
-    stop.set()
-    refused = _StubInformer("configmaps/b", problem=_forbidden_problem("b"))
-    ctrl = _with_informers(_StubInformer("configbundles/*"), refused)
-    assert ctrl.wait_for_cache_sync(0.0, stop=stop, wait_out_refusals=True, poll=0.001) is False
-
-
-def test_readiness_has_one_check_per_informer_naming_what_is_wrong() -> None:
-    not_served = ListWatchProblem.of(
-        "list", CONFIGBUNDLES, None, ApiError(404, "NotFound", "404 page not found")
-    )
-    ctrl = _with_informers(
-        _StubInformer("configbundles/*", problem=not_served),
-        _StubInformer("configmaps/a", synced=True, problem=_forbidden_problem("a")),
-        _StubInformer("configmaps/b"),
-        _StubInformer("configmaps/c", synced=True),
-    )
-    checks = {name: check() for name, check in ctrl.readiness_checks().items()}
-    assert checks == {
-        "informer configbundles/*": (
-            "the API server does not serve configbundles of cbop.dev/v1alpha1 (404 on list at "
-            "cluster scope (all namespaces)); install the CustomResourceDefinition "
-            "configbundles.cbop.dev"
-        ),
-        "informer configmaps/a": (
-            'forbidden to list configmaps in namespace "a" (403): configmaps is forbidden'
-        ),
-        "informer configmaps/b": "the first list is in progress",
-        "informer configmaps/c": None,
-    }
-
-
-def test_readiness_ignores_a_brief_watch_failure_but_not_a_long_one() -> None:
-    """A watch that timed out and is being re-established does not fail readiness; one
-    that has been down longer than ``unhealthy_after`` does, naming the failure."""
-    timeout = ListWatchProblem.of(
-        "watch", CONFIGMAPS, "a", ApiError(0, "Timeout", "watch stream broken: read timed out")
-    )
-    brief = _StubInformer("configmaps/a", synced=True, problem=timeout)
-    ctrl = _with_informers(_StubInformer("configbundles/*", synced=True), brief)
-    assert ctrl.readiness_checks()["informer configmaps/a"]() is None
-    brief.down_long = True
-    message = ctrl.readiness_checks()["informer configmaps/a"]()
-    assert message is not None
-    assert "read timed out" in message

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from cbop.cli import build_parser
-from cbop.kube import KubeClient, LeaseNotHeld, Resource
+from cbop.kube import ApiError, KubeClient, LeaseNotHeld, Resource
 from cbop.manager import Manager, Options
 from cbop.metrics.controller import EventSinkCollector
 from cbop.reconciler.events import EventRecorder
@@ -121,13 +121,43 @@ def test_close_returns_within_its_timeout_with_a_stuck_sink_and_a_full_queue() -
         gate.set()
 
 
+class _LeaseServer(KubeClient):
+    """Serves one Lease from memory: the elector wins it at once."""
+
+    def __init__(self) -> None:
+        super().__init__(None)
+        self.lease: dict[str, Any] | None = None
+        self.versions = 0
+
+    def with_limits(self, *, qps: float, burst: int, max_retries: int) -> KubeClient:
+        return self
+
+    def get(self, res: Resource, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        if self.lease is None:
+            raise ApiError(404, "NotFound", "leases not found")
+        return dict(self.lease)
+
+    def create(self, res: Resource, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return self._store(args[1])
+
+    def update(self, res: Resource, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return self._store(args[2])
+
+    def _store(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        self.versions += 1
+        meta = {**body.get("metadata", {}), "resourceVersion": str(self.versions)}
+        self.lease = {**body, "metadata": meta}
+        return dict(self.lease)
+
+
 def test_a_leader_whose_caches_never_sync_gives_up_and_exits_1(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Under leader election the cache-sync verdict comes once leading: a failed sync
     stops the manager with exit code 1, as without leader election."""
+    server = _LeaseServer()
     manager = Manager(
-        KubeClient(None),
+        server,
         Options(
             leader_elect=True,
             leader_election_namespace="ns",
@@ -137,12 +167,17 @@ def test_a_leader_whose_caches_never_sync_gives_up_and_exits_1(
         ),
     )
     started: list[bool] = []
-    monkeypatch.setattr(manager.controller, "wait_for_cache_sync", lambda *a, **k: False)
-    monkeypatch.setattr(manager.controller, "start_workers", lambda: started.append(True))
-    monkeypatch.setattr(manager.controller, "start_informers", lambda: None)
-    elector = manager.elector
-    assert elector is not None
-    # The elector "wins" at once and calls back as it does on acquiring the Lease.
-    monkeypatch.setattr(elector, "run", lambda stop: manager._start_leading())
+    synced: list[bool] = []
+
+    def never_synced(*args: Any, **kwargs: Any) -> bool:
+        synced.append(False)
+        return False
+
+    monkeypatch.setattr(manager.informers, "wait_for_cache_sync", never_synced)
+    monkeypatch.setattr(manager.informers, "start", lambda: None)
+    monkeypatch.setattr(manager.controller, "start", lambda: started.append(True))
     assert manager.run() == 1
+    assert synced == [False], "the sync is waited for once leading"
     assert started == []
+    assert server.lease is not None
+    assert server.lease["spec"]["holderIdentity"] == ""  # released on the way out

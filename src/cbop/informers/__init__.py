@@ -2,15 +2,19 @@
 
 :class:`SharedInformer` mirrors one resource (optionally one namespace / one label
 selector) into an :class:`Indexer` and notifies :class:`ResourceEventHandler` s; the
-:class:`Lister` is the read-only view controllers read from. Cached objects are shared
-parsed-JSON dicts that must never be mutated (see :mod:`cbop.informers.indexer` for the
-contract and the mutation detector that enforces it in tests).
+:class:`Lister` is the read-only view controllers read from
+(:class:`MultiNamespaceLister` over several namespaces); :class:`SharedInformerFactory`
+hands out one informer per resource, scope and selector, shared by every controller.
+Cached objects are shared parsed-JSON dicts that must never be mutated (see
+:mod:`cbop.informers.indexer` for the contract and the mutation detector that enforces
+it in tests).
 
 This package may import ``cbop.metrics``, ``cbop.workqueue``, ``cbop.kube``, ``cbop.api``,
-``cbop.clock`` and ``cbop.tokenbucket``.
+``cbop.clock``, ``cbop.keys`` and ``cbop.tokenbucket``.
 """
 
 from cbop.informers.backoff import Backoff
+from cbop.informers.factory import SharedInformerFactory
 from cbop.informers.handlers import DeleteArg, FuncHandler, ResourceEventHandler
 from cbop.informers.indexer import (
     BY_NAMESPACE,
@@ -20,7 +24,6 @@ from cbop.informers.indexer import (
     Indexer,
     IndexFunc,
     Lister,
-    deletion_key,
     index_by_controller_uid,
     index_by_label,
     index_by_namespace,
@@ -36,6 +39,7 @@ from cbop.informers.informer import (
     strip_managed_fields,
     wait_for_cache_sync,
 )
+from cbop.informers.listers import MultiNamespaceLister
 from cbop.informers.problems import ListWatchProblem
 
 __all__ = [
@@ -52,10 +56,11 @@ __all__ = [
     "ListWatchClient",
     "ListWatchProblem",
     "Lister",
+    "MultiNamespaceLister",
     "ResourceEventHandler",
     "SharedInformer",
+    "SharedInformerFactory",
     "Transform",
-    "deletion_key",
     "index_by_controller_uid",
     "index_by_label",
     "index_by_namespace",

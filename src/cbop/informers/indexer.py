@@ -3,11 +3,12 @@
 This module owns the cache behind every informer, modelled on client-go's
 ``tools/cache`` ``threadSafeMap`` + ``Indexer`` and the generated listers:
 
-* objects are kept by key (:func:`meta_namespace_key`: ``"namespace/name"``, or
-  ``"name"`` for cluster-scoped objects);
+* objects are kept by key (:func:`cbop.keys.object_key`: ``"namespace/name"``, or
+  ``"name"`` for cluster-scoped objects; :func:`meta_namespace_key` also takes a tombstone);
 * named indexes map an index value to the set of keys whose object yields that value
-  (``IndexFunc = Callable[[Mapping], list[str]]``); ``by_namespace`` is always present,
-  :func:`index_by_controller_uid` indexes objects by their controller owner's UID;
+  (``IndexFunc = Callable[[Mapping], list[str]]``); ``by_namespace`` is always present
+  (index names are constants of :mod:`cbop.keys`); :func:`index_by_controller_uid`
+  indexes objects by their controller owner's UID;
 * :class:`DeletedFinalStateUnknown` is the tombstone handed to ``on_delete`` when an
   object vanished while the informer was not watching (found missing on a relist).
 
@@ -37,6 +38,8 @@ from typing import Any, Final
 
 import structlog
 
+from cbop.keys import BY_NAMESPACE, CONTROLLER_UID_INDEX, key_of, object_key, split_key
+
 __all__ = [
     "BY_NAMESPACE",
     "CONTROLLER_UID_INDEX",
@@ -47,7 +50,6 @@ __all__ = [
     "Indexer",
     "Lister",
     "MutationDetector",
-    "deletion_key",
     "index_by_controller_uid",
     "index_by_label",
     "index_by_namespace",
@@ -60,11 +62,6 @@ log = structlog.get_logger("cbop.informers")
 
 #: An index function: object -> the index values it is filed under (may be empty).
 IndexFunc = Callable[[Mapping[str, Any]], list[str]]
-
-#: Name of the built-in namespace index (value: the object's namespace, ``""`` if none).
-BY_NAMESPACE: Final = "by_namespace"
-#: Conventional name of the :func:`index_by_controller_uid` index.
-CONTROLLER_UID_INDEX: Final = "controller-uid"
 
 _DETECTOR_ENV: Final = "CBOP_CACHE_MUTATION_DETECTOR"
 
@@ -92,56 +89,17 @@ class DeletedFinalStateUnknown:
 
 
 def meta_namespace_key(obj: Mapping[str, Any] | DeletedFinalStateUnknown) -> str:
-    """Return the cache key of an object: ``"<namespace>/<name>"``, or ``"<name>"``.
+    """Return the cache key of an object (:func:`cbop.keys.object_key`) or a tombstone.
 
-    As client-go's ``MetaNamespaceKeyFunc``; a :class:`DeletedFinalStateUnknown` yields
-    its own key.
+    As client-go's ``DeletionHandlingMetaNamespaceKeyFunc``: a
+    :class:`DeletedFinalStateUnknown` yields its own key.
 
     Raises:
         ValueError: the object has no ``metadata.name``.
     """
     if isinstance(obj, DeletedFinalStateUnknown):
         return obj.key
-    try:  # the common shape, without ABC isinstance checks
-        meta = obj["metadata"]
-        name = meta["name"]
-        namespace = meta.get("namespace")
-        if type(name) is str and name and (namespace is None or type(namespace) is str):
-            return f"{namespace}/{name}" if namespace else name
-    except (KeyError, TypeError, AttributeError):
-        pass
-    meta = obj.get("metadata")
-    if not isinstance(meta, Mapping):
-        raise ValueError("object has no metadata")
-    name = meta.get("name")
-    if not isinstance(name, str) or not name:
-        raise ValueError("object has no metadata.name")
-    namespace = meta.get("namespace")
-    if isinstance(namespace, str) and namespace:
-        return f"{namespace}/{name}"
-    return name
-
-
-def deletion_key(obj: Mapping[str, Any] | DeletedFinalStateUnknown) -> str:
-    """Return the key of an ``on_delete`` argument (object or tombstone).
-
-    As client-go's ``DeletionHandlingMetaNamespaceKeyFunc``.
-    """
-    return meta_namespace_key(obj)
-
-
-def split_key(key: str) -> tuple[str | None, str]:
-    """Split a cache key into ``(namespace, name)``; namespace is ``None`` for ``"name"``.
-
-    Raises:
-        ValueError: more than one ``/`` or an empty part.
-    """
-    parts = key.split("/")
-    if len(parts) == 1 and parts[0]:
-        return None, parts[0]
-    if len(parts) == 2 and parts[0] and parts[1]:
-        return parts[0], parts[1]
-    raise ValueError(f"unexpected cache key {key!r}")
+    return object_key(obj)
 
 
 def index_by_namespace(obj: Mapping[str, Any]) -> list[str]:
@@ -488,7 +446,7 @@ class Indexer:
 
     def get(self, namespace: str | None, name: str) -> Mapping[str, Any] | None:
         """Return the object ``namespace/name`` (``name`` if namespace is None/empty)."""
-        return self.get_by_key(f"{namespace}/{name}" if namespace else name)
+        return self.get_by_key(key_of(namespace, name))
 
     def list(self) -> _Objects:
         """Return all stored objects (a new list of the shared objects)."""

@@ -7,11 +7,18 @@ imports ``prometheus_client`` (the layers below expose metric seams instead). Mo
   controller-runtime ``workqueue_*`` metrics behind ``cbop.workqueue.MetricsProvider``.
 - ``cbop.metrics.restclient``: ``PrometheusRestClientMetrics``, client-go's
   ``rest_client_*`` metrics behind ``cbop.kube.RestClientMetrics``.
-
-Controller metrics will live beside it.
+- ``cbop.metrics.controller``: ``PrometheusControllerMetricsProvider``, the
+  ``controller_runtime_*`` metrics behind ``cbop.runtime.ControllerMetricsProvider``;
+  the ConfigBundle reconciler's write metrics, the leader-election gauge and the
+  collectors computed at scrape time.
 """
 
+from cbop.metrics.controller import PrometheusControllerMetricsProvider
 from cbop.metrics.restclient import PrometheusRestClientMetrics
 from cbop.metrics.workqueue import PrometheusWorkqueueMetricsProvider
 
-__all__ = ["PrometheusRestClientMetrics", "PrometheusWorkqueueMetricsProvider"]
+__all__ = [
+    "PrometheusControllerMetricsProvider",
+    "PrometheusRestClientMetrics",
+    "PrometheusWorkqueueMetricsProvider",
+]

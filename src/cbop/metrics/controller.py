@@ -31,18 +31,17 @@ RECONCILE_TIME_BUCKETS = (
 )  # fmt: skip
 
 
-class ControllerMetrics:
-    """The metrics of one controller, registered in ``registry``.
+class PrometheusControllerMetricsProvider:
+    """The ``controller_runtime_*`` metrics of every controller, registered in ``registry``.
+
+    Implements ``cbop.runtime.ControllerMetricsProvider``: the metric families are
+    registered once, and each controller gets the children labelled with its name.
 
     Args:
-        controller: the controller's name (the ``controller`` label).
-        registry: where to register; one ControllerMetrics per registry.
-
-    Implements the reconciler's observer hooks (``configmap_write``, ``drift_corrected``).
+        registry: where to register; one provider per registry.
     """
 
-    def __init__(self, controller: str, registry: CollectorRegistry) -> None:
-        self.controller = controller
+    def __init__(self, registry: CollectorRegistry) -> None:
         label = ("controller",)
         self.reconcile_total = Counter(
             "controller_runtime_reconcile",
@@ -50,71 +49,126 @@ class ControllerMetrics:
             ("controller", "result"),
             registry=registry,
         )
-        for result in RESULTS:
-            self.reconcile_total.labels(controller, result)
         self.reconcile_errors = Counter(
             "controller_runtime_reconcile_errors",
             "Total number of reconciliation errors per controller",
             label,
             registry=registry,
-        ).labels(controller)
+        )
         self.terminal_errors = Counter(
             "controller_runtime_terminal_reconcile_errors",
             "Total number of terminal reconciliation errors per controller",
             label,
             registry=registry,
-        ).labels(controller)
+        )
         self.panics = Counter(
             "controller_runtime_reconcile_panics",
             "Total number of reconciliation panics (unexpected exceptions) per controller",
             label,
             registry=registry,
-        ).labels(controller)
+        )
         self.reconcile_time = Histogram(
             "controller_runtime_reconcile_time_seconds",
             "Length of time per reconciliation per controller",
             label,
             buckets=RECONCILE_TIME_BUCKETS,
             registry=registry,
-        ).labels(controller)
+        )
         self.max_concurrent = Gauge(
             "controller_runtime_max_concurrent_reconciles",
             "Maximum number of concurrent reconciles per controller",
             label,
             registry=registry,
-        ).labels(controller)
+        )
         self.active_workers = Gauge(
             "controller_runtime_active_workers",
             "Number of currently used workers per controller",
             label,
             registry=registry,
-        ).labels(controller)
-        self.configmap_writes = Counter(
+        )
+
+    def new_controller_metrics(self, controller: str) -> PrometheusControllerMetrics:
+        """Return the hooks of ``controller``, its series initialised (results to 0)."""
+        return PrometheusControllerMetrics(self, controller)
+
+
+class PrometheusControllerMetrics:
+    """The ``controller_runtime_*`` series of one controller (``cbop.runtime.ControllerMetrics``).
+
+    Args:
+        families: the provider holding the metric families.
+        controller: the ``controller`` label.
+    """
+
+    def __init__(self, families: PrometheusControllerMetricsProvider, controller: str) -> None:
+        self._reconcile_total = {
+            result: families.reconcile_total.labels(controller, result) for result in RESULTS
+        }
+        self._reconcile_errors = families.reconcile_errors.labels(controller)
+        families.terminal_errors.labels(controller)  # exported as 0: nothing is terminal yet
+        self._panics = families.panics.labels(controller)
+        self._reconcile_time = families.reconcile_time.labels(controller)
+        self._max_concurrent = families.max_concurrent.labels(controller)
+        self._active_workers = families.active_workers.labels(controller)
+
+    def set_max_concurrent(self, workers: int) -> None:
+        """Set ``controller_runtime_max_concurrent_reconciles``."""
+        self._max_concurrent.set(workers)
+
+    def worker_started(self) -> None:
+        """Add 1 to ``controller_runtime_active_workers``."""
+        self._active_workers.inc()
+
+    def worker_finished(self) -> None:
+        """Take 1 from ``controller_runtime_active_workers``."""
+        self._active_workers.dec()
+
+    def reconciled(self, result: str, seconds: float) -> None:
+        """Count one reconcile with ``result`` (one of :data:`RESULTS`) lasting ``seconds``."""
+        self._reconcile_total[result].inc()
+        self._reconcile_time.observe(seconds)
+
+    def reconcile_error(self) -> None:
+        """Count one reconcile error."""
+        self._reconcile_errors.inc()
+
+    def panicked(self) -> None:
+        """Count one panic (an unexpected exception in a reconcile)."""
+        self._panics.inc()
+
+
+class ConfigMapWriteMetrics:
+    """``cbop_configmap_writes_total{operation}`` and ``cbop_drift_corrections_total``.
+
+    Implements the ConfigBundle reconciler's observer hooks (``configmap_write``,
+    ``drift_corrected``).
+
+    Args:
+        registry: where to register; one per registry.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._writes = Counter(
             "cbop_configmap_writes",
             "ConfigMap writes cbop made, by operation (create, update, delete)",
             ("operation",),
             registry=registry,
         )
         for op in WRITE_OPERATIONS:
-            self.configmap_writes.labels(op)
-        self.drift_corrections = Counter(
+            self._writes.labels(op)
+        self._drift_corrections = Counter(
             "cbop_drift_corrections",
             "ConfigMaps restored after a change made outside cbop (edit or delete)",
             registry=registry,
         )
 
-    def reconciled(self, result: str, seconds: float) -> None:
-        """Count one reconcile with ``result`` (one of :data:`RESULTS`) lasting ``seconds``."""
-        self.reconcile_total.labels(self.controller, result).inc()
-        self.reconcile_time.observe(seconds)
-
     def configmap_write(self, operation: str) -> None:
         """Count one ConfigMap write (create, update or delete)."""
-        self.configmap_writes.labels(operation).inc()
+        self._writes.labels(operation).inc()
 
     def drift_corrected(self) -> None:
         """Count one drift correction."""
-        self.drift_corrections.inc()
+        self._drift_corrections.inc()
 
 
 class BundleReadinessCollector(Collector):

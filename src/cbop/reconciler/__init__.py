@@ -7,11 +7,10 @@ account in :mod:`.dryrun`); :mod:`.events` records what was done.
 
 from cbop.reconciler.decision import Action, Decision, decide
 from cbop.reconciler.events import EventRecorder
-from cbop.reconciler.interfaces import CONTROLLER_UID_INDEX, Requeue, Result
+from cbop.reconciler.interfaces import Requeue, Result
 from cbop.reconciler.reconcile import Reconciler
 
 __all__ = [
-    "CONTROLLER_UID_INDEX",
     "Action",
     "Decision",
     "EventRecorder",

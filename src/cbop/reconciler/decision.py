@@ -39,6 +39,7 @@ from cbop.api import (
     DeletionPolicy,
     SpecError,
 )
+from cbop.keys import object_key
 from cbop.reconciler.desired import (
     JSON,
     DesiredConfigMap,
@@ -137,14 +138,10 @@ def release_body(current: Mapping[str, Any], bundle: Mapping[str, Any]) -> JSON:
         labels.pop(key, None)
     for key in (ANNOTATION_CONTENT_HASH, ANNOTATION_MANAGED_LABELS, ANNOTATION_MANAGED_ANNOTATIONS):
         annotations.pop(key, None)
-    annotations[ANNOTATION_RELEASED_BY] = _bundle_id(bundle)
+    annotations[ANNOTATION_RELEASED_BY] = object_key(bundle)
     meta["labels"] = labels
     meta["annotations"] = annotations
     return {**current, "metadata": meta}
-
-
-def _bundle_id(bundle: Mapping[str, Any]) -> str:
-    return f"{bundle['metadata']['namespace']}/{bundle['metadata']['name']}"
 
 
 def released_to(current: Mapping[str, Any], bundle: Mapping[str, Any]) -> bool:
@@ -157,7 +154,7 @@ def released_to(current: Mapping[str, Any], bundle: Mapping[str, Any]) -> bool:
     """
     annotations = current.get("metadata", {}).get("annotations") or {}
     return (
-        annotations.get(ANNOTATION_RELEASED_BY) == _bundle_id(bundle)
+        annotations.get(ANNOTATION_RELEASED_BY) == object_key(bundle)
         and controller_reference(current) is None
     )
 

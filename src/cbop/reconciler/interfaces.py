@@ -15,9 +15,11 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from cbop.api import Reason
+from cbop.keys import CONTROLLER_UID_INDEX
 from cbop.kube import Resource
 from cbop.reconciler.decision import Action
 from cbop.reconciler.status import ConditionStatus
+from cbop.runtime import Requeue
 
 __all__ = [
     "CONTROLLER_UID_INDEX",
@@ -28,9 +30,6 @@ __all__ = [
     "Requeue",
     "Result",
 ]
-
-#: Name of the informer index from controller owner UID to objects (see cbop.informers).
-CONTROLLER_UID_INDEX = "controller-uid"
 
 
 class Lister(Protocol):
@@ -129,10 +128,6 @@ class _NoObserver:
 
 #: An :class:`Observer` that counts nothing (the reconciler's default).
 NO_OBSERVER: Final[Observer] = _NoObserver()
-
-
-class Requeue(Exception):  # noqa: N818 - a signal, named for what the controller does
-    """A transient, expected failure (e.g. 409 Conflict): retry rate-limited, log quietly."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,6 +46,7 @@ from cbop.api import (
     config_map_name_of,
     parse_spec,
 )
+from cbop.keys import split_key
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, ConnectionFailed
 from cbop.reconciler.decision import Action, Decision, FinalizerChange, decide
 from cbop.reconciler.desired import content_hash
@@ -143,8 +144,8 @@ class Reconciler:
             ApiError, ConnectionFailed: other failures (already reported in status when
                 possible); retry with backoff.
         """
-        namespace, _, name = key.rpartition("/")
-        bundle = self._bundles.get(namespace or None, name)
+        namespace, name = split_key(key)
+        bundle = self._bundles.get(namespace, name)
         if bundle is None:
             return Result(key, None, message="bundle not found; nothing to do")
         started = time.monotonic()
@@ -161,7 +162,7 @@ class Reconciler:
             spec = err
         current = self._cached_configmap(bundle, spec)
         if current is None and isinstance(spec, BundleSpec) and self._known_conflict(key):
-            current = self._fresh_configmap(namespace, spec.config_map_name)
+            current = self._fresh_configmap(namespace or "", spec.config_map_name)
         decision = decide(bundle, spec, current)
         try:
             result = self._act(key, bundle, spec, decision)

@@ -1,0 +1,126 @@
+"""The ConfigBundle controller: what is specific to ConfigBundles, on the generic runtime.
+
+It owns three decisions and nothing else:
+
+- **its caches**: ConfigBundles, and only the ConfigMaps cbop manages (label
+  ``app.kubernetes.io/managed-by=cbop``, filtered by the API server), the latter with
+  the :data:`cbop.keys.CONTROLLER_UID_INDEX` index the reconciler finds a bundle's
+  ConfigMaps by (:func:`new_reconciler`);
+- **its key mapping**: a ConfigBundle event enqueues the bundle's key, a managed
+  ConfigMap event the key of its controller owner when that is a ConfigBundle
+  (``for_`` / ``owns`` in :func:`setup`);
+- **its reconciler**: :class:`cbop.reconciler.Reconciler`, built with the manager's
+  (fenced) client and the shared listers.
+
+``cbop --once`` uses :func:`new_reconciler` and :func:`reconcile_all` without a manager.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Final
+
+from cbop.api import LABEL_MANAGED_BY, MANAGED_BY_VALUE
+from cbop.informers import MultiNamespaceLister, SharedInformerFactory, index_by_controller_uid
+from cbop.keys import CONTROLLER_UID_INDEX, object_key
+from cbop.kube import CONFIGBUNDLES, CONFIGMAPS
+from cbop.reconciler import EventRecorder, Reconciler, Requeue, Result
+from cbop.reconciler.interfaces import Client, Observer
+from cbop.runtime import Builder, Controller, Manager
+
+__all__ = ["CONTROLLER_NAME", "MANAGED_SELECTOR", "new_reconciler", "reconcile_all", "setup"]
+
+#: The controller's name (metrics' ``controller`` label, the workqueue's name, logs).
+CONTROLLER_NAME: Final = "configbundle"
+#: The label selector of the ConfigMaps cbop watches: only those it manages.
+MANAGED_SELECTOR: Final = f"{LABEL_MANAGED_BY}={MANAGED_BY_VALUE}"
+
+
+def new_reconciler(
+    client: Client,
+    informers: SharedInformerFactory,
+    *,
+    recorder: EventRecorder | None = None,
+    observer: Observer | None = None,
+    dry_run: bool = False,
+) -> Reconciler:
+    """Return the ConfigBundle reconciler reading from ``informers``' shared caches.
+
+    Args:
+        client: the client the reconciler writes with (fenced under leader election).
+        informers: the shared informer factory; the ConfigBundle and managed-ConfigMap
+            informers are requested from it (and the ConfigMaps' owner index added).
+        recorder: where Events go (None: none).
+        observer: the ConfigMap write metrics (None: none).
+        dry_run: see :class:`cbop.reconciler.Reconciler`.
+    """
+    return Reconciler(
+        client=client,
+        bundles=informers.lister(CONFIGBUNDLES),
+        configmaps=informers.lister(
+            CONFIGMAPS,
+            label_selector=MANAGED_SELECTOR,
+            indexers={CONTROLLER_UID_INDEX: index_by_controller_uid},
+        ),
+        recorder=recorder,
+        observer=observer,
+        dry_run=dry_run,
+        controller_name=CONTROLLER_NAME,
+    )
+
+
+def setup(
+    manager: Manager,
+    *,
+    recorder: EventRecorder | None = None,
+    observer: Observer | None = None,
+    workers: int | None = None,
+    priority_queue: bool | None = None,
+) -> Controller:
+    """Add the ConfigBundle controller to ``manager`` and return it.
+
+    Args:
+        manager: the runtime manager (its client, its informers, its metrics).
+        recorder: where Events go (None: none).
+        observer: the ConfigMap write metrics (None: none).
+        workers: worker threads (None: the runtime's default, 4).
+        priority_queue: see :meth:`cbop.runtime.Builder.with_options` (None: on).
+
+    Raises:
+        ValueError: the manager has a controller of this name already.
+    """
+    reconciler = new_reconciler(
+        manager.client, manager.informers, recorder=recorder, observer=observer
+    )
+    return (
+        Builder(manager, CONTROLLER_NAME)
+        .for_(CONFIGBUNDLES)
+        .owns(CONFIGMAPS, label_selector=MANAGED_SELECTOR)
+        .with_options(workers=workers, priority_queue=priority_queue)
+        .complete(reconciler)
+    )
+
+
+def reconcile_all(
+    reconciler: Reconciler, bundles: MultiNamespaceLister, attempts: int = 3
+) -> list[Result]:
+    """Reconcile every cached bundle once, in key order, on the calling thread.
+
+    Used by ``cbop --once``. A lost race (409) is retried up to ``attempts`` times,
+    0.2 s, 0.4 s, ... apart.
+
+    Raises:
+        Requeue: the race was lost ``attempts`` times.
+        ApiError, ConnectionFailed: a bundle could not be reconciled.
+    """
+    results = []
+    for key in sorted(object_key(b) for b in bundles.list()):
+        for attempt in range(attempts):
+            try:
+                results.append(reconciler.reconcile(key))
+                break
+            except Requeue:
+                if attempt == attempts - 1:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
+    return results

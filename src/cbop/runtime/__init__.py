@@ -1,0 +1,54 @@
+"""The controller runtime: a manager that runs controllers assembled by a builder.
+
+After controller-runtime, in small pieces:
+
+- :mod:`.reconcile`: the :class:`Reconciler` protocol (a key in, a :class:`Result` or an
+  exception out) and :class:`Requeue`;
+- :mod:`.handlers`: informer events -> workqueue keys (own key, controller owner's key,
+  any map function), with the priority-queue rules;
+- :mod:`.controller`: a :class:`Controller`: a named workqueue, N workers, the outcome
+  policy, liveness;
+- :mod:`.builder`: :class:`Builder`: "for this kind, owns that kind, watches X mapped by
+  fn" plus options, into a controller added to a manager;
+- :mod:`.manager`: :class:`Manager`: the shared informer factory, probes, leader election
+  and shutdown; runs the controllers' workers only while leading;
+- :mod:`.metrics`: the controller's metrics seam (no Prometheus here).
+
+This package knows nothing of ConfigBundles (see ``cbop.controllers``) nor of Prometheus
+(see ``cbop.metrics``); import-linter enforces both.
+"""
+
+from cbop.runtime.builder import Builder
+from cbop.runtime.controller import DEFAULT_WEDGED_AFTER, DEFAULT_WORKERS, Controller
+from cbop.runtime.handlers import (
+    EnqueueHandler,
+    MapFunc,
+    enqueue_controller_owner,
+    enqueue_object,
+)
+from cbop.runtime.manager import LeaderElection, Manager
+from cbop.runtime.metrics import (
+    ControllerMetrics,
+    ControllerMetricsProvider,
+    NoopControllerMetrics,
+)
+from cbop.runtime.reconcile import Reconciler, Requeue, Result
+
+__all__ = [
+    "DEFAULT_WEDGED_AFTER",
+    "DEFAULT_WORKERS",
+    "Builder",
+    "Controller",
+    "ControllerMetrics",
+    "ControllerMetricsProvider",
+    "EnqueueHandler",
+    "LeaderElection",
+    "Manager",
+    "MapFunc",
+    "NoopControllerMetrics",
+    "Reconciler",
+    "Requeue",
+    "Result",
+    "enqueue_controller_owner",
+    "enqueue_object",
+]
