@@ -38,7 +38,7 @@ from cbop.controller import Controller
 from cbop.kube import CONFIGBUNDLES, ApiError, ConfigError, ConnectionFailed, KubeClient
 from cbop.logconfig import LEVELS, configure_logging
 from cbop.manager import Manager, Options
-from cbop.reconciler import EventRecorder, Result
+from cbop.reconciler import EVENT_LEVELS, EventRecorder, Result
 
 log = structlog.get_logger("cbop.cli")
 
@@ -205,6 +205,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="queue initial-list and resync keys behind real changes, as controller-runtime; "
         "--no-priority-queue: one FIFO for all",
     )
+    flag(
+        "events",
+        "notable",
+        choices=EVENT_LEVELS,
+        help="Events to write: notable (default: drift corrected, replaced, adopted, deleted, "
+        "orphaned, warnings), all (also Created/Updated), none",
+    )
     flag("metrics-bind-address", ":8080", help="address of /metrics (default :8080; 0 disables)")
     flag(
         "health-probe-bind-address",
@@ -332,7 +339,7 @@ def run_once(args: argparse.Namespace, client: KubeClient) -> int:
         be Ready after the pending changes), else :data:`EXIT_PENDING` when a dry run
         found changes pending, else :data:`EXIT_OK`.
     """
-    recorder = None if args.dry_run else EventRecorder(client)
+    recorder = None if args.dry_run else EventRecorder(client, level=args.events)
     controller = Controller(
         client,
         namespaces=args.namespaces,
@@ -464,6 +471,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 shutdown_timeout=args.shutdown_timeout,
                 read_timeout=args.watch_read_timeout,
                 priority_queue=args.priority_queue,
+                events=args.events,
             ),
         )
     except (ValueError, OSError) as err:

@@ -43,7 +43,7 @@ from cbop.metrics.controller import (
 )
 from cbop.metrics.restclient import PrometheusRestClientMetrics
 from cbop.metrics.workqueue import PrometheusWorkqueueMetricsProvider
-from cbop.reconciler import EventRecorder
+from cbop.reconciler import EventLevel, EventRecorder
 
 log = structlog.get_logger("cbop.manager")
 
@@ -73,6 +73,8 @@ class Options:
         priority_queue: a priority workqueue (initial list and resyncs behind real
             changes); False: the plain rate-limiting queue.
         identity: this candidate's identity (default: hostname plus a random suffix).
+        events: which Events are written (``notable``, ``all``, ``none``; see
+            :class:`cbop.reconciler.EventRecorder`).
     """
 
     namespaces: Sequence[str] = ()
@@ -91,6 +93,7 @@ class Options:
     read_timeout: float = 90.0
     priority_queue: bool = True
     identity: str = field(default_factory=lambda: f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}")
+    events: EventLevel = "notable"
 
 
 def pod_namespace() -> str | None:
@@ -161,7 +164,7 @@ class Manager:
         client.set_metrics(PrometheusRestClientMetrics(self.registry))
         # Every write of the reconciler and the Event sink goes through this client.
         writer = client.with_fence(self._fence) if options.leader_elect else client
-        self.recorder = EventRecorder(writer, instance=options.identity)
+        self.recorder = EventRecorder(writer, instance=options.identity, level=options.events)
         self.controller = Controller(
             writer,
             namespaces=options.namespaces,

@@ -613,9 +613,9 @@ class Reconciler:
             self._observer.drift_corrected()
             self._event(bundle, "Normal", "DriftCorrected", decision.message)
         elif action is Action.CREATE:
-            self._event(bundle, "Normal", "Created", decision.message)
+            self._event(bundle, "Normal", "Created", decision.message, routine=True)
         elif action is Action.UPDATE:
-            self._event(bundle, "Normal", "Updated", decision.message)
+            self._event(bundle, "Normal", "Updated", decision.message, routine=True)
         elif action is Action.REPLACE:
             self._event(bundle, "Normal", "Replaced", decision.message)
         elif action is Action.CONFLICT:
@@ -623,9 +623,18 @@ class Reconciler:
         elif action is Action.INVALID and decision.error is not None:
             self._event(bundle, "Warning", decision.error.reason.value, decision.message)
 
-    def _event(self, bundle: Mapping[str, Any], type_: Any, reason: str, message: str) -> None:
+    def _event(
+        self,
+        bundle: Mapping[str, Any],
+        type_: Any,
+        reason: str,
+        message: str,
+        *,
+        routine: bool = False,
+    ) -> None:
+        """Record an Event; ``routine`` ones (what the spec asked for) only at ``--events all``."""
         if self._recorder is not None and not self._dry_run:
-            self._recorder.event(bundle, type_, reason, message)
+            self._recorder.event(bundle, type_, reason, message, routine=routine)
 
     def _count(self, operation: str) -> None:
         if not self._dry_run:
