@@ -26,6 +26,7 @@ syncHandler:
 from __future__ import annotations
 
 import datetime
+import itertools
 import threading
 import time
 import uuid
@@ -42,19 +43,24 @@ from cbop.api import (
     Reason,
     SpecError,
     config_map_name_of,
-    parse_spec,
 )
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, ConnectionFailed, Resource
 from cbop.reconciler.decision import Action, Decision, FinalizerChange, decide
 from cbop.reconciler.desired import content_hash
 from cbop.reconciler.diff import configmap_diff
 from cbop.reconciler.events import EventRecorder
+from cbop.reconciler.memo import DecisionMemo
 from cbop.reconciler.status import ConditionStatus, compute_status, status_equal
 
 #: Seconds a written status is remembered for stale cache reads (see Reconciler).
 _WRITTEN_STATUS_TTL = 300.0
 
 log = structlog.get_logger("cbop.reconciler")
+
+#: Reconcile ids: a random prefix per process and a counter (unique in the process's
+#: log, and far cheaper than a UUID per reconcile).
+_RECONCILE_ID_PREFIX = uuid.uuid4().hex[:6]
+_reconcile_ids = itertools.count(1)
 
 #: Name of the informer index from controller owner UID to objects (see cbop.informers).
 CONTROLLER_UID_INDEX = "controller-uid"
@@ -246,6 +252,9 @@ class Reconciler:
             cachetools.TTLCache(maxsize=100_000, ttl=_WRITTEN_STATUS_TTL)
         )
         self._written_status_lock = threading.Lock()
+        # Parsed specs, desired ConfigMaps and in-sync verdicts by (uid, generation) and
+        # the ConfigMap's (uid, resourceVersion): a no-op reconcile recomputes none.
+        self._memo = DecisionMemo()
 
     # -- entry point ---------------------------------------------------------------
 
@@ -265,21 +274,18 @@ class Reconciler:
         if bundle is None:
             return Result(key, None, message="bundle not found; nothing to do")
         started = time.monotonic()
-        reconcile_id = uuid.uuid4().hex[:12]
+        reconcile_id = f"{_RECONCILE_ID_PREFIX}{next(_reconcile_ids):06x}"
         logger = log.bind(
             controller=self._controller_name,
             namespace=namespace,
             name=name,
             reconcile_id=reconcile_id,
         )
-        try:
-            spec: BundleSpec | SpecError = parse_spec(bundle)
-        except SpecError as err:
-            spec = err
+        spec = self._memo.spec(bundle)
         current = self._cached_configmap(bundle, spec)
         if current is None and isinstance(spec, BundleSpec) and self._known_conflict(key):
             current = self._fresh_configmap(namespace, spec.config_map_name)
-        decision = decide(bundle, spec, current)
+        decision = self._memo.decide(bundle, spec, current)
         try:
             result = self._act(key, bundle, spec, decision)
         except _RejectedError as err:
