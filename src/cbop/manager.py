@@ -31,6 +31,7 @@ import structlog
 from prometheus_client import CollectorRegistry, start_http_server
 
 from cbop.controller import CONTROLLER_NAME, Controller
+from cbop.gcpolicy import freeze_caches
 from cbop.health import ProbeServer, parse_bind_address
 from cbop.kube import KubeClient
 from cbop.leaderelection import LeaderElector
@@ -261,9 +262,12 @@ class Manager:
         # order) is waited out, not ended in a restart loop: the informers retry with
         # backoff and /readyz names what is missing. The timeout only counts while
         # nothing is refused.
-        return self.controller.wait_for_cache_sync(
+        synced = self.controller.wait_for_cache_sync(
             self.options.cache_sync_timeout, stop=self.stop_event, wait_out_refusals=True
         )
+        if synced:
+            freeze_caches()  # full collections stop rescanning the synced caches
+        return synced
 
     def _stop_leading(self) -> None:
         if self._elector_stop.is_set():
