@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.operators import cluster, procs, report
+from bench.operators import cluster, procs, report, scale
 from bench.operators.scenarios import Bench, Settings, log
 from cbop_testing.envtest import ControlPlane
 from cbop_testing.envtest.binaries import pinned_versions
@@ -47,6 +47,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--scenarios", default="s1,s2,s3,s4", help="scenarios (S5 comes from S1; S3 needs S2)"
+    )
+    p.add_argument(
+        "--scale-n",
+        default="10000",
+        help="N of the S6/S7 scale scenarios, comma-separated (default 10000; not in the "
+        "default --scenarios)",
     )
     p.add_argument("--idle", type=float, help="S3 idle seconds (default 300; --quick 30)")
     p.add_argument("--workers", type=int, default=4)
@@ -104,6 +110,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "s2": [],
         "s3": [],
         "s4": [],
+        "scale": [],
     }
     results["settings"]["heal_rate"] = settings.heal_rate
     t_start = time.monotonic()
@@ -141,6 +148,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         results["s4"].append(bench.memory(impl, ns, "unrelated"))
                         cluster.delete_namespace(kube, other)
                         cluster.delete_namespace(kube, ns)
+            if scenarios & scale.SCENARIOS and impl in scale.IMPLS:
+                for n in (int(x) for x in args.scale_n.split(",")):
+                    results["scale"].append(scale.measure(bench, impl, n))
             if "s2" in scenarios and impl != "raw":
                 heal, idle = bench.heal_and_idle(impl)
                 results["s2"].append(heal)
@@ -170,7 +180,7 @@ def write(results: dict[str, Any], out: Path, update_readme: bool) -> Path:
     except Exception as exc:  # noqa: BLE001 - the tables matter more than the pictures
         print(f"plots failed: {exc}", file=sys.stderr)
         plots = []
-    md = report.markdown(results, plots)
+    md = report.markdown(results, plots) + scale.markdown(results)
     md_path = out / f"{base}.md"
     md_path.write_text(md)
     if update_readme:

@@ -40,7 +40,7 @@ from cbop.keys import split_key
 from cbop.kube import CONFIGBUNDLES, ApiError, ConfigError, ConnectionFailed, KubeClient
 from cbop.logconfig import LEVELS, configure_logging
 from cbop.manager import Manager, Options
-from cbop.reconciler import EventRecorder, Result
+from cbop.reconciler import EVENT_LEVELS, EventRecorder, Result
 
 log = structlog.get_logger("cbop.cli")
 
@@ -240,6 +240,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-priority-queue: one FIFO for all",
     )
     flag(
+        "events",
+        defaults.EVENTS,
+        choices=EVENT_LEVELS,
+        help="Events to write: notable (drift corrected, replaced, adopted, deleted, "
+        "orphaned, warnings), all (also Created/Updated), none",
+    )
+    flag(
         "metrics-bind-address",
         defaults.METRICS_BIND_ADDRESS,
         help="address of /metrics; 0 disables",
@@ -383,7 +390,7 @@ def run_once(args: argparse.Namespace, client: KubeClient) -> int:
         be Ready after the pending changes), else :data:`EXIT_PENDING` when a dry run
         found changes pending, else :data:`EXIT_OK`.
     """
-    recorder = None if args.dry_run else EventRecorder(client)
+    recorder = None if args.dry_run else EventRecorder(client, level=args.events)
     informers = SharedInformerFactory(client, namespaces=args.namespaces, resync_period=0)
     reconciler = configbundle.new_reconciler(
         client, informers, recorder=recorder, dry_run=args.dry_run
@@ -514,6 +521,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 shutdown_timeout=args.shutdown_timeout,
                 read_timeout=args.watch_read_timeout,
                 priority_queue=args.priority_queue,
+                events=args.events,
             ),
         )
     except (ValueError, OSError) as err:

@@ -57,6 +57,8 @@ METRICS_BIND_ADDRESS: Final = ":8080"
 HEALTH_PROBE_BIND_ADDRESS: Final = ":8081"
 #: Log level.
 LOG_LEVEL: Final = "info"
+#: Which Events are written: notable (what a user must look at), all, none.
+EVENTS: Final = "notable"
 
 # ----------------------------------------------------------------- leader election
 

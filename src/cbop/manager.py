@@ -37,7 +37,7 @@ from cbop.metrics.controller import (
 from cbop.metrics.restclient import PrometheusRestClientMetrics
 from cbop.metrics.secure import CertSource, start_secure_metrics_server
 from cbop.metrics.workqueue import PrometheusWorkqueueMetricsProvider
-from cbop.reconciler import EventRecorder
+from cbop.reconciler import EventLevel, EventRecorder
 from cbop.runtime import LeaderElection
 from cbop.runtime import Manager as RuntimeManager
 
@@ -73,6 +73,8 @@ class Options:
         priority_queue: a priority workqueue (initial list and resyncs behind real
             changes); False: the plain rate-limiting queue.
         identity: this candidate's identity (default: hostname plus a random suffix).
+        events: which Events are written (``notable``, ``all``, ``none``; see
+            :class:`cbop.reconciler.EventRecorder`).
     """
 
     namespaces: Sequence[str] = ()
@@ -93,6 +95,7 @@ class Options:
     read_timeout: float = defaults.WATCH_READ_TIMEOUT
     priority_queue: bool = True
     identity: str = field(default_factory=lambda: f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}")
+    events: EventLevel = defaults.EVENTS
 
 
 def pod_namespace() -> str | None:
@@ -189,7 +192,7 @@ class Manager(RuntimeManager):
             queue_metrics=PrometheusWorkqueueMetricsProvider(self.registry),
         )
         # Every write of the reconciler and the Event sink goes through self.client.
-        self.recorder = EventRecorder(self.client, instance=options.identity)
+        self.recorder = EventRecorder(self.client, instance=options.identity, level=options.events)
         self.add_cleanup(lambda seconds: self.recorder.close(timeout=seconds))
         self.controller = configbundle.setup(
             self,

@@ -27,7 +27,9 @@ from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, EVENTS, NAMESPACES, ApiError, K
 
 REPO = Path(__file__).resolve().parents[2]
 CRD = REPO / "manifests" / "crd" / "cbop.dev_configbundles.yaml"
-WRITE_VERBS = ("CREATE", "UPDATE", "PATCH", "DELETE", "DELETECOLLECTION", "APPLY")
+#: The ``verb`` label values of writes in ``apiserver_request_total`` (the HTTP method,
+#: or APPLY for server-side apply).
+WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE", "DELETECOLLECTION", "APPLY")
 
 
 def wait_for(

@@ -105,8 +105,11 @@ def test_same_key_in_both_maps_and_bad_base64_are_rejected(
 def test_samples_converge_with_owner_reference_and_status(
     kube: KubeClient, namespace: str, cbop: Callable[..., Operator]
 ) -> None:
-    """The shipped samples become ConfigMaps; status, printer columns and Events tell the truth."""
-    cbop()
+    """The shipped samples become ConfigMaps; status, printer columns and Events tell the truth.
+
+    With ``--events all``, each creation is also a ``Created`` Event.
+    """
+    cbop("--events", "all")
     samples = sorted((REPO / "manifests" / "samples").glob("*.yaml"))
     names = []
     for path in samples:
@@ -142,6 +145,34 @@ def test_samples_converge_with_owner_reference_and_status(
         10,
         message="a Created Event per bundle",
     )
+
+
+def test_a_new_bundle_costs_two_writes_by_default(
+    kube: KubeClient, namespace: str, cbop: Callable[..., Operator]
+) -> None:
+    """S5: with default flags a new bundle costs exactly its ConfigMap POST and its status
+    PATCH, counted by the API server itself (``apiserver_request_total``): no routine
+    ``Created`` Event. Before the Events policy it cost three writes (POST events)."""
+    cbop()
+    wait_no_terminating_namespaces(kube)
+    counted = ("configmaps", "configbundles", "events")
+    before = apiserver_writes(kube, counted)
+    n = 5
+    for i in range(n):
+        create(kube, namespace, f"w{i}", {"data": {"a": str(i)}})
+    for i in range(n):
+        converged(kube, namespace, f"w{i}")
+    # Let late writes land: the Event sink posts after the reconcile, in the background.
+    time.sleep(3)
+    after = apiserver_writes(kube, counted)
+    delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in {*before, *after}}
+    delta = {k: v for k, v in delta.items() if v}
+    assert delta == {
+        ("POST", "configbundles"): n,  # the test's own creates
+        ("POST", "configmaps"): n,
+        ("PATCH", "configbundles"): n,  # the status subresource
+    }, delta
+    assert events(kube, namespace) == []
 
 
 def test_binary_content_is_byte_exact(

@@ -6,6 +6,8 @@ import datetime
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
+
 from cbop.kube import ApiError, Resource
 from cbop.reconciler.events import (
     AGGREGATE_MAX_EVENTS,
@@ -164,3 +166,8 @@ def test_correlator_drops_nothing_under_the_burst() -> None:
     assert fourth is not None
     assert fourth.patch is not None
     assert fourth.patch["count"] == 4
+
+
+def test_an_unknown_event_level_is_refused() -> None:
+    with pytest.raises(ValueError, match="not one of notable, all, none"):
+        EventRecorder(Writer(), level="some")  # type: ignore[arg-type]

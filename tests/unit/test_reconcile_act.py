@@ -18,7 +18,7 @@ from cbop.api import parse_spec
 from cbop.kube import ApiError, ConnectionFailed, Resource
 from cbop.reconciler import Action, Reconciler, Requeue
 from cbop.reconciler.decision import decide
-from cbop.reconciler.events import EventRecorder
+from cbop.reconciler.events import EventLevel, EventRecorder
 
 from .bundles import bundle, synced_status, written
 
@@ -98,13 +98,17 @@ class FakeLister:
 
 
 def reconciler(
-    client: FakeClient, b: dict[str, Any], *cms: dict[str, Any], dry_run: bool = False
+    client: FakeClient,
+    b: dict[str, Any],
+    *cms: dict[str, Any],
+    dry_run: bool = False,
+    events: EventLevel = "notable",
 ) -> Reconciler:
     return Reconciler(
         client=client,
         bundles=FakeLister(b),
         configmaps=FakeLister(*cms),
-        recorder=EventRecorder(client, clock=lambda: NOW),
+        recorder=EventRecorder(client, clock=lambda: NOW, level=events),
         dry_run=dry_run,
         now=lambda: NOW,
     )
@@ -125,7 +129,8 @@ def converged_bundle(spec: dict[str, Any]) -> dict[str, Any]:
     return b
 
 
-def test_create_then_status_then_event() -> None:
+def test_create_then_status_and_no_routine_event_by_default() -> None:
+    """A new bundle costs two writes: the Created Event is routine (``--events all`` only)."""
     client = FakeClient()
     r = reconciler(client, bundle())
     result = r.reconcile("demo/app")
@@ -137,7 +142,45 @@ def test_create_then_status_then_event() -> None:
         ("create", "configmaps", "app"),
         ("patch/status", "configbundles", "app"),
     ]
-    assert ("create", "events", "") in [(v, r, "") for v, r, _ in client.actions]
+    assert [v for v, res, _ in client.actions if res == "events"] == []
+
+
+def event_reasons(client: FakeClient) -> list[str]:
+    """Reasons of the Events ``client`` was asked to create, in order."""
+    return [
+        body["reason"]
+        for (verb, res, _), body in zip(client.actions, client.bodies, strict=True)
+        if res == "events" and verb == "create"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("level", "reasons"), [("all", ["Created"]), ("notable", []), ("none", [])]
+)
+def test_created_event_by_level(level: EventLevel, reasons: list[str]) -> None:
+    client = FakeClient()
+    r = reconciler(client, bundle(), events=level)
+    assert r.reconcile("demo/app").action is Action.CREATE
+    assert r._recorder is not None
+    assert r._recorder.flush()
+    assert event_reasons(client) == reasons
+
+
+@pytest.mark.parametrize(
+    ("level", "reasons"),
+    [("all", ["DriftCorrected"]), ("notable", ["DriftCorrected"]), ("none", [])],
+)
+def test_drift_corrected_event_by_level(level: EventLevel, reasons: list[str]) -> None:
+    """An out-of-band change undone is notable: written unless Events are off."""
+    b = converged_bundle({"data": {"a": "1"}})
+    cm = written(b)
+    cm["data"] = {"a": "tampered"}
+    client = FakeClient()
+    r = reconciler(client, b, cm, events=level)
+    assert r.reconcile("demo/app").action is Action.UPDATE
+    assert r._recorder is not None
+    assert r._recorder.flush()
+    assert event_reasons(client) == reasons
 
 
 def test_converged_bundle_makes_no_request_at_all() -> None:

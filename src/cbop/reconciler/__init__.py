@@ -6,13 +6,15 @@ account in :mod:`.dryrun`); :mod:`.events` records what was done.
 """
 
 from cbop.reconciler.decision import Action, Decision, decide
-from cbop.reconciler.events import EventRecorder
+from cbop.reconciler.events import EVENT_LEVELS, EventLevel, EventRecorder
 from cbop.reconciler.interfaces import Requeue, Result
 from cbop.reconciler.reconcile import Reconciler
 
 __all__ = [
+    "EVENT_LEVELS",
     "Action",
     "Decision",
+    "EventLevel",
     "EventRecorder",
     "Reconciler",
     "Requeue",

@@ -22,7 +22,7 @@ order of the checks is the policy:
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -172,6 +172,9 @@ def decide(
     bundle: Mapping[str, Any],
     spec: BundleSpec | SpecError,
     current: Mapping[str, Any] | None,
+    *,
+    desired_of: Callable[[Mapping[str, Any], BundleSpec], DesiredConfigMap] = desired_configmap,
+    synced: Callable[[DesiredConfigMap, Mapping[str, Any]], bool] = in_sync,
 ) -> Decision:
     """Decide what to do for ``bundle`` given the ConfigMap that exists.
 
@@ -179,6 +182,11 @@ def decide(
         bundle: the ConfigBundle object (dict), never mutated.
         spec: its parsed spec, or the :class:`SpecError` parsing raised.
         current: the ConfigMap named by the spec as it exists, or None.
+        desired_of: computes the desired ConfigMap (default
+            :func:`~cbop.reconciler.desired.desired_configmap`); a memoised equivalent
+            may be passed (:class:`cbop.reconciler.memo.DecisionMemo`).
+        synced: whether a ConfigMap is in sync with the desired one (default
+            :func:`~cbop.reconciler.desired.in_sync`), or a memoised equivalent.
 
     Returns:
         A :class:`Decision`; see the module docstring for the order of the rules.
@@ -215,7 +223,7 @@ def decide(
             finalizer=finalizer,
         )
 
-    desired = desired_configmap(bundle, spec)
+    desired = desired_of(bundle, spec)
     if current is None:
         return Decision(
             Action.CREATE,
@@ -245,7 +253,7 @@ def decide(
                 "not modify it. Delete it or choose another spec.configMapName"
             )
         return Decision(Action.CONFLICT, desired=desired, message=why, finalizer=finalizer)
-    if in_sync(desired, current):
+    if synced(desired, current):
         return Decision(Action.NONE, desired=desired, finalizer=finalizer)
 
     drift = _was_synced(bundle)

@@ -205,6 +205,36 @@ def decode_binary(binary_data: Mapping[str, str] | None) -> dict[str, bytes] | N
         return None
 
 
+def _managed_metadata(
+    desired: DesiredConfigMap, cur_meta: Mapping[str, Any]
+) -> tuple[dict[str, str], dict[str, str], list[Any]]:
+    """Return the labels, annotations and owner references a write of ``desired`` leaves.
+
+    ``cur_meta`` is the existing ConfigMap's metadata (never mutated); the containers
+    returned are new.
+    """
+    cur_labels: Mapping[str, str] = cur_meta.get("labels") or {}
+    cur_annotations: Mapping[str, str] = cur_meta.get("annotations") or {}
+    managed_labels = _managed_keys(cur_annotations, ANNOTATION_MANAGED_LABELS)
+    managed_annotations = _managed_keys(cur_annotations, ANNOTATION_MANAGED_ANNOTATIONS)
+    # The release mark goes as soon as cbop manages the ConfigMap again.
+    managed_annotations.update(
+        (ANNOTATION_MANAGED_LABELS, ANNOTATION_MANAGED_ANNOTATIONS, ANNOTATION_RELEASED_BY)
+    )
+    refs = [
+        r
+        for r in cur_meta.get("ownerReferences") or ()
+        if r.get("uid") != desired.owner_reference["uid"]
+        and not (r.get("controller") and is_bundle_reference(r))
+    ]
+    refs.append(dict(desired.owner_reference))
+    return (
+        _overlay(cur_labels, desired.labels, managed_labels),
+        _overlay(cur_annotations, desired.annotations, managed_annotations),
+        refs,
+    )
+
+
 def render(desired: DesiredConfigMap, current: Mapping[str, Any] | None) -> JSON:
     """Return the ConfigMap body cbop writes to make ``current`` what ``desired`` says.
 
@@ -219,31 +249,15 @@ def render(desired: DesiredConfigMap, current: Mapping[str, Any] | None) -> JSON
         references that others set are kept.
     """
     cur_meta: Mapping[str, Any] = (current or {}).get("metadata", {})
-    cur_labels: Mapping[str, str] = cur_meta.get("labels") or {}
-    cur_annotations: Mapping[str, str] = cur_meta.get("annotations") or {}
-    managed_labels = _managed_keys(cur_annotations, ANNOTATION_MANAGED_LABELS)
-    managed_annotations = _managed_keys(cur_annotations, ANNOTATION_MANAGED_ANNOTATIONS)
-    # The release mark goes as soon as cbop manages the ConfigMap again.
-    managed_annotations.update(
-        (ANNOTATION_MANAGED_LABELS, ANNOTATION_MANAGED_ANNOTATIONS, ANNOTATION_RELEASED_BY)
-    )
-
     meta: JSON = {}
     if current is not None:
         meta = copy.deepcopy(dict(cur_meta))
         meta.pop("managedFields", None)
     meta["name"] = desired.name
     meta["namespace"] = desired.namespace
-    meta["labels"] = _overlay(cur_labels, desired.labels, managed_labels)
-    meta["annotations"] = _overlay(cur_annotations, desired.annotations, managed_annotations)
-    refs = [
-        r
-        for r in meta.get("ownerReferences") or ()
-        if r.get("uid") != desired.owner_reference["uid"]
-        and not (r.get("controller") and is_bundle_reference(r))
-    ]
-    refs.append(dict(desired.owner_reference))
-    meta["ownerReferences"] = refs
+    meta["labels"], meta["annotations"], meta["ownerReferences"] = _managed_metadata(
+        desired, cur_meta
+    )
 
     body: JSON = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta}
     if desired.data:
@@ -288,10 +302,11 @@ def in_sync(desired: DesiredConfigMap, current: Mapping[str, Any]) -> bool:
         return False
     if bool(current.get("immutable")) != desired.immutable:
         return False
-    wanted = render(desired, current)["metadata"]
     meta = current.get("metadata", {})
+    # What render would write, without copying the rest of the metadata.
+    labels, annotations, refs = _managed_metadata(desired, meta)
     return (
-        (meta.get("labels") or {}) == wanted["labels"]
-        and (meta.get("annotations") or {}) == wanted["annotations"]
-        and _owner_refs_equal(meta.get("ownerReferences") or (), wanted["ownerReferences"])
+        (meta.get("labels") or {}) == labels
+        and (meta.get("annotations") or {}) == annotations
+        and _owner_refs_equal(meta.get("ownerReferences") or (), refs)
     )

@@ -19,6 +19,17 @@ waits for an Event write. Failures to record are logged and never fail a reconci
 The sink thread survives any exception (logged and counted in
 :attr:`EventRecorder.failed`), and :meth:`EventRecorder.close` returns within its timeout
 however full the queue or slow the API server.
+
+Which Events are written is the recorder's ``level`` (the ``--events`` flag):
+
+* ``notable`` (the default): what a user must look at in ``kubectl describe``: changes
+  made out of band and undone or worked around (drift corrected, ConfigMap replaced,
+  adopted, deleted, orphaned) and every Warning (conflict, invalid spec, too large).
+  Routine Events (a ConfigMap created or updated because the spec asked for it) are not
+  written: the bundle's status already records them, and an Event would be a third
+  API write per new bundle.
+* ``all``: routine Events too.
+* ``none``: no Events at all.
 """
 
 from __future__ import annotations
@@ -56,6 +67,9 @@ AGGREGATE_INTERVAL = 600.0
 _COMBINED_PREFIX = "(combined from similar events): "
 
 EventType = Literal["Normal", "Warning"]
+#: Which Events a recorder writes (see the module docstring).
+EventLevel = Literal["notable", "all", "none"]
+EVENT_LEVELS: tuple[EventLevel, ...] = ("notable", "all", "none")
 WallClock = Callable[[], datetime.datetime]
 
 
@@ -249,6 +263,11 @@ class EventRecorder:
         component: ``source.component`` / ``reportingController`` of the events.
         instance: ``reportingInstance`` (e.g. the pod name).
         clock: wall-clock function returning an aware datetime (tests pass their own).
+        level: which Events are written: ``notable`` (default; no routine Events),
+            ``all`` or ``none`` (see the module docstring).
+
+    Raises:
+        ValueError: ``level`` is not one of :data:`EVENT_LEVELS`.
     """
 
     def __init__(
@@ -258,7 +277,11 @@ class EventRecorder:
         component: str = "cbop",
         instance: str = "",
         clock: WallClock | None = None,
+        level: EventLevel = "notable",
     ) -> None:
+        if level not in EVENT_LEVELS:
+            raise ValueError(f"event level {level!r} is not one of {', '.join(EVENT_LEVELS)}")
+        self.level: EventLevel = level
         self._client = client
         self._component = component
         self._instance = instance
@@ -273,13 +296,34 @@ class EventRecorder:
         #: Events the sink failed to write (API errors, a closed write fence, bugs).
         self.failed = 0
 
-    def event(self, obj: Mapping[str, Any], type_: EventType, reason: str, message: str) -> None:
+    def wants(self, type_: EventType, *, routine: bool = False) -> bool:
+        """Whether an Event of ``type_`` (``routine``: a change the spec asked for) is written.
+
+        ``none`` writes nothing, ``all`` everything; ``notable`` every Warning and every
+        Normal Event that is not routine.
+        """
+        if self.level == "none":
+            return False
+        return self.level == "all" or type_ == "Warning" or not routine
+
+    def event(
+        self,
+        obj: Mapping[str, Any],
+        type_: EventType,
+        reason: str,
+        message: str,
+        *,
+        routine: bool = False,
+    ) -> None:
         """Record one Event about ``obj`` (a dict with apiVersion, kind and metadata).
 
-        Never raises and never blocks: the Event is queued for the sink thread, which
-        correlates it and writes it; API errors are logged at debug level (Events are
-        best effort).
+        ``routine`` marks a change the spec asked for (a ConfigMap created or updated):
+        written only at level ``all`` (see :meth:`wants`). Never raises and never blocks:
+        the Event is queued for the sink thread, which correlates it and writes it; API
+        errors are logged at debug level (Events are best effort).
         """
+        if not self.wants(type_, routine=routine):
+            return
         meta = obj["metadata"]
         now = self._now()
         stamp = _stamp(now)

@@ -29,6 +29,7 @@ syncHandler:
 from __future__ import annotations
 
 import datetime
+import itertools
 import threading
 import time
 import uuid
@@ -44,7 +45,6 @@ from cbop.api import (
     Reason,
     SpecError,
     config_map_name_of,
-    parse_spec,
 )
 from cbop.keys import split_key
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, ConnectionFailed
@@ -62,12 +62,18 @@ from cbop.reconciler.interfaces import (
     Requeue,
     Result,
 )
+from cbop.reconciler.memo import DecisionMemo
 from cbop.reconciler.status import ConditionStatus, compute_status, status_equal
 
 #: Seconds a written status is remembered for stale cache reads (see Reconciler).
 _WRITTEN_STATUS_TTL = 300.0
 
 log = structlog.get_logger("cbop.reconciler")
+
+#: Reconcile ids: a random prefix per process and a counter (unique in the process's
+#: log, and far cheaper than a UUID per reconcile).
+_RECONCILE_ID_PREFIX = uuid.uuid4().hex[:6]
+_reconcile_ids = itertools.count(1)
 
 __all__ = ["CONTROLLER_UID_INDEX", "Reconciler", "Requeue", "Result"]
 
@@ -130,6 +136,9 @@ class Reconciler:
             cachetools.TTLCache(maxsize=100_000, ttl=_WRITTEN_STATUS_TTL)
         )
         self._written_status_lock = threading.Lock()
+        # Parsed specs, desired ConfigMaps and in-sync verdicts by (uid, generation) and
+        # the ConfigMap's (uid, resourceVersion): a no-op reconcile recomputes none.
+        self._memo = DecisionMemo()
 
     # -- entry point ---------------------------------------------------------------
 
@@ -149,21 +158,18 @@ class Reconciler:
         if bundle is None:
             return Result(key, None, message="bundle not found; nothing to do")
         started = time.monotonic()
-        reconcile_id = uuid.uuid4().hex[:12]
+        reconcile_id = f"{_RECONCILE_ID_PREFIX}{next(_reconcile_ids):06x}"
         logger = log.bind(
             controller=self._controller_name,
             namespace=namespace,
             name=name,
             reconcile_id=reconcile_id,
         )
-        try:
-            spec: BundleSpec | SpecError = parse_spec(bundle)
-        except SpecError as err:
-            spec = err
+        spec = self._memo.spec(bundle)
         current = self._cached_configmap(bundle, spec)
         if current is None and isinstance(spec, BundleSpec) and self._known_conflict(key):
             current = self._fresh_configmap(namespace or "", spec.config_map_name)
-        decision = decide(bundle, spec, current)
+        decision = self._memo.decide(bundle, spec, current)
         try:
             result = self._act(key, bundle, spec, decision)
         except _RejectedError as err:
@@ -497,9 +503,9 @@ class Reconciler:
             self._observer.drift_corrected()
             self._event(bundle, "Normal", "DriftCorrected", decision.message)
         elif action is Action.CREATE:
-            self._event(bundle, "Normal", "Created", decision.message)
+            self._event(bundle, "Normal", "Created", decision.message, routine=True)
         elif action is Action.UPDATE:
-            self._event(bundle, "Normal", "Updated", decision.message)
+            self._event(bundle, "Normal", "Updated", decision.message, routine=True)
         elif action is Action.REPLACE:
             self._event(bundle, "Normal", "Replaced", decision.message)
         elif action is Action.CONFLICT:
@@ -507,9 +513,18 @@ class Reconciler:
         elif action is Action.INVALID and decision.error is not None:
             self._event(bundle, "Warning", decision.error.reason.value, decision.message)
 
-    def _event(self, bundle: Mapping[str, Any], type_: Any, reason: str, message: str) -> None:
+    def _event(
+        self,
+        bundle: Mapping[str, Any],
+        type_: Any,
+        reason: str,
+        message: str,
+        *,
+        routine: bool = False,
+    ) -> None:
+        """Record an Event; ``routine`` ones (what the spec asked for) only at ``--events all``."""
         if self._recorder is not None and not self._dry_run:
-            self._recorder.event(bundle, type_, reason, message)
+            self._recorder.event(bundle, type_, reason, message, routine=routine)
 
     def _count(self, operation: str) -> None:
         if not self._dry_run:

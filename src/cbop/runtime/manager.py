@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import structlog
 
 from cbop import defaults
+from cbop.gcpolicy import freeze_caches
 from cbop.health import ProbeServer
 from cbop.informers import MultiNamespaceLister, SharedInformerFactory
 from cbop.informers.indexer import IndexFunc
@@ -251,6 +252,7 @@ class Manager:
             self._sync_failed = True
             self.stop_event.set()
             return
+        freeze_caches()  # full collections stop rescanning the synced caches
         for controller in self.controllers.values():
             controller.start()
 

@@ -1,0 +1,145 @@
+"""Memoised parts of the reconcile decision, so a no-op reconcile does little work.
+
+A resync reconciles every bundle, and every event of a managed ConfigMap reconciles its
+bundle; almost all of those find nothing to do. What they compute depends on little:
+
+* the parsed spec (:func:`cbop.api.parse_spec`) and the desired ConfigMap (with its
+  content hash) depend only on the bundle's spec and its name, namespace and UID, so
+  they are keyed by ``(uid, generation)``: the API server increments ``generation`` on
+  every spec change (the CRD has a status subresource), and name and namespace never
+  change for a UID;
+* whether a ConfigMap is in sync with that desired ConfigMap also depends on the
+  ConfigMap, keyed by its ``(uid, resourceVersion)``: every change of an object gives
+  it a new resourceVersion.
+
+So a changed bundle or ConfigMap never finds a stale entry: it has a new key. Objects
+without those fields (never the case for objects read from the API server) are not
+memoised. Each cache is an LRU of at most ``maxsize`` entries, safe to share between
+reconcile threads; an entry of a deleted bundle stays until it is evicted.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Hashable, Mapping
+from typing import Any
+
+import cachetools
+
+from cbop.api import BundleSpec, SpecError, parse_spec
+from cbop.reconciler.decision import Decision, decide
+from cbop.reconciler.desired import DesiredConfigMap, desired_configmap, in_sync
+
+#: Default entries per cache: room for this many bundles before a resync evicts entries
+#: it will need again.
+DEFAULT_MAXSIZE = 65_536
+
+
+def _bundle_key(bundle: Mapping[str, Any]) -> tuple[str, int] | None:
+    meta = bundle.get("metadata") or {}
+    uid, generation = meta.get("uid"), meta.get("generation")
+    if not isinstance(uid, str) or not uid or not isinstance(generation, int):
+        return None
+    return uid, generation
+
+
+def _object_key(obj: Mapping[str, Any]) -> tuple[str, str] | None:
+    meta = obj.get("metadata") or {}
+    uid, rv = meta.get("uid"), meta.get("resourceVersion")
+    if not isinstance(uid, str) or not uid or not isinstance(rv, str) or not rv:
+        return None
+    return uid, rv
+
+
+class DecisionMemo:
+    """Parsed specs, desired ConfigMaps and in-sync verdicts, memoised (see module docs).
+
+    Args:
+        maxsize: entries per cache (least recently used go first).
+
+    Thread-safe: a lock guards each cache; a value is computed outside the lock, so two
+    threads may compute the same entry once each (the results are equal).
+    """
+
+    def __init__(self, maxsize: int = DEFAULT_MAXSIZE) -> None:
+        self._specs: cachetools.LRUCache[Hashable, BundleSpec | SpecError] = cachetools.LRUCache(
+            maxsize
+        )
+        self._desired: cachetools.LRUCache[Hashable, DesiredConfigMap] = cachetools.LRUCache(
+            maxsize
+        )
+        self._synced: cachetools.LRUCache[Hashable, bool] = cachetools.LRUCache(maxsize)
+        self._lock = threading.Lock()
+        #: Lookups answered from a cache, and computed, over all three caches.
+        self.hits = 0
+        self.misses = 0
+
+    def _get(self, cache: cachetools.LRUCache[Hashable, Any], key: Hashable | None) -> Any:
+        if key is None:
+            return None
+        with self._lock:
+            value = cache.get(key)
+            if value is None:
+                self.misses += 1
+            else:
+                self.hits += 1
+            return value
+
+    def _put(
+        self, cache: cachetools.LRUCache[Hashable, Any], key: Hashable | None, value: Any
+    ) -> None:
+        if key is not None:
+            with self._lock:
+                cache[key] = value
+
+    def spec(self, bundle: Mapping[str, Any]) -> BundleSpec | SpecError:
+        """Return :func:`cbop.api.parse_spec` of ``bundle``, or the SpecError it raises.
+
+        The returned SpecError carries no traceback (it is kept, and a traceback would
+        keep the frames of the first parse alive).
+        """
+        key = _bundle_key(bundle)
+        got: BundleSpec | SpecError | None = self._get(self._specs, key)
+        if got is not None:
+            return got
+        try:
+            got = parse_spec(bundle)
+        except SpecError as err:
+            got = err.with_traceback(None)
+        self._put(self._specs, key, got)
+        return got
+
+    def desired(self, bundle: Mapping[str, Any], spec: BundleSpec) -> DesiredConfigMap:
+        """Return :func:`cbop.reconciler.desired.desired_configmap` ``(bundle, spec)``.
+
+        ``spec`` must be the parsed spec of ``bundle`` (as :meth:`spec` returns it).
+        """
+        key = _bundle_key(bundle)
+        got: DesiredConfigMap | None = self._get(self._desired, key)
+        if got is None:
+            got = desired_configmap(bundle, spec)
+            self._put(self._desired, key, got)
+        return got
+
+    def decide(
+        self,
+        bundle: Mapping[str, Any],
+        spec: BundleSpec | SpecError,
+        current: Mapping[str, Any] | None,
+    ) -> Decision:
+        """Return :func:`cbop.reconciler.decision.decide` ``(bundle, spec, current)``.
+
+        The same decision, with the desired ConfigMap and the in-sync verdict memoised.
+        """
+        bundle_key = _bundle_key(bundle)
+
+        def synced(desired: DesiredConfigMap, cm: Mapping[str, Any]) -> bool:
+            cm_key = _object_key(cm)
+            key = None if bundle_key is None or cm_key is None else (*bundle_key, *cm_key)
+            verdict: bool | None = self._get(self._synced, key)
+            if verdict is None:
+                verdict = in_sync(desired, cm)
+                self._put(self._synced, key, verdict)
+            return verdict
+
+        return decide(bundle, spec, current, desired_of=self.desired, synced=synced)
