@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.operators import cluster, procs, report
+from bench.operators import apf, cluster, procs, report
 from bench.operators.scenarios import Bench, Settings, log
 from cbop.envtest import ControlPlane
 from cbop.envtest.binaries import pinned_versions
@@ -46,8 +46,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="implementations to run (variants run S1 only, at small N)",
     )
     p.add_argument(
-        "--scenarios", default="s1,s2,s3,s4", help="scenarios (S5 comes from S1; S3 needs S2)"
+        "--scenarios",
+        default="s1,s2,s3,s4,apf",
+        help="scenarios (S5 comes from S1; S3 needs S2; apf: throttled by APF)",
     )
+    p.add_argument("--apf-rounds", type=int, default=1, help="repetitions of the apf scenario")
     p.add_argument("--idle", type=float, help="S3 idle seconds (default 300; --quick 30)")
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--loader-threads", type=int, default=8)
@@ -146,6 +149,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 results["s2"].append(heal)
                 if "s3" in scenarios:
                     results["s3"].append(idle)
+        if "apf" in scenarios:
+            results["apf"] = apf.run_all(
+                bench,
+                cp.kubeconfig_for_service_account,
+                impls,
+                quick=quick,
+                rounds=args.apf_rounds,
+            )
     finally:
         if bench is not None:
             bench.stop()
