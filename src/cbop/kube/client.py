@@ -418,6 +418,9 @@ class KubeClient:
             1.0 / _EXHAUSTED_WARNING_PERIOD, 1, clock=self._clock
         )
         self._exhausted_suppressed = 0
+        # Clock time at which the last 429's Retry-After runs out; a list so that the
+        # clients made by with_fence share it (they are the same traffic).
+        self._throttled_until = [0.0]
 
     # ----------------------------------------------------------------- construction
 
@@ -561,7 +564,29 @@ class KubeClient:
         fenced._bucket = self._bucket
         fenced._counts = self._counts
         fenced._counts_lock = self._counts_lock
+        fenced._throttled_until = self._throttled_until
         return fenced
+
+    def throttled_for(self) -> float:
+        """Seconds until the ``Retry-After`` of the last 429 answer to this client runs out.
+
+        Returns 0.0 when no 429 asked this client to wait, or once the wait is over. Shared
+        with the clients made by :meth:`with_fence`. Background writers (the Event sink)
+        use it to stay out of the way of reconcile writes while API Priority and Fairness
+        rejects this client's requests (see :meth:`wait_while_throttled`).
+        """
+        return max(0.0, self._throttled_until[0] - self._clock.now())
+
+    def wait_while_throttled(self) -> float:
+        """Sleep on the client's clock until :meth:`throttled_for` is 0; return the seconds slept.
+
+        A request that gets a 429 meanwhile extends the wait.
+        """
+        slept = 0.0
+        while (left := self.throttled_for()) > 0:
+            self._clock.sleep(left)
+            slept += left
+        return slept
 
     @property
     def host(self) -> str:
@@ -743,6 +768,10 @@ class KubeClient:
             if status == 401 and not reauthenticated and self._reread_token():
                 reauthenticated = True
                 continue
+            if error.retry_after is not None and status == 429:
+                until = self._clock.now() + min(error.retry_after, _MAX_RETRY_AFTER)
+                with self._counts_lock:
+                    self._throttled_until[0] = max(self._throttled_until[0], until)
             if error.retry_after is not None and (status == 429 or 500 <= status <= 599):
                 if attempt < self._max_retries:
                     attempt += 1
