@@ -386,10 +386,11 @@ def tables(results: Mapping[str, Any]) -> list[str]:
         "FlowSchema (precedence 100) for the operator's ServiceAccount -> PriorityLevel "
         "`Limited`, `nominalConcurrencyShares: 1`, lending and borrowing 0, `Reject`. "
         "Rejected and dispatched: kube-apiserver's `apiserver_flowcontrol_*_requests_total` "
-        "for that level over the window; rejected/s = rejected / converge time. 429s, "
+        "for that level over the window; rejected/s = rejected / converge time; rejected "
+        "share = rejected / (rejected + dispatched). 429s, "
         "retries and wait: the operator's own `rest_client_*` metrics (controller-runtime "
-        "exports no retry count). Longest gap: the longest stretch with no bundle "
-        "converging.",
+        "exports no retry count). Longest gap: the longest stretch, from the first create, "
+        "with no bundle converging (the first bundles converge only after their patch).",
         "",
     ]
     header = [
@@ -401,6 +402,7 @@ def tables(results: Mapping[str, Any]) -> list[str]:
         "APF rejected",
         "rejected/s",
         "APF dispatched",
+        "rejected share",
         "client 429s",
         "retries",
         "retry wait s",
@@ -420,6 +422,7 @@ def tables(results: Mapping[str, Any]) -> list[str]:
                 _f(a["rejected"], 0),
                 _f(r["rejected_per_second"], 1),
                 _f(a["dispatched"], 0),
+                f"{_f(100 * _ratio(a['rejected'], a['rejected'] + a['dispatched']), 1)} %",
                 _f(c["throttled"], 0),
                 _f(c["retries"], 0) if cbop_only else "-",
                 _f(c["retry_wait_seconds"], 1) if cbop_only else "-",
@@ -427,11 +430,14 @@ def tables(results: Mapping[str, Any]) -> list[str]:
         )
     lines = _table(header, rows, "rrl" + "r" * (len(header) - 3))
     out += [*lines, ""]
-    ratio_lines = [
-        "| round | workers | converge time cbop / controller-runtime | "
-        "rejected/s cbop / controller-runtime |",
-        "|---:|---:|---:|---:|",
+    ratio_header = [
+        "round",
+        "workers",
+        "converge time cbop / controller-runtime",
+        "rejected/s cbop / controller-runtime",
+        "rejected (total) cbop / controller-runtime",
     ]
+    ratio_rows = []
     goals = []
     for (round_, workers, impl), r in sorted(by.items()):
         peer = by.get((round_, workers, "controller-runtime"))
@@ -439,10 +445,14 @@ def tables(results: Mapping[str, Any]) -> list[str]:
             continue
         t = _ratio(r["seconds"], peer["seconds"])
         rej = _ratio(r["rejected_per_second"], peer["rejected_per_second"])
-        ratio_lines.append(
-            f"| {round_} | {workers} | {_f(t)}x | "
-            + (f"{_f(rej)}x" if peer["rejected_per_second"] else "- (peer 0/s)")
-            + " |"
+        ratio_rows.append(
+            [
+                str(round_),
+                str(workers),
+                f"{_f(t)}x",
+                f"{_f(rej)}x",
+                f"{_f(_ratio(r['apf']['rejected'], peer['apf']['rejected']))}x",
+            ]
         )
         verdict_t = "met" if t <= 1.0 else "**missed**"
         ok_rej = r["rejected_per_second"] <= peer["rejected_per_second"]
@@ -452,6 +462,6 @@ def tables(results: Mapping[str, Any]) -> list[str]:
             f"(goal <= 1.0x) — {verdict_t}; rejected/s {_f(r['rejected_per_second'], 1)} vs "
             f"{_f(peer['rejected_per_second'], 1)} (goal no more) — {verdict_r}"
         )
-    if len(ratio_lines) > 2:
-        out += [*ratio_lines, "", *goals, ""]
+    if ratio_rows:
+        out += [*_table(ratio_header, ratio_rows, "rrrrr"), "", *goals, ""]
     return out
