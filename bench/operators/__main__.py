@@ -51,6 +51,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="scenarios (S5 comes from S1; S3 needs S2; apf: throttled by APF)",
     )
     p.add_argument("--apf-rounds", type=int, default=1, help="repetitions of the apf scenario")
+    p.add_argument(
+        "--apf-workers", default="4,32", help="apf: worker settings, comma-separated (4,32)"
+    )
     p.add_argument("--idle", type=float, help="S3 idle seconds (default 300; --quick 30)")
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--loader-threads", type=int, default=8)
@@ -156,6 +159,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 impls,
                 quick=quick,
                 rounds=args.apf_rounds,
+                workers=[int(x) for x in args.apf_workers.split(",")],
             )
     finally:
         if bench is not None:

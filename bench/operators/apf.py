@@ -183,7 +183,8 @@ def flowcontrol_counts(kube: KubeClient, level: str) -> dict[str, float]:
 
 
 def client_counts(metrics_port: int) -> dict[str, float]:
-    """An operator's client metrics: answers 429, all requests, retries, Retry-After waited.
+    """An operator's client metrics: answers 429 (in all, and by HTTP method), all requests,
+    retries, Retry-After waited.
 
     Read from its ``/metrics``: ``rest_client_requests_total`` (both operators),
     ``rest_client_request_retries_total`` and ``cbop_rest_client_retry_wait_seconds_total``
@@ -195,10 +196,12 @@ def client_counts(metrics_port: int) -> dict[str, float]:
     out = {"requests": 0.0, "throttled": 0.0, "retries": 0.0, "retry_wait_seconds": 0.0}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
+            method = sample.labels.get("method", "?")
             if sample.name == "rest_client_requests_total":
                 out["requests"] += sample.value
                 if sample.labels.get("code") == "429":
                     out["throttled"] += sample.value
+                    out[f"throttled:{method}"] = out.get(f"throttled:{method}", 0.0) + sample.value
             elif sample.name == "rest_client_request_retries_total":
                 out["retries"] += sample.value
             elif sample.name == "cbop_rest_client_retry_wait_seconds_total":
@@ -342,20 +345,21 @@ def run_all(
     *,
     quick: bool,
     rounds: int = 1,
+    workers: Sequence[int] = WORKERS,
 ) -> list[dict[str, Any]]:
     """Every (round, workers, operator) in turn, the operators interleaved within a setting."""
     bundles, patches = (100, 40) if quick else (500, 200)
     chosen = [i for i in impls if i in IMPLEMENTATIONS]
     records = []
     for round_ in range(1, rounds + 1):
-        for workers in WORKERS:
+        for count in workers:
             for impl in chosen:
                 records.append(
                     run_one(
                         bench,
                         kubeconfig_for,
                         impl,
-                        workers,
+                        count,
                         bundles=bundles,
                         patches=patches,
                         round_=round_,

@@ -356,7 +356,8 @@ def markdown(results: Mapping[str, Any], plots: Sequence[str]) -> str:
         f"{', '.join(results.get('cbop_revisions') or ['?'])} (the commit each cbop process "
         "started from).",
         "",
-        f"Settings: {s['workers']} workers for every operator (and the raw floor), loader with "
+        f"Settings: {s['workers']} workers for every operator in S1-S5 (and the raw floor; "
+        "apf sets its own), loader with "
         f"{s['loader_threads']} threads, no client-side rate limit anywhere "
         f"({results.get('limits', '')}). "
         f"Wall clock of the run: {results.get('wall_seconds', 0) / 60:.1f} min.",
