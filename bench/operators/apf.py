@@ -36,14 +36,15 @@ from bench.operators import cluster
 from bench.operators.procs import Operator, cbop_revision
 from bench.operators.scenarios import CANARY, CANARY_INDEX, Bench, log, names_for
 from bench.operators.watch import Observer
+from cbop.envtest.flowcontrol import (
+    FLOW_SCHEMAS,
+    PRIORITY_LEVELS,
+    rejecting_flow_schema,
+    rejecting_priority_level,
+)
 from cbop.kube import CONFIGBUNDLES, ApiError, KubeClient, Resource
 from cbop.reconciler.desired import content_hash
 
-FLOWCONTROL = "flowcontrol.apiserver.k8s.io"
-PRIORITY_LEVELS = Resource(
-    FLOWCONTROL, "v1", "prioritylevelconfigurations", "PriorityLevelConfiguration", False
-)
-FLOW_SCHEMAS = Resource(FLOWCONTROL, "v1", "flowschemas", "FlowSchema", False)
 CLUSTER_ROLES = Resource("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False)
 ROLE_BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
 CLUSTER_ROLE = cluster.REPO / "manifests" / "rbac" / "cluster_role.yaml"
@@ -55,54 +56,6 @@ WORKERS = (4, 32)
 
 #: ``(namespace, service account) -> kubeconfig path`` with that account's token.
 KubeconfigFor = Callable[[str, str], Path]
-
-
-def priority_level(name: str) -> dict[str, Any]:
-    """The throttling PriorityLevelConfiguration of issue 18 (one share, Reject)."""
-    return {
-        "metadata": {"name": name},
-        "spec": {
-            "type": "Limited",
-            "limited": {
-                "nominalConcurrencyShares": 1,
-                "lendablePercent": 0,
-                "borrowingLimitPercent": 0,
-                "limitResponse": {"type": "Reject"},
-            },
-        },
-    }
-
-
-def flow_schema(name: str, namespace: str, account: str) -> dict[str, Any]:
-    """A FlowSchema (precedence 100) sending every request of one ServiceAccount to ``name``."""
-    return {
-        "metadata": {"name": name},
-        "spec": {
-            "matchingPrecedence": 100,
-            "priorityLevelConfiguration": {"name": name},
-            "distinguisherMethod": {"type": "ByUser"},
-            "rules": [
-                {
-                    "subjects": [
-                        {
-                            "kind": "ServiceAccount",
-                            "serviceAccount": {"name": account, "namespace": namespace},
-                        }
-                    ],
-                    "resourceRules": [
-                        {
-                            "verbs": ["*"],
-                            "apiGroups": ["*"],
-                            "resources": ["*"],
-                            "namespaces": ["*"],
-                            "clusterScope": True,
-                        }
-                    ],
-                    "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
-                }
-            ],
-        },
-    }
 
 
 def ensure_cluster_role(kube: KubeClient) -> None:
@@ -135,8 +88,8 @@ def throttle(kube: KubeClient, name: str, namespace: str, account: str) -> None:
     condition once it has processed it; before that the account's requests may still
     land in the default levels.
     """
-    kube.create(PRIORITY_LEVELS, None, priority_level(name))
-    kube.create(FLOW_SCHEMAS, None, flow_schema(name, namespace, account))
+    kube.create(PRIORITY_LEVELS, None, rejecting_priority_level(name))
+    kube.create(FLOW_SCHEMAS, None, rejecting_flow_schema(name, namespace, account))
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         conditions = kube.get(FLOW_SCHEMAS, None, name).get("status", {}).get("conditions") or ()
