@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.operators import cluster, procs, report, scale
+from bench.operators import apf, cluster, procs, report, scale
 from bench.operators.scenarios import Bench, Settings, log
 from cbop_testing.envtest import ControlPlane
 from cbop_testing.envtest.binaries import pinned_versions
@@ -46,7 +46,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="implementations to run (variants run S1 only, at small N)",
     )
     p.add_argument(
-        "--scenarios", default="s1,s2,s3,s4", help="scenarios (S5 comes from S1; S3 needs S2)"
+        "--scenarios",
+        default="s1,s2,s3,s4,apf",
+        help="scenarios (S5 comes from S1; S3 needs S2; apf: throttled by APF)",
+    )
+    p.add_argument("--apf-rounds", type=int, default=1, help="repetitions of the apf scenario")
+    p.add_argument(
+        "--apf-workers", default="4,32", help="apf: worker settings, comma-separated (4,32)"
     )
     p.add_argument(
         "--scale-n",
@@ -156,6 +162,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 results["s2"].append(heal)
                 if "s3" in scenarios:
                     results["s3"].append(idle)
+        if "apf" in scenarios:
+            results["apf"] = apf.run_all(
+                bench,
+                cp.kubeconfig_for_service_account,
+                impls,
+                quick=quick,
+                rounds=args.apf_rounds,
+                workers=[int(x) for x in args.apf_workers.split(",")],
+            )
     finally:
         if bench is not None:
             bench.stop()

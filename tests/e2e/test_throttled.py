@@ -21,14 +21,15 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, KubeClient, Resource
 from cbop_testing.envtest import ControlPlane
+from cbop_testing.envtest.flowcontrol import (
+    FLOW_SCHEMAS,
+    PRIORITY_LEVELS,
+    rejecting_flow_schema,
+    rejecting_priority_level,
+)
 
 from .harness import REPO, Operator, bundle, raw_get, wait_for
 
-FLOWCONTROL = "flowcontrol.apiserver.k8s.io"
-PRIORITY_LEVELS = Resource(
-    FLOWCONTROL, "v1", "prioritylevelconfigurations", "PriorityLevelConfiguration", False
-)
-FLOW_SCHEMAS = Resource(FLOWCONTROL, "v1", "flowschemas", "FlowSchema", False)
 CLUSTER_ROLES = Resource("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False)
 ROLE_BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
 
@@ -46,54 +47,8 @@ def _create_ignoring_existing(kube: KubeClient, res: Resource, body: dict[str, A
 
 def _throttle(kube: KubeClient, name: str, namespace: str) -> None:
     """Create the Reject priority level and the FlowSchema sending cbop's SA to it."""
-    kube.create(
-        PRIORITY_LEVELS,
-        None,
-        {
-            "metadata": {"name": name},
-            "spec": {
-                "type": "Limited",
-                "limited": {
-                    "nominalConcurrencyShares": 1,
-                    "lendablePercent": 0,
-                    "borrowingLimitPercent": 0,
-                    "limitResponse": {"type": "Reject"},
-                },
-            },
-        },
-    )
-    kube.create(
-        FLOW_SCHEMAS,
-        None,
-        {
-            "metadata": {"name": name},
-            "spec": {
-                "matchingPrecedence": 100,
-                "priorityLevelConfiguration": {"name": name},
-                "distinguisherMethod": {"type": "ByUser"},
-                "rules": [
-                    {
-                        "subjects": [
-                            {
-                                "kind": "ServiceAccount",
-                                "serviceAccount": {"name": "cbop", "namespace": namespace},
-                            }
-                        ],
-                        "resourceRules": [
-                            {
-                                "verbs": ["*"],
-                                "apiGroups": ["*"],
-                                "resources": ["*"],
-                                "namespaces": ["*"],
-                                "clusterScope": True,
-                            }
-                        ],
-                        "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
-                    }
-                ],
-            },
-        },
-    )
+    kube.create(PRIORITY_LEVELS, None, rejecting_priority_level(name))
+    kube.create(FLOW_SCHEMAS, None, rejecting_flow_schema(name, namespace, "cbop"))
 
 
 def _rejected(kube: KubeClient, flow_schema: str) -> float:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -171,3 +172,32 @@ def test_correlator_drops_nothing_under_the_burst() -> None:
 def test_an_unknown_event_level_is_refused() -> None:
     with pytest.raises(ValueError, match="not one of notable, all, none"):
         EventRecorder(Writer(), level="some")  # type: ignore[arg-type]
+
+
+class ThrottledWriter(Writer):
+    """A writer whose client is throttled (a 429's Retry-After) until ``release`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+        self.waiting = threading.Event()
+
+    def wait_while_throttled(self) -> float:
+        self.waiting.set()
+        self.release.wait(10)
+        return 0.0
+
+
+def test_the_sink_writes_nothing_while_the_client_is_throttled() -> None:
+    """Issue 18: under APF throttling the Events wait, leaving the seats to reconcile writes."""
+    writer = ThrottledWriter()
+    rec = EventRecorder(writer, clock=WallClock())
+    rec.event(obj("a"), "Normal", "Created", "created ConfigMap a")
+    rec.event(obj("b"), "Normal", "Created", "created ConfigMap b")
+    assert writer.waiting.wait(5)
+    assert not rec.flush(0.2)
+    assert writer.calls == []
+    writer.release.set()
+    assert rec.flush()
+    assert [name.split(".")[0] for _, name, _ in writer.calls] == ["a", "b"]
+    rec.close()

@@ -819,3 +819,41 @@ def test_the_fence_is_checked_after_a_retry_after_wait(server_factory: Any) -> N
     assert kind == "err"
     assert isinstance(value, LeaseNotHeld)
     assert len(srv.requests) == 1
+
+
+def test_a_429_throttles_the_client_and_its_fenced_copies_for_the_retry_after(
+    server_factory: Any,
+) -> None:
+    """Issue 18: background writers can tell that APF is rejecting this client, and for how long."""
+    answers = iter(
+        [
+            Reply(503, {"kind": "Status", "code": 503}, {"Retry-After": "5"}),
+            Reply(429, {"kind": "Status", "code": 429}, {"Retry-After": "3"}),
+            Reply(201, cm("a")),
+        ]
+    )
+    srv = server_factory(lambda seen: next(answers))
+    clock = FakeClock(100.0)
+    client = make_client(srv.url, clock=clock)
+    fenced = client.with_fence(lambda: True)
+    assert client.throttled_for() == 0.0
+    t, out = run_in_thread(lambda: fenced.create(CONFIGMAPS, "default", cm("a")))
+    # A 5xx with Retry-After is retried but is not throttling.
+    assert clock.wait_for_waiter(deadline=105.0)
+    assert client.throttled_for() == 0.0
+    clock.step(5.0)
+    # The 429 is: both the client and its fenced copy report the wait left.
+    assert clock.wait_for_waiter(deadline=108.0)
+    assert client.throttled_for() == 3.0
+    assert fenced.throttled_for() == 3.0
+    waiter, waited = run_in_thread(client.wait_while_throttled)
+    clock.step(1.0)
+    assert client.throttled_for() == 2.0
+    assert waiter.is_alive()
+    clock.step(2.0)
+    t.join(5)
+    waiter.join(5)
+    assert out.get_nowait()[0] == "ok"
+    assert waited.get_nowait() == ("ok", 3.0)
+    assert client.throttled_for() == 0.0
+    assert client.wait_while_throttled() == 0.0

@@ -195,6 +195,27 @@ class KubeClient:
             self._transport.with_limits(qps=qps, burst=burst, max_retries=max_retries)
         )
 
+    def throttled_for(self) -> float:
+        """Seconds until the ``Retry-After`` of the last 429 answer to this client runs out.
+
+        Returns 0.0 when no 429 asked this client to wait, or once the wait is over. Shared
+        with the clients made by :meth:`with_fence`. Background writers (the Event sink)
+        use it to stay out of the way of reconcile writes while API Priority and Fairness
+        rejects this client's requests (see :meth:`wait_while_throttled`).
+        """
+        return self._transport.throttled_for()
+
+    def wait_while_throttled(self) -> float:
+        """Sleep on the client's clock until :meth:`throttled_for` is 0; return the seconds slept.
+
+        A request that gets a 429 meanwhile extends the wait.
+        """
+        slept = 0.0
+        while (left := self.throttled_for()) > 0:
+            self._transport.clock.sleep(left)
+            slept += left
+        return slept
+
     def set_metrics(self, metrics: RestClientMetrics) -> None:
         """Report client-go's REST client metrics to ``metrics`` from now on.
 

@@ -241,6 +241,9 @@ class Transport:
             1.0 / _EXHAUSTED_WARNING_PERIOD, 1, clock=self._clock
         )
         self._exhausted_suppressed = 0
+        # Clock time at which the last 429's Retry-After runs out; a list so that the
+        # transports made by with_fence share it (they are the same traffic).
+        self._throttled_until = [0.0]
 
     @property
     def api_client(self) -> Any:
@@ -291,7 +294,15 @@ class Transport:
         fenced._bucket = self._bucket
         fenced._counts = self._counts
         fenced._counts_lock = self._counts_lock
+        fenced._throttled_until = self._throttled_until
         return fenced
+
+    def throttled_for(self) -> float:
+        """Seconds until the ``Retry-After`` of the last 429 answer runs out (0.0: none).
+
+        Shared with the transports made by :meth:`with_fence`.
+        """
+        return max(0.0, self._throttled_until[0] - self._clock.now())
 
     def set_metrics(self, metrics: RestClientMetrics) -> None:
         """Report client-go's REST client metrics to ``metrics`` from now on."""
@@ -485,6 +496,10 @@ class Transport:
             if status == 401 and not reauthenticated and reread_token(self._api.configuration):
                 reauthenticated = True
                 continue
+            if error.retry_after is not None and status == 429:
+                until = self._clock.now() + min(error.retry_after, _MAX_RETRY_AFTER)
+                with self._counts_lock:
+                    self._throttled_until[0] = max(self._throttled_until[0], until)
             if error.retry_after is not None and (status == 429 or 500 <= status <= 599):
                 if attempt < self._max_retries:
                     attempt += 1

@@ -15,7 +15,11 @@ correlates them first as client-go's EventCorrelator does (:class:`EventCorrelat
 
 Like client-go's broadcaster, events are correlated and written by a background thread
 from a bounded queue (1,000 events; more are dropped and logged), so a reconcile never
-waits for an Event write. Failures to record are logged and never fail a reconcile.
+waits for an Event write. While the API server throttles the client (a 429 whose
+``Retry-After`` has not run out, see :meth:`cbop.kube.KubeClient.wait_while_throttled`),
+the sink writes nothing, leaving the seats API Priority and Fairness grants cbop to the
+reconcile writes; the queued Events follow once the throttling stops. Failures to record
+are logged and never fail a reconcile.
 The sink thread survives any exception (logged and counted in
 :attr:`EventRecorder.failed`), and :meth:`EventRecorder.close` returns within its timeout
 however full the queue or slow the API server.
@@ -371,6 +375,7 @@ class EventRecorder:
                 if item is None:
                     return
                 try:
+                    self._yield_to_throttling()
                     self._write(item)
                 except LeaseNotHeld as err:
                     self.failed += 1
@@ -381,6 +386,12 @@ class EventRecorder:
                         log.exception("event sink failed to write an event", reason=item["reason"])
             finally:
                 self._pending.task_done()
+
+    def _yield_to_throttling(self) -> None:
+        """Wait while the client is throttled by a 429 (if it can tell; test fakes cannot)."""
+        wait = getattr(self._client, "wait_while_throttled", None)
+        if callable(wait):
+            wait()
 
     def _write(self, body: dict[str, Any]) -> None:
         """Correlate one Event and create it, or patch the Event it repeats."""

@@ -1,0 +1,424 @@
+"""The APF scenario: each operator throttled by API Priority and Fairness (issue 18).
+
+Each operator runs as its own ServiceAccount (bound to the shipped ``cbop`` ClusterRole in
+its namespace) and a fresh FlowSchema (precedence 100, matching only that ServiceAccount)
+sends every request it makes to a fresh PriorityLevelConfiguration: ``Limited``,
+``nominalConcurrencyShares: 1``, no lending or borrowing, ``limitResponse: Reject``, so
+kube-apiserver answers 429 with its own Retry-After once the level's few seats are taken.
+The bench's admin client (exempt from APF) creates ``bundles`` bundles, then patches the
+spec of the first ``patches`` of them; the time to converge is from the first create to
+the moment the watches show every ConfigMap with its final content and every bundle
+Ready for its final generation.
+
+Counts come from kube-apiserver's own metrics for that priority level
+(``apiserver_flowcontrol_rejected_requests_total``, ``..._dispatched_requests_total``),
+scraped before the first create and once everything converged, and from each operator's
+client metrics (``rest_client_requests_total{code="429"}``; cbop also exports its retries
+and the Retry-After seconds it waited).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import itertools
+import time
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from bench.operators import cluster
+from bench.operators.procs import Operator, cbop_revision
+from bench.operators.scenarios import CANARY, CANARY_INDEX, Bench, log, names_for
+from bench.operators.watch import Observer
+from cbop.kube import CONFIGBUNDLES, ApiError, KubeClient, Resource
+from cbop.reconciler.desired import content_hash
+from cbop_testing.envtest.flowcontrol import (
+    FLOW_SCHEMAS,
+    PRIORITY_LEVELS,
+    rejecting_flow_schema,
+    rejecting_priority_level,
+)
+
+CLUSTER_ROLES = Resource("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False)
+ROLE_BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
+CLUSTER_ROLE = cluster.REPO / "manifests" / "rbac" / "cluster_role.yaml"
+
+#: Operators the scenario runs (kopf is not: it needs cluster-wide reads beyond cbop's role).
+IMPLEMENTATIONS = ("cbop", "controller-runtime")
+#: Concurrent reconciles per operator, each a separate run.
+WORKERS = (4, 32)
+
+#: ``(namespace, service account) -> kubeconfig path`` with that account's token.
+KubeconfigFor = Callable[[str, str], Path]
+
+
+def ensure_cluster_role(kube: KubeClient) -> None:
+    """Create the shipped ``cbop`` ClusterRole if it does not exist."""
+    with contextlib.suppress(ApiError):
+        kube.create(CLUSTER_ROLES, None, yaml.safe_load(CLUSTER_ROLE.read_text()))
+
+
+def bind(kube: KubeClient, namespace: str, account: str) -> None:
+    """Bind the ``cbop`` ClusterRole to ``account`` in ``namespace`` (a RoleBinding)."""
+    kube.create(
+        ROLE_BINDINGS,
+        namespace,
+        {
+            "metadata": {"name": account},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "cbop",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+        },
+    )
+
+
+def throttle(kube: KubeClient, name: str, namespace: str, account: str) -> None:
+    """Create the priority level and FlowSchema; wait until kube-apiserver has taken them in.
+
+    The API server's APF configuration controller marks a FlowSchema's ``Dangling``
+    condition once it has processed it; before that the account's requests may still
+    land in the default levels.
+    """
+    kube.create(PRIORITY_LEVELS, None, rejecting_priority_level(name))
+    kube.create(FLOW_SCHEMAS, None, rejecting_flow_schema(name, namespace, account))
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        conditions = kube.get(FLOW_SCHEMAS, None, name).get("status", {}).get("conditions") or ()
+        if any(c.get("type") == "Dangling" and c.get("status") == "False" for c in conditions):
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"FlowSchema {name} was not taken in by kube-apiserver within 30 s")
+
+
+def unthrottle(kube: KubeClient, name: str) -> None:
+    for res in (FLOW_SCHEMAS, PRIORITY_LEVELS):
+        try:
+            kube.delete(res, None, name)
+        except ApiError as err:
+            if not err.is_not_found:
+                raise
+
+
+def flowcontrol_counts(kube: KubeClient, level: str) -> dict[str, float]:
+    """kube-apiserver's rejected (by reason) and dispatched request counts for one level.
+
+    Returns ``{"rejected": total, "rejected:<reason>": n, ..., "dispatched": n}``. Only
+    the two families' lines are parsed (the whole page is megabytes).
+    """
+    out = {"rejected": 0.0, "dispatched": 0.0}
+    families = {
+        "apiserver_flowcontrol_rejected_requests_total{": "rejected",
+        "apiserver_flowcontrol_dispatched_requests_total{": "dispatched",
+    }
+    for line in cluster.raw_get(kube, "/metrics").splitlines():
+        for prefix, key in families.items():
+            if not line.startswith(prefix):
+                continue
+            labels_text, _, value = line[len(prefix) :].rpartition("} ")
+            labels = dict(cluster._LABEL.findall(labels_text))
+            if labels.get("priority_level") != level:
+                continue
+            count = float(value.split()[0])
+            out[key] += count
+            if key == "rejected":
+                reason = f"rejected:{labels.get('reason', '?')}"
+                out[reason] = out.get(reason, 0.0) + count
+    return out
+
+
+def client_counts(metrics_port: int) -> dict[str, float]:
+    """An operator's client metrics: answers 429 (in all, and by HTTP method), all requests,
+    retries, Retry-After waited.
+
+    Read from its ``/metrics``: ``rest_client_requests_total`` (both operators),
+    ``rest_client_request_retries_total`` and ``cbop_rest_client_retry_wait_seconds_total``
+    (cbop only; client-go retries 429s too but controller-runtime exports no count of it).
+    """
+    url = f"http://127.0.0.1:{metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        text = resp.read().decode()
+    out = {"requests": 0.0, "throttled": 0.0, "retries": 0.0, "retry_wait_seconds": 0.0}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            method = sample.labels.get("method", "?")
+            if sample.name == "rest_client_requests_total":
+                out["requests"] += sample.value
+                if sample.labels.get("code") == "429":
+                    out["throttled"] += sample.value
+                    out[f"throttled:{method}"] = out.get(f"throttled:{method}", 0.0) + sample.value
+            elif sample.name == "rest_client_request_retries_total":
+                out["retries"] += sample.value
+            elif sample.name == "cbop_rest_client_retry_wait_seconds_total":
+                out["retry_wait_seconds"] += sample.value
+    return out
+
+
+def _minus(after: Mapping[str, float], before: Mapping[str, float]) -> dict[str, float]:
+    return {k: v - before.get(k, 0.0) for k, v in after.items()}
+
+
+def patched_data(index: int) -> dict[str, str]:
+    """The merge patch of a patched bundle's ``spec.data`` (one value changed)."""
+    return {"index": f"patched-{index}"}
+
+
+def final_expectations(bundles: int, patches: int) -> dict[str, cluster.Expected]:
+    """What every ConfigMap must carry at the end: patched bundles with their new value."""
+    out = {}
+    for i, name in enumerate(names_for(bundles)):
+        want = cluster.expected(name, i)
+        if i < patches:
+            data = {**want.data, **patched_data(i)}
+            binary = {k: base64.b64decode(v) for k, v in want.binary_data.items()}
+            want = cluster.Expected(
+                data=data,
+                binary_data=want.binary_data,
+                labels=want.labels,
+                content_hash=content_hash(data, binary),
+            )
+        out[name] = want
+    out[CANARY] = cluster.expected(CANARY, CANARY_INDEX)
+    return out
+
+
+def longest_gap(times: Sequence[float], start: float) -> float:
+    """The longest stretch (seconds) in which no bundle converged, from ``start`` on."""
+    points = [start, *sorted(times)]
+    return max((b - a for a, b in itertools.pairwise(points)), default=0.0)
+
+
+def run_one(
+    bench: Bench,
+    kubeconfig_for: KubeconfigFor,
+    impl: str,
+    workers: int,
+    *,
+    bundles: int,
+    patches: int,
+    round_: int = 1,
+) -> dict[str, Any]:
+    """One operator, throttled, through ``bundles`` creates and ``patches`` patches.
+
+    Returns the record (seconds to converge, APF rejected/dispatched counts, client
+    counts). Raises TimeoutError when the operator never becomes ready.
+    """
+    kube = bench.kube
+    ns = bench.namespace(impl, f"apf-w{workers}")
+    account = f"bench-{impl}"
+    level = f"bench-apf-{ns}"[:63]
+    ensure_cluster_role(kube)
+    kubeconfig = kubeconfig_for(ns, account)
+    bind(kube, ns, account)
+    throttle(kube, level, ns, account)
+    expected = final_expectations(bundles, patches)
+    names = names_for(bundles)
+    op = Operator(
+        impl,
+        kubeconfig,
+        ns,
+        workers=workers,
+        resync=0.0,
+        log_path=bench.s.logs / f"{ns}.log",
+    )
+    if impl.startswith("cbop"):
+        bench.revisions.add(cbop_revision())
+    bench.current = op
+    observer: Observer | None = None
+    try:
+        op.wait_ready(180)
+        observer = Observer(kube, ns, expected).start()
+        bench.canary(ns, observer, None)
+        apf0 = flowcontrol_counts(kube, level)
+        client0 = client_counts(op.metrics_port)
+        log(f"APF {impl} workers={workers}: {bundles} creates, {patches} patches ({ns})")
+        t0 = time.monotonic()
+        bench.create_bundles(ns, [(name, i) for i, name in enumerate(names)], {})
+        loaded = time.monotonic() - t0
+
+        def patch(i: int) -> None:
+            kube.patch(CONFIGBUNDLES, ns, names[i], {"spec": {"data": patched_data(i)}})
+
+        with ThreadPoolExecutor(bench.s.loader_threads) as pool:
+            for _ in pool.map(patch, range(patches)):
+                pass
+        patched = time.monotonic() - t0
+        complete = observer.wait_done(names, timeout=900)
+        done = observer.done_times()
+        apf1 = flowcontrol_counts(kube, level)
+        client1 = client_counts(op.metrics_port)
+    finally:
+        if observer is not None:
+            observer.stop()
+        bench.stop()
+        unthrottle(kube, level)
+    finished = [t for x in names if (t := done[x]) is not None]
+    seconds = (max(finished) - t0) if finished else float("nan")
+    apf = _minus(apf1, apf0)
+    client = _minus(client1, client0)
+    record: dict[str, Any] = {
+        "impl": impl,
+        "workers": workers,
+        "round": round_,
+        "namespace": ns,
+        "bundles": bundles,
+        "patches": patches,
+        "complete": complete,
+        "converged": len(finished),
+        "seconds": seconds,
+        "load_seconds": loaded,
+        "patch_seconds": patched,
+        "longest_gap": longest_gap(finished, t0),
+        "apf": apf,
+        "rejected_per_second": apf["rejected"] / seconds if seconds else float("nan"),
+        "client": client,
+    }
+    log(
+        f"APF {impl} workers={workers}: {len(finished)}/{bundles} in {seconds:.2f} s, "
+        f"APF rejected {apf['rejected']:.0f} ({record['rejected_per_second']:.1f}/s), "
+        f"dispatched {apf['dispatched']:.0f}; client 429s {client['throttled']:.0f}, "
+        f"retries {client['retries']:.0f}, waited {client['retry_wait_seconds']:.1f} s"
+    )
+    cluster.delete_namespace(kube, ns)
+    return record
+
+
+def run_all(
+    bench: Bench,
+    kubeconfig_for: KubeconfigFor,
+    impls: Sequence[str],
+    *,
+    quick: bool,
+    rounds: int = 1,
+    workers: Sequence[int] = WORKERS,
+) -> list[dict[str, Any]]:
+    """Every (round, workers, operator) in turn, the operators interleaved within a setting."""
+    bundles, patches = (100, 40) if quick else (500, 200)
+    chosen = [i for i in impls if i in IMPLEMENTATIONS]
+    records = []
+    for round_ in range(1, rounds + 1):
+        for count in workers:
+            for impl in chosen:
+                records.append(
+                    run_one(
+                        bench,
+                        kubeconfig_for,
+                        impl,
+                        count,
+                        bundles=bundles,
+                        patches=patches,
+                        round_=round_,
+                    )
+                )
+    return records
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b else float("nan")
+
+
+def tables(results: Mapping[str, Any]) -> list[str]:
+    """Markdown for the APF records of a run, with the cbop / controller-runtime ratios."""
+    from bench.operators.report import _f, _table  # report imports this module
+
+    recs = results.get("apf") or []
+    if not recs:
+        return []
+    r0 = recs[0]
+    out = [
+        f"### APF: throttled as its own ServiceAccount, {r0['bundles']:,} bundles created "
+        f"and {r0['patches']:,} patched by an unthrottled admin",
+        "",
+        "FlowSchema (precedence 100) for the operator's ServiceAccount -> PriorityLevel "
+        "`Limited`, `nominalConcurrencyShares: 1`, lending and borrowing 0, `Reject`. "
+        "Rejected and dispatched: kube-apiserver's `apiserver_flowcontrol_*_requests_total` "
+        "for that level over the window; rejected/s = rejected / converge time; rejected "
+        "share = rejected / (rejected + dispatched). 429s, "
+        "retries and wait: the operator's own `rest_client_*` metrics (controller-runtime "
+        "exports no retry count). Longest gap: the longest stretch, from the first create, "
+        "with no bundle converging (the first bundles converge only after their patch).",
+        "",
+    ]
+    header = [
+        "round",
+        "workers",
+        "implementation",
+        "converge s",
+        "longest gap s",
+        "APF rejected",
+        "rejected/s",
+        "APF dispatched",
+        "rejected share",
+        "client 429s",
+        "retries",
+        "retry wait s",
+    ]
+    rows = []
+    by = {(r["round"], r["workers"], r["impl"]): r for r in recs}
+    for r in recs:
+        c, a = r["client"], r["apf"]
+        cbop_only = r["impl"].startswith("cbop")
+        rows.append(
+            [
+                str(r["round"]),
+                str(r["workers"]),
+                r["impl"],
+                _f(r["seconds"]) + ("" if r["complete"] else " (incomplete)"),
+                _f(r["longest_gap"]),
+                _f(a["rejected"], 0),
+                _f(r["rejected_per_second"], 1),
+                _f(a["dispatched"], 0),
+                f"{_f(100 * _ratio(a['rejected'], a['rejected'] + a['dispatched']), 1)} %",
+                _f(c["throttled"], 0),
+                _f(c["retries"], 0) if cbop_only else "-",
+                _f(c["retry_wait_seconds"], 1) if cbop_only else "-",
+            ]
+        )
+    lines = _table(header, rows, "rrl" + "r" * (len(header) - 3))
+    out += [*lines, ""]
+    ratio_header = [
+        "round",
+        "workers",
+        "converge time cbop / controller-runtime",
+        "rejected/s cbop / controller-runtime",
+        "rejected (total) cbop / controller-runtime",
+    ]
+    ratio_rows = []
+    goals = []
+    for (round_, workers, impl), r in sorted(by.items()):
+        peer = by.get((round_, workers, "controller-runtime"))
+        if impl != "cbop" or peer is None:
+            continue
+        t = _ratio(r["seconds"], peer["seconds"])
+        rej = _ratio(r["rejected_per_second"], peer["rejected_per_second"])
+        ratio_rows.append(
+            [
+                str(round_),
+                str(workers),
+                f"{_f(t)}x",
+                f"{_f(rej)}x",
+                f"{_f(_ratio(r['apf']['rejected'], peer['apf']['rejected']))}x",
+            ]
+        )
+        verdict_t = "met" if t <= 1.0 else "**missed**"
+        ok_rej = r["rejected_per_second"] <= peer["rejected_per_second"]
+        verdict_r = "met" if ok_rej else "**missed**"
+        goals.append(
+            f"- APF round {round_}, {workers} workers: converge {_f(t)}x controller-runtime "
+            f"(goal <= 1.0x) — {verdict_t}; rejected/s {_f(r['rejected_per_second'], 1)} vs "
+            f"{_f(peer['rejected_per_second'], 1)} (goal no more) — {verdict_r}"
+        )
+    if ratio_rows:
+        out += [*_table(ratio_header, ratio_rows, "rrrrr"), "", *goals, ""]
+    return out
