@@ -1,0 +1,62 @@
+"""The rollout controllers' wiring: one controller per workload kind, sharing informers.
+
+The ConfigBundle controller and the three rollout controllers read the managed
+ConfigMaps through one informer per namespace (the factory's key is resource, scope and
+selector), and each workload kind is cached with the opt-in label selector and the
+ConfigMap index the rollout's map function queries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from cbop.controllers import configbundle, rollout
+from cbop.informers import SharedInformerFactory
+from cbop.keys import CONTROLLER_UID_INDEX
+from cbop.kube import CONFIGMAPS, DAEMONSETS, DEPLOYMENTS, STATEFULSETS, KubeClient
+from cbop.rollout import CONFIGMAP_INDEX, ROLLOUT_SELECTOR
+from cbop.runtime import Manager
+from tests.unit.fakeapi import FakeApi
+
+
+@pytest.fixture
+def manager() -> Iterator[Manager]:
+    informers = SharedInformerFactory(FakeApi(), namespaces=["a", "b"], resync_period=0)
+    made = Manager(KubeClient(None), informers=informers, identity="test", shutdown_timeout=1.0)
+    yield made
+    informers.shutdown()
+
+
+def test_rollout_controllers_share_the_configbundle_controllers_configmap_informer(
+    manager: Manager,
+) -> None:
+    configbundle.setup(manager)
+    controllers = rollout.setup(manager, workers=1)
+    assert [c.name for c in controllers] == [
+        "rollout-deployment",
+        "rollout-statefulset",
+        "rollout-daemonset",
+    ]
+    assert set(manager.controllers) == {"configbundle", *(c.name for c in controllers)}
+    factory = manager.informers
+    # One informer per (resource, namespace): the managed-ConfigMap informer serves all
+    # four controllers (a second selector would add "configmaps/a[...]").
+    assert sorted(inf.name for inf in factory.informers) == sorted(
+        f"{plural}/{ns}"
+        for plural in ("configbundles", "configmaps", "daemonsets", "deployments", "statefulsets")
+        for ns in ("a", "b")
+    )
+    configmaps = factory.informers_for(CONFIGMAPS, label_selector=configbundle.MANAGED_SELECTOR)
+    for informer in configmaps.values():
+        assert CONTROLLER_UID_INDEX in informer.indexer().index_names()
+    for resource in (DEPLOYMENTS, STATEFULSETS, DAEMONSETS):
+        for informer in factory.informers_for(resource, label_selector=ROLLOUT_SELECTOR).values():
+            assert CONFIGMAP_INDEX in informer.indexer().index_names()
+
+
+def test_a_second_setup_is_refused(manager: Manager) -> None:
+    rollout.setup(manager)
+    with pytest.raises(ValueError, match="rollout-deployment"):
+        rollout.setup(manager)
