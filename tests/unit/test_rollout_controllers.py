@@ -16,6 +16,8 @@ from cbop.controllers import configbundle, rollout
 from cbop.informers import SharedInformerFactory
 from cbop.keys import CONTROLLER_UID_INDEX
 from cbop.kube import CONFIGMAPS, DAEMONSETS, DEPLOYMENTS, STATEFULSETS, KubeClient
+from cbop.manager import Manager as CbopManager
+from cbop.manager import Options
 from cbop.rollout import CONFIGMAP_INDEX, ROLLOUT_SELECTOR
 from cbop.runtime import Manager
 from tests.unit.fakeapi import FakeApi
@@ -60,3 +62,32 @@ def test_a_second_setup_is_refused(manager: Manager) -> None:
     rollout.setup(manager)
     with pytest.raises(ValueError, match="rollout-deployment"):
         rollout.setup(manager)
+
+
+@pytest.mark.parametrize("enabled", [True, False], ids=["rollout", "no-rollout"])
+def test_cbop_manager_runs_the_rollout_only_with_the_flag(enabled: bool) -> None:
+    """``--rollout`` adds the three controllers and ``cbop_rollouts_total{kind}`` (each
+    kind at 0); without it neither, and no apps informer is created."""
+    made = CbopManager(
+        KubeClient(None),
+        Options(
+            namespaces=("a",),
+            metrics_bind_address="0",
+            health_probe_bind_address="0",
+            rollout=enabled,
+        ),
+    )
+    rollouts = {"rollout-deployment", "rollout-statefulset", "rollout-daemonset"}
+    assert set(made.controllers) == {"configbundle", *(rollouts if enabled else ())}
+    counted = {
+        kind: made.registry.get_sample_value("cbop_rollouts_total", {"kind": kind})
+        for kind in ("Deployment", "StatefulSet", "DaemonSet")
+    }
+    if enabled:
+        assert counted == {"Deployment": 0.0, "StatefulSet": 0.0, "DaemonSet": 0.0}
+    else:
+        assert counted == {"Deployment": None, "StatefulSet": None, "DaemonSet": None}
+        assert sorted(inf.name for inf in made.informers.informers) == [
+            "configbundles/a",
+            "configmaps/a",
+        ]
