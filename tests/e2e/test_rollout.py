@@ -34,19 +34,12 @@ from cbop.kube import (
 )
 from cbop.rollout import ANNOTATION_CONFIG_HASH, LABEL_ROLLOUT, Action, decide
 from cbop_testing.envtest import ControlPlane
-from cbop_testing.envtest.components import DEFAULT_CONTROLLERS
 
 from .fixtures import install_crd
 from .harness import Operator, apiserver_writes, bundle, events, ready, set_spec, wait_for
+from .workloads import WORKLOAD_CONTROLLERS, revisions
 
 NAMESPACE = "rollout-e2e"
-REPLICASETS = Resource("apps", "v1", "replicasets", "ReplicaSet")
-CONTROLLER_REVISIONS = Resource("apps", "v1", "controllerrevisions", "ControllerRevision")
-REVISIONS = {
-    "Deployment": REPLICASETS,
-    "StatefulSet": CONTROLLER_REVISIONS,
-    "DaemonSet": CONTROLLER_REVISIONS,
-}
 APPS = ("deployments", "statefulsets", "daemonsets")
 WAIT = 90.0
 #: Longer than the coalescing window (1 s) plus a reconcile on a busy machine: a write
@@ -84,15 +77,8 @@ class Cbop:
 
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    controllers = (
-        *DEFAULT_CONTROLLERS,
-        "deployment-controller",
-        "replicaset-controller",
-        "statefulset-controller",
-        "daemonset-controller",
-    )
     with ControlPlane(
-        workdir=tmp_path_factory.mktemp("rollout-plane"), controllers=controllers
+        workdir=tmp_path_factory.mktemp("rollout-plane"), controllers=WORKLOAD_CONTROLLERS
     ) as control_plane:
         install_crd(control_plane)
         yield control_plane
@@ -175,15 +161,6 @@ def in_sync(kube: KubeClient, resource: Resource, name: str) -> bool:
     return decide(obj, configmaps).action is Action.NONE and bool(config_hash(kube, resource, name))
 
 
-def revisions(kube: KubeClient, kind: str, owner_uid: str) -> list[str]:
-    items = kube.list(REVISIONS[kind], NAMESPACE)["items"]
-    return sorted(
-        item["metadata"]["name"]
-        for item in items
-        if any(r.get("uid") == owner_uid for r in item["metadata"].get("ownerReferences") or ())
-    )
-
-
 def settled(kube: KubeClient, resource: Resource, name: str) -> str:
     """Wait until cbop's annotation is current and the workload's controller has seen
     it; return the workload's UID."""
@@ -227,14 +204,16 @@ def test_a_bundle_change_rolls_the_workload_once(
     new_bundle(kube, conf, {"level": "info"})
     kube.create(resource, NAMESPACE, workload(kind, name, [conf]))
     uid = settled(kube, resource, name)
-    before = wait_for(lambda: revisions(kube, kind, uid), WAIT, message=f"{kind}'s revisions")
+    before = wait_for(
+        lambda: revisions(kube, NAMESPACE, kind, uid), WAIT, message=f"{kind}'s revisions"
+    )
     first = config_hash(kube, resource, name)
     writes, counted = applies(kube), cbop.rollouts(kind)
 
     change_bundle(kube, conf, {"level": "debug"})
     wait_for(lambda: config_hash(kube, resource, name) != first, WAIT, message="a new config-hash")
     after = wait_for(
-        lambda: (got := revisions(kube, kind, uid)) != before and got,
+        lambda: (got := revisions(kube, NAMESPACE, kind, uid)) != before and got,
         WAIT,
         message=f"{kind}'s revision for the new pod template",
     )
@@ -242,7 +221,7 @@ def test_a_bundle_change_rolls_the_workload_once(
     settled(kube, resource, name)
     time.sleep(QUIET)
     assert applies(kube) - writes == 1
-    assert revisions(kube, kind, uid) == after
+    assert revisions(kube, NAMESPACE, kind, uid) == after
     assert cbop.rollouts(kind) - counted == 1
     changed = wait_for(
         lambda: [
@@ -262,7 +241,9 @@ def test_two_bundles_changed_together_give_one_rollout(kube: KubeClient, cbop: C
     new_bundle(kube, "pair-b", {"b": "1"})
     kube.create(DEPLOYMENTS, NAMESPACE, workload("Deployment", "pair", ["pair-a", "pair-b"]))
     uid = settled(kube, DEPLOYMENTS, "pair")
-    before = wait_for(lambda: revisions(kube, "Deployment", uid), WAIT, message="ReplicaSets")
+    before = wait_for(
+        lambda: revisions(kube, NAMESPACE, "Deployment", uid), WAIT, message="ReplicaSets"
+    )
     writes = applies(kube)
 
     gen_a = change_bundle(kube, "pair-a", {"a": "2"})
@@ -272,7 +253,7 @@ def test_two_bundles_changed_together_give_one_rollout(kube: KubeClient, cbop: C
     settled(kube, DEPLOYMENTS, "pair")  # the digest of both new contents
     time.sleep(QUIET)
     assert applies(kube) - writes == 1
-    after = revisions(kube, "Deployment", uid)
+    after = revisions(kube, NAMESPACE, "Deployment", uid)
     assert len(after) == len(before) + 1
     changed = workload_events(kube, "pair", "ConfigChanged")
     assert any("ConfigBundle(s) pair-a, pair-b changed" in e["message"] for e in changed)
@@ -283,7 +264,9 @@ def test_an_immutable_bundle_replaced_rolls_once(kube: KubeClient, cbop: Cbop) -
     new_bundle(kube, "frozen", {"v": "1"}, immutable=True)
     kube.create(DEPLOYMENTS, NAMESPACE, workload("Deployment", "frozen-app", ["frozen"]))
     uid = settled(kube, DEPLOYMENTS, "frozen-app")
-    before = wait_for(lambda: revisions(kube, "Deployment", uid), WAIT, message="ReplicaSets")
+    before = wait_for(
+        lambda: revisions(kube, NAMESPACE, "Deployment", uid), WAIT, message="ReplicaSets"
+    )
     old_uid = kube.get(CONFIGMAPS, NAMESPACE, "frozen")["metadata"]["uid"]
     writes = applies(kube)
 
@@ -293,7 +276,7 @@ def test_an_immutable_bundle_replaced_rolls_once(kube: KubeClient, cbop: Cbop) -
     settled(kube, DEPLOYMENTS, "frozen-app")
     time.sleep(QUIET)
     assert applies(kube) - writes == 1
-    assert len(revisions(kube, "Deployment", uid)) == len(before) + 1
+    assert len(revisions(kube, NAMESPACE, "Deployment", uid)) == len(before) + 1
 
 
 def test_a_paused_deployment_is_not_touched_until_resumed(kube: KubeClient, cbop: Cbop) -> None:
@@ -327,7 +310,7 @@ def test_removing_the_label_stops_rollouts_and_leaves_the_annotation(
     kube.create(DEPLOYMENTS, NAMESPACE, workload("Deployment", "leaving-app", ["leaving"]))
     uid = settled(kube, DEPLOYMENTS, "leaving-app")
     first = config_hash(kube, DEPLOYMENTS, "leaving-app")
-    before = revisions(kube, "Deployment", uid)
+    before = revisions(kube, NAMESPACE, "Deployment", uid)
     kube.patch(
         DEPLOYMENTS, NAMESPACE, "leaving-app", {"metadata": {"labels": {LABEL_ROLLOUT: None}}}
     )
@@ -338,7 +321,7 @@ def test_removing_the_label_stops_rollouts_and_leaves_the_annotation(
     time.sleep(QUIET)
     assert config_hash(kube, DEPLOYMENTS, "leaving-app") == first
     assert applies(kube) - writes == 0
-    assert revisions(kube, "Deployment", uid) == before
+    assert revisions(kube, NAMESPACE, "Deployment", uid) == before
 
 
 def test_resyncs_and_a_restart_write_nothing_to_workloads(kube: KubeClient, cbop: Cbop) -> None:
