@@ -247,6 +247,13 @@ def build_parser() -> argparse.ArgumentParser:
         "orphaned, warnings), all (also Created/Updated), none",
     )
     flag(
+        "rollout",
+        defaults.ROLLOUT,
+        action="store_true",
+        help="roll Deployments, StatefulSets and DaemonSets labelled cbop.dev/rollout=true "
+        "when the managed ConfigMaps they read change (needs get/list/watch/patch on them)",
+    )
+    flag(
         "metrics-bind-address",
         defaults.METRICS_BIND_ADDRESS,
         help="address of /metrics; 0 disables",
@@ -522,6 +529,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 read_timeout=args.watch_read_timeout,
                 priority_queue=args.priority_queue,
                 events=args.events,
+                rollout=args.rollout,
             ),
         )
     except (ValueError, OSError) as err:

@@ -60,6 +60,14 @@ LOG_LEVEL: Final = "info"
 #: Which Events are written: notable (what a user must look at), all, none.
 EVENTS: Final = "notable"
 
+# ------------------------------------------------------------------------ rollout
+
+#: Run the rollout controllers (docs/rollout.md). Off in the binary: with RBAC that
+#: lacks the ``apps`` rules their informers are refused, and the manager waits for
+#: every informer before any controller starts, so the ConfigBundle controller would
+#: wait too. The shipped manifests and Helm chart, whose RBAC has the rules, turn it on.
+ROLLOUT: Final = False
+
 # ----------------------------------------------------------------- leader election
 
 #: Name of the Lease.

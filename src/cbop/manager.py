@@ -4,8 +4,8 @@
 election, graceful shutdown, exit codes: see there) configured from the command line's
 :class:`Options`, plus what makes it cbop: the Prometheus registry and the ``/metrics``
 endpoint, the REST client, workqueue, controller and leader-election metrics, the Event
-recorder, and the ConfigBundle controller (:mod:`cbop.controllers.configbundle`).
-A second controller is added in :meth:`Manager.__init__` next to the first.
+recorder, the ConfigBundle controller (:mod:`cbop.controllers.configbundle`) and, with
+``--rollout``, the rollout controllers (:mod:`cbop.controllers.rollout`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import structlog
 from prometheus_client import CollectorRegistry, start_http_server
 
 from cbop import defaults
-from cbop.controllers import configbundle
+from cbop.controllers import configbundle, rollout
 from cbop.health import parse_bind_address
 from cbop.informers import SharedInformerFactory
 from cbop.kube import CONFIGBUNDLES, KubeClient
@@ -35,6 +35,7 @@ from cbop.metrics.controller import (
     PrometheusControllerMetricsProvider,
 )
 from cbop.metrics.restclient import PrometheusRestClientMetrics
+from cbop.metrics.rollout import RolloutMetrics
 from cbop.metrics.secure import CertSource, start_secure_metrics_server
 from cbop.metrics.workqueue import PrometheusWorkqueueMetricsProvider
 from cbop.reconciler import EventLevel, EventRecorder
@@ -75,6 +76,8 @@ class Options:
         identity: this candidate's identity (default: hostname plus a random suffix).
         events: which Events are written (``notable``, ``all``, ``none``; see
             :class:`cbop.reconciler.EventRecorder`).
+        rollout: run the rollout controllers (:mod:`cbop.controllers.rollout`) and
+            register ``cbop_rollouts_total``.
     """
 
     namespaces: Sequence[str] = ()
@@ -96,6 +99,7 @@ class Options:
     priority_queue: bool = True
     identity: str = field(default_factory=lambda: f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}")
     events: EventLevel = defaults.EVENTS
+    rollout: bool = defaults.ROLLOUT
 
 
 def pod_namespace() -> str | None:
@@ -201,6 +205,14 @@ class Manager(RuntimeManager):
             workers=options.workers,
             priority_queue=options.priority_queue,
         )
+        if options.rollout:
+            rollout.setup(
+                self,
+                recorder=self.recorder,
+                observer=RolloutMetrics(self.registry),
+                workers=options.workers,
+                priority_queue=options.priority_queue,
+            )
         self.registry.register(BundleReadinessCollector(self.lister(CONFIGBUNDLES).list))
         recorder = self.recorder
         self.registry.register(EventSinkCollector(lambda: (recorder.dropped, recorder.failed)))

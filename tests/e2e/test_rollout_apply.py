@@ -27,37 +27,22 @@ import pytest
 from cbop.kube import DAEMONSETS, DEPLOYMENTS, STATEFULSETS, ApiError, KubeClient, Resource
 from cbop.rollout import ANNOTATION_CONFIG_HASH, FIELD_MANAGER, LABEL_ROLLOUT, apply_body
 from cbop_testing.envtest import ControlPlane
-from cbop_testing.envtest.components import DEFAULT_CONTROLLERS
 
 from .harness import wait_for
+from .workloads import WORKLOAD_CONTROLLERS, revisions
 
 NAMESPACE = "rollout"
-REPLICASETS = Resource("apps", "v1", "replicasets", "ReplicaSet")
-CONTROLLER_REVISIONS = Resource("apps", "v1", "controllerrevisions", "ControllerRevision")
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 #: The field manager of a GitOps tool's server-side apply (Argo CD's name).
 GITOPS_MANAGER = "argocd-controller"
-#: What each kind's controller makes of a new pod template.
-REVISIONS = {
-    "Deployment": REPLICASETS,
-    "StatefulSet": CONTROLLER_REVISIONS,
-    "DaemonSet": CONTROLLER_REVISIONS,
-}
 WAIT = 90.0
 
 
 @pytest.fixture(scope="module")
 def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeClient]:
-    controllers = (
-        *DEFAULT_CONTROLLERS,
-        "deployment-controller",
-        "replicaset-controller",
-        "statefulset-controller",
-        "daemonset-controller",
-    )
     workdir: Path = tmp_path_factory.mktemp("rollout")
     with (
-        ControlPlane(workdir=workdir, controllers=controllers) as control_plane,
+        ControlPlane(workdir=workdir, controllers=WORKLOAD_CONTROLLERS) as control_plane,
         KubeClient.from_config(kubeconfig=str(control_plane.kubeconfig_path), qps=0) as client,
     ):
         client.create(NAMESPACES, None, {"metadata": {"name": NAMESPACE}})
@@ -93,15 +78,6 @@ def manifest(kind: str, name: str) -> dict[str, Any]:
         "metadata": {"name": name, "namespace": NAMESPACE, "labels": {LABEL_ROLLOUT: "true"}},
         "spec": spec,
     }
-
-
-def revisions(kube: KubeClient, kind: str, owner_uid: str) -> list[str]:
-    items = kube.list(REVISIONS[kind], NAMESPACE)["items"]
-    return sorted(
-        item["metadata"]["name"]
-        for item in items
-        if any(r.get("uid") == owner_uid for r in item["metadata"].get("ownerReferences") or ())
-    )
 
 
 def settled(kube: KubeClient, resource: Resource, name: str) -> None:
@@ -157,7 +133,9 @@ def test_the_apply_rolls_once_and_survives_a_gitops_apply(
         force=True,
     )
     uid = created["metadata"]["uid"]
-    first = wait_for(lambda: revisions(kube, kind, uid), WAIT, message=f"{kind}'s first revision")
+    first = wait_for(
+        lambda: revisions(kube, NAMESPACE, kind, uid), WAIT, message=f"{kind}'s first revision"
+    )
     assert len(first) == 1
 
     digest = "sha256:" + "1" * 64
@@ -174,7 +152,7 @@ def test_the_apply_rolls_once_and_survives_a_gitops_apply(
     assert template_annotations(rolled) == {"team": "web", ANNOTATION_CONFIG_HASH: digest}
     assert rolled["metadata"]["generation"] == created["metadata"]["generation"] + 1
     second = wait_for(
-        lambda: (got := revisions(kube, kind, uid)) != first and got,
+        lambda: (got := revisions(kube, NAMESPACE, kind, uid)) != first and got,
         WAIT,
         message=f"{kind}'s revision for the new pod template",
     )
@@ -197,7 +175,7 @@ def test_the_apply_rolls_once_and_survives_a_gitops_apply(
         if ANNOTATION_CONFIG_HASH in str(entry.get("fieldsV1"))
     }
     assert owners == {FIELD_MANAGER}
-    assert revisions(kube, kind, uid) == second
+    assert revisions(kube, NAMESPACE, kind, uid) == second
 
 
 def test_an_annotation_owned_by_another_manager_is_a_conflict_not_a_fight(

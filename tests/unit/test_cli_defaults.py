@@ -33,6 +33,7 @@ FLAG_DEFAULTS = {
     "--leader-election-retry-period": defaults.RETRY_PERIOD,
     "--shutdown-timeout": defaults.SHUTDOWN_TIMEOUT,
     "--watch-read-timeout": defaults.WATCH_READ_TIMEOUT,
+    "--rollout": defaults.ROLLOUT,
 }
 
 

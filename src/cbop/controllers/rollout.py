@@ -1,0 +1,101 @@
+"""The rollout controllers: one per workload kind, on the generic runtime (docs/rollout.md).
+
+For each of Deployments, StatefulSets and DaemonSets, :func:`setup` adds a controller
+named ``rollout-<kind>`` (``rollout-deployment``, ...) that owns three decisions:
+
+- **its caches**: the workloads of that kind labelled ``cbop.dev/rollout=true``
+  (filtered by the API server, so cbop caches only opted-in workloads), with the
+  :data:`cbop.rollout.CONFIGMAP_INDEX` index from referenced ConfigMap to workload; and
+  the managed ConfigMaps, read through the very informer the ConfigBundle controller
+  uses (same resource, scope and selector: the shared factory hands out one informer);
+- **its key mapping**: a workload event enqueues the workload's key (``for_``), a
+  managed ConfigMap event the keys of the workloads of that kind whose pod template
+  references it (``watches`` with :func:`cbop.rollout.configmap_mapper`, which also
+  feeds the controller's :class:`cbop.rollout.ChangeCoalescer`);
+- **its reconciler**: :class:`cbop.rollout.RolloutReconciler`, writing with the
+  manager's (fenced) client.
+
+``cbop --once`` does not run these controllers.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from cbop.controllers.configbundle import MANAGED_SELECTOR
+from cbop.kube import CONFIGMAPS, DAEMONSETS, DEPLOYMENTS, STATEFULSETS, Resource
+from cbop.rollout import (
+    CONFIGMAP_INDEX,
+    ROLLOUT_SELECTOR,
+    ChangeCoalescer,
+    RolloutObserver,
+    RolloutReconciler,
+    configmap_mapper,
+    index_by_configmap,
+)
+from cbop.rollout.reconcile import RolloutEvents
+from cbop.runtime import Builder, Controller, Manager
+
+__all__ = ["WORKLOADS", "controller_name", "setup"]
+
+#: The workload kinds cbop rolls, one controller each.
+WORKLOADS: Final = (DEPLOYMENTS, STATEFULSETS, DAEMONSETS)
+
+
+def controller_name(resource: Resource) -> str:
+    """Return the controller's name for ``resource``: ``rollout-deployment``, ..."""
+    return f"rollout-{resource.kind.lower()}"
+
+
+def setup(
+    manager: Manager,
+    *,
+    recorder: RolloutEvents | None = None,
+    observer: RolloutObserver | None = None,
+    workers: int | None = None,
+    priority_queue: bool | None = None,
+) -> list[Controller]:
+    """Add one rollout controller per workload kind to ``manager``; return them.
+
+    Args:
+        manager: the runtime manager (its client, its informers, its metrics).
+        recorder: where Events go (None: none).
+        observer: ``cbop_rollouts_total`` (None: no metrics).
+        workers: worker threads per controller (None: the runtime's default, 4).
+        priority_queue: see :meth:`cbop.runtime.Builder.with_options` (None: on).
+
+    Raises:
+        ValueError: the manager has a controller of one of these names already.
+    """
+    configmaps = manager.lister(CONFIGMAPS, label_selector=MANAGED_SELECTOR)
+    controllers = []
+    for resource in WORKLOADS:
+        name = controller_name(resource)
+        workloads = manager.lister(
+            resource,
+            label_selector=ROLLOUT_SELECTOR,
+            indexers={CONFIGMAP_INDEX: index_by_configmap},
+        )
+        coalescer = ChangeCoalescer()
+        reconciler = RolloutReconciler(
+            resource=resource,
+            client=manager.client,
+            workloads=workloads,
+            configmaps=configmaps,
+            recorder=recorder,
+            observer=observer,
+            coalescer=coalescer,
+            controller_name=name,
+        )
+        controllers.append(
+            Builder(manager, name)
+            .for_(resource, label_selector=ROLLOUT_SELECTOR)
+            .watches(
+                CONFIGMAPS,
+                configmap_mapper(workloads, coalescer),
+                label_selector=MANAGED_SELECTOR,
+            )
+            .with_options(workers=workers, priority_queue=priority_queue)
+            .complete(reconciler)
+        )
+    return controllers

@@ -1,0 +1,354 @@
+"""The rollout controllers end to end: a real cbop process rolls real workloads.
+
+One control plane for the module, with kube-controller-manager's deployment,
+replicaset, statefulset and daemonset controllers, so a new ``cbop.dev/config-hash``
+really produces a new ReplicaSet (Deployment) or ControllerRevision (StatefulSet,
+DaemonSet). One cbop process (``--rollout``, 2 s resyncs) scoped to the module's
+namespace serves every test; the last test restarts it. cbop's writes to workloads
+are counted with the API server's own ``apiserver_request_total``: cbop is the only
+client in this control plane that applies (verb ``APPLY``) apps resources, so that
+count is cbop's rollout writes and nothing else.
+
+Workloads from earlier tests stay in place, so the quiet checks at the end cover
+every workload of the module.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cbop.kube import (
+    CONFIGBUNDLES,
+    CONFIGMAPS,
+    DAEMONSETS,
+    DEPLOYMENTS,
+    NAMESPACES,
+    STATEFULSETS,
+    KubeClient,
+    Resource,
+)
+from cbop.rollout import ANNOTATION_CONFIG_HASH, LABEL_ROLLOUT, Action, decide
+from cbop_testing.envtest import ControlPlane
+
+from .fixtures import install_crd
+from .harness import Operator, apiserver_writes, bundle, events, ready, set_spec, wait_for
+from .workloads import WORKLOAD_CONTROLLERS, revisions
+
+NAMESPACE = "rollout-e2e"
+APPS = ("deployments", "statefulsets", "daemonsets")
+WAIT = 90.0
+#: Longer than the coalescing window (1 s) plus a reconcile on a busy machine: a write
+#: that was going to happen has happened by then.
+QUIET = 6.0
+
+
+class Cbop:
+    """The module's cbop process; :meth:`restart` replaces it."""
+
+    def __init__(self, kubeconfig: Path, logs: Path) -> None:
+        self._kubeconfig = kubeconfig
+        self._logs = logs
+        self.starts = 0
+        self.op = self._start()
+
+    def _start(self) -> Operator:
+        self.starts += 1
+        op = Operator(
+            self._kubeconfig,
+            [NAMESPACE],
+            args=["--rollout", "--resync-period", "2s"],
+            log_path=self._logs / f"cbop-{self.starts}.log",
+        )
+        return op.wait_ready(WAIT)
+
+    def restart(self) -> None:
+        code = self.op.stop()
+        assert code == 0, f"cbop did not stop cleanly ({code}):\n{self.op.logs()[-4000:]}"
+        self.op = self._start()
+
+    def rollouts(self, kind: str) -> float:
+        return self.op.metrics()[f'cbop_rollouts_total{{kind="{kind}"}}']
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    with ControlPlane(
+        workdir=tmp_path_factory.mktemp("rollout-plane"), controllers=WORKLOAD_CONTROLLERS
+    ) as control_plane:
+        install_crd(control_plane)
+        yield control_plane
+
+
+@pytest.fixture(scope="module")
+def kube(plane: ControlPlane) -> Iterator[KubeClient]:
+    with KubeClient.from_config(kubeconfig=str(plane.kubeconfig_path), qps=0) as client:
+        client.create(NAMESPACES, None, {"metadata": {"name": NAMESPACE}})
+        yield client
+
+
+@pytest.fixture(scope="module")
+def cbop(
+    plane: ControlPlane, kube: KubeClient, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Cbop]:
+    running = Cbop(plane.kubeconfig_path, tmp_path_factory.mktemp("rollout-cbop"))
+    yield running
+    code = running.op.stop()
+    assert code in (0, -9), f"cbop did not stop cleanly ({code}):\n{running.op.logs()[-4000:]}"
+
+
+# -- helpers ---------------------------------------------------------------------------
+
+
+def new_bundle(kube: KubeClient, name: str, data: dict[str, str], **spec: Any) -> None:
+    kube.create(CONFIGBUNDLES, NAMESPACE, bundle(name, {"data": data, **spec}))
+    wait_for(lambda: ready(kube, NAMESPACE, name, 1), WAIT, message=f"bundle {name} Ready")
+
+
+def change_bundle(kube: KubeClient, name: str, data: dict[str, str], **spec: Any) -> int:
+    """Replace the bundle's spec; return the new generation (not waited for)."""
+    return set_spec(kube, NAMESPACE, name, {"data": data, **spec})
+
+
+def workload(kind: str, name: str, configmaps: list[str]) -> dict[str, Any]:
+    """An opted-in workload: the first ConfigMap as a volume, the others as envFrom."""
+    labels = {"app": name}
+    container: dict[str, Any] = {
+        "name": "app",
+        "image": "registry.invalid/app:1",
+        "volumeMounts": [{"name": "conf", "mountPath": "/etc/app"}],
+        "envFrom": [{"configMapRef": {"name": cm}} for cm in configmaps[1:]],
+    }
+    spec: dict[str, Any] = {
+        "selector": {"matchLabels": labels},
+        "template": {
+            "metadata": {"labels": labels},
+            "spec": {
+                "containers": [container],
+                "volumes": [{"name": "conf", "configMap": {"name": configmaps[0]}}],
+            },
+        },
+    }
+    if kind != "DaemonSet":
+        spec["replicas"] = 1
+    if kind == "StatefulSet":
+        spec["serviceName"] = name
+    return {
+        "apiVersion": "apps/v1",
+        "kind": kind,
+        "metadata": {"name": name, "labels": {LABEL_ROLLOUT: "true"}},
+        "spec": spec,
+    }
+
+
+def config_hash(kube: KubeClient, resource: Resource, name: str) -> str:
+    obj = kube.get(resource, NAMESPACE, name)
+    return str(
+        (obj["spec"]["template"]["metadata"].get("annotations") or {}).get(
+            ANNOTATION_CONFIG_HASH, ""
+        )
+    )
+
+
+def in_sync(kube: KubeClient, resource: Resource, name: str) -> bool:
+    """Whether the annotation is the digest of the ConfigMaps in the cluster now."""
+    obj = kube.get(resource, NAMESPACE, name)
+    configmaps = {cm["metadata"]["name"]: cm for cm in kube.list(CONFIGMAPS, NAMESPACE)["items"]}
+    return decide(obj, configmaps).action is Action.NONE and bool(config_hash(kube, resource, name))
+
+
+def settled(kube: KubeClient, resource: Resource, name: str) -> str:
+    """Wait until cbop's annotation is current and the workload's controller has seen
+    it; return the workload's UID."""
+    wait_for(lambda: in_sync(kube, resource, name), WAIT, message=f"{name}'s config-hash")
+
+    def seen() -> str | None:
+        obj = kube.get(resource, NAMESPACE, name)
+        status = obj.get("status") or {}
+        if status.get("observedGeneration") != obj["metadata"]["generation"]:
+            return None
+        return str(obj["metadata"]["uid"])
+
+    uid: str = wait_for(seen, WAIT, message=f"{resource.kind} {name} observed by its controller")
+    return uid
+
+
+def applies(kube: KubeClient) -> float:
+    """Server-side applies of apps resources the API server has served (cbop's writes)."""
+    return sum(n for (verb, _), n in apiserver_writes(kube, APPS).items() if verb == "APPLY")
+
+
+def workload_events(kube: KubeClient, name: str, reason: str) -> list[dict[str, Any]]:
+    return [e for e in events(kube, NAMESPACE, reason) if e["involvedObject"]["name"] == name]
+
+
+# -- tests -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("resource", "name"),
+    [(DEPLOYMENTS, "web"), (STATEFULSETS, "db"), (DAEMONSETS, "agent")],
+    ids=["deployment", "statefulset", "daemonset"],
+)
+def test_a_bundle_change_rolls_the_workload_once(
+    kube: KubeClient, cbop: Cbop, resource: Resource, name: str
+) -> None:
+    """A new ReplicaSet or ControllerRevision, one apply, an Event naming the bundle,
+    and ``cbop_rollouts_total{kind}`` counting it."""
+    kind = resource.kind
+    conf = f"{name}-settings"
+    new_bundle(kube, conf, {"level": "info"})
+    kube.create(resource, NAMESPACE, workload(kind, name, [conf]))
+    uid = settled(kube, resource, name)
+    before = wait_for(
+        lambda: revisions(kube, NAMESPACE, kind, uid), WAIT, message=f"{kind}'s revisions"
+    )
+    first = config_hash(kube, resource, name)
+    writes, counted = applies(kube), cbop.rollouts(kind)
+
+    change_bundle(kube, conf, {"level": "debug"})
+    wait_for(lambda: config_hash(kube, resource, name) != first, WAIT, message="a new config-hash")
+    after = wait_for(
+        lambda: (got := revisions(kube, NAMESPACE, kind, uid)) != before and got,
+        WAIT,
+        message=f"{kind}'s revision for the new pod template",
+    )
+    assert len(after) == len(before) + 1
+    settled(kube, resource, name)
+    time.sleep(QUIET)
+    assert applies(kube) - writes == 1
+    assert revisions(kube, NAMESPACE, kind, uid) == after
+    assert cbop.rollouts(kind) - counted == 1
+    changed = wait_for(
+        lambda: [
+            e
+            for e in workload_events(kube, name, "ConfigChanged")
+            if config_hash(kube, resource, name) in e["message"]
+        ],
+        WAIT,
+        message="a ConfigChanged Event for the new digest",
+    )
+    assert f"ConfigBundle(s) {conf} changed" in changed[0]["message"]
+    assert changed[0]["involvedObject"]["kind"] == kind
+
+
+def test_two_bundles_changed_together_give_one_rollout(kube: KubeClient, cbop: Cbop) -> None:
+    new_bundle(kube, "pair-a", {"a": "1"})
+    new_bundle(kube, "pair-b", {"b": "1"})
+    kube.create(DEPLOYMENTS, NAMESPACE, workload("Deployment", "pair", ["pair-a", "pair-b"]))
+    uid = settled(kube, DEPLOYMENTS, "pair")
+    before = wait_for(
+        lambda: revisions(kube, NAMESPACE, "Deployment", uid), WAIT, message="ReplicaSets"
+    )
+    writes = applies(kube)
+
+    gen_a = change_bundle(kube, "pair-a", {"a": "2"})
+    gen_b = change_bundle(kube, "pair-b", {"b": "2"})
+    wait_for(lambda: ready(kube, NAMESPACE, "pair-a", gen_a), WAIT, message="pair-a applied")
+    wait_for(lambda: ready(kube, NAMESPACE, "pair-b", gen_b), WAIT, message="pair-b applied")
+    settled(kube, DEPLOYMENTS, "pair")  # the digest of both new contents
+    time.sleep(QUIET)
+    assert applies(kube) - writes == 1
+    after = revisions(kube, NAMESPACE, "Deployment", uid)
+    assert len(after) == len(before) + 1
+    changed = workload_events(kube, "pair", "ConfigChanged")
+    assert any("ConfigBundle(s) pair-a, pair-b changed" in e["message"] for e in changed)
+
+
+def test_an_immutable_bundle_replaced_rolls_once(kube: KubeClient, cbop: Cbop) -> None:
+    """The ConfigMap is deleted and recreated: both events are coalesced into one write."""
+    new_bundle(kube, "frozen", {"v": "1"}, immutable=True)
+    kube.create(DEPLOYMENTS, NAMESPACE, workload("Deployment", "frozen-app", ["frozen"]))
+    uid = settled(kube, DEPLOYMENTS, "frozen-app")
+    before = wait_for(
+        lambda: revisions(kube, NAMESPACE, "Deployment", uid), WAIT, message="ReplicaSets"
+    )
+    old_uid = kube.get(CONFIGMAPS, NAMESPACE, "frozen")["metadata"]["uid"]
+    writes = applies(kube)
+
+    generation = change_bundle(kube, "frozen", {"v": "2"}, immutable=True)
+    wait_for(lambda: ready(kube, NAMESPACE, "frozen", generation), WAIT, message="replaced")
+    assert kube.get(CONFIGMAPS, NAMESPACE, "frozen")["metadata"]["uid"] != old_uid
+    settled(kube, DEPLOYMENTS, "frozen-app")
+    time.sleep(QUIET)
+    assert applies(kube) - writes == 1
+    assert len(revisions(kube, NAMESPACE, "Deployment", uid)) == len(before) + 1
+
+
+def test_a_paused_deployment_is_not_touched_until_resumed(kube: KubeClient, cbop: Cbop) -> None:
+    new_bundle(kube, "held", {"v": "1"})
+    kube.create(DEPLOYMENTS, NAMESPACE, workload("Deployment", "held-app", ["held"]))
+    settled(kube, DEPLOYMENTS, "held-app")
+    first = config_hash(kube, DEPLOYMENTS, "held-app")
+    kube.patch(DEPLOYMENTS, NAMESPACE, "held-app", {"spec": {"paused": True}})
+    writes = applies(kube)
+
+    generation = change_bundle(kube, "held", {"v": "2"})
+    wait_for(lambda: ready(kube, NAMESPACE, "held", generation), WAIT, message="held applied")
+    paused = wait_for(
+        lambda: workload_events(kube, "held-app", "RolloutPaused"), WAIT, message="RolloutPaused"
+    )
+    assert "ConfigBundle(s) held" in paused[0]["message"]
+    time.sleep(QUIET)
+    assert config_hash(kube, DEPLOYMENTS, "held-app") == first
+    assert applies(kube) - writes == 0
+
+    kube.patch(DEPLOYMENTS, NAMESPACE, "held-app", {"spec": {"paused": False}})
+    settled(kube, DEPLOYMENTS, "held-app")
+    assert config_hash(kube, DEPLOYMENTS, "held-app") != first
+    assert applies(kube) - writes == 1
+
+
+def test_removing_the_label_stops_rollouts_and_leaves_the_annotation(
+    kube: KubeClient, cbop: Cbop
+) -> None:
+    new_bundle(kube, "leaving", {"v": "1"})
+    kube.create(DEPLOYMENTS, NAMESPACE, workload("Deployment", "leaving-app", ["leaving"]))
+    uid = settled(kube, DEPLOYMENTS, "leaving-app")
+    first = config_hash(kube, DEPLOYMENTS, "leaving-app")
+    before = revisions(kube, NAMESPACE, "Deployment", uid)
+    kube.patch(
+        DEPLOYMENTS, NAMESPACE, "leaving-app", {"metadata": {"labels": {LABEL_ROLLOUT: None}}}
+    )
+    writes = applies(kube)
+
+    generation = change_bundle(kube, "leaving", {"v": "2"})
+    wait_for(lambda: ready(kube, NAMESPACE, "leaving", generation), WAIT, message="applied")
+    time.sleep(QUIET)
+    assert config_hash(kube, DEPLOYMENTS, "leaving-app") == first
+    assert applies(kube) - writes == 0
+    assert revisions(kube, NAMESPACE, "Deployment", uid) == before
+
+
+def test_resyncs_and_a_restart_write_nothing_to_workloads(kube: KubeClient, cbop: Cbop) -> None:
+    """Every workload of the module is in sync: three resyncs (2 s), a restart of cbop
+    and its initial list give no apply; the debug log shows they were reconciled."""
+    deployments = [d["metadata"]["name"] for d in kube.list(DEPLOYMENTS, NAMESPACE)["items"]]
+    assert len(deployments) >= 4
+    for resource in (DEPLOYMENTS, STATEFULSETS, DAEMONSETS):
+        for item in kube.list(resource, NAMESPACE)["items"]:
+            labels = item["metadata"].get("labels") or {}
+            if labels.get(LABEL_ROLLOUT) == "true" and not item["spec"].get("paused"):
+                settled(kube, resource, item["metadata"]["name"])
+    writes = applies(kube)
+    time.sleep(QUIET)
+    assert applies(kube) - writes == 0
+
+    cbop.restart()
+
+    def reconciled() -> set[str]:
+        return {
+            f"{r.get('controller')}:{r.get('name')}"
+            for r in cbop.op.log_records()
+            if r.get("event") == "rollout: nothing to do"
+        }
+
+    expected = {"rollout-deployment:web", "rollout-statefulset:db", "rollout-daemonset:agent"}
+    wait_for(lambda: expected <= reconciled(), WAIT, message="the restart's reconciles")
+    time.sleep(QUIET)
+    assert applies(kube) - writes == 0
+    assert cbop.rollouts("Deployment") == 0

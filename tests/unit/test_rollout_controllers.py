@@ -1,0 +1,93 @@
+"""The rollout controllers' wiring: one controller per workload kind, sharing informers.
+
+The ConfigBundle controller and the three rollout controllers read the managed
+ConfigMaps through one informer per namespace (the factory's key is resource, scope and
+selector), and each workload kind is cached with the opt-in label selector and the
+ConfigMap index the rollout's map function queries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from cbop.controllers import configbundle, rollout
+from cbop.informers import SharedInformerFactory
+from cbop.keys import CONTROLLER_UID_INDEX
+from cbop.kube import CONFIGMAPS, DAEMONSETS, DEPLOYMENTS, STATEFULSETS, KubeClient
+from cbop.manager import Manager as CbopManager
+from cbop.manager import Options
+from cbop.rollout import CONFIGMAP_INDEX, ROLLOUT_SELECTOR
+from cbop.runtime import Manager
+from tests.unit.fakeapi import FakeApi
+
+
+@pytest.fixture
+def manager() -> Iterator[Manager]:
+    informers = SharedInformerFactory(FakeApi(), namespaces=["a", "b"], resync_period=0)
+    made = Manager(KubeClient(None), informers=informers, identity="test", shutdown_timeout=1.0)
+    yield made
+    informers.shutdown()
+
+
+def test_rollout_controllers_share_the_configbundle_controllers_configmap_informer(
+    manager: Manager,
+) -> None:
+    configbundle.setup(manager)
+    controllers = rollout.setup(manager, workers=1)
+    assert [c.name for c in controllers] == [
+        "rollout-deployment",
+        "rollout-statefulset",
+        "rollout-daemonset",
+    ]
+    assert set(manager.controllers) == {"configbundle", *(c.name for c in controllers)}
+    factory = manager.informers
+    # One informer per (resource, namespace): the managed-ConfigMap informer serves all
+    # four controllers (a second selector would add "configmaps/a[...]").
+    assert sorted(inf.name for inf in factory.informers) == sorted(
+        f"{plural}/{ns}"
+        for plural in ("configbundles", "configmaps", "daemonsets", "deployments", "statefulsets")
+        for ns in ("a", "b")
+    )
+    configmaps = factory.informers_for(CONFIGMAPS, label_selector=configbundle.MANAGED_SELECTOR)
+    for informer in configmaps.values():
+        assert CONTROLLER_UID_INDEX in informer.indexer().index_names()
+    for resource in (DEPLOYMENTS, STATEFULSETS, DAEMONSETS):
+        for informer in factory.informers_for(resource, label_selector=ROLLOUT_SELECTOR).values():
+            assert CONFIGMAP_INDEX in informer.indexer().index_names()
+
+
+def test_a_second_setup_is_refused(manager: Manager) -> None:
+    rollout.setup(manager)
+    with pytest.raises(ValueError, match="rollout-deployment"):
+        rollout.setup(manager)
+
+
+@pytest.mark.parametrize("enabled", [True, False], ids=["rollout", "no-rollout"])
+def test_cbop_manager_runs_the_rollout_only_with_the_flag(enabled: bool) -> None:
+    """``--rollout`` adds the three controllers and ``cbop_rollouts_total{kind}`` (each
+    kind at 0); without it neither, and no apps informer is created."""
+    made = CbopManager(
+        KubeClient(None),
+        Options(
+            namespaces=("a",),
+            metrics_bind_address="0",
+            health_probe_bind_address="0",
+            rollout=enabled,
+        ),
+    )
+    rollouts = {"rollout-deployment", "rollout-statefulset", "rollout-daemonset"}
+    assert set(made.controllers) == {"configbundle", *(rollouts if enabled else ())}
+    counted = {
+        kind: made.registry.get_sample_value("cbop_rollouts_total", {"kind": kind})
+        for kind in ("Deployment", "StatefulSet", "DaemonSet")
+    }
+    if enabled:
+        assert counted == {"Deployment": 0.0, "StatefulSet": 0.0, "DaemonSet": 0.0}
+    else:
+        assert counted == {"Deployment": None, "StatefulSet": None, "DaemonSet": None}
+        assert sorted(inf.name for inf in made.informers.informers) == [
+            "configbundles/a",
+            "configmaps/a",
+        ]
