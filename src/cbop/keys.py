@@ -15,7 +15,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-__all__ = ["BY_NAMESPACE", "CONTROLLER_UID_INDEX", "key_of", "object_key", "split_key"]
+__all__ = [
+    "BY_NAMESPACE",
+    "CONTROLLER_UID_INDEX",
+    "ROLLOUT_CONFIGMAP_INDEX",
+    "key_of",
+    "object_key",
+    "split_key",
+]
 
 #: Name of every cache's built-in namespace index (value: the object's namespace, ``""``
 #: for cluster-scoped objects).
@@ -23,6 +30,10 @@ BY_NAMESPACE: Final = "by_namespace"
 #: Name of the index from the UID of an object's controller owner to the object
 #: (``cbop.informers.index_by_controller_uid``).
 CONTROLLER_UID_INDEX: Final = "controller-uid"
+#: Name of the rollout workload caches' index from each ConfigMap a pod template
+#: references (its key, ``namespace/name``) to the workload
+#: (``cbop.rollout.index_by_configmap``).
+ROLLOUT_CONFIGMAP_INDEX: Final = "rollout-configmap"
 
 
 def key_of(namespace: str | None, name: str) -> str:

@@ -13,17 +13,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from cbop.keys import ROLLOUT_CONFIGMAP_INDEX, key_of
 from cbop.rollout.decision import referenced_configmaps
 
 __all__ = ["CONFIGMAP_INDEX", "configmap_index_value", "index_by_configmap"]
 
 #: Name of the workload informers' index: ``namespace/configmap`` -> workloads.
-CONFIGMAP_INDEX: Final = "rollout-configmap"
+CONFIGMAP_INDEX: Final = ROLLOUT_CONFIGMAP_INDEX
 
 
 def configmap_index_value(namespace: str, name: str) -> str:
     """Return the index value of ConfigMap ``name`` in ``namespace``: ``namespace/name``."""
-    return f"{namespace}/{name}"
+    return key_of(namespace, name)
 
 
 def index_by_configmap(workload: Mapping[str, Any]) -> list[str]:

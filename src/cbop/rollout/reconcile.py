@@ -36,6 +36,7 @@ import cachetools
 import structlog
 
 from cbop.clock import Clock, RealClock
+from cbop.keys import object_key, split_key
 from cbop.kube import ApiError, Resource
 from cbop.rollout.decision import (
     ANNOTATION_CONFIG_HASH,
@@ -229,10 +230,7 @@ def configmap_mapper(
     def map_configmap(configmap: Mapping[str, Any]) -> list[str]:
         meta = configmap.get("metadata") or {}
         value = configmap_index_value(str(meta.get("namespace") or ""), str(meta.get("name")))
-        keys = sorted(
-            f"{w['metadata']['namespace']}/{w['metadata']['name']}"
-            for w in workloads.by_index(CONFIGMAP_INDEX, value)
-        )
+        keys = sorted(object_key(w) for w in workloads.by_index(CONFIGMAP_INDEX, value))
         if coalescer is not None:
             for key in keys:
                 coalescer.observed(key)
@@ -312,7 +310,7 @@ class RolloutReconciler:
             ApiError, ConnectionFailed: a failed apply other than a conflict or a 404;
                 retry rate-limited.
         """
-        namespace, _, name = key.rpartition("/")
+        namespace, name = split_key(key)
         as_of = self._coalescer.now() if self._coalescer is not None else 0.0
         workload = self._workloads.get(namespace, name)
         if workload is None:
