@@ -257,9 +257,219 @@ def _create_bundle(cluster: Cluster, name: str, data: dict[str, str]) -> None:
     cluster.kubectl("apply", "-f", "-", stdin=json.dumps(bundle))
 
 
-def _configmap_data(cluster: Cluster, name: str) -> dict[str, str] | None:
-    out = cluster.kubectl("get", "configmap", "-n", "apps", name, "-o", "json", check=False)
+def _configmap_data(cluster: Cluster, name: str, namespace: str = "apps") -> dict[str, str] | None:
+    out = cluster.kubectl("get", "configmap", "-n", namespace, name, "-o", "json", check=False)
     return json.loads(out).get("data") if out else None
+
+
+# ------------------------------------------------------------------ rollout
+
+#: The namespace of the rolled workload (its own, so the other tests see nothing of it).
+ROLLOUT_NAMESPACE = "rollout-pods"
+#: What the rolled container runs: the bundle's value as an environment variable and as a
+#: mounted file, each printed once at start; then it sleeps until SIGTERM (PID 1 has no
+#: default SIGTERM action, so it installs one).
+ROLLOUT_PROGRAM = """\
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+print("env greeting=" + os.environ["GREETING"], flush=True)
+with open("/etc/app/greeting") as f:
+    print("file greeting=" + f.read(), flush=True)
+while True:
+    time.sleep(3600)
+"""
+RESTRICTED_CONTAINER = {
+    "runAsNonRoot": True,
+    "runAsUser": 65532,
+    "runAsGroup": 65532,
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+def _rollout_objects(greeting: str) -> list[dict[str, Any]]:
+    """A ConfigBundle and a Deployment labelled for rollout that reads its ConfigMap."""
+    bundle = {
+        "apiVersion": "cbop.dev/v1alpha1",
+        "kind": "ConfigBundle",
+        "metadata": {"name": "greeting", "namespace": ROLLOUT_NAMESPACE},
+        "spec": {"configMapName": "greeting-cm", "data": {"greeting": greeting}},
+    }
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": "greeter",
+            "namespace": ROLLOUT_NAMESPACE,
+            "labels": {"cbop.dev/rollout": "true"},
+        },
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "greeter"}},
+            "template": {
+                "metadata": {"labels": {"app": "greeter"}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 5,
+                    "containers": [
+                        {
+                            "name": "greeter",
+                            # Loaded into the node's containerd; there is no registry.
+                            "image": "cbop:dev",
+                            "imagePullPolicy": "Never",
+                            "command": ["python3", "-c", ROLLOUT_PROGRAM],
+                            "env": [
+                                {
+                                    "name": "GREETING",
+                                    "valueFrom": {
+                                        "configMapKeyRef": {
+                                            "name": "greeting-cm",
+                                            "key": "greeting",
+                                        }
+                                    },
+                                }
+                            ],
+                            "volumeMounts": [{"name": "app", "mountPath": "/etc/app"}],
+                            "securityContext": RESTRICTED_CONTAINER,
+                            "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
+                        }
+                    ],
+                    "volumes": [{"name": "app", "configMap": {"name": "greeting-cm"}}],
+                },
+            },
+        },
+    }
+    return [bundle, deployment]
+
+
+class Greeter:
+    """Reads the rolled Deployment, its ReplicaSets and its pods."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+
+    def config_hash(self) -> str:
+        deployment = self.cluster.get("deployment", "-n", ROLLOUT_NAMESPACE, "greeter")
+        annotations = deployment["spec"]["template"]["metadata"].get("annotations") or {}
+        return str(annotations.get("cbop.dev/config-hash", ""))
+
+    def settled(self) -> bool:
+        """The Deployment controller has rolled out the current template to one pod."""
+        deployment = self.cluster.get("deployment", "-n", ROLLOUT_NAMESPACE, "greeter")
+        status = deployment.get("status", {})
+        return (
+            status.get("observedGeneration") == deployment["metadata"]["generation"]
+            and status.get("replicas") == 1
+            and status.get("updatedReplicas") == 1
+            and status.get("availableReplicas") == 1
+            and len(self.pods()) == 1
+        )
+
+    def replicasets(self) -> set[str]:
+        items = self.cluster.get("replicasets", "-n", ROLLOUT_NAMESPACE, "-l", "app=greeter")
+        return {r["metadata"]["name"] for r in items["items"]}
+
+    def pods(self) -> list[dict[str, Any]]:
+        """Every pod of the Deployment, terminating ones included."""
+        items: list[dict[str, Any]] = self.cluster.get(
+            "pods", "-n", ROLLOUT_NAMESPACE, "-l", "app=greeter"
+        )["items"]
+        return items
+
+    def running(self) -> list[dict[str, Any]]:
+        return [
+            p
+            for p in self.pods()
+            if not p["metadata"].get("deletionTimestamp")
+            and p.get("status", {}).get("phase") == "Running"
+        ]
+
+    def log(self, pod: dict[str, Any]) -> str:
+        return self.cluster.node.pod_log(ROLLOUT_NAMESPACE, pod["metadata"]["name"], "greeter")
+
+    def greets(self, pod: dict[str, Any], greeting: str) -> bool:
+        log = self.log(pod)
+        return f"env greeting={greeting}" in log and f"file greeting={greeting}" in log
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_a_bundle_change_restarts_the_pods_of_a_labelled_deployment_with_the_new_content(
+    deployed: Cluster,
+) -> None:
+    cluster = deployed
+    # Pods here must meet the restricted Pod Security Standard, as in cbop-system.
+    cluster.kubectl("create", "namespace", ROLLOUT_NAMESPACE)
+    cluster.kubectl(
+        "label", "namespace", ROLLOUT_NAMESPACE, "pod-security.kubernetes.io/enforce=restricted"
+    )
+    greeter = Greeter(cluster)
+    try:
+        bundle, deployment = _rollout_objects("hello-v1")
+        cluster.kubectl("apply", "-f", "-", stdin=json.dumps(bundle))
+        wait_until(
+            lambda: (
+                _configmap_data(cluster, "greeting-cm", ROLLOUT_NAMESPACE)
+                == {"greeting": "hello-v1"}
+            ),
+            WAIT,
+            "the bundle's ConfigMap",
+            cluster,
+        )
+        cluster.kubectl("apply", "-f", "-", stdin=json.dumps(deployment))
+        # cbop annotates the new Deployment (one roll of its own); wait until it has
+        # settled on one running pod that started with the first content.
+        first_hash = wait_until(greeter.config_hash, WAIT, "the first config-hash", cluster)
+        wait_until(greeter.settled, WAIT, "the Deployment to settle on one pod", cluster)
+        (old,) = wait_until(greeter.running, WAIT, "the first pod Running", cluster)
+        wait_until(lambda: greeter.greets(old, "hello-v1"), WAIT, "the first pod's greeting")
+        assert greeter.config_hash() == first_hash
+        old_replicasets = greeter.replicasets()
+
+        began = time.monotonic()
+        patch = json.dumps({"spec": {"data": {"greeting": "hello-v2"}}})
+        cluster.kubectl(
+            "patch", "configbundle", "-n", ROLLOUT_NAMESPACE, "greeting", "--type=merge", "-p",
+            patch,
+        )  # fmt: skip
+        new_hash = wait_until(
+            lambda: (h := greeter.config_hash()) != first_hash and h,
+            WAIT,
+            "cbop to write a new config-hash",
+            cluster,
+        )
+        MEASURED["rollout: bundle change to new config-hash (s)"] = time.monotonic() - began
+        assert new_hash.startswith("sha256:"), new_hash
+        wait_until(
+            lambda: greeter.replicasets() - old_replicasets, WAIT, "a new ReplicaSet", cluster
+        )
+
+        def new_pod() -> dict[str, Any] | None:
+            fresh = [p for p in greeter.running() if p["metadata"]["uid"] != old["metadata"]["uid"]]
+            return fresh[0] if fresh else None
+
+        new = wait_until(new_pod, WAIT, "a new pod Running", cluster)
+        MEASURED["rollout: bundle change to new pod Running (s)"] = time.monotonic() - began
+        assert new["metadata"]["annotations"]["cbop.dev/config-hash"] == new_hash
+        wait_until(lambda: greeter.greets(new, "hello-v2"), WAIT, "the new pod's greeting")
+        old_uid = old["metadata"]["uid"]
+        wait_until(
+            lambda: all(p["metadata"]["uid"] != old_uid for p in greeter.pods()),
+            WAIT,
+            "the old pod to go",
+            cluster,
+        )
+        wait_until(greeter.settled, WAIT, "the Deployment to settle on the new pod", cluster)
+        (pod,) = greeter.running()
+        assert pod["metadata"]["uid"] == new["metadata"]["uid"]
+        assert "hello-v1" not in greeter.log(new)
+        events = cluster.get(
+            "events", "-n", ROLLOUT_NAMESPACE, "--field-selector",
+            "involvedObject.kind=Deployment,involvedObject.name=greeter,reason=ConfigChanged",
+        )["items"]  # fmt: skip
+        assert any("greeting" in e["message"] for e in events), events
+    finally:
+        cluster.kubectl("delete", "namespace", ROLLOUT_NAMESPACE, "--wait=false", check=False)
 
 
 # ------------------------------------------------------------------ failover
