@@ -140,9 +140,15 @@ def wait_no_terminating_namespaces(kube: KubeClient, timeout: float = 120.0) -> 
 
 
 def apiserver_writes(
-    kube: KubeClient, resources: Sequence[str] = ("configmaps", "configbundles")
+    kube: KubeClient,
+    resources: Sequence[str] = ("configmaps", "configbundles"),
+    *,
+    codes: Sequence[str] | None = None,
 ) -> dict[tuple[str, str], float]:
-    """Sum of ``apiserver_request_total`` for write verbs by (verb, resource)."""
+    """Sum of ``apiserver_request_total`` for write verbs by (verb, resource).
+
+    ``codes``: count only answers with these HTTP codes (e.g. ``("201",)``); all by default.
+    """
     text = raw_get(kube, "/metrics")
     out: dict[tuple[str, str], float] = {}
     for family in text_string_to_metric_families(text):
@@ -152,6 +158,8 @@ def apiserver_writes(
             if not sample.name.endswith("_total"):
                 continue
             verb, resource = sample.labels.get("verb", ""), sample.labels.get("resource", "")
+            if codes is not None and sample.labels.get("code", "") not in codes:
+                continue
             if verb in WRITE_VERBS and resource in resources:
                 out[(verb, resource)] = out.get((verb, resource), 0.0) + sample.value
     return out

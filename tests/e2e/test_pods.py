@@ -526,9 +526,15 @@ def test_a_sigkilled_leader_is_replaced_by_the_standby_once_its_lease_expires(
     # its own clock (it last saw a renewal at most about two retry periods before the
     # kill), and takes it at its next attempt after that.
     assert LEASE_DURATION - 2.5 * RETRY_PERIOD < failover < LEASE_DURATION + 15, failover
-    # The standby won, not the killed pod's restarted container (a fresh candidate that
-    # starts its own lease-duration wait only when it first reads the Lease).
-    assert deployed.leader_pod() == standby, (deployed.lease_holder(), deployed.logs())
+    # A new identity leads: usually the standby, but the killed pod's restarted container
+    # (a fresh candidate with its own lease-duration wait, begun when it first read the
+    # Lease) can win when the kubelet restarts it within about a retry period of the kill
+    # (the standby's last observed renewal can be that late). Either is a correct failover.
+    new_leader = deployed.leader_pod()
+    assert new_leader in (standby, leader), (deployed.lease_holder(), deployed.logs())
+    MEASURED["failover after SIGKILL: the standby won (1) or the restarted container (0)"] = (
+        1.0 if new_leader == standby else 0.0
+    )
     _create_bundle(deployed, "after-sigkill", {"k": "v"})
     wait_until(lambda: _configmap_data(deployed, "after-sigkill-cm") == {"k": "v"}, WAIT, "CM")
     # The kubelet restarts the killed container in place; it rejoins as a standby.
@@ -540,7 +546,7 @@ def test_a_sigkilled_leader_is_replaced_by_the_standby_once_its_lease_expires(
         )
 
     wait_until(restarted, WAIT, "the killed container to be restarted and Ready", deployed)
-    assert deployed.leader_pod() == standby
+    assert deployed.leader_pod() == new_leader
 
 
 class BundleWriter:
