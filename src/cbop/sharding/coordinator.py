@@ -363,7 +363,7 @@ class ShardCoordinator:
             release_on_cancel=True,
         )
         slot.thread = threading.Thread(
-            target=self._run_elector, args=(slot,), name=f"cbop-shard-{index}", daemon=True
+            target=self._run_elector, args=(slot,), name=f"cbop-shard-elector-{index}", daemon=True
         )
         with self._lock:
             self._slots[index] = slot
