@@ -115,7 +115,7 @@ class ShardCoordinator:
     """Holds a balanced share of ``shards`` shard Leases for one replica of ``group``.
 
     Args:
-        client: API client with get, list, create, update, patch and delete on Leases
+        client: API client with get, list, create, update and delete on Leases
             in ``namespace`` (no write fence: it writes the Leases themselves).
         group: the group's name (``--leader-election-id``); Leases are
             ``<group>-shard-<i>`` and ``<group>-member-<identity>``.

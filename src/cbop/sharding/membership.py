@@ -296,10 +296,13 @@ class Membership:
 
         The ``LeaderElector`` creates a missing Lease without labels and keeps whatever
         metadata it finds, so the Lease is created here first, with labels and an empty
-        holder (free), or labelled with a merge patch when it exists without them.
+        holder (free), or its labels are added by an update (with the resourceVersion
+        read, so the record is untouched) when it exists without them. Only the verbs
+        the elector needs anyway (get, create, update) are used.
 
         Raises:
-            ApiError: the Lease could be neither created nor labelled.
+            ApiError: the Lease could be neither created nor labelled (409 when it
+                changed between the read and the update: the next tick tries again).
         """
         name = shard_lease_name(self._group, index)
         labels = group_labels(self._group, SHARD_ROLE)
@@ -313,12 +316,14 @@ class Membership:
         except ApiError as err:
             if not err.is_already_exists:
                 raise
-            self._client.patch(
-                LEASES,
-                self._namespace,
-                name,
-                {"metadata": {"labels": labels}},
-                timeout=self._timeout,
+            lease = self._client.get(LEASES, self._namespace, name, timeout=self._timeout)
+            meta = dict(_meta(lease))
+            present = meta.get("labels") or {}
+            if all(present.get(k) == v for k, v in labels.items()):
+                return
+            meta["labels"] = {**present, **labels}
+            self._client.update(
+                LEASES, self._namespace, name, {**lease, "metadata": meta}, timeout=self._timeout
             )
 
     def clear_expired_shard_lease(self, index: int) -> bool:
