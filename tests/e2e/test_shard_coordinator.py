@@ -291,6 +291,9 @@ def test_three_replicas_balance_a_fourth_waits_and_shards_move_on_stop_and_crash
         # Three replicas over three shards: one each.
         held = group.wait_held({"replica-a": 1, "replica-b": 1, "replica-c": 1})
         FIGURES.setdefault("balance_3_of_3_s", []).append(time.monotonic() - began)
+        FIGURES.setdefault("releases_while_balancing", []).append(
+            len(group.log.of(what="released"))
+        )
         leases = group.leases()
         for i in range(3):
             assert leases[shard_lease_name(group.name, i)]["role"] == SHARD_ROLE
