@@ -408,9 +408,7 @@ def test_a_member_whose_membership_expired_keeps_its_valid_shard(
     d.start()
     for _ in range(12):  # "a" renews its shard but not its membership
         d.advance(RETRY * 1.5)
-        spec = api.spec(shard_lease_name(GROUP, 0))
-        api.put(shard_lease_name(GROUP, 0), **{**spec, "renewTime": f"{time.monotonic_ns()}"})
-        api._label(shard_lease_name(GROUP, 0), SHARD_ROLE)
+        api.shard(0, "a")
     assert d.clock.now() - START > LEASE_DURATION
     assert d.handler.events() == []
     assert api.holder(0) == "a"
@@ -441,13 +439,17 @@ def test_an_elector_trying_for_a_shard_another_member_took_is_stopped(
 def test_more_replicas_than_shards_the_extra_waits(
     api: FakeGroupApi, drivers: Callable[..., Driver]
 ) -> None:
+    """One shard, two members: "b" ranks second and targets 0, so it leaves even a free
+    shard alone, until "a" stops renewing its membership."""
     api.member("a")
-    api.shard(0, "a")
     d = drivers("b", 1)
     d.start()
-    d.advance(RETRY * 1.5 * 3)
+    d.advance(LEASE_DURATION - 1)
     assert d.handler.events() == []
     assert not any(t.name.startswith("cbop-shard-elector-") for t in threading.enumerate())
+    assert api.lease(shard_lease_name(GROUP, 0)) is None
+    d.advance(RETRY * 2)
+    assert d.handler.events() == [("acquired", 0)]
 
 
 @pytest.mark.parametrize(
