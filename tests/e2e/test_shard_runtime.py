@@ -5,12 +5,16 @@ scoped to ten namespaces of their own holding two bundles each. Both become read
 shards end up one per process, all 20 bundles converge, and each process's
 ``cbop_shard_objects`` counts exactly the bundles and managed ConfigMaps of the
 namespaces its shard holds (namespace hash, ``cbop.shardrange.shard_of``), summing to
-20 of each over the two processes.
+20 of each over the two processes. A third replica becomes a ready standby.
+
+And the lost path for real: a replica paused with SIGSTOP loses its shard to the other
+(which reconciles a change made there), and once resumed carries on without exiting.
 """
 
 from __future__ import annotations
 
 import secrets
+import signal
 from collections import Counter
 from collections.abc import Callable, Iterator
 
@@ -173,3 +177,51 @@ def test_two_processes_share_two_shards_and_every_bundle_converges(
     assert not_ready() == []
     for op in ops:
         assert op.stop() == 0
+
+
+def test_a_paused_replica_loses_its_shard_and_carries_on(
+    kube: KubeClient, namespaces: list[str], cbop: Callable[..., Operator]
+) -> None:
+    """SIGSTOP one of two replicas: the other takes its shard over once the Lease
+    expires and reconciles a change there; SIGCONT: the paused one finds the shard lost
+    (its workers stop at once, no drain, no exit), then takes a shard back as the group
+    rebalances, and both stop cleanly."""
+    group = f"cbop-{secrets.token_hex(3)}"
+    args = (
+        "--leader-elect",
+        f"--leader-election-namespace={namespaces[0]}",
+        f"--leader-election-id={group}",
+        f"--shards={SHARDS}",
+        *TIMINGS,
+    )
+    first = cbop(*args, namespaces=namespaces)
+    second = cbop(*args, namespaces=namespaces)
+
+    def held(op: Operator) -> float:
+        return op.metrics().get("cbop_shards_held{}", -1.0)
+
+    wait_for(lambda: held(first) == 1 and held(second) == 1, 60, message="one shard each")
+    (paused_shard,) = [
+        shard
+        for shard in range(SHARDS)
+        if _shard_objects(first).get((shard, "configbundles")) is not None
+    ]
+    ns = next(n for n in namespaces if shard_of(n, SHARDS) == paused_shard)
+    first.send(signal.SIGSTOP)
+    try:
+        wait_for(lambda: held(second) == 2, 60, message="the other replica holds both shards")
+        kube.create(CONFIGBUNDLES, ns, bundle("after-pause", {"data": {"a": "1"}}))
+        wait_for(lambda: ready(kube, ns, "after-pause"), 60, message="the bundle converged")
+    finally:
+        first.send(signal.SIGCONT)
+    wait_for(
+        lambda: any(r.get("event") == "lost shard" for r in first.log_records()),
+        60,
+        message="the resumed replica reports the shard lost",
+    )
+    assert first.proc.poll() is None, "a lost shard ended the process"
+    wait_for(lambda: held(first) == 1 and held(second) == 1, 90, message="rebalanced")
+    code, body = first.get("/readyz?verbose")
+    assert code == 200, body
+    assert first.stop() == 0
+    assert second.stop() == 0
