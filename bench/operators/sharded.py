@@ -12,8 +12,8 @@ namespaces made beforehand) are created by the loader threads. Measured: seconds
 the first create until every bundle is done (Ready, its ConfigMap correct, from a
 cluster-wide watch), and per replica the CPU seconds spent meanwhile, the peak RSS
 (VmHWM), the RSS once converged (mean over ``steady_seconds``) and the objects it
-caches (``cbop_shard_objects``). The namespaces are deleted between setups, so every
-setup starts from an empty cluster.
+caches (``cbop_shard_objects``). The bundles and ConfigMaps are deleted between setups
+(the namespaces stay), so every setup starts from empty namespaces.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from bench.operators import cluster
 from bench.operators.procs import Operator, Sampler, cbop_revision, cpu_seconds
 from bench.operators.scenarios import Bench, log
 from bench.operators.watch import Observer
-from cbop.kube import CONFIGBUNDLES, KubeClient
+from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, KubeClient
 
 SCENARIOS = frozenset({"s8"})
 SHARDS = 3
@@ -65,10 +65,11 @@ def _scrape(op: Operator) -> dict[str, float]:
             elif s.name == "leader_election_master_status":
                 out["leader"] = max(out["leader"], s.value)
             elif s.name == "cbop_shard_objects":
-                kind = (
-                    "bundles" if "bundle" in s.labels.get("resource", "").lower() else "configmaps"
+                kind = {"configbundles": "bundles", "configmaps": "configmaps"}.get(
+                    s.labels.get("resource", "")
                 )
-                out[kind] += s.value
+                if kind is not None:
+                    out[kind] += s.value
     return out
 
 
@@ -91,33 +92,55 @@ def _wait_working(ops: Sequence[Operator], sharded: bool, timeout: float = 120.0
     raise TimeoutError("the replicas did not take up the work")
 
 
-def _namespaces(kube: KubeClient, names: Sequence[str]) -> None:
-    with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda ns: cluster.create_namespace(kube, ns), names))
+def names(n: int) -> list[str]:
+    """The namespaces of S8 at ``n``: one per :data:`PER_NAMESPACE` bundles.
+
+    Their names differ from the first character on: the shard hash's top bits barely
+    move when only a name's tail changes (``s8-0001``, ``s8-0002``, ... share a shard).
+    """
+    return [
+        f"{hashlib.sha256(f's8-{i}'.encode()).hexdigest()[:8]}-s8"
+        for i in range(max(1, n // PER_NAMESPACE))
+    ]
 
 
-def _delete(kube: KubeClient, names: Sequence[str]) -> float:
+def _empty(kube: KubeClient, namespaces: Sequence[str], items: Sequence[tuple[str, int]]) -> float:
+    """Delete the bundles and their ConfigMaps (not waiting for the garbage collector);
+    return the seconds it took. The namespaces stay, for the next setup."""
     start = time.monotonic()
+
+    def one(item: tuple[str, int]) -> None:
+        name, i = item
+        ns = namespaces[i // PER_NAMESPACE]
+        for res in (CONFIGBUNDLES, CONFIGMAPS):
+            try:
+                kube.delete(res, ns, name)
+            except ApiError as err:
+                if not err.is_not_found:
+                    raise
+
     with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda ns: cluster.delete_namespace(kube, ns, timeout=900), names))
+        list(pool.map(one, items))
     return time.monotonic() - start
 
 
 def measure(
-    bench: Bench, n: int, label: str, replicas: int, flags: Sequence[str]
+    bench: Bench,
+    namespaces: Sequence[str],
+    n: int,
+    setup: tuple[str, int, tuple[str, ...]],
 ) -> dict[str, Any]:
-    """Run one setup at ``n``; return its record (per-replica figures under ``replicas``)."""
+    """Run one setup at ``n`` in empty ``namespaces``; return its record (per-replica
+    figures under ``per_replica``) and leave the namespaces empty again.
+
+    ``setup`` is one of :data:`SETUPS`: (label, replicas, cbop flags).
+    """
+    label, replicas, flags = setup
     tag = label.replace("=", "").replace(" ", "-")
-    count = max(1, n // PER_NAMESPACE)
-    # Names that differ from their first character: the shard hash's top bits barely
-    # move when only a name's tail changes (s8-0001, s8-0002, ... would share a shard).
-    namespaces = [
-        f"{hashlib.sha256(f'{tag}-{i}'.encode()).hexdigest()[:8]}-s8" for i in range(count)
-    ]
+    count = len(namespaces)
     items = [(f"cb-{i:05d}", i) for i in range(n)]
     expected = {name: cluster.expected(name, i) for name, i in items}
     cluster.wait_api_quiet(bench.kube)
-    _namespaces(bench.kube, namespaces)
     group = f"s8-{tag}"
     ops: list[Operator] = []
     samplers: list[Sampler] = []
@@ -184,7 +207,7 @@ def measure(
             sampler.stop()
         for op in ops:
             op.stop()
-    deleted = _delete(bench.kube, namespaces)
+    deleted = _empty(bench.kube, namespaces, items)
     record = {
         "setup": label,
         "replicas": replicas,
@@ -207,8 +230,15 @@ def measure(
 
 
 def run(bench: Bench, sizes: Sequence[int]) -> list[dict[str, Any]]:
-    """Every setup at every N, in :data:`SETUPS` order."""
-    return [measure(bench, n, *setup) for n in sizes for setup in SETUPS]
+    """Every setup at every N, in :data:`SETUPS` order, in one set of namespaces per N
+    (left for the control plane's teardown)."""
+    out = []
+    for n in sizes:
+        namespaces = names(n)
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda ns: cluster.create_namespace(bench.kube, ns), namespaces))
+        out += [measure(bench, namespaces, n, setup) for setup in SETUPS]
+    return out
 
 
 def _num(value: float | None, fmt: str) -> str:

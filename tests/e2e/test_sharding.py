@@ -295,9 +295,8 @@ class Replica:
             for s in family.samples:
                 if s.name == "cbop_shards_held":
                     held = s.value
-                elif s.name == "cbop_shard_objects":
-                    resource = s.labels.get("resource", "").lower()
-                    into = bundles if "bundle" in resource else configmaps
+                elif s.name == "cbop_shard_objects" and s.labels["resource"] in FENCED:
+                    into = bundles if s.labels["resource"] == "configbundles" else configmaps
                     into[shard_index(s.labels["shard"])] = s.value
         return ShardStats(held, bundles, configmaps)
 
