@@ -40,6 +40,7 @@ class FakeApi:
         continue_: str | None = None,
         resource_version: str | None = None,
         item_hook: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        shard_selector: str | None = None,
     ) -> dict[str, Any]:
         with self._lock:
             self.lists.append((res.plural, namespace, label_selector))
@@ -61,6 +62,7 @@ class FakeApi:
         timeout_seconds: int,
         allow_bookmarks: bool = True,
         read_timeout: float,
+        shard_selector: str | None = None,
     ) -> Iterator[dict[str, Any]]:
         if self.watch_error is not None:
             raise self.watch_error

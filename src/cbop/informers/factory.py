@@ -31,6 +31,7 @@ from cbop.informers.informer import (
 from cbop.informers.listers import MultiNamespaceLister
 from cbop.informers.problems import ListWatchProblem
 from cbop.kube import Resource
+from cbop.shardrange import ShardRange
 
 __all__ = ["InformerKey", "SharedInformerFactory"]
 
@@ -48,6 +49,10 @@ class SharedInformerFactory:
         resync_period: every informer's resync period in seconds (0 disables).
         read_timeout: every informer's watch socket read timeout in seconds.
         clock: every informer's clock (tests: ``FakeClock``; default: the real one).
+        shard: every informer lists and watches only this shard of its collection
+            (objects whose namespace hashes into the range: server-side ``shardSelector``,
+            client-side check; see :mod:`cbop.informers.shardfilter`); informer names get
+            `` shard <i>/<n>``. ``None`` or the whole hash space: no sharding.
 
     Thread safety: informers are meant to be requested while wiring, before
     :meth:`start`; an informer requested later is started by the next :meth:`start`.
@@ -61,9 +66,12 @@ class SharedInformerFactory:
         resync_period: float = DEFAULT_RESYNC_PERIOD,
         read_timeout: float = 90.0,
         clock: Clock | None = None,
+        shard: ShardRange | None = None,
     ) -> None:
         self._client = client
         self._clock = clock
+        self.shard = shard if shard is not None and not shard.everything else None
+        """The shard every informer holds, ``None`` when unsharded."""
         self.scopes: tuple[str | None, ...] = tuple(namespaces) if namespaces else (None,)
         self._resync_period = resync_period
         self._read_timeout = read_timeout
@@ -110,6 +118,7 @@ class SharedInformerFactory:
                         read_timeout=self._read_timeout,
                         clock=self._clock,
                         name=self._name(resource, ns, label_selector),
+                        shard=self.shard,
                     )
                     self._informers[key] = informer
                     self._index_funcs[key] = {}
@@ -136,11 +145,14 @@ class SharedInformerFactory:
         """Return an informer's name: ``configmaps/ns`` (``*``: all namespaces).
 
         ``[selector]`` is appended when another informer of the same resource and scope
-        already has that name. Called with the lock held.
+        already has that name, then `` shard <i>/<n>`` for a sharded factory. Called with
+        the lock held.
         """
         name = f"{resource.plural}/{namespace or '*'}"
-        if any(inf.name == name for inf in self._informers.values()):
+        if any(inf.name.split(" shard ")[0] == name for inf in self._informers.values()):
             name += f"[{selector or ''}]"
+        if self.shard is not None:
+            name += f" shard {self.shard}"
         return name
 
     def _add_indexers(

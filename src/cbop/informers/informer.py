@@ -68,6 +68,7 @@ from cbop.informers.reflector import (
 )
 from cbop.kube import Resource
 from cbop.kube.jsonstream import paused_gc
+from cbop.shardrange import ShardRange
 
 __all__ = [
     "DEFAULT_RESYNC_PERIOD",
@@ -112,6 +113,10 @@ class SharedInformer:
             ``[min_watch_timeout, 2 * min_watch_timeout)`` (300 s, as client-go). The API
             server also sends a bookmark 2 s before that deadline.
         backoff: retry schedule (default: 0.8 s doubling to 30 s, reset after 2 min).
+        shard: cache only this shard of the collection: objects whose namespace hashes
+            into the range (``shardSelector`` on every list and watch, and a client-side
+            check; see :mod:`cbop.informers.shardfilter`). ``None`` (or the whole hash
+            space): everything, as an unsharded informer.
     """
 
     def __init__(
@@ -133,6 +138,7 @@ class SharedInformer:
         page_size: int = LIST_PAGE_SIZE,
         min_watch_timeout: float = MIN_WATCH_TIMEOUT,
         backoff: Backoff | None = None,
+        shard: ShardRange | None = None,
     ) -> None:
         self._resource = resource
         self._resync_period = resync_period
@@ -175,6 +181,7 @@ class SharedInformer:
             page_size=page_size,
             min_watch_timeout=min_watch_timeout,
             backoff=backoff,
+            shard=shard,
         )
 
         # Lifecycle.
@@ -212,6 +219,27 @@ class SharedInformer:
     def indexer(self) -> Indexer:
         """Return the cache itself; callers outside this package should only read from it."""
         return self._indexer
+
+    def object_count(self) -> int:
+        """Return how many objects the cache holds now (for gauges such as objects per shard)."""
+        return len(self._indexer)
+
+    @property
+    def server_side_sharding(self) -> bool | None:
+        """Whether the API server filters this sharded informer's lists and watches.
+
+        ``True`` once a list answer confirmed the shard selector (``metadata.shardInfo``);
+        ``False`` once one did not: the server ignored the selector (its
+        ``ShardedListAndWatch`` gate is off), rejected it (400), or did not say (custom
+        resources on Kubernetes 1.36 are filtered without ``shardInfo``), and the informer
+        filters client-side. ``None`` before the first list, and for an unsharded informer.
+        """
+        return self._reflector.server_side_sharding
+
+    @property
+    def shard_dropped(self) -> int:
+        """Objects of other shards the client-side check has dropped so far (0 unsharded)."""
+        return self._reflector.shard_dropped
 
     def has_synced(self) -> bool:
         """Whether the first full list has been stored and delivered to the handlers."""

@@ -35,6 +35,11 @@ each full list and each watch event through two callbacks:
 * **Reporting.** Each failed attempt is logged in one line (the failure and the delay
   before the next attempt); :meth:`Reflector.problem` tells what is failing while the
   list/watch is down, and :attr:`Reflector.down_since` since when.
+* **Shards.** Given a :class:`~cbop.shardrange.ShardRange`, every list (each page) and
+  watch carries its ``shardSelector``, and every listed object and watch event is checked
+  against it client-side as well (:class:`~cbop.informers.shardfilter.ShardFilter`: the
+  API server ignores the parameter while its ``ShardedListAndWatch`` gate is off, and
+  confirms it only for built-in resources); a 400 to the parameter drops it.
 * **Silent watches.** Every socket read has ``read_timeout`` seconds (default 90: a
   real API server sends a bookmark about once a minute); a dead TCP connection is noticed
   after that long and re-watched like any transport failure.
@@ -53,8 +58,10 @@ from cbop.clock import Clock
 from cbop.informers.backoff import Backoff
 from cbop.informers.indexer import Indexer, IndexStaging, meta_namespace_key
 from cbop.informers.problems import ListWatchProblem
+from cbop.informers.shardfilter import ShardFilter
 from cbop.kube import ApiError, Resource
 from cbop.kube.jsonstream import intern_keys
+from cbop.shardrange import ShardRange
 
 __all__ = [
     "ABSENT_BACKOFF_CAP",
@@ -108,6 +115,7 @@ class ListWatchClient(Protocol):
         continue_: str | None = None,
         resource_version: str | None = None,
         item_hook: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        shard_selector: str | None = None,
     ) -> dict[str, Any]:
         """LIST one page (see :meth:`cbop.kube.KubeClient.list`), ``item_hook`` per item."""
         ...
@@ -123,6 +131,7 @@ class ListWatchClient(Protocol):
         timeout_seconds: int,
         allow_bookmarks: bool = True,
         read_timeout: float,
+        shard_selector: str | None = None,
     ) -> Iterator[dict[str, Any]]:
         """Open a WATCH (see :meth:`cbop.kube.KubeClient.watch`); may have ``close()``."""
         ...
@@ -164,6 +173,8 @@ class Reflector:
             ``[min_watch_timeout, 2 * min_watch_timeout)`` seconds
             (:data:`MIN_WATCH_TIMEOUT` by the informer's default).
         backoff: retry schedule (default: 0.8 s doubling to 30 s, reset after 2 min).
+        shard: list and watch only this shard of the collection (objects whose namespace
+            hashes into it); ``None`` (or the whole hash space): everything.
     """
 
     def __init__(
@@ -185,6 +196,7 @@ class Reflector:
         page_size: int,
         min_watch_timeout: float,
         backoff: Backoff | None = None,
+        shard: ShardRange | None = None,
     ) -> None:
         self._client = client
         self._resource = resource
@@ -208,6 +220,7 @@ class Reflector:
         # its installation is noticed within seconds.
         self._absent_backoff = Backoff(clock, cap=ABSENT_BACKOFF_CAP, rand=rng.random)
         self._log = log.bind(informer=name)
+        self._shards = ShardFilter(shard, name=name)
 
         # _rcond wakes a backoff sleep when the reflector stops.
         self._rcond = threading.Condition(threading.Lock())
@@ -230,6 +243,21 @@ class Reflector:
         Set by every failed list or watch attempt, cleared when a watch is established.
         """
         return self._problem
+
+    @property
+    def server_side_sharding(self) -> bool | None:
+        """Whether the API server applies the shard selector (see :class:`ShardFilter`).
+
+        True once a list answer confirmed it (``metadata.shardInfo``), False once one did
+        not (then objects are filtered client-side), None before the first list and for
+        an unsharded reflector.
+        """
+        return self._shards.server_side
+
+    @property
+    def shard_dropped(self) -> int:
+        """Objects of other shards dropped by the client-side check so far (0 if unsharded)."""
+        return self._shards.dropped
 
     @property
     def down_since(self) -> float | None:
@@ -358,6 +386,8 @@ class Reflector:
                 except Exception as err:  # noqa: BLE001 - keep the informer alive
                     if self._stopping:
                         return
+                    if isinstance(err, ApiError) and self._shards.rejected(err.status):
+                        continue
                     if isinstance(err, ApiError) and err.is_gone:
                         list_rv = ""
                     self._failed("list", err)
@@ -372,6 +402,9 @@ class Reflector:
             except ApiError as err:
                 if self._stopping:
                     return
+                if self._shards.rejected(err.status):
+                    need_list = True
+                    continue
                 if err.is_gone:
                     self._log.info("watch expired; relisting", error=str(err))
                     need_list = True
@@ -401,8 +434,14 @@ class Reflector:
             ApiError: the list failed (``is_gone`` when ``rv`` is too old).
         """
         staging = self._indexer.staging()
+        shards = self._shards
+        listed = 0
 
         def stage(obj: dict[str, Any]) -> dict[str, Any]:
+            nonlocal listed
+            listed += 1
+            if not shards.keep(obj):
+                return obj
             obj = self._prepare(obj)
             try:
                 key = meta_namespace_key(obj)
@@ -414,6 +453,7 @@ class Reflector:
 
         list_rv = rv
         continue_: str | None = None
+        shards.list_started()
         while True:
             try:
                 page = self._client.list(
@@ -425,6 +465,7 @@ class Reflector:
                     continue_=continue_,
                     resource_version=None if continue_ else (rv or None),
                     item_hook=stage,
+                    **shards.argument(),
                 )
             except ApiError as err:
                 if not (err.is_gone and continue_):
@@ -433,6 +474,8 @@ class Reflector:
                 self._log.info("list continuation expired; listing in one go")
                 staging = self._indexer.staging()
                 continue_ = None
+                listed = 0
+                shards.list_started()
                 page = self._client.list(
                     self._resource,
                     self._namespace,
@@ -440,6 +483,7 @@ class Reflector:
                     field_selector=self._field_selector,
                     resource_version=rv or None,
                     item_hook=stage,
+                    **shards.argument(),
                 )
             meta = page.get("metadata") or {}
             page_rv = meta.get("resourceVersion")
@@ -447,6 +491,7 @@ class Reflector:
                 list_rv = str(page_rv)
             continue_ = meta.get("continue") or None
             if not continue_:
+                shards.list_answered(meta, listed)
                 break
         if self._stopping:
             raise _Stopped
@@ -469,6 +514,7 @@ class Reflector:
             timeout_seconds=timeout_seconds,
             allow_bookmarks=True,
             read_timeout=self._read_timeout,
+            **self._shards.argument(),
         )
         with self._stream_lock:
             self._stream = stream
@@ -505,7 +551,10 @@ class Reflector:
         meta = obj.get("metadata")
         rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
         if typ in ("ADDED", "MODIFIED", "DELETED"):
-            self._on_event(typ, intern_keys(self._prepare(obj)))
+            if self._shards.keep(obj):
+                self._on_event(typ, intern_keys(self._prepare(obj)))
+            else:
+                self._shards.watch_dropped(obj)
         elif typ != "BOOKMARK":
             self._log.warning("ignoring a watch event of unknown type", type=typ)
             return

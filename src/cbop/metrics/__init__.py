@@ -11,6 +11,8 @@ imports ``prometheus_client`` (the layers below expose metric seams instead). Mo
   ``controller_runtime_*`` metrics behind ``cbop.runtime.ControllerMetricsProvider``;
   the ConfigBundle reconciler's write metrics, the leader-election gauge and the
   collectors computed at scrape time.
+- ``cbop.metrics.sharding``: ``PrometheusShardMetrics``, ``cbop_shards_held`` and
+  ``cbop_shard_transitions_total`` behind ``cbop.sharding.ShardMetrics``.
 """
 
 from cbop.metrics.controller import PrometheusControllerMetricsProvider

@@ -1,5 +1,45 @@
 """Sharding the work across replicas: one Lease per shard, balanced over live replicas.
 
+Modules:
+
+- ``cbop.sharding.coordinator``: :class:`ShardCoordinator`, which holds this replica's
+  share of the shard Leases and tells a :class:`ShardHandler` when to start, drain or
+  drop a shard's work.
+- ``cbop.sharding.assign``: the pure balancing decision (no client, no threads).
+- ``cbop.sharding.membership``: membership Leases and the one LIST per tick.
+- ``cbop.sharding.metrics``: :class:`ShardMetrics`, the seam its metrics go through;
+  the Prometheus implementation lives in ``cbop.metrics.sharding``.
+
 The package may import ``cbop.leaderelection``, ``cbop.informers``, ``cbop.kube`` and the
-pure layers below them; the runtime builds on it (an import-linter layer).
+pure layers below them, never Prometheus or ``cbop.metrics``; the runtime builds on it
+(import-linter contracts).
 """
+
+from cbop.sharding.assign import Decision, ShardState, decide
+from cbop.sharding.coordinator import ShardCoordinator, ShardHandler
+from cbop.sharding.membership import (
+    GROUP_LABEL,
+    MEMBER_ROLE,
+    ROLE_LABEL,
+    SHARD_ROLE,
+    member_lease_name,
+    shard_lease_name,
+)
+from cbop.sharding.metrics import NO_SHARD_METRICS, ShardEvent, ShardMetrics
+
+__all__ = [
+    "GROUP_LABEL",
+    "MEMBER_ROLE",
+    "NO_SHARD_METRICS",
+    "ROLE_LABEL",
+    "SHARD_ROLE",
+    "Decision",
+    "ShardCoordinator",
+    "ShardEvent",
+    "ShardHandler",
+    "ShardMetrics",
+    "ShardState",
+    "decide",
+    "member_lease_name",
+    "shard_lease_name",
+]

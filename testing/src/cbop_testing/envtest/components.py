@@ -17,7 +17,7 @@ import os
 import ssl
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -197,6 +197,7 @@ def apiserver_command(
     *,
     for_nodes: bool,
     audit: Sequence[str] = (),
+    feature_gates: Mapping[str, bool] | None = None,
     extra: Sequence[str] = (),
 ) -> list[str]:
     """kube-apiserver's command line, serving on ``127.0.0.1:<ports.apiserver>``.
@@ -208,9 +209,12 @@ def apiserver_command(
         for_nodes: Node authorizer, NodeRestriction and the ServiceAccount admission
             plugin (pods get their token volume); without, ServiceAccount admission is off.
         audit: The audit flags (:func:`audit_flags`).
+        feature_gates: ``--feature-gates`` (gate name -> enabled); none when empty. A
+            ``--feature-gates`` flag in ``extra`` is merged over it by kube-apiserver.
         extra: Appended last, so a repeated scalar flag overrides ours.
     """
     pki = workdir / "pki"
+    gates = ",".join(f"{k}={str(v).lower()}" for k, v in (feature_gates or {}).items())
     return [
         str(binaries.kube_apiserver),
         "--advertise-address=127.0.0.1",
@@ -237,6 +241,7 @@ def apiserver_command(
         # On SIGTERM, close open watches after 1 s instead of letting the HTTP
         # server wait for them (up to a minute): restarts and stops stay quick.
         "--shutdown-watch-termination-grace-period=1s",
+        *([f"--feature-gates={gates}"] if gates else []),
         *audit,
         *extra,
     ]

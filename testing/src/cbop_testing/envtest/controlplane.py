@@ -114,6 +114,10 @@ class ControlPlane:
             Node authorizer and NodeRestriction (kubelets act as ``system:node:<name>``,
             as on a kubeadm cluster), and :data:`NODE_CONTROLLERS`. Off by default:
             without a node, pods never run.
+        sharded_list_and_watch: kube-apiserver's ``ShardedListAndWatch`` feature gate
+            (alpha in 1.36, off upstream by default; KEP-5866): lists and watches honour
+            ``shardSelector``. On by default here; off, the parameter is ignored, as by
+            a server without the gate (for tests of the client-side fallback).
 
     Raises:
         ValueError: ``extra_apiserver_flags`` would disable
@@ -131,6 +135,7 @@ class ControlPlane:
         extra_etcd_flags: Sequence[str] = (),
         audit_policy: str | None = None,
         for_nodes: bool = False,
+        sharded_list_and_watch: bool = True,
     ) -> None:
         for flag in extra_apiserver_flags:
             if flag.startswith("--disable-admission-plugins") and (
@@ -148,6 +153,8 @@ class ControlPlane:
         self._extra_kcm_flags = tuple(extra_controller_manager_flags)
         self._extra_etcd_flags = tuple(extra_etcd_flags)
         self._audit_policy = audit_policy
+        self.sharded_list_and_watch = sharded_list_and_watch
+        """Whether kube-apiserver runs with the ``ShardedListAndWatch`` gate on."""
         self._lock = threading.RLock()
         self._workdir: Path | None = None
         self._own_workdir = False
@@ -364,6 +371,7 @@ class ControlPlane:
             ports,
             for_nodes=self.for_nodes,
             audit=audit_flags(workdir, self._audit_policy),
+            feature_gates={"ShardedListAndWatch": self.sharded_list_and_watch},
             extra=self._extra_apiserver_flags,
         )
         self._spawn("kube-apiserver")

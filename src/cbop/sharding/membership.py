@@ -1,0 +1,337 @@
+"""Group membership over Leases: who is live, and who holds which shard.
+
+This module owns :class:`Membership`, used by :class:`cbop.sharding.ShardCoordinator`
+once per tick. Every replica of a group renews a membership Lease of its own,
+``<group>-member-<identity>``; each shard ``i`` has the Lease ``<group>-shard-<i>``
+(written by that shard's ``LeaderElector``). All of them carry the label
+``cbop.dev/shard-group=<group>`` and ``cbop.dev/shard-role=member|shard``, so one
+label-selected LIST per tick reads the whole group.
+
+Liveness is judged by the local clock, as client-go judges a Lease: a Lease is live
+while less than its ``leaseDurationSeconds`` have passed since this process first saw
+its current ``resourceVersion`` (every renewal changes it). The server's ``renewTime``
+is never compared with the local wall clock, so clock skew between nodes does not
+matter. A Lease first seen is given a full duration, as client-go does.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import structlog
+
+from cbop.clock import Clock
+from cbop.kube import LEASES, ApiError, KubeClient
+from cbop.leaderelection import micro_time
+from cbop.sharding.assign import ShardState
+from cbop.shardrange import fnv1a64
+
+__all__ = [
+    "GROUP_LABEL",
+    "MEMBER_ROLE",
+    "ROLE_LABEL",
+    "SHARD_ROLE",
+    "GroupView",
+    "Membership",
+    "group_labels",
+    "member_lease_name",
+    "shard_lease_name",
+]
+
+log = structlog.get_logger("cbop.sharding")
+
+#: Label naming the group (the ``--leader-election-id``) on every Lease of the group.
+GROUP_LABEL: Final = "cbop.dev/shard-group"
+#: Label telling membership Leases from shard Leases.
+ROLE_LABEL: Final = "cbop.dev/shard-role"
+MEMBER_ROLE: Final = "member"
+SHARD_ROLE: Final = "shard"
+
+#: Longest object name the API server accepts for a Lease (a DNS subdomain).
+_MAX_NAME: Final = 253
+_INVALID = re.compile(r"[^a-z0-9.-]+")
+
+
+def shard_lease_name(group: str, index: int) -> str:
+    """Return the name of shard ``index``'s Lease: ``<group>-shard-<index>``."""
+    return f"{group}-shard-{index}"
+
+
+def member_lease_name(group: str, identity: str) -> str:
+    """Return the membership Lease name of ``identity``: ``<group>-member-<identity>``.
+
+    The identity is lower-cased and every run of characters a DNS subdomain may not
+    hold becomes ``-``; when that changed anything, or the name would exceed 253
+    characters, 16 hex digits of the identity's FNV-1a hash are appended so two
+    identities never share a Lease.
+    """
+    prefix = f"{group}-member-"
+    clean = _INVALID.sub("-", identity.lower()).strip("-.")
+    if clean == identity and len(prefix) + len(clean) <= _MAX_NAME:
+        return prefix + clean
+    suffix = f"-{fnv1a64(identity):016x}"
+    return prefix + clean[: _MAX_NAME - len(prefix) - len(suffix)].rstrip("-.") + suffix
+
+
+def group_labels(group: str, role: str) -> dict[str, str]:
+    """Return the labels every Lease of ``group`` with ``role`` carries."""
+    return {GROUP_LABEL: group, ROLE_LABEL: role}
+
+
+@dataclass(frozen=True)
+class GroupView:
+    """One LIST of the group, judged by the local clock.
+
+    Attributes:
+        members: identities whose membership Lease is live.
+        shards: one :class:`ShardState` per shard index (``ShardState()`` where the
+            shard has no Lease).
+        labelled: indices of the shards whose Lease exists with the group's labels.
+    """
+
+    members: frozenset[str]
+    shards: tuple[ShardState, ...]
+    labelled: frozenset[int]
+
+
+def _spec(lease: Mapping[str, Any]) -> Mapping[str, Any]:
+    spec = lease.get("spec")
+    return spec if isinstance(spec, Mapping) else {}
+
+
+def _holder(lease: Mapping[str, Any]) -> str:
+    holder = _spec(lease).get("holderIdentity")
+    return holder if isinstance(holder, str) else ""
+
+
+def _meta(lease: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = lease.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+class Membership:
+    """One replica's membership Lease and its view of the group.
+
+    Args:
+        client: API client with get, list, create, update and delete on Leases in
+            ``namespace``.
+        group: the group name (``--leader-election-id``).
+        namespace: where the group's Leases live.
+        identity: this replica's identity (the membership Lease's ``holderIdentity``).
+        shards: the shard count.
+        lease_duration: seconds written as the membership Lease's
+            ``leaseDurationSeconds`` (whole seconds) and assumed for Leases without one.
+        request_timeout: seconds each request may take.
+        clock: the local monotonic clock liveness is measured on.
+    """
+
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        group: str,
+        namespace: str,
+        identity: str,
+        shards: int,
+        lease_duration: float,
+        request_timeout: float,
+        clock: Clock,
+    ) -> None:
+        self._client = client
+        self._group = group
+        self._namespace = namespace
+        self._identity = identity
+        self._shards = shards
+        self._lease_duration = lease_duration
+        self._timeout = request_timeout
+        self._clock = clock
+        self.lease_name = member_lease_name(group, identity)
+        self._lease: dict[str, Any] | None = None  # own Lease as last written
+        self._seen: dict[str, tuple[str, float]] = {}  # name -> (resourceVersion, first seen)
+
+    def renew(self) -> bool:
+        """Write a fresh ``renewTime`` into the membership Lease, creating it if missing.
+
+        Updates from the Lease last written (its resourceVersion); on a conflict or a
+        missing Lease it reads or creates it and writes again. API errors are logged.
+
+        Returns:
+            Whether the Lease was renewed.
+        """
+        now = micro_time(datetime.now(UTC))
+        try:
+            if self._lease is None:
+                self._lease = self._read_or_create(now)
+            else:
+                self._lease = self._write(self._lease, now)
+            return True
+        except ApiError as err:
+            if err.is_conflict or err.is_not_found:
+                self._lease = None
+                try:
+                    self._lease = self._read_or_create(now)
+                    return True
+                except ApiError as again:
+                    err = again
+            log.warning(
+                "cannot renew the shard membership lease", lease=self.lease_name, error=str(err)
+            )
+            return False
+
+    def _read_or_create(self, now: str) -> dict[str, Any]:
+        try:
+            lease = self._client.get(
+                LEASES, self._namespace, self.lease_name, timeout=self._timeout
+            )
+        except ApiError as err:
+            if not err.is_not_found:
+                raise
+            return self._client.create(
+                LEASES,
+                self._namespace,
+                {
+                    "metadata": {
+                        "name": self.lease_name,
+                        "namespace": self._namespace,
+                        "labels": group_labels(self._group, MEMBER_ROLE),
+                    },
+                    "spec": self._record(now, now),
+                },
+                timeout=self._timeout,
+            )
+        return self._write(lease, now)
+
+    def _write(self, lease: Mapping[str, Any], now: str) -> dict[str, Any]:
+        meta = dict(_meta(lease))
+        meta["labels"] = {**(meta.get("labels") or {}), **group_labels(self._group, MEMBER_ROLE)}
+        acquired = _spec(lease).get("acquireTime")
+        body = {**lease, "metadata": meta, "spec": self._record(acquired or now, now)}
+        return self._client.update(
+            LEASES, self._namespace, self.lease_name, body, timeout=self._timeout
+        )
+
+    def _record(self, acquire_time: str, renew_time: str) -> dict[str, Any]:
+        return {
+            "holderIdentity": self._identity,
+            "leaseDurationSeconds": max(1, int(self._lease_duration)),
+            "acquireTime": acquire_time,
+            "renewTime": renew_time,
+        }
+
+    def observe(self) -> GroupView | None:
+        """LIST the group's Leases once and judge them by the local clock.
+
+        Returns:
+            The :class:`GroupView`, or ``None`` when the LIST failed (logged).
+        """
+        try:
+            listed = self._client.list(
+                LEASES,
+                self._namespace,
+                label_selector=f"{GROUP_LABEL}={self._group}",
+                timeout=self._timeout,
+            )
+        except ApiError as err:
+            log.warning("cannot list the shard group's leases", group=self._group, error=str(err))
+            return None
+        now = self._clock.now()
+        seen: dict[str, tuple[str, float]] = {}
+        members: set[str] = set()
+        shards = [ShardState()] * self._shards
+        labelled: set[int] = set()
+        for lease in listed.get("items") or ():
+            meta = _meta(lease)
+            name = str(meta.get("name", ""))
+            version = str(meta.get("resourceVersion", ""))
+            previous = self._seen.get(name)
+            first_seen = previous[1] if previous is not None and previous[0] == version else now
+            seen[name] = (version, first_seen)
+            duration = _spec(lease).get("leaseDurationSeconds")
+            if not isinstance(duration, int) or isinstance(duration, bool):
+                duration = self._lease_duration
+            live = now - first_seen < duration
+            role = (meta.get("labels") or {}).get(ROLE_LABEL)
+            holder = _holder(lease)
+            if role == MEMBER_ROLE:
+                if live and holder:
+                    members.add(holder)
+            elif role == SHARD_ROLE:
+                index = self._shard_index(name)
+                if index is not None:
+                    shards[index] = ShardState(holder, live and bool(holder))
+                    labelled.add(index)
+        self._seen = seen
+        return GroupView(frozenset(members), tuple(shards), frozenset(labelled))
+
+    def _shard_index(self, name: str) -> int | None:
+        prefix = shard_lease_name(self._group, 0)[:-1]
+        rest = name[len(prefix) :] if name.startswith(prefix) else ""
+        if not rest.isdigit():
+            return None
+        index = int(rest)
+        return (
+            index if index < self._shards and name == shard_lease_name(self._group, index) else None
+        )
+
+    def label_shard_lease(self, index: int) -> None:
+        """Make sure shard ``index``'s Lease exists and carries the group's labels.
+
+        The ``LeaderElector`` creates a missing Lease without labels and keeps whatever
+        metadata it finds, so the Lease is created here first, with labels and an empty
+        holder (free), or labelled with a merge patch when it exists without them.
+
+        Raises:
+            ApiError: the Lease could be neither created nor labelled.
+        """
+        name = shard_lease_name(self._group, index)
+        labels = group_labels(self._group, SHARD_ROLE)
+        try:
+            self._client.create(
+                LEASES,
+                self._namespace,
+                {"metadata": {"name": name, "namespace": self._namespace, "labels": labels}},
+                timeout=self._timeout,
+            )
+        except ApiError as err:
+            if not err.is_already_exists:
+                raise
+            self._client.patch(
+                LEASES,
+                self._namespace,
+                name,
+                {"metadata": {"labels": labels}},
+                timeout=self._timeout,
+            )
+
+    def leave(self) -> None:
+        """Delete the membership Lease, so the others rebalance at their next tick.
+
+        Deletes only the Lease this replica last wrote (a resourceVersion
+        precondition); errors are logged.
+        """
+        lease = self._lease
+        self._lease = None
+        preconditions = None
+        if lease is not None:
+            version = _meta(lease).get("resourceVersion")
+            if isinstance(version, str):
+                preconditions = {"resourceVersion": version}
+        try:
+            self._client.delete(
+                LEASES,
+                self._namespace,
+                self.lease_name,
+                preconditions=preconditions,
+                timeout=self._timeout,
+            )
+        except ApiError as err:
+            if not err.is_not_found:
+                log.warning(
+                    "cannot delete the shard membership lease",
+                    lease=self.lease_name,
+                    error=str(err),
+                )
