@@ -122,10 +122,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     results["settings"]["heal_rate"] = settings.heal_rate
     t_start = time.monotonic()
     settings.audit = workdir / "audit" / "audit.log"
-    apiserver_flags = cluster.audit_flags(workdir / "audit")
-    if scenarios & sharded.SCENARIOS:
-        apiserver_flags.append("--feature-gates=ShardedListAndWatch=true")
-    cp = ControlPlane(workdir=workdir / "cluster", extra_apiserver_flags=apiserver_flags)
+    cp = ControlPlane(
+        workdir=workdir / "cluster", extra_apiserver_flags=cluster.audit_flags(workdir / "audit")
+    )
     bench: Bench | None = None
     try:
         log(f"starting the control plane in {workdir}")

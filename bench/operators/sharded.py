@@ -1,6 +1,7 @@
 """S8 (sharding): N bundles over N/10 namespaces, cbop sharded over 1, 2 and 3 replicas.
 
-For each setup, in one run on one control plane (``ShardedListAndWatch`` on):
+For each setup, in one run on one control plane (``ShardedListAndWatch`` on, as
+envtest runs it by default):
 
 - ``single``: one ``cbop --leader-elect`` process (today's single leader);
 - ``shards=3 x1``, ``x2``, ``x3``: that many ``cbop --leader-elect --shards=3`` processes

@@ -78,7 +78,7 @@ def audited(
         binaries=_binaries(request.config),
         workdir=tmp_path_factory.mktemp("sharded-control-plane"),
         audit_policy=WRITES_AUDIT_POLICY,
-        extra_apiserver_flags=("--feature-gates=ShardedListAndWatch=true",),
+        sharded_list_and_watch=True,
     )
     control.start(timeout=START_TIMEOUT)
     try:
