@@ -309,6 +309,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="time between lease renewals and acquire attempts",
     )
     flag(
+        "shards",
+        defaults.SHARDS,
+        type=_positive_int,
+        help="spread the bundles over this many shards by namespace, each with its own Lease "
+        "(<leader-election-id>-shard-<i>), shared out among the replicas; more than 1 needs "
+        "leader election (docs/sharding.md)",
+    )
+    flag(
         "shutdown-timeout",
         defaults.SHUTDOWN_TIMEOUT,
         type=parse_duration,
@@ -499,6 +507,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.dry_run and not args.once:
         parser.error("--dry-run only works with --once")
+    if args.shards > 1 and not args.leader_elect:
+        parser.error(f"--shards {args.shards} needs --leader-elect (each shard has a Lease)")
     configure_logging(args.log_level, args.log_format)
     log.debug(
         "effective configuration",
@@ -530,6 +540,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 priority_queue=args.priority_queue,
                 events=args.events,
                 rollout=args.rollout,
+                shards=args.shards,
             ),
         )
     except (ValueError, OSError) as err:

@@ -11,11 +11,15 @@ import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from cbop.informers import SharedInformerFactory
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, KubeClient
+from cbop.manager import Manager as CbopManager
+from cbop.manager import Options
 from cbop.reconciler import Action, Result
 from cbop.runtime import (
     Builder,
@@ -33,6 +37,8 @@ from tests.unit.test_runtime_manager import _bundle
 
 #: The namespace each shard of two holds in these tests.
 NAMESPACE_OF = {0: "a", 1: "b"}
+#: Options that bind no port.
+NO_ENDPOINTS: dict[str, Any] = {"metrics_bind_address": "0", "health_probe_bind_address": "0"}
 
 
 class _Coordinator:
@@ -303,3 +309,27 @@ def test_readyz_is_ready_as_a_standby_and_waits_for_every_held_shard(api: FakeAp
     finally:
         if harness.thread.is_alive():
             harness.stop()
+
+
+def test_cbop_with_shards_sets_up_controllers_per_shard_only() -> None:
+    """``cbop --shards 2``: no process-wide controller or informer; the shard metrics are
+    registered; without leader election it is refused."""
+    with pytest.raises(ValueError, match="--shards 2 needs --leader-elect"):
+        CbopManager(KubeClient(None), Options(shards=2, **NO_ENDPOINTS))
+    registry = CollectorRegistry()
+    manager = CbopManager(
+        KubeClient(None),
+        Options(leader_elect=True, leader_election_namespace="ns", shards=2, **NO_ENDPOINTS),
+        registry=registry,
+    )
+    assert manager.sharding is not None
+    assert manager.sharding.shards == 2
+    assert manager.elector is None
+    assert (manager.controller, manager.controllers, manager.informers.informers) == (None, {}, [])
+    names = {metric.name for metric in registry.collect()}
+    assert {"cbop_shard_objects", "cbop_shards_held", "cbop_configbundles"} <= names
+    assert "leader_election_master_status" not in names
+    # Each shard's informers list only that shard (server-side selector).
+    factory = manager.sharding.informers(ShardRange.of(1, 2))
+    assert factory.shard == ShardRange.of(1, 2)
+    assert manager.informers.shard is None

@@ -13,8 +13,11 @@ elector's acquire attempts) the coordinator:
 3. asks :func:`cbop.sharding.assign.decide` which shards to go for and which to let go;
 4. runs one :class:`cbop.leaderelection.LeaderElector` per shard it goes for, on the
    Lease ``<group>-shard-<i>`` (created first with the group's labels, since the
-   elector creates Leases without labels), stops electors still trying for shards
-   that are no longer free, and releases at most one shard gracefully:
+   elector creates Leases without labels; a Lease this process has seen unrenewed
+   for its duration is first overwritten with an empty holder, with the listed
+   resourceVersion, so that the new elector need not wait a lease duration of its
+   own), stops electors still trying for shards that are no longer free, and
+   releases at most one shard gracefully:
    ``handler.release`` (stop intake, drain in-flight work) first, and only then the
    elector is stopped so it hands the Lease back.
 
@@ -55,6 +58,10 @@ log = structlog.get_logger("cbop.sharding")
 
 #: Real seconds between checks of the caller's stop event by the relay thread.
 _STOP_POLL_INTERVAL: Final = 0.05
+#: Seconds a tick waits past a Lease's local expiry (as the elector's slack).
+_EXPIRY_SLACK: Final = 0.05
+#: The shortest wait between ticks, as a fraction of the retry period.
+_MIN_TICK_FRACTION: Final = 0.1
 
 
 class ShardHandler(Protocol):
@@ -108,7 +115,7 @@ class ShardCoordinator:
     """Holds a balanced share of ``shards`` shard Leases for one replica of ``group``.
 
     Args:
-        client: API client with get, list, create, update, patch and delete on Leases
+        client: API client with get, list, create, update and delete on Leases
             in ``namespace`` (no write fence: it writes the Leases themselves).
         group: the group's name (``--leader-election-id``); Leases are
             ``<group>-shard-<i>`` and ``<group>-member-<identity>``.
@@ -247,9 +254,7 @@ class ShardCoordinator:
             next_tick = self._clock.now()
             while not stop.is_set():
                 if self._clock.now() >= next_tick:
-                    self._tick()
-                    jitter = 1.0 + random.random() * ACQUIRE_JITTER_FACTOR
-                    next_tick = self._clock.now() + self._retry_period * jitter
+                    next_tick = self._tick()
                 self._deliver()
                 with self._wakeup:
                     wait_for(
@@ -268,12 +273,23 @@ class ShardCoordinator:
 
     # ------------------------------------------------------------------ the tick
 
-    def _tick(self) -> None:
-        """Renew membership, list the group, decide, and act on the decision."""
+    def _tick(self) -> float:
+        """Renew membership, list the group, decide, act; return the next tick's time.
+
+        The next tick comes one retry period later, jittered by up to
+        ``ACQUIRE_JITTER_FACTOR``, or just after the earliest moment a Lease of another
+        member expires unless renewed (a dead member's shards are taken over then,
+        not up to a retry period later), whichever is sooner.
+        """
+        jitter = 1.0 + random.random() * ACQUIRE_JITTER_FACTOR
         self._membership.renew()
         view = self._membership.observe()
+        next_tick = self._clock.now() + self._retry_period * jitter
         if view is None:
-            return
+            return next_tick
+        if view.next_expiry is not None:
+            soonest = self._clock.now() + self._retry_period * _MIN_TICK_FRACTION
+            next_tick = min(next_tick, max(view.next_expiry + _EXPIRY_SLACK, soonest))
         self._deliver()
         with self._lock:
             slots = dict(self._slots)
@@ -291,6 +307,10 @@ class ShardCoordinator:
         )
         for index in decision.acquire:
             if index not in slots:
+                state = view.shards[index]
+                expired = bool(state.holder) and not state.valid
+                if expired and not self._membership.clear_expired_shard_lease(index):
+                    continue  # renewed or taken since the listing
                 self._start(index, labelled=index in view.labelled)
         for index, slot in slots.items():
             if slot.letting_go or index in decision.acquire or index == decision.release:
@@ -314,6 +334,7 @@ class ShardCoordinator:
                 members=len(view.members | {self._identity}),
             )
             self._release(slots[decision.release])
+        return next_tick
 
     def _start(self, index: int, *, labelled: bool) -> None:
         """Start an elector for shard ``index`` (labelling its Lease first if needed)."""
@@ -342,7 +363,7 @@ class ShardCoordinator:
             release_on_cancel=True,
         )
         slot.thread = threading.Thread(
-            target=self._run_elector, args=(slot,), name=f"cbop-shard-{index}", daemon=True
+            target=self._run_elector, args=(slot,), name=f"cbop-shard-elector-{index}", daemon=True
         )
         with self._lock:
             self._slots[index] = slot

@@ -26,7 +26,7 @@ import structlog
 
 from cbop.clock import Clock
 from cbop.kube import LEASES, ApiError, KubeClient
-from cbop.leaderelection import micro_time
+from cbop.leaderelection import RELEASED_LEASE_DURATION_SECONDS, micro_time
 from cbop.sharding.assign import ShardState
 from cbop.shardrange import fnv1a64
 
@@ -91,11 +91,14 @@ class GroupView:
         shards: one :class:`ShardState` per shard index (``ShardState()`` where the
             shard has no Lease).
         labelled: indices of the shards whose Lease exists with the group's labels.
+        next_expiry: the earliest clock time at which a Lease of another member that
+            is valid now (membership or shard) expires unless renewed, or ``None``.
     """
 
     members: frozenset[str]
     shards: tuple[ShardState, ...]
     labelled: frozenset[int]
+    next_expiry: float | None = None
 
 
 def _spec(lease: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -152,6 +155,7 @@ class Membership:
         self.lease_name = member_lease_name(group, identity)
         self._lease: dict[str, Any] | None = None  # own Lease as last written
         self._seen: dict[str, tuple[str, float]] = {}  # name -> (resourceVersion, first seen)
+        self._shard_leases: dict[int, dict[str, Any]] = {}  # as last listed
 
     def renew(self) -> bool:
         """Write a fresh ``renewTime`` into the membership Lease, creating it if missing.
@@ -243,6 +247,8 @@ class Membership:
         members: set[str] = set()
         shards = [ShardState()] * self._shards
         labelled: set[int] = set()
+        expiries: list[float] = []
+        self._shard_leases = {}
         for lease in listed.get("items") or ():
             meta = _meta(lease)
             name = str(meta.get("name", ""))
@@ -256,6 +262,8 @@ class Membership:
             live = now - first_seen < duration
             role = (meta.get("labels") or {}).get(ROLE_LABEL)
             holder = _holder(lease)
+            if live and holder and holder != self._identity:
+                expiries.append(first_seen + duration)
             if role == MEMBER_ROLE:
                 if live and holder:
                     members.add(holder)
@@ -264,8 +272,14 @@ class Membership:
                 if index is not None:
                     shards[index] = ShardState(holder, live and bool(holder))
                     labelled.add(index)
+                    self._shard_leases[index] = dict(lease)
         self._seen = seen
-        return GroupView(frozenset(members), tuple(shards), frozenset(labelled))
+        return GroupView(
+            frozenset(members),
+            tuple(shards),
+            frozenset(labelled),
+            min(expiries, default=None),
+        )
 
     def _shard_index(self, name: str) -> int | None:
         prefix = shard_lease_name(self._group, 0)[:-1]
@@ -282,10 +296,13 @@ class Membership:
 
         The ``LeaderElector`` creates a missing Lease without labels and keeps whatever
         metadata it finds, so the Lease is created here first, with labels and an empty
-        holder (free), or labelled with a merge patch when it exists without them.
+        holder (free), or its labels are added by an update (with the resourceVersion
+        read, so the record is untouched) when it exists without them. Only the verbs
+        the elector needs anyway (get, create, update) are used.
 
         Raises:
-            ApiError: the Lease could be neither created nor labelled.
+            ApiError: the Lease could be neither created nor labelled (409 when it
+                changed between the read and the update: the next tick tries again).
         """
         name = shard_lease_name(self._group, index)
         labels = group_labels(self._group, SHARD_ROLE)
@@ -299,13 +316,61 @@ class Membership:
         except ApiError as err:
             if not err.is_already_exists:
                 raise
-            self._client.patch(
+            lease = self._client.get(LEASES, self._namespace, name, timeout=self._timeout)
+            meta = dict(_meta(lease))
+            present = meta.get("labels") or {}
+            if all(present.get(k) == v for k, v in labels.items()):
+                return
+            meta["labels"] = {**present, **labels}
+            self._client.update(
+                LEASES, self._namespace, name, {**lease, "metadata": meta}, timeout=self._timeout
+            )
+
+    def clear_expired_shard_lease(self, index: int) -> bool:
+        """Empty the holder of shard ``index``'s Lease, found expired by the last LIST.
+
+        A ``LeaderElector`` started now would wait a whole lease duration from its own
+        first read before taking an unrenewed Lease over; this process has watched the
+        record already. So, as a candidate takes over an expired Lease in client-go,
+        the record is overwritten, with the listed ``resourceVersion`` (a renewal since
+        then makes the write fail with 409), by a released one: an empty holder and a
+        1 s duration, which the elector then takes at once. The caller must have
+        judged the record expired (:attr:`ShardState.valid` False) in the last view.
+
+        Returns:
+            Whether the Lease now names no holder (False: it changed since the LIST,
+            or the write failed; logged).
+        """
+        lease = self._shard_leases.get(index)
+        if lease is None or not _holder(lease):
+            return True
+        spec = {
+            **_spec(lease),
+            "holderIdentity": "",
+            "leaseDurationSeconds": RELEASED_LEASE_DURATION_SECONDS,
+        }
+        try:
+            self._client.update(
                 LEASES,
                 self._namespace,
-                name,
-                {"metadata": {"labels": labels}},
+                shard_lease_name(self._group, index),
+                {**lease, "spec": spec},
                 timeout=self._timeout,
             )
+        except ApiError as err:
+            log.info(
+                "cannot clear the expired shard lease",
+                lease=shard_lease_name(self._group, index),
+                holder=_holder(lease),
+                error=str(err),
+            )
+            return False
+        log.info(
+            "cleared an expired shard lease",
+            lease=shard_lease_name(self._group, index),
+            holder=_holder(lease),
+        )
+        return True
 
     def leave(self) -> None:
         """Delete the membership Lease, so the others rebalance at their next tick.

@@ -1,0 +1,140 @@
+"""``cbop --shards 2``: two processes share the shards and every bundle converges.
+
+Two cbop processes with ``--leader-elect --shards 2`` on the session's control plane,
+scoped to ten namespaces of their own holding two bundles each. Both become ready, the
+shards end up one per process, all 20 bundles converge, and each process's
+``cbop_shard_objects`` counts exactly the bundles and managed ConfigMaps of the
+namespaces its shard holds (namespace hash, ``cbop.shardrange.shard_of``), summing to
+20 of each over the two processes.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections import Counter
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from cbop.kube import CONFIGBUNDLES, LEASES, KubeClient, Resource
+from cbop.shardrange import shard_of
+
+from .harness import Operator, bundle, ready, wait_for
+
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+SHARDS = 2
+TIMINGS = (
+    "--leader-election-lease-duration=6s",
+    "--leader-election-renew-deadline=4s",
+    "--leader-election-retry-period=1s",
+)
+
+
+@pytest.fixture
+def namespaces(kube: KubeClient) -> Iterator[list[str]]:
+    """Ten new namespaces, five in each shard (the first also holds the Leases).
+
+    Random names, kept until each shard has five: names that differ in their last
+    characters only tend to hash into one shard of two (FNV-1a mixes the last bytes into
+    the low bits; docs/sharding.md).
+    """
+    chosen: dict[int, list[str]] = {0: [], 1: []}
+    while min(len(names) for names in chosen.values()) < 5:
+        name = f"e2e-shards-{secrets.token_hex(4)}"
+        shard = chosen[shard_of(name, SHARDS)]
+        if len(shard) < 5:
+            shard.append(name)
+    names = chosen[0] + chosen[1]
+    for name in names:
+        kube.create(
+            NAMESPACES, None, {"metadata": {"name": name, "labels": {"cbop.dev/e2e": "true"}}}
+        )
+    yield names
+    for name in names:
+        kube.delete(NAMESPACES, None, name)
+
+
+def _shard_objects(op: Operator) -> dict[tuple[int, str], float]:
+    """Return (shard, resource) -> ``cbop_shard_objects`` of one process."""
+    out = {}
+    for key, value in op.metrics().items():
+        if key.startswith("cbop_shard_objects{"):
+            labels = dict(
+                part.split("=", 1) for part in key[len("cbop_shard_objects{") : -1].split(",")
+            )
+            out[(int(labels["shard"].strip('"')), labels["resource"].strip('"'))] = value
+    return out
+
+
+def test_two_processes_share_two_shards_and_every_bundle_converges(
+    kube: KubeClient, namespaces: list[str], cbop: Callable[..., Operator]
+) -> None:
+    group = f"cbop-{secrets.token_hex(3)}"
+    args = (
+        "--leader-elect",
+        f"--leader-election-namespace={namespaces[0]}",
+        f"--leader-election-id={group}",
+        f"--shards={SHARDS}",
+        *TIMINGS,
+    )
+    first = cbop(*args, namespaces=namespaces)
+    second = cbop(*args, namespaces=namespaces)
+    for ns in namespaces:
+        for name in ("alpha", "beta"):
+            kube.create(CONFIGBUNDLES, ns, bundle(name, {"data": {"ns": ns, "name": name}}))
+
+    def not_ready() -> list[tuple[str, str]]:
+        keys = [(ns, name) for ns in namespaces for name in ("alpha", "beta")]
+        return [(ns, name) for ns, name in keys if not ready(kube, ns, name)]
+
+    wait_for(lambda: not not_ready(), 120, message="every bundle Ready")
+
+    # One shard each once the second process has joined (a release per retry period).
+    def held(op: Operator) -> float:
+        return op.metrics().get("cbop_shards_held{}", -1.0)
+
+    wait_for(lambda: held(first) == 1 and held(second) == 1, 60, message="one shard each")
+    leases = {
+        lease["metadata"]["name"]: lease["spec"].get("holderIdentity")
+        for lease in kube.list(LEASES, namespaces[0])["items"]
+        if lease["metadata"]["name"].startswith(f"{group}-shard-")
+    }
+    assert sorted(leases) == [f"{group}-shard-0", f"{group}-shard-1"]
+    assert len(set(leases.values())) == 2, f"one holder per shard: {leases}"
+
+    bundles_per_shard = Counter(shard_of(ns, SHARDS) for ns in namespaces for _ in range(2))
+    expected = {
+        (shard, resource): float(count)
+        for shard, count in bundles_per_shard.items()
+        for resource in ("configbundles", "configmaps")
+    }
+
+    def counted() -> dict[tuple[int, str], float]:
+        found: dict[tuple[int, str], float] = {}
+        for op in (first, second):
+            for key, value in _shard_objects(op).items():
+                assert key not in found, f"shard {key[0]} counted by both processes"
+                found[key] = value
+        return found
+
+    seen: list[dict[tuple[int, str], float]] = []
+
+    def as_expected() -> bool:
+        seen.append(counted())
+        return seen[-1] == expected
+
+    try:
+        wait_for(as_expected, 60, message=f"cbop_shard_objects == {expected}")
+    except AssertionError as err:
+        raise AssertionError(f"{err}; last counted: {seen[-1:]}") from None
+    totals = Counter[str]()
+    for (_, resource), value in counted().items():
+        totals[resource] += int(value)
+    assert totals == {"configbundles": 20, "configmaps": 20}
+    # Each process reports the Ready bundles of its own shard only.
+    ready_total = sum(
+        op.metrics().get('cbop_configbundles{ready="True"}', 0.0) for op in (first, second)
+    )
+    assert ready_total == 20
+    assert first.stop() == 0
+    assert second.stop() == 0

@@ -1,0 +1,509 @@
+"""ShardCoordinator against an in-memory Lease API, driven by a FakeClock (no sleeps).
+
+The coordinator and its per-shard electors run in background threads, as in the
+runtime. ``Driver.advance`` moves the fake clock from one waiter's deadline to the
+next and, after each step, waits until every one of those threads is parked on the
+clock again, so each step's API calls and handler calls have all been made. Other
+members of the group are played by the test writing their Leases directly.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from cbop.kube import ApiError, Resource
+from cbop.metrics.sharding import PrometheusShardMetrics
+from cbop.sharding import (
+    GROUP_LABEL,
+    MEMBER_ROLE,
+    ROLE_LABEL,
+    SHARD_ROLE,
+    ShardCoordinator,
+    ShardEvent,
+    member_lease_name,
+    shard_lease_name,
+)
+from cbop.shardrange import ShardRange
+from cbop_testing.clock import FakeClock
+from tests.unit.test_leaderelection import LONG_AGO, NS, PATIENCE, FakeLeaseApi
+
+GROUP = "cbop"
+LEASE_DURATION = 15.0
+RENEW_DEADLINE = 10.0
+RETRY = 2.0
+START = 1000.0
+
+
+class FakeGroupApi(FakeLeaseApi):
+    """FakeLeaseApi plus label-selected list and delete."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: name -> callable run just before the next create of that Lease.
+        self.before_create: dict[str, Callable[[], None]] = {}
+
+    def list(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int | None = None,
+        continue_: str | None = None,
+        resource_version: str | None = None,
+        resource_version_match: str | None = None,
+        timeout: float | None = 60.0,
+        item_hook: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        with self._lock:
+            self._enter("list", res, timeout)
+            want = dict(p.split("=", 1) for p in (label_selector or "").split(",") if p)
+            items = [
+                copy.deepcopy(obj)
+                for (ns, _), obj in sorted(self.leases.items())
+                if ns == namespace
+                and all(obj["metadata"].get("labels", {}).get(k) == v for k, v in want.items())
+            ]
+            return {"metadata": {"resourceVersion": str(self._rv)}, "items": items}
+
+    def create(
+        self,
+        res: Resource,
+        namespace: str | None,
+        body: Any,
+        *,
+        field_manager: str | None = None,
+        dry_run: bool = False,
+        timeout: float | None = 30.0,
+    ) -> dict[str, Any]:
+        hook = self.before_create.pop(body["metadata"]["name"], None)
+        if hook is not None:
+            hook()
+        return super().create(res, namespace, body, timeout=timeout)
+
+    def delete(
+        self,
+        res: Resource,
+        namespace: str | None,
+        name: str,
+        *,
+        preconditions: Mapping[str, str] | None = None,
+        propagation_policy: str | None = None,
+        grace_period_seconds: int | None = None,
+        dry_run: bool = False,
+        timeout: float | None = 30.0,
+    ) -> dict[str, Any]:
+        with self._lock:
+            self._enter("delete", res, timeout)
+            stored = self.leases.get((str(namespace), name))
+            if stored is None:
+                raise ApiError(404, "NotFound", f'leases "{name}" not found')
+            want = (preconditions or {}).get("resourceVersion")
+            if want is not None and want != stored["metadata"]["resourceVersion"]:
+                raise ApiError(409, "Conflict", "precondition failed")
+            del self.leases[(str(namespace), name)]
+            return {"kind": "Status", "status": "Success"}
+
+    # -- helpers ---------------------------------------------------------------------
+
+    def lease(self, name: str) -> dict[str, Any] | None:
+        with self._lock:
+            found = self.leases.get((NS, name))
+            return copy.deepcopy(found) if found is not None else None
+
+    def holder(self, index: int) -> str:
+        lease = self.lease(shard_lease_name(GROUP, index))
+        assert lease is not None
+        holder = lease["spec"].get("holderIdentity", "")
+        assert isinstance(holder, str)
+        return holder
+
+    def member(self, identity: str) -> None:
+        """``identity`` renews its membership Lease (creating it)."""
+        self.put(member_lease_name(GROUP, identity), **_record(identity))
+        self._label(member_lease_name(GROUP, identity), MEMBER_ROLE)
+
+    def shard(self, index: int, holder: str) -> None:
+        """``holder`` writes shard ``index``'s Lease (creating it, labelled)."""
+        self.put(shard_lease_name(GROUP, index), **_record(holder))
+        self._label(shard_lease_name(GROUP, index), SHARD_ROLE)
+
+    def _label(self, name: str, role: str) -> None:
+        with self._lock:
+            self.leases[(NS, name)]["metadata"]["labels"] = {GROUP_LABEL: GROUP, ROLE_LABEL: role}
+
+
+def _record(holder: str) -> dict[str, Any]:
+    return {
+        "holderIdentity": holder,
+        "leaseDurationSeconds": int(LEASE_DURATION),
+        "acquireTime": LONG_AGO,
+        "renewTime": f"{time.monotonic_ns()}",
+        "leaseTransitions": 0,
+    }
+
+
+class Handler:
+    """Records every call with the fake time; checks the Lease state at each one."""
+
+    def __init__(self, api: FakeGroupApi, clock: FakeClock, identity: str) -> None:
+        self.api = api
+        self.clock = clock
+        self.identity = identity
+        self.calls: list[tuple[str, int, float]] = []
+        self.fences: dict[int, Callable[[], bool]] = {}
+        self.problems: list[str] = []
+
+    def acquired(self, shard: ShardRange, fence: Callable[[], bool]) -> None:
+        self.calls.append(("acquired", shard.index, self.clock.now()))
+        if not fence():
+            self.problems.append(f"acquired {shard} with the fence closed")
+        if self.api.holder(shard.index) != self.identity:
+            self.problems.append(f"acquired {shard} whose Lease names someone else")
+        self.fences[shard.index] = fence
+
+    def release(self, shard: ShardRange) -> None:
+        self.calls.append(("release", shard.index, self.clock.now()))
+        if not self.fences.pop(shard.index)():
+            self.problems.append(f"asked to drain {shard} after its fence closed")
+        if self.api.holder(shard.index) != self.identity:
+            self.problems.append(f"asked to drain {shard} after its Lease was handed back")
+
+    def lost(self, shard: ShardRange) -> None:
+        self.calls.append(("lost", shard.index, self.clock.now()))
+        if self.fences.pop(shard.index)():
+            self.problems.append(f"told {shard} was lost while its fence was open")
+
+    def events(self) -> list[tuple[str, int]]:
+        return [(what, index) for what, index, _ in self.calls]
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.held: list[int] = []
+        self.transitions: list[tuple[int, ShardEvent]] = []
+
+    def set_held(self, count: int) -> None:
+        self.held.append(count)
+
+    def transition(self, shard: int, event: ShardEvent) -> None:
+        self.transitions.append((shard, event))
+
+
+class Driver:
+    """One coordinator in a thread, on a fake clock."""
+
+    def __init__(self, api: FakeGroupApi, identity: str, shards: int) -> None:
+        self.api = api
+        self.clock = FakeClock(START)
+        self.handler = Handler(api, self.clock, identity)
+        self.metrics = Metrics()
+        self.coordinator = ShardCoordinator(
+            api,
+            group=GROUP,
+            namespace=NS,
+            identity=identity,
+            shards=shards,
+            lease_duration=LEASE_DURATION,
+            renew_deadline=RENEW_DEADLINE,
+            retry_period=RETRY,
+            handler=self.handler,
+            metrics=self.metrics,
+            clock=self.clock,
+        )
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.coordinator.run, args=(self.stop,))
+
+    def start(self) -> None:
+        self.thread.start()
+        self.settle()
+
+    def _threads(self) -> tuple[int, bool]:
+        """(threads that should park on the clock, whether a transient one runs)."""
+        alive = [t for t in threading.enumerate() if t.is_alive()]
+        electors = [t for t in alive if t.name.startswith("cbop-shard-elector-")]
+        busy = any(t.name == "cbop-leader-started" for t in alive)
+        return len(electors) + (1 if self.thread.is_alive() else 0), busy
+
+    def settle(self) -> None:
+        """Wait (real time) until every thread of the coordinator is parked on the clock."""
+        deadline = time.monotonic() + PATIENCE
+        quiet = 0
+        while quiet < 3:
+            expected, busy = self._threads()
+            parked = len(self.clock.waiter_deadlines())
+            # An elector's change (recorded, the coordinator notified) not yet handled
+            # leaves the coordinator registered on the clock until it runs.
+            with self.coordinator._lock:
+                pending = self.coordinator._changed
+            quiet = quiet + 1 if not busy and not pending and parked == expected else 0
+            assert time.monotonic() < deadline, f"{parked} of {expected} threads parked"
+            self.clock.wait_for_waiter(timeout=0.002)  # yields to the other threads
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock ``seconds`` on, waking each waiter at its own deadline."""
+        until = self.clock.now() + seconds
+        while True:
+            self.settle()
+            deadlines = [d for d in self.clock.waiter_deadlines() if d <= until]
+            if not deadlines:
+                break
+            self.clock.set(max(deadlines[0], self.clock.now()))
+        self.clock.set(until)
+        self.settle()
+
+    def finish(self) -> None:
+        self.stop.set()
+        self.thread.join(PATIENCE)
+        assert not self.thread.is_alive(), "run() did not return"
+
+
+@pytest.fixture
+def api() -> FakeGroupApi:
+    return FakeGroupApi()
+
+
+@pytest.fixture
+def drivers(api: FakeGroupApi) -> Iterator[Callable[..., Driver]]:
+    made: list[Driver] = []
+
+    def make(identity: str = "b", shards: int = 3) -> Driver:
+        driver = Driver(api, identity, shards)
+        made.append(driver)
+        return driver
+
+    yield make
+    for driver in made:
+        driver.stop.set()
+        driver.thread.join(PATIENCE)
+        assert not driver.thread.is_alive()
+        assert not driver.handler.problems
+
+
+def test_alone_it_takes_every_shard_on_labelled_leases(
+    api: FakeGroupApi, drivers: Callable[..., Driver]
+) -> None:
+    d = drivers("b", 3)
+    d.start()
+    assert sorted(d.handler.events()) == [("acquired", 0), ("acquired", 1), ("acquired", 2)]
+    assert [s.index for s in d.coordinator.held()] == [0, 1, 2]
+    assert all(d.coordinator.holds(i) for i in range(3))
+    assert not d.coordinator.holds(3)
+    for i in range(3):
+        lease = api.lease(shard_lease_name(GROUP, i))
+        assert lease is not None
+        assert lease["metadata"]["labels"] == {GROUP_LABEL: GROUP, ROLE_LABEL: SHARD_ROLE}
+        assert lease["spec"]["holderIdentity"] == "b"
+    member = api.lease(member_lease_name(GROUP, "b"))
+    assert member is not None
+    assert member["metadata"]["labels"] == {GROUP_LABEL: GROUP, ROLE_LABEL: MEMBER_ROLE}
+    assert member["spec"]["holderIdentity"] == "b"
+    assert d.metrics.held[-1] == 3
+    assert sorted(d.metrics.transitions) == [(i, ShardEvent.ACQUIRED) for i in range(3)]
+    # Membership is renewed every tick, one LIST per tick.
+    renewed = member["metadata"]["resourceVersion"]
+    lists = api.calls.count("list")
+    d.advance(RETRY * 1.5)
+    member = api.lease(member_lease_name(GROUP, "b"))
+    assert member is not None
+    assert member["metadata"]["resourceVersion"] != renewed
+    assert api.calls.count("list") == lists + 1
+
+
+def test_a_joiner_makes_it_release_one_shard_per_tick_after_draining(
+    api: FakeGroupApi, drivers: Callable[..., Driver]
+) -> None:
+    d = drivers("b", 3)
+    d.start()
+    api.member("a")  # ranks first: targets 2 and 1
+    api.member("c")  # three members: one each
+    d.advance(RETRY * 1.5)
+    assert d.handler.events()[3:] == [("release", 2)]
+    assert api.holder(2) == ""  # handed back after the drain, not before
+    assert [s.index for s in d.coordinator.held()] == [0, 1]
+    assert not d.coordinator.holds(2)
+    d.advance(RETRY * 1.5)
+    assert d.handler.events()[3:] == [("release", 2), ("release", 1)]
+    assert api.holder(1) == ""
+    d.advance(RETRY * 1.5 * 3)
+    assert d.handler.events()[3:] == [("release", 2), ("release", 1)]
+    assert [s.index for s in d.coordinator.held()] == [0]
+    assert d.metrics.transitions[3:] == [(2, ShardEvent.RELEASED), (1, ShardEvent.RELEASED)]
+    assert d.metrics.held[-1] == 1
+
+
+def test_failing_renewals_lose_every_shard_with_the_fence_closed_first(
+    api: FakeGroupApi, drivers: Callable[..., Driver]
+) -> None:
+    d = drivers("b", 2)
+    d.start()
+    api.down = True
+    d.advance(RENEW_DEADLINE + RETRY * 2)
+    assert sorted(d.handler.events()[2:]) == [("lost", 0), ("lost", 1)]
+    assert d.coordinator.held() == []
+    assert sorted(d.metrics.transitions[2:]) == [(0, ShardEvent.LOST), (1, ShardEvent.LOST)]
+    # Nothing was released: the Leases still name this replica, until they expire.
+    api.down = False
+    assert api.holder(0) == "b"
+    assert api.holder(1) == "b"
+
+
+def test_stop_releases_every_shard_highest_first_then_leaves(
+    api: FakeGroupApi, drivers: Callable[..., Driver]
+) -> None:
+    d = drivers("b", 3)
+    d.start()
+    d.finish()
+    assert d.handler.events()[3:] == [("release", 2), ("release", 1), ("release", 0)]
+    assert [api.holder(i) for i in range(3)] == ["", "", ""]
+    assert api.lease(member_lease_name(GROUP, "b")) is None
+    assert d.metrics.held[-1] == 0
+
+
+def test_a_dead_members_shard_is_taken_when_its_lease_expires_locally(
+    api: FakeGroupApi, drivers: Callable[..., Driver]
+) -> None:
+    """Taken one lease duration after it was first seen, not two (the new elector does
+    not start its own expiry wait from scratch)."""
+    api.member("dead")
+    api.shard(0, "dead")
+    d = drivers("b", 1)
+    d.start()  # first seen at START; "dead" never renews again
+    d.advance(LEASE_DURATION - 0.5)
+    assert d.handler.events() == []
+    assert api.holder(0) == "dead"
+    d.advance(1.0)
+    assert d.handler.events() == [("acquired", 0)]
+    ((_, _, at),) = d.handler.calls
+    assert START + LEASE_DURATION <= at < START + LEASE_DURATION + 0.5
+    assert api.holder(0) == "b"
+
+
+def test_a_member_whose_membership_expired_keeps_its_valid_shard(
+    api: FakeGroupApi, drivers: Callable[..., Driver]
+) -> None:
+    """Fencing is by the shard Lease: a valid shard Lease is never taken over."""
+    api.member("a")
+    api.shard(0, "a")
+    d = drivers("b", 1)
+    d.start()
+    for _ in range(12):  # "a" renews its shard but not its membership
+        d.advance(RETRY * 1.5)
+        spec = api.spec(shard_lease_name(GROUP, 0))
+        api.put(shard_lease_name(GROUP, 0), **{**spec, "renewTime": f"{time.monotonic_ns()}"})
+        api._label(shard_lease_name(GROUP, 0), SHARD_ROLE)
+    assert d.clock.now() - START > LEASE_DURATION
+    assert d.handler.events() == []
+    assert api.holder(0) == "a"
+
+
+def test_an_elector_trying_for_a_shard_another_member_took_is_stopped(
+    api: FakeGroupApi, drivers: Callable[..., Driver]
+) -> None:
+    """Lowest free first: both go for shard 0; "a" wins it, so "b" drops it for 1."""
+    api.member("a")
+    # An unlabelled Lease, as an elector creates it, taken by "a" just before "b" labels it.
+    api.before_create[shard_lease_name(GROUP, 0)] = lambda: api.put(
+        shard_lease_name(GROUP, 0), **_record("a")
+    )
+    d = drivers("b", 2)
+    d.start()
+    assert d.handler.events() == []  # its elector for shard 0 waits for "a"'s Lease
+    lease = api.lease(shard_lease_name(GROUP, 0))
+    assert lease is not None
+    assert lease["metadata"]["labels"] == {GROUP_LABEL: GROUP, ROLE_LABEL: SHARD_ROLE}
+    api.member("a")
+    d.advance(RETRY * 1.5)
+    assert d.handler.events() == [("acquired", 1)]
+    assert not any(t.name == "cbop-shard-elector-0" for t in threading.enumerate())
+    assert api.holder(0) == "a"
+
+
+def test_more_replicas_than_shards_the_extra_waits(
+    api: FakeGroupApi, drivers: Callable[..., Driver]
+) -> None:
+    api.member("a")
+    api.shard(0, "a")
+    d = drivers("b", 1)
+    d.start()
+    d.advance(RETRY * 1.5 * 3)
+    assert d.handler.events() == []
+    assert not any(t.name.startswith("cbop-shard-elector-") for t in threading.enumerate())
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"shards": 0}, "at least 1"),
+        ({"identity": ""}, "identity"),
+        ({"group": ""}, "group"),
+        ({"namespace": ""}, "namespace"),
+        ({"lease_duration": 10.0}, "lease duration > renew deadline"),
+        ({"retry_period": 9.0}, "retry period"),
+        ({"lease_duration": 0.9, "renew_deadline": 0.5, "retry_period": 0.1}, ">= 1s"),
+    ],
+)
+def test_bad_settings_are_refused(kwargs: dict[str, Any], message: str) -> None:
+    args: dict[str, Any] = {
+        "group": GROUP,
+        "namespace": NS,
+        "identity": "a",
+        "shards": 3,
+        "lease_duration": LEASE_DURATION,
+        "renew_deadline": RENEW_DEADLINE,
+        "retry_period": RETRY,
+        "handler": Handler(FakeGroupApi(), FakeClock(), "a"),
+        **kwargs,
+    }
+    with pytest.raises(ValueError, match=message):
+        ShardCoordinator(FakeGroupApi(), **args)
+
+
+@pytest.mark.parametrize(
+    ("identity", "name"),
+    [
+        ("replica-a", "cbop-member-replica-a"),
+        ("cbop-7d9f.node-1", "cbop-member-cbop-7d9f.node-1"),
+        ("Pod_1", "cbop-member-pod-1-"),
+        ("host:uuid", "cbop-member-host-uuid-"),
+    ],
+)
+def test_member_lease_names_are_valid_and_unique(identity: str, name: str) -> None:
+    got = member_lease_name(GROUP, identity)
+    assert got.startswith(name)
+    assert len(got) <= 253
+    if name.endswith("-"):  # sanitised: a hash keeps it apart from look-alikes
+        assert member_lease_name(GROUP, identity.swapcase()) != got
+
+
+def test_long_identities_are_cut_to_a_valid_name() -> None:
+    got = member_lease_name(GROUP, "x" * 300)
+    assert len(got) == 253
+    assert got != member_lease_name(GROUP, "x" * 299)
+
+
+def test_prometheus_shard_metrics() -> None:
+    registry = CollectorRegistry()
+    metrics = PrometheusShardMetrics(registry, shards=2)
+    assert (
+        registry.get_sample_value("cbop_shard_transitions_total", {"shard": "1", "event": "lost"})
+        == 0
+    )
+    metrics.set_held(2)
+    metrics.transition(1, ShardEvent.ACQUIRED)
+    metrics.transition(1, ShardEvent.ACQUIRED)
+    assert registry.get_sample_value("cbop_shards_held") == 2
+    assert (
+        registry.get_sample_value(
+            "cbop_shard_transitions_total", {"shard": "1", "event": "acquired"}
+        )
+        == 2
+    )
