@@ -486,6 +486,7 @@ def _some_bundle(fleet: Fleet, shard: int) -> tuple[str, str]:
 # ---------------------------------------------------------------------------- tests
 
 
+@pytest.mark.timeout(900)
 def test_three_replicas_converge_3000_bundles_a_third_each(
     fleet: Fleet, shard_group: Callable[[], ShardGroup]
 ) -> None:
@@ -543,6 +544,7 @@ def test_three_replicas_converge_3000_bundles_a_third_each(
     }
 
 
+@pytest.mark.timeout(900)
 def test_sigkill_a_replica_its_shard_is_taken_over_within_the_lease_plus_5s(
     fleet: Fleet, shard_group: Callable[[], ShardGroup]
 ) -> None:
@@ -632,6 +634,7 @@ class Changer:
         self._thread.join(30)
 
 
+@pytest.mark.timeout(900)
 def test_scale_3_to_2_to_3_under_changes_loses_nothing_and_writes_once(
     fleet: Fleet, shard_group: Callable[[], ShardGroup]
 ) -> None:
