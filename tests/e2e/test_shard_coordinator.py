@@ -9,7 +9,8 @@ the fence closing, whichever comes first.
 
 A crash is simulated by cutting a TCP proxy between one coordinator and the API
 server: its Lease renewals fail, nothing is released, and the others must take its
-shards over once its Leases expire. Handover and takeover times are written to
+shards over once its Leases expire; when the proxy heals, it rejoins and is handed a
+shard back. Handover and takeover times are written to
 ``shard-coordinator.json`` under pytest's base temporary directory.
 
 Timings are short (lease 4 s, renew deadline 3 s, retry 1 s).
@@ -291,6 +292,9 @@ def test_three_replicas_balance_a_fourth_waits_and_shards_move_on_stop_and_crash
         # Three replicas over three shards: one each.
         held = group.wait_held({"replica-a": 1, "replica-b": 1, "replica-c": 1})
         FIGURES.setdefault("balance_3_of_3_s", []).append(time.monotonic() - began)
+        FIGURES.setdefault("releases_while_balancing", []).append(
+            len(group.log.of(what="released"))
+        )
         leases = group.leases()
         for i in range(3):
             assert leases[shard_lease_name(group.name, i)]["role"] == SHARD_ROLE
@@ -346,6 +350,17 @@ def test_three_replicas_balance_a_fourth_waits_and_shards_move_on_stop_and_crash
         assert group.replicas["replica-d"].held() == held["replica-c"]
 
         group.log.assert_no_overlap()
+
+        # The partition heals: replica-b is live again and gets one shard back, which
+        # replica-a, now above target, hands over gracefully.
+        healed_at = time.monotonic()
+        proxy.heal()
+        group.wait_held({"replica-a": 1, "replica-b": 1, "replica-d": 1})
+        handed = _first(group.log.of("replica-a", "released"), healed_at)
+        back = _first(group.log.of("replica-b", "acquired"), healed_at)
+        assert handed.shard == back.shard
+        assert handed.at <= back.at
+        FIGURES.setdefault("graceful_handover_s", []).append(back.at - handed.at)
         group.replicas["replica-b"].shut_down()
     group.log.assert_no_overlap()
 

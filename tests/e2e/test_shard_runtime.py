@@ -109,9 +109,11 @@ def test_two_processes_share_two_shards_and_every_bundle_converges(
         for resource in ("configbundles", "configmaps")
     }
 
+    ops = [first, second]
+
     def counted() -> dict[tuple[int, str], float]:
         found: dict[tuple[int, str], float] = {}
-        for op in (first, second):
+        for op in ops:
             for key, value in _shard_objects(op).items():
                 assert key not in found, f"shard {key[0]} counted by both processes"
                 found[key] = value
@@ -123,10 +125,13 @@ def test_two_processes_share_two_shards_and_every_bundle_converges(
         seen.append(counted())
         return seen[-1] == expected
 
-    try:
-        wait_for(as_expected, 60, message=f"cbop_shard_objects == {expected}")
-    except AssertionError as err:
-        raise AssertionError(f"{err}; last counted: {seen[-1:]}") from None
+    def wait_counted() -> None:
+        try:
+            wait_for(as_expected, 60, message=f"cbop_shard_objects == {expected}")
+        except AssertionError as err:
+            raise AssertionError(f"{err}; last counted: {seen[-1:]}") from None
+
+    wait_counted()
     totals = Counter[str]()
     for (_, resource), value in counted().items():
         totals[resource] += int(value)
@@ -136,5 +141,35 @@ def test_two_processes_share_two_shards_and_every_bundle_converges(
         op.metrics().get('cbop_configbundles{ready="True"}', 0.0) for op in (first, second)
     )
     assert ready_total == 20
-    assert first.stop() == 0
-    assert second.stop() == 0
+
+    # A third replica: members are ranked by identity, and the last one targets no
+    # shard; once that one holds none and the others one each, the group is balanced.
+    # The standby is ready, caches nothing, and the counts still add up (no shard
+    # counted twice at any scrape, also during a hand-over).
+    ops.append(cbop(*args, namespaces=namespaces))
+
+    def identity(op: Operator) -> str:
+        def joined() -> list[str]:
+            return [
+                str(r["identity"])
+                for r in op.log_records()
+                if r.get("event") == "joining the shard group"
+            ]
+
+        return str(wait_for(joined, 30, message="the joining log line")[0])
+
+    last = max(ops, key=identity)
+    wait_for(
+        lambda: [held(op) for op in ops] == [0.0 if op is last else 1.0 for op in ops],
+        60,
+        message="one shard each but for the last-ranked member",
+    )
+    standby = last
+    code, body = standby.get("/readyz?verbose")
+    assert code == 200, body
+    assert "[+]shards ok" in body
+    assert _shard_objects(standby) == {}
+    wait_counted()
+    assert not_ready() == []
+    for op in ops:
+        assert op.stop() == 0

@@ -19,6 +19,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from cbop.kube import ApiError, Resource
+from cbop.leaderelection import ACQUIRE_JITTER_FACTOR
 from cbop.metrics.sharding import PrometheusShardMetrics
 from cbop.sharding import (
     GROUP_LABEL,
@@ -62,6 +63,7 @@ class FakeGroupApi(FakeLeaseApi):
         resource_version_match: str | None = None,
         timeout: float | None = 60.0,
         item_hook: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        shard_selector: str | None = None,
     ) -> dict[str, Any]:
         with self._lock:
             self._enter("list", res, timeout)
@@ -223,8 +225,14 @@ class Driver:
         self.thread = threading.Thread(target=self.coordinator.run, args=(self.stop,))
 
     def start(self) -> None:
+        """Start run(); return after its first tick, which only announces the replica."""
         self.thread.start()
         self.settle()
+
+    def join(self) -> None:
+        """Start run() and let it tick twice: it acts from its second tick on."""
+        self.start()
+        self.advance(RETRY * (1 + ACQUIRE_JITTER_FACTOR))
 
     def _threads(self) -> tuple[int, bool]:
         """(threads that should park on the clock, whether a transient one runs)."""
@@ -293,6 +301,10 @@ def test_alone_it_takes_every_shard_on_labelled_leases(
 ) -> None:
     d = drivers("b", 3)
     d.start()
+    assert d.handler.events() == []  # the first tick only announces it
+    assert api.lease(member_lease_name(GROUP, "b")) is not None
+    assert api.lease(shard_lease_name(GROUP, 0)) is None
+    d.advance(RETRY * (1 + ACQUIRE_JITTER_FACTOR))
     assert sorted(d.handler.events()) == [("acquired", 0), ("acquired", 1), ("acquired", 2)]
     assert [s.index for s in d.coordinator.held()] == [0, 1, 2]
     assert all(d.coordinator.holds(i) for i in range(3))
@@ -322,7 +334,7 @@ def test_a_joiner_makes_it_release_one_shard_per_tick_after_draining(
     api: FakeGroupApi, drivers: Callable[..., Driver]
 ) -> None:
     d = drivers("b", 3)
-    d.start()
+    d.join()
     api.member("a")  # ranks first: targets 2 and 1
     api.member("c")  # three members: one each
     d.advance(RETRY * 1.5)
@@ -344,7 +356,7 @@ def test_failing_renewals_lose_every_shard_with_the_fence_closed_first(
     api: FakeGroupApi, drivers: Callable[..., Driver]
 ) -> None:
     d = drivers("b", 2)
-    d.start()
+    d.join()
     api.down = True
     d.advance(RENEW_DEADLINE + RETRY * 2)
     assert sorted(d.handler.events()[2:]) == [("lost", 0), ("lost", 1)]
@@ -360,7 +372,7 @@ def test_stop_releases_every_shard_highest_first_then_leaves(
     api: FakeGroupApi, drivers: Callable[..., Driver]
 ) -> None:
     d = drivers("b", 3)
-    d.start()
+    d.join()
     d.finish()
     assert d.handler.events()[3:] == [("release", 2), ("release", 1), ("release", 0)]
     assert [api.holder(i) for i in range(3)] == ["", "", ""]
@@ -397,9 +409,7 @@ def test_a_member_whose_membership_expired_keeps_its_valid_shard(
     d.start()
     for _ in range(12):  # "a" renews its shard but not its membership
         d.advance(RETRY * 1.5)
-        spec = api.spec(shard_lease_name(GROUP, 0))
-        api.put(shard_lease_name(GROUP, 0), **{**spec, "renewTime": f"{time.monotonic_ns()}"})
-        api._label(shard_lease_name(GROUP, 0), SHARD_ROLE)
+        api.shard(0, "a")
     assert d.clock.now() - START > LEASE_DURATION
     assert d.handler.events() == []
     assert api.holder(0) == "a"
@@ -415,7 +425,7 @@ def test_an_elector_trying_for_a_shard_another_member_took_is_stopped(
         shard_lease_name(GROUP, 0), **_record("a")
     )
     d = drivers("b", 2)
-    d.start()
+    d.join()
     assert d.handler.events() == []  # its elector for shard 0 waits for "a"'s Lease
     lease = api.lease(shard_lease_name(GROUP, 0))
     assert lease is not None
@@ -430,13 +440,17 @@ def test_an_elector_trying_for_a_shard_another_member_took_is_stopped(
 def test_more_replicas_than_shards_the_extra_waits(
     api: FakeGroupApi, drivers: Callable[..., Driver]
 ) -> None:
+    """One shard, two members: "b" ranks second and targets 0, so it leaves even a free
+    shard alone, until "a" stops renewing its membership."""
     api.member("a")
-    api.shard(0, "a")
     d = drivers("b", 1)
     d.start()
-    d.advance(RETRY * 1.5 * 3)
+    d.advance(LEASE_DURATION - 1)
     assert d.handler.events() == []
     assert not any(t.name.startswith("cbop-shard-elector-") for t in threading.enumerate())
+    assert api.lease(shard_lease_name(GROUP, 0)) is None
+    d.advance(RETRY * 2)
+    assert d.handler.events() == [("acquired", 0)]
 
 
 @pytest.mark.parametrize(

@@ -169,6 +169,7 @@ class Manager(Scope):
         self._sync_failed = False
         self._renew_deadline = leader_election.renew_deadline if leader_election else 0.0
         self._retry_period = leader_election.retry_period if leader_election else 2.0
+        self._lease_duration = leader_election.lease_duration if leader_election else 0.0
         self.elector: LeaderElector | None = None
         if leader_election is not None and sharding is None:
             self.elector = LeaderElector(
@@ -442,7 +443,9 @@ class Manager(Scope):
         # The coordinator releases each held shard (drained, bounded by the shutdown
         # timeout) before it releases the shard's Lease, then returns.
         self._elector_stop.set()
-        thread.join(self.shutdown_timeout * sharding.shards + self._renew_deadline + 5.0)
+        # Each held shard: its drain, then its elector's Lease release (bounded by the
+        # coordinator to a lease duration); the thread is a daemon past this bound.
+        thread.join((self.shutdown_timeout + self._lease_duration) * sharding.shards)
         with self._shards_lock:
             leftover = list(self._shards.values())
             self._shards.clear()

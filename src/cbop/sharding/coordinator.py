@@ -6,7 +6,7 @@ elector when ``--shards N`` is above 1, and implements the handler by starting a
 stopping one shard's informers and controllers.
 
 Every tick (one retry period, jittered by up to ``ACQUIRE_JITTER_FACTOR`` of it, as the
-elector's acquire attempts) the coordinator:
+elector's acquire attempts; the first tick only announces the replica) the coordinator:
 
 1. renews its membership Lease (:class:`cbop.sharding.membership.Membership`);
 2. lists the group's Leases once, with a label selector;
@@ -193,6 +193,7 @@ class ShardCoordinator:
         self._slots: dict[int, _Slot] = {}
         self._changed = False
         self._running = False
+        self._announced = False  # the membership Lease was written in this run
 
     # ------------------------------------------------------------------ public
 
@@ -236,6 +237,7 @@ class ShardCoordinator:
             if self._running:
                 raise RuntimeError("ShardCoordinator.run is already running")
             self._running = True
+        self._announced = False
         finished = threading.Event()
         threading.Thread(
             target=self._relay_stop,
@@ -280,12 +282,17 @@ class ShardCoordinator:
         ``ACQUIRE_JITTER_FACTOR``, or just after the earliest moment a Lease of another
         member expires unless renewed (a dead member's shards are taken over then,
         not up to a retry period later), whichever is sooner.
+
+        Until its membership Lease has been written once, a replica only announces
+        itself: replicas started together then see each other at their second tick,
+        instead of the first one taking every shard and handing most of them back.
         """
         jitter = 1.0 + random.random() * ACQUIRE_JITTER_FACTOR
-        self._membership.renew()
+        announced = self._announced
+        self._announced = self._membership.renew() or announced
         view = self._membership.observe()
         next_tick = self._clock.now() + self._retry_period * jitter
-        if view is None:
+        if view is None or not announced:
             return next_tick
         if view.next_expiry is not None:
             soonest = self._clock.now() + self._retry_period * _MIN_TICK_FRACTION
