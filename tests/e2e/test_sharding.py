@@ -483,6 +483,19 @@ def _some_bundle(fleet: Fleet, shard: int) -> tuple[str, str]:
     return ns, "cb-0"
 
 
+def _settled_group(
+    fleet: Fleet, shard_group: Callable[[], ShardGroup]
+) -> tuple[ShardGroup, dict[str, list[int]]]:
+    """Three replicas on the whole fleet, one shard each, every bundle converged."""
+    fleet.ensure()
+    group = shard_group()
+    group.start(3)
+    held = group.wait_balanced()
+    fleet.wait_converged(timeout=300)
+    group.wait_caches(fleet)
+    return group, held
+
+
 # ---------------------------------------------------------------------------- tests
 
 
@@ -548,12 +561,7 @@ def test_three_replicas_converge_3000_bundles_a_third_each(
 def test_sigkill_a_replica_its_shard_is_taken_over_within_the_lease_plus_5s(
     fleet: Fleet, shard_group: Callable[[], ShardGroup]
 ) -> None:
-    fleet.ensure()
-    group = shard_group()
-    group.start(3)
-    held = group.wait_balanced()
-    fleet.wait_converged(timeout=300)
-    group.wait_caches(fleet)
+    group, held = _settled_group(fleet, shard_group)
 
     victim = next(r for r in group.replicas if held[r.user])
     (shard,) = held[victim.user]
@@ -638,12 +646,7 @@ class Changer:
 def test_scale_3_to_2_to_3_under_changes_loses_nothing_and_writes_once(
     fleet: Fleet, shard_group: Callable[[], ShardGroup]
 ) -> None:
-    fleet.ensure()
-    group = shard_group()
-    group.start(3)
-    held = group.wait_balanced()
-    fleet.wait_converged(timeout=300)
-    group.wait_caches(fleet)
+    group, held = _settled_group(fleet, shard_group)
     # One bundle per namespace: about a hundred per shard.
     keys = [(ns, "cb-1") for ns in fleet.namespaces]
 
