@@ -280,6 +280,34 @@ def test_a_write_through_a_closed_shard_fence_stops_only_that_shard(api: FakeApi
             harness.stop()
 
 
+def test_a_shard_stopped_by_a_late_renewal_restarts_when_its_fence_reopens(
+    api: FakeApi,
+) -> None:
+    """Seen on the real control plane under load: one renewal answered 504, the fence
+    closed, a write stopped the shard, and the shard's elector renewed the Lease on
+    time after all, so the coordinator never lost the shard. The shard must work again
+    (not sit held by a replica that does nothing with it)."""
+    harness = _Harness(api, write_in=(0,))
+    try:
+        harness.coord.fences[0] = False
+        harness.coord.acquire(0)
+        wait_until(lambda: "shard-0" in harness.reconcilers)
+        first = harness.reconcilers["shard-0"].scope
+        assert isinstance(first, ShardScope)
+        wait_until(lambda: first.state is ScopeState.LOST)
+        assert list(harness.manager.shard_scopes()) == []
+
+        harness.coord.fences[0] = True  # the elector renewed: the Lease is still ours
+        wait_until(lambda: [s.shard.index for s in harness.manager.shard_scopes()] == [0])
+        second = harness.scope(0)
+        assert second is not first
+        wait_until(lambda: second.state is ScopeState.RUNNING)
+        assert harness.stop() == 0
+    finally:
+        if harness.thread.is_alive():
+            harness.stop()
+
+
 def _readyz(port: int) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz?verbose") as answer:

@@ -168,6 +168,7 @@ class Manager(Scope):
         self._lost_lease = threading.Event()
         self._sync_failed = False
         self._renew_deadline = leader_election.renew_deadline if leader_election else 0.0
+        self._retry_period = leader_election.retry_period if leader_election else 2.0
         self._lease_duration = leader_election.lease_duration if leader_election else 0.0
         self.elector: LeaderElector | None = None
         if leader_election is not None and sharding is None:
@@ -469,6 +470,15 @@ class Manager(Scope):
         Raises:
             RuntimeError: the manager is not sharded.
         """
+        self._start_shard(shard, fence, replacing=None)
+
+    def _start_shard(
+        self, shard: ShardRange, fence: Callable[[], bool], *, replacing: ShardScope | None
+    ) -> bool:
+        """Build and start a scope for ``shard``; return whether it started.
+
+        With ``replacing``, only while that scope is still the shard's current one.
+        """
         sharding = self.sharding
         if sharding is None:
             raise RuntimeError("acquired() needs a sharded manager")
@@ -479,17 +489,51 @@ class Manager(Scope):
             informers=sharding.informers(shard),
             cache_sync_timeout=self.cache_sync_timeout,
             on_sync_failed=self._shard_sync_failed,
+            on_fenced_off=lambda lost: self._restart_when_fence_reopens(lost, fence),
             controller_metrics=self.controller_metrics,
             queue_metrics=self.queue_metrics,
         )
         for setup in self._setups:
             setup(scope)
         with self._shards_lock:
+            if replacing is not None and self._shards.get(shard.index) is not replacing:
+                return False
             stale = self._shards.pop(shard.index, None)
             self._shards[shard.index] = scope
         if stale is not None:
             stale.lose("the shard was acquired anew")
         scope.start()
+        return True
+
+    def _restart_when_fence_reopens(self, lost: ShardScope, fence: Callable[[], bool]) -> None:
+        """Start the shard anew once its fence is open again, after a write found it closed.
+
+        Not when the coordinator lost, released or re-acquired the shard meanwhile (then
+        ``lost`` is no longer the shard's scope). A closed fence does not mean the Lease
+        is gone: a renewal that came late (a slow API server) closes it until the shard's
+        elector renews again. The elector renews
+        with the resourceVersion it read, so an open fence afterwards means no other
+        replica held the Lease in between; a Lease taken by another makes the elector
+        stop, and the coordinator then calls :meth:`lost`. Polls every retry period on a
+        daemon thread until one of those happens or the manager stops.
+        """
+        period = self._retry_period
+
+        def watch() -> None:
+            while not self.stop_event.wait(period):
+                with self._shards_lock:
+                    if self._shards.get(lost.shard.index) is not lost:
+                        return
+                if fence():
+                    if self._start_shard(lost.shard, fence, replacing=lost):
+                        log.info(
+                            "the shard lease is held again; shard restarted", shard=str(lost.shard)
+                        )
+                    return
+
+        threading.Thread(
+            target=watch, name=f"cbop-shard-{lost.shard.index}-refence", daemon=True
+        ).start()
 
     def release(self, shard: ShardRange) -> None:
         """Hand ``shard`` over gracefully (``ShardHandler``); blocks while it drains.

@@ -65,6 +65,8 @@ class ShardScope(Scope):
             refused does not count, as :class:`cbop.runtime.Manager`).
         on_sync_failed: called (on the scope's sync thread) when the caches did not
             sync in time.
+        on_fenced_off: called (on the writing worker's thread) when a write found the
+            fence closed and so stopped the scope; must not block.
         controller_metrics, queue_metrics: as :class:`cbop.runtime.scope.Scope`.
 
     Controller names get the suffix ``-shard-<index>``.
@@ -79,6 +81,7 @@ class ShardScope(Scope):
         informers: SharedInformerFactory,
         cache_sync_timeout: float,
         on_sync_failed: Callable[[ShardScope], object],
+        on_fenced_off: Callable[[ShardScope], object] | None = None,
         controller_metrics: ControllerMetricsProvider | None = None,
         queue_metrics: MetricsProvider | None = None,
     ) -> None:
@@ -93,6 +96,7 @@ class ShardScope(Scope):
         self._shard_fence = fence
         self._cache_sync_timeout = cache_sync_timeout
         self._on_sync_failed = on_sync_failed
+        self._on_fenced_off = on_fenced_off
         self._lock = threading.Lock()
         self._state = ScopeState.SYNCING
         # Set when the scope stops for good (release or loss): no worker starts after.
@@ -117,7 +121,8 @@ class ShardScope(Scope):
         """
         if self._shard_fence():
             return True
-        self.lose("a write found the shard lease no longer valid")
+        if self.lose("a write found the shard lease no longer valid") and self._on_fenced_off:
+            self._on_fenced_off(self)
         return False
 
     def start(self) -> None:
@@ -188,16 +193,16 @@ class ShardScope(Scope):
         log.info("shard released", shard=str(self.shard))
         return drained
 
-    def lose(self, why: str) -> None:
+    def lose(self, why: str) -> bool:
         """Stop at once: no drain, queues dropped, informers discarded in the background.
 
-        Returns immediately (any thread, also a worker's). Idempotent; does nothing to a
-        scope that is releasing or released (a graceful hand-over closes the fence on
-        purpose once it is done).
+        Returns immediately (any thread, also a worker's): True when this call stopped
+        the scope. Idempotent; does nothing to a scope that is releasing or released (a
+        graceful hand-over closes the fence on purpose once it is done).
         """
         with self._lock:
             if not self.active:
-                return
+                return False
             self._stop.set()
             for controller in self.controllers.values():
                 controller.stop_workers()
@@ -208,6 +213,7 @@ class ShardScope(Scope):
             name=f"cbop-shard-{self.shard.index}-discard",
             daemon=True,
         ).start()
+        return True
 
     def healthy(self) -> bool:
         """Liveness of an active scope: its workers and informer threads run."""
