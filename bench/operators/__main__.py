@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.operators import apf, cluster, procs, report, scale
+from bench.operators import apf, cluster, procs, report, scale, sharded
 from bench.operators.scenarios import Bench, Settings, log
 from cbop_testing.envtest import ControlPlane
 from cbop_testing.envtest.binaries import pinned_versions
@@ -57,8 +57,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--scale-n",
         default="10000",
-        help="N of the S6/S7 scale scenarios, comma-separated (default 10000; not in the "
-        "default --scenarios)",
+        help="N of the S6/S7 scale scenarios and of S8 (sharding), comma-separated "
+        "(default 10000; not in the default --scenarios)",
     )
     p.add_argument("--idle", type=float, help="S3 idle seconds (default 300; --quick 30)")
     p.add_argument("--workers", type=int, default=4)
@@ -117,6 +117,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "s3": [],
         "s4": [],
         "scale": [],
+        "s8": [],
     }
     results["settings"]["heal_rate"] = settings.heal_rate
     t_start = time.monotonic()
@@ -162,6 +163,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 results["s2"].append(heal)
                 if "s3" in scenarios:
                     results["s3"].append(idle)
+        if scenarios & sharded.SCENARIOS and "cbop" in impls:
+            log("=== S8: cbop sharded")
+            results["s8"] = sharded.run(bench, [int(x) for x in args.scale_n.split(",")])
         if "apf" in scenarios:
             results["apf"] = apf.run_all(
                 bench,
@@ -195,7 +199,7 @@ def write(results: dict[str, Any], out: Path, update_readme: bool) -> Path:
     except Exception as exc:  # noqa: BLE001 - the tables matter more than the pictures
         print(f"plots failed: {exc}", file=sys.stderr)
         plots = []
-    md = report.markdown(results, plots) + scale.markdown(results)
+    md = report.markdown(results, plots) + scale.markdown(results) + sharded.markdown(results)
     md_path = out / f"{base}.md"
     md_path.write_text(md)
     if update_readme:

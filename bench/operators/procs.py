@@ -170,21 +170,23 @@ class Operator:
         impl: ``cbop``, ``cbop-qps20`` (cbop with its former default client limits),
             ``controller-runtime`` or ``kopf``.
         kubeconfig: admin kubeconfig.
-        namespace: the only namespace it watches.
+        namespace: the only namespace it watches (cbop: None for all namespaces).
         workers: concurrent reconciles.
         resync: informer resync period in seconds (kopf: a per-bundle timer), 0 = default.
         log_path: where its output goes.
+        extra_args: more flags (cbop only, e.g. ``--shards=3``).
     """
 
     def __init__(
         self,
         impl: str,
         kubeconfig: Path,
-        namespace: str,
+        namespace: str | None,
         *,
         workers: int,
         resync: float,
         log_path: Path,
+        extra_args: Sequence[str] = (),
     ) -> None:
         self.impl = impl
         self.probe_port = free_port()
@@ -202,13 +204,14 @@ class Operator:
                 "-m",
                 "cbop",
                 f"--kubeconfig={kubeconfig}",
-                f"--namespace={namespace}",
+                *([f"--namespace={namespace}"] if namespace else []),
                 f"--workers={workers}",
                 f"--metrics-bind-address={metrics}",
                 f"--health-probe-bind-address={probe}",
                 f"--resync-period={resync or 36000:g}s",
                 "--log-format=json",
                 *limits,
+                *extra_args,
             ]
         elif impl == "controller-runtime":
             cmd = [

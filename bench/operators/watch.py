@@ -43,11 +43,14 @@ class Observer:
 
     Args:
         kube: a client (watches are not rate limited).
-        namespace: the namespace under test.
+        namespace: the namespace under test; None: every namespace (then bundle names
+            must be unique across namespaces).
         expected: bundle name -> what its ConfigMap must carry (names outside are ignored).
     """
 
-    def __init__(self, kube: KubeClient, namespace: str, expected: Mapping[str, Expected]) -> None:
+    def __init__(
+        self, kube: KubeClient, namespace: str | None, expected: Mapping[str, Expected]
+    ) -> None:
         self._kube = kube
         self._ns = namespace
         self._expected = dict(expected)

@@ -79,3 +79,9 @@ LEASE_DURATION: Final = 15.0
 RENEW_DEADLINE: Final = 10.0
 #: Time between renewals and acquire attempts (RetryPeriod, 2 s).
 RETRY_PERIOD: Final = 2.0
+
+# ------------------------------------------------------------------------ sharding
+
+#: Shards the bundles are spread over (``--shards``, docs/sharding.md); ``1``: one
+#: leader does all the work, as without sharding. More than 1 needs leader election.
+SHARDS: Final = 1

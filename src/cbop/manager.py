@@ -6,6 +6,12 @@ election, graceful shutdown, exit codes: see there) configured from the command 
 endpoint, the REST client, workqueue, controller and leader-election metrics, the Event
 recorder, the ConfigBundle controller (:mod:`cbop.controllers.configbundle`) and, with
 ``--rollout``, the rollout controllers (:mod:`cbop.controllers.rollout`).
+
+With ``--shards N`` (N > 1) the controllers are set up once per held shard instead
+(:class:`cbop.runtime.ShardScope`, run by a :class:`cbop.sharding.ShardCoordinator`);
+the Event recorder, ``/metrics``, the probes and the collectors stay per process and read
+every held shard (``cbop_configbundles`` sums over them; ``cbop_shard_objects`` counts
+each).
 """
 
 from __future__ import annotations
@@ -15,8 +21,9 @@ import os
 import socket
 import socketserver
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import structlog
 from prometheus_client import CollectorRegistry, start_http_server
@@ -37,10 +44,14 @@ from cbop.metrics.controller import (
 from cbop.metrics.restclient import PrometheusRestClientMetrics
 from cbop.metrics.rollout import RolloutMetrics
 from cbop.metrics.secure import CertSource, start_secure_metrics_server
+from cbop.metrics.sharding import PrometheusShardMetrics
+from cbop.metrics.shardobjects import ShardObjectsCollector
 from cbop.metrics.workqueue import PrometheusWorkqueueMetricsProvider
 from cbop.reconciler import EventLevel, EventRecorder
-from cbop.runtime import LeaderElection
+from cbop.runtime import Controller, Coordinator, LeaderElection, Scope, Sharding
 from cbop.runtime import Manager as RuntimeManager
+from cbop.sharding import ShardCoordinator
+from cbop.shardrange import ShardRange
 
 log = structlog.get_logger("cbop.manager")
 
@@ -78,6 +89,8 @@ class Options:
             :class:`cbop.reconciler.EventRecorder`).
         rollout: run the rollout controllers (:mod:`cbop.controllers.rollout`) and
             register ``cbop_rollouts_total``.
+        shards: shards the bundles are spread over by namespace (``--shards``); 1: the
+            single leader; more needs ``leader_elect``.
     """
 
     namespaces: Sequence[str] = ()
@@ -100,6 +113,7 @@ class Options:
     identity: str = field(default_factory=lambda: f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}")
     events: EventLevel = defaults.EVENTS
     rollout: bool = defaults.ROLLOUT
+    shards: int = defaults.SHARDS
 
 
 def pod_namespace() -> str | None:
@@ -138,7 +152,8 @@ class Manager(RuntimeManager):
     Raises:
         ValueError: from the constructor, for a bad bind address or leader-election
             timings that break lease duration > renew deadline > 1.2 x retry period, or
-            leader election without a namespace.
+            leader election without a namespace, or ``shards`` > 1 without leader
+            election.
         OSError: a bind address that cannot be bound (the probe address from the
             constructor, the metrics address from :meth:`run`); the message names the
             flag and the address.
@@ -157,6 +172,8 @@ class Manager(RuntimeManager):
             self._metrics_address = parse_bind_address(options.metrics_bind_address)
         with _bind_errors("--health-probe-bind-address", options.health_probe_bind_address):
             probe_address = parse_bind_address(options.health_probe_bind_address)
+        if options.shards > 1 and not options.leader_elect:
+            raise ValueError(f"--shards {options.shards} needs --leader-elect")
         leader_election = None
         if options.leader_elect:
             namespace = options.leader_election_namespace or pod_namespace()
@@ -175,51 +192,111 @@ class Manager(RuntimeManager):
         self._review_client = client
         # REST client metrics first: the fenced client reports through them too.
         client.set_metrics(PrometheusRestClientMetrics(self.registry))
+        sharding = None
+        if leader_election is not None and options.shards > 1:
+            sharding = self._sharding(client, leader_election)
         super().__init__(
             client,
-            informers=SharedInformerFactory(
-                client,
-                namespaces=options.namespaces,
-                resync_period=options.resync_period,
-                read_timeout=options.read_timeout,
-            ),
+            informers=self._informer_factory(client),
             identity=options.identity,
             leader_election=leader_election,
             leader_metrics=(
                 LeaderElectionMetrics(options.leader_election_id, self.registry)
-                if leader_election is not None
+                if leader_election is not None and sharding is None
                 else None
             ),
+            sharding=sharding,
             shutdown_timeout=options.shutdown_timeout,
             cache_sync_timeout=options.cache_sync_timeout,
             controller_metrics=PrometheusControllerMetricsProvider(self.registry),
             queue_metrics=PrometheusWorkqueueMetricsProvider(self.registry),
         )
-        # Every write of the reconciler and the Event sink goes through self.client.
+        # Every write of the reconciler and the Event sink goes through self.client
+        # (sharded: the reconcilers write through their shard's client).
         self.recorder = EventRecorder(self.client, instance=options.identity, level=options.events)
         self.add_cleanup(lambda seconds: self.recorder.close(timeout=seconds))
-        self.controller = configbundle.setup(
-            self,
-            recorder=self.recorder,
-            observer=ConfigMapWriteMetrics(self.registry),
-            workers=options.workers,
-            priority_queue=options.priority_queue,
-        )
-        if options.rollout:
-            rollout.setup(
-                self,
-                recorder=self.recorder,
-                observer=RolloutMetrics(self.registry),
-                workers=options.workers,
-                priority_queue=options.priority_queue,
-            )
-        self.registry.register(BundleReadinessCollector(self.lister(CONFIGBUNDLES).list))
+        #: The ConfigBundle controller (None when sharded: each shard has its own).
+        self.controller: Controller | None = None
+        self._write_metrics = ConfigMapWriteMetrics(self.registry)
+        self._rollout_metrics = RolloutMetrics(self.registry) if options.rollout else None
+        self.add_setup(self._setup_controllers)
+        self.registry.register(BundleReadinessCollector(self._cached_bundles))
         recorder = self.recorder
         self.registry.register(EventSinkCollector(lambda: (recorder.dropped, recorder.failed)))
-        self.registry.register(InformerConnectedCollector(self.informers.connection_states))
+        self.registry.register(InformerConnectedCollector(self.connection_states))
+        if sharding is not None:
+            self.registry.register(
+                ShardObjectsCollector(
+                    lambda: {s.shard.index: s.object_counts() for s in self.shard_scopes()}
+                )
+            )
         if probe_address is not None:
             with _bind_errors("--health-probe-bind-address", options.health_probe_bind_address):
                 self.bind_probes(probe_address)
+
+    def _informer_factory(
+        self, client: KubeClient, shard: ShardRange | None = None
+    ) -> SharedInformerFactory:
+        """Return an informer factory with the options' scope (of ``shard`` only, if given)."""
+        opts = self.options
+        return SharedInformerFactory(
+            client,
+            namespaces=opts.namespaces,
+            resync_period=opts.resync_period,
+            read_timeout=opts.read_timeout,
+            shard=shard,
+        )
+
+    def _sharding(self, client: KubeClient, election: LeaderElection) -> Sharding:
+        """Return the sharding of ``--shards``: per-shard informers and the coordinator."""
+        opts = self.options
+        metrics = PrometheusShardMetrics(self.registry, shards=opts.shards)
+
+        def coordinator(handler: RuntimeManager) -> Coordinator:
+            return ShardCoordinator(
+                # Lease writes are never throttled, retried or fenced (as the elector's).
+                client.with_limits(qps=0, burst=0, max_retries=0),
+                group=opts.leader_election_id,
+                namespace=election.namespace,
+                identity=opts.identity,
+                shards=opts.shards,
+                lease_duration=election.lease_duration,
+                renew_deadline=election.renew_deadline,
+                retry_period=election.retry_period,
+                handler=handler,
+                metrics=metrics,
+            )
+
+        return Sharding(
+            shards=opts.shards,
+            informers=lambda shard: self._informer_factory(client, shard),
+            coordinator=coordinator,
+        )
+
+    def _setup_controllers(self, scope: Scope) -> None:
+        """Add the ConfigBundle (and, with ``--rollout``, the rollout) controllers to ``scope``."""
+        opts = self.options
+        controller = configbundle.setup(
+            scope,
+            recorder=self.recorder,
+            observer=self._write_metrics,
+            workers=opts.workers,
+            priority_queue=opts.priority_queue,
+        )
+        if scope is self:
+            self.controller = controller
+        if self._rollout_metrics is not None:
+            rollout.setup(
+                scope,
+                recorder=self.recorder,
+                observer=self._rollout_metrics,
+                workers=opts.workers,
+                priority_queue=opts.priority_queue,
+            )
+
+    def _cached_bundles(self) -> list[Mapping[str, Any]]:
+        """Return the ConfigBundles in every scope's cache (every held shard's if sharded)."""
+        return [bundle for scope in self.scopes() for bundle in scope.cached(CONFIGBUNDLES)]
 
     def run(self) -> int:
         """Serve ``/metrics``, then run the manager (:meth:`cbop.runtime.Manager.run`).

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import bisect
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -38,6 +38,7 @@ class Write:
     name: str
     received: float
     code: int
+    namespace: str = ""
 
 
 @dataclass(frozen=True)
@@ -88,13 +89,24 @@ def writes(events: Iterable[dict[str, Any]], users: Iterable[str]) -> list[Write
                 name=str(ref.get("name", "")),
                 received=seconds(event["requestReceivedTimestamp"]),
                 code=int((event.get("responseStatus") or {}).get("code", 0)),
+                namespace=str(ref.get("namespace", "")),
             )
         )
     return sorted(out, key=lambda w: w.received)
 
 
-def lease_changes(events: Iterable[dict[str, Any]], namespace: str, name: str) -> list[LeaseChange]:
-    """Successful writes of one Lease, by commit time, with the user they leave holding it."""
+def lease_changes(
+    events: Iterable[dict[str, Any]],
+    namespace: str,
+    name: str,
+    identities: Mapping[str, str] | None = None,
+) -> list[LeaseChange]:
+    """Successful writes of one Lease, by commit time, with the user they leave holding it.
+
+    The holder is the user who wrote the Lease; with ``identities`` (holderIdentity ->
+    user) it is the user the written ``holderIdentity`` names, so a write of someone
+    else's Lease (e.g. adding a label) does not count as taking it.
+    """
     out = []
     for event in events:
         ref = event.get("objectRef") or {}
@@ -109,6 +121,8 @@ def lease_changes(events: Iterable[dict[str, Any]], namespace: str, name: str) -
             spec = (event.get("responseObject") or {}).get("spec") or {}
             if spec.get("holderIdentity"):
                 holder = (event.get("user") or {}).get("username")
+                if identities is not None:
+                    holder = identities.get(spec["holderIdentity"], spec["holderIdentity"])
         out.append(LeaseChange(seconds(event["stageTimestamp"]), holder, str(event["verb"])))
     return sorted(out, key=lambda c: c.at)
 

@@ -15,6 +15,7 @@ and tests/e2e/test_pods.py runs the Deployment on a real node.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -175,6 +176,53 @@ def test_the_pod_template_meets_the_restricted_pod_security_standard(
         admin.create(PODS, NAMESPACE, bad, dry_run=True)
     assert refused.value.is_forbidden
     assert "PodSecurity" in refused.value.message
+
+
+def test_the_sharded_component_gives_three_replicas_with_three_shards(
+    kubectl: Kubectl, tmp_path: Path
+) -> None:
+    """manifests/sharded/ added to a kustomization of manifests/: ``--shards=3``, three
+    replicas, the Lease verbs of the shard coordinator; nothing else changes, and the API
+    server accepts it (server-side dry run)."""
+    overlay = tmp_path / "cbop-sharded"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(MANIFESTS, overlay)],
+                "components": [os.path.relpath(MANIFESTS / "sharded", overlay)],
+            }
+        )
+    )
+    base = {(o["kind"], o["metadata"]["name"]): o for o in render(kubectl, MANIFESTS)}
+    sharded = {(o["kind"], o["metadata"]["name"]): o for o in render(kubectl, overlay)}
+    assert set(sharded) == set(base)
+
+    deployment = sharded.pop(("Deployment", "cbop"))
+    base_deployment = base.pop(("Deployment", "cbop"))
+    assert deployment["spec"]["replicas"] == 3
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    (base_container,) = base_deployment["spec"]["template"]["spec"]["containers"]
+    assert container["args"] == [*base_container["args"], "--shards=3"]
+    assert "--leader-elect" in container["args"]
+    role = sharded.pop(("Role", "cbop-leader-election"))
+    assert _grants(role) == EXPECTED_LEASE_GRANTS | {
+        ("coordination.k8s.io", "leases", v) for v in ("list", "watch", "delete")
+    }
+    base.pop(("Role", "cbop-leader-election"))
+    assert sharded == base
+    # Everything but those two fields is the base's.
+    deployment["spec"]["replicas"] = base_deployment["spec"]["replicas"]
+    container["args"] = base_container["args"]
+    assert deployment == base_deployment
+
+    ok(kubectl("apply", "-f", str(MANIFESTS / "namespace.yaml")))
+    result = kubectl("apply", "--dry-run=server", "-k", str(overlay))
+    out = ok(result)
+    assert all(line.endswith("(server dry run)") for line in out.splitlines()), out
+    assert_no_pod_security_warning(result)
 
 
 # ------------------------------------------------------------------------- RBAC

@@ -110,3 +110,54 @@ def test_values_switch_the_secure_metrics_and_mount_a_certificate() -> None:
     assert not any(a.startswith("--metrics-secure") for a in pod["containers"][0]["args"])
     assert endpoint["scheme"] == "http"
     assert "ClusterRole/cbop-metrics-reader" not in names
+
+
+@pytest.mark.timeout(BUILD_TIMEOUT + 120)
+def test_sharding_values_render_what_the_sharded_component_patches() -> None:
+    """``sharding.shards=3``: ``--shards=3``, a replica per shard, and the Lease verbs of
+    manifests/sharded/ (the kustomize Component; tests/e2e/test_deploy_manifests.py
+    renders it)."""
+    sharded = REPO / "manifests" / "sharded"
+    (role_patch,) = yaml.safe_load((sharded / "leader_election_role_patch.yaml").read_text())
+    deployment_patch = yaml.safe_load((sharded / "deployment_patch.yaml").read_text())
+
+    def rendered(*values: str) -> tuple[dict[str, Any], list[str], set[str]]:
+        objects = _render(*values)
+        deployment = next(o for o in objects if o["kind"] == "Deployment")
+        args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        role = next(o for o in objects if o["kind"] == "Role")
+        return deployment, args, set(role["rules"][0]["verbs"])
+
+    deployment, args, verbs = rendered("--set", "sharding.shards=3")
+    assert deployment["spec"]["replicas"] == 3
+    assert [a for a in args if a.startswith("--shards")] == ["--shards=3"]
+    assert "--leader-elect" in args
+    assert verbs == set(role_patch["value"])
+    assert {"op": "replace", "path": "/spec/replicas", "value": 3} in deployment_patch
+    assert {
+        "op": "add",
+        "path": "/spec/template/spec/containers/0/args/-",
+        "value": "--shards=3",
+    } in deployment_patch
+
+    # One shard is today's single leader: no flag, two replicas, the base Lease verbs.
+    deployment, args, verbs = rendered("--set", "sharding.shards=1")
+    assert deployment["spec"]["replicas"] == 2
+    assert not any(a.startswith("--shards") for a in args)
+    assert verbs == {"get", "create", "update"}
+
+    # An explicit replica count wins (e.g. 3 shards over 2 replicas).
+    deployment, args, _ = rendered("--set", "sharding.shards=3", "--set", "replicas=2")
+    assert deployment["spec"]["replicas"] == 2
+    assert "--shards=3" in args
+
+    result = subprocess.run(
+        [helm_binary(), "template", "cbop", str(CHART), "--set", "sharding.shards=3",
+         "--set", "leaderElection.enabled=false"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "sharding.shards > 1 needs leaderElection.enabled" in result.stderr

@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client as k8s_client
 
 from cbop import defaults
-from cbop.cli import build_parser, format_duration, parse_duration
+from cbop.cli import build_parser, format_duration, main, parse_duration, pool_size
 from cbop.informers import SharedInformer
 from cbop.kube import CONFIGMAPS, KubeClient
 from cbop.leaderelection import LeaderElector
@@ -34,6 +34,7 @@ FLAG_DEFAULTS = {
     "--shutdown-timeout": defaults.SHUTDOWN_TIMEOUT,
     "--watch-read-timeout": defaults.WATCH_READ_TIMEOUT,
     "--rollout": defaults.ROLLOUT,
+    "--shards": defaults.SHARDS,
 }
 
 
@@ -72,6 +73,7 @@ def test_help_shows_every_default() -> None:
         ("--kube-api-qps", "(default: 0)"),
         ("--workers", "(default: 4)"),
         ("--leader-elect", "(default: false)"),
+        ("--shards", "(default: 1)"),
     ],
 )
 def test_help_shows_defaults_as_the_flag_reads_them(option: str, shown: str) -> None:
@@ -114,3 +116,33 @@ def test_the_parts_default_to_the_same_values() -> None:
         defaults.RENEW_DEADLINE,
         defaults.RETRY_PERIOD,
     )
+
+
+def test_more_than_one_shard_without_leader_election_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Each shard is held through a Lease: ``--shards 2`` alone is refused (exit 2)."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["--shards", "2"])
+    assert exit_.value.code == 2
+    assert "--shards 2 needs --leader-elect" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main(["--shards", "0"])
+    assert exit_.value.code == 2
+    assert build_parser().parse_args(["--shards", "3", "--leader-elect"]).shards == 3
+
+
+@pytest.mark.parametrize(
+    ("argv", "size"),
+    [
+        ([], 16),
+        (["--namespace=a", "--namespace=b", "--workers=8"], 16),
+        (["--shards=2", "--leader-elect"] + [f"--namespace=n{i}" for i in range(10)], 52),
+        (["--shards=3", "--leader-elect", "--rollout"], 3 * (5 + 4 * 4) + 4),
+    ],
+)
+def test_the_connection_pool_holds_every_watch_and_worker_of_every_shard(
+    argv: list[str], size: int
+) -> None:
+    """Ten namespaces over two shards hold 40 watches: a pool of 16 dropped connections."""
+    assert pool_size(build_parser().parse_args(argv)) == size

@@ -63,6 +63,7 @@ class FakeGroupApi(FakeLeaseApi):
         resource_version_match: str | None = None,
         timeout: float | None = 60.0,
         item_hook: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        shard_selector: str | None = None,
     ) -> dict[str, Any]:
         with self._lock:
             self._enter("list", res, timeout)

@@ -11,3 +11,22 @@ app.kubernetes.io/name: cbop
 app.kubernetes.io/component: controller
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
+
+{{- define "cbop.sharded" -}}
+{{- if gt (int .Values.sharding.shards) 1 -}}
+{{- if not .Values.leaderElection.enabled -}}
+{{- fail "sharding.shards > 1 needs leaderElection.enabled" -}}
+{{- end -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{- define "cbop.replicas" -}}
+{{- if not (kindIs "invalid" .Values.replicas) -}}
+{{ .Values.replicas }}
+{{- else if include "cbop.sharded" . -}}
+{{ int .Values.sharding.shards }}
+{{- else -}}
+2
+{{- end -}}
+{{- end -}}

@@ -26,7 +26,7 @@ from cbop.keys import CONTROLLER_UID_INDEX, object_key
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS
 from cbop.reconciler import EventRecorder, Reconciler, Requeue, Result
 from cbop.reconciler.interfaces import Client, Observer
-from cbop.runtime import Builder, Controller, Manager
+from cbop.runtime import Builder, Controller, Scope
 
 __all__ = ["CONTROLLER_NAME", "MANAGED_SELECTOR", "new_reconciler", "reconcile_all", "setup"]
 
@@ -70,7 +70,7 @@ def new_reconciler(
 
 
 def setup(
-    manager: Manager,
+    manager: Scope,
     *,
     recorder: EventRecorder | None = None,
     observer: Observer | None = None,
@@ -80,7 +80,8 @@ def setup(
     """Add the ConfigBundle controller to ``manager`` and return it.
 
     Args:
-        manager: the runtime manager (its client, its informers, its metrics).
+        manager: the runtime manager or a shard's scope (its client, its informers, its
+            metrics).
         recorder: where Events go (None: none).
         observer: the ConfigMap write metrics (None: none).
         workers: worker threads (None: the runtime's default, 4).

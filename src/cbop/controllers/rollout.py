@@ -34,7 +34,7 @@ from cbop.rollout import (
     index_by_configmap,
 )
 from cbop.rollout.reconcile import RolloutEvents
-from cbop.runtime import Builder, Controller, Manager
+from cbop.runtime import Builder, Controller, Scope
 
 __all__ = ["WORKLOADS", "controller_name", "setup"]
 
@@ -48,7 +48,7 @@ def controller_name(resource: Resource) -> str:
 
 
 def setup(
-    manager: Manager,
+    manager: Scope,
     *,
     recorder: RolloutEvents | None = None,
     observer: RolloutObserver | None = None,
@@ -58,7 +58,8 @@ def setup(
     """Add one rollout controller per workload kind to ``manager``; return them.
 
     Args:
-        manager: the runtime manager (its client, its informers, its metrics).
+        manager: the runtime manager or a shard's scope (its client, its informers, its
+            metrics).
         recorder: where Events go (None: none).
         observer: ``cbop_rollouts_total`` (None: no metrics).
         workers: worker threads per controller (None: the runtime's default, 4).

@@ -10,8 +10,11 @@ After controller-runtime, in small pieces:
   policy, liveness;
 - :mod:`.builder`: :class:`Builder`: "for this kind, owns that kind, watches X mapped by
   fn" plus options, into a controller added to a manager;
+- :mod:`.scope`: :class:`Scope`: what controllers are set up against (client, informer
+  factory, metrics, controllers), as controller-runtime's ``cluster.Cluster``;
 - :mod:`.manager`: :class:`Manager`: the shared informer factory, probes, leader election
-  and shutdown; runs the controllers' workers only while leading;
+  and shutdown; runs the controllers' workers only while leading; with ``--shards``
+  runs one :class:`ShardScope` (:mod:`.shards`) per held shard;
 - :mod:`.metrics`: the controller's metrics seam (no Prometheus here).
 
 This package knows nothing of ConfigBundles (see ``cbop.controllers``) nor of Prometheus
@@ -26,13 +29,15 @@ from cbop.runtime.handlers import (
     enqueue_controller_owner,
     enqueue_object,
 )
-from cbop.runtime.manager import LeaderElection, Manager
+from cbop.runtime.manager import Coordinator, LeaderElection, Manager, Sharding
 from cbop.runtime.metrics import (
     ControllerMetrics,
     ControllerMetricsProvider,
     NoopControllerMetrics,
 )
 from cbop.runtime.reconcile import Reconciler, Requeue, Result
+from cbop.runtime.scope import Scope
+from cbop.runtime.shards import ScopeState, ShardScope
 
 __all__ = [
     "DEFAULT_WEDGED_AFTER",
@@ -41,6 +46,7 @@ __all__ = [
     "Controller",
     "ControllerMetrics",
     "ControllerMetricsProvider",
+    "Coordinator",
     "EnqueueHandler",
     "LeaderElection",
     "Manager",
@@ -49,6 +55,10 @@ __all__ = [
     "Reconciler",
     "Requeue",
     "Result",
+    "Scope",
+    "ScopeState",
+    "ShardScope",
+    "Sharding",
     "enqueue_controller_owner",
     "enqueue_object",
 ]

@@ -29,7 +29,7 @@ from cbop.runtime.reconcile import Reconciler
 from cbop.workqueue import PriorityQueue, RateLimiter, RateLimitingQueue
 
 if TYPE_CHECKING:
-    from cbop.runtime.manager import Manager
+    from cbop.runtime.scope import Scope
 
 __all__ = ["Builder"]
 
@@ -54,17 +54,18 @@ class Builder:
     """Builds one controller and adds it to a manager.
 
     Args:
-        manager: the manager that supplies the informers and metrics and runs the
-            controller.
-        name: the controller's name, unique in the manager (logs, metrics labels, the
-            workqueue's name).
+        manager: the manager, or any :class:`cbop.runtime.scope.Scope` (a shard's),
+            that supplies the client, informers and metrics and runs the controller.
+        name: the controller's name, unique in the scope (logs, metrics labels, the
+            workqueue's name); the scope's ``name_suffix`` is appended
+            (``configbundle-shard-1``).
 
     Every method but :meth:`complete` returns the builder, for chaining.
     """
 
-    def __init__(self, manager: Manager, name: str) -> None:
+    def __init__(self, manager: Scope, name: str) -> None:
         self._manager = manager
-        self._name = name
+        self._name = name + manager.name_suffix
         self._for: Resource | None = None
         self._options = _Options()
 

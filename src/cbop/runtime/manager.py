@@ -19,6 +19,15 @@ queues are dropped, nothing is drained or released, and :meth:`Manager.run` retu
 that a restarted pod rejoins as a clean candidate (as controller-runtime skips its
 graceful shutdown when the lease is lost). Caches that never sync return 1 too.
 
+With sharding (:class:`Sharding`, ``--shards N`` with N > 1) the manager runs a shard
+coordinator instead of the single elector and is its ``ShardHandler``: setup functions
+registered with :meth:`Manager.add_setup` are run against a :class:`ShardScope` per
+acquired shard (own informers holding only that shard, own client fenced by that shard's
+Lease, own controllers named ``<name>-shard-<i>``); a released shard is drained, a lost
+one stopped at once, and the process carries on with its other shards. Only a stop
+request (every held shard released gracefully, exit 0) or caches that never sync (exit
+1) end it.
+
 Metrics come in through seams (:mod:`cbop.runtime.metrics`, the workqueue's
 ``MetricsProvider``); this package never imports Prometheus.
 """
@@ -26,24 +35,25 @@ Metrics come in through seams (:mod:`cbop.runtime.metrics`, the workqueue's
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 import structlog
 
 from cbop import defaults
 from cbop.gcpolicy import freeze_caches
 from cbop.health import ProbeServer
-from cbop.informers import MultiNamespaceLister, SharedInformerFactory
-from cbop.informers.indexer import IndexFunc
-from cbop.kube import KubeClient, Resource
+from cbop.informers import SharedInformerFactory
+from cbop.kube import KubeClient
 from cbop.leaderelection import NO_METRICS, LeaderElector, LeaderMetrics
-from cbop.runtime.controller import Controller
 from cbop.runtime.metrics import ControllerMetricsProvider
+from cbop.runtime.scope import Scope
+from cbop.runtime.shards import ShardScope
+from cbop.shardrange import ShardRange
 from cbop.workqueue import MetricsProvider
 
-__all__ = ["LeaderElection", "Manager"]
+__all__ = ["Coordinator", "LeaderElection", "Manager", "Sharding"]
 
 log = structlog.get_logger("cbop.manager")
 
@@ -66,7 +76,32 @@ class LeaderElection:
     retry_period: float = 2.0
 
 
-class Manager:
+class Coordinator(Protocol):
+    """What the manager needs of a shard coordinator (``cbop.sharding.ShardCoordinator``)."""
+
+    def run(self, stop: threading.Event) -> None:
+        """Hold shards until ``stop`` is set; then release every held shard and return."""
+        ...
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """Sharded operation (``--shards N``, N > 1): a shard coordinator and per-shard informers.
+
+    Attributes:
+        shards: the number of shards (N >= 2).
+        informers: returns a new informer factory that lists and watches only the given
+            shard's objects (``SharedInformerFactory(..., shard=shard)``).
+        coordinator: returns the coordinator that calls the given handler (the manager)
+            as it acquires, releases and loses shards; its ``run`` is called once.
+    """
+
+    shards: int
+    informers: Callable[[ShardRange], SharedInformerFactory]
+    coordinator: Callable[[Manager], Coordinator]
+
+
+class Manager(Scope):
     """Runs controllers until stopped.
 
     Args:
@@ -82,10 +117,13 @@ class Manager:
         controller_metrics: creates each controller's metric hooks (optional).
         queue_metrics: the workqueues' metrics provider (optional; unnamed queues
             without it).
+        sharding: run shards instead of the single leader (None: today's single
+            leader); needs ``leader_election`` (whose timings the caller passes to the
+            coordinator).
 
     Raises:
         ValueError: leader-election timings that break lease duration > renew deadline
-            > 1.2 x retry period.
+            > 1.2 x retry period; sharding without leader election.
     """
 
     def __init__(
@@ -100,27 +138,40 @@ class Manager:
         cache_sync_timeout: float = defaults.CACHE_SYNC_TIMEOUT,
         controller_metrics: ControllerMetricsProvider | None = None,
         queue_metrics: MetricsProvider | None = None,
+        sharding: Sharding | None = None,
     ) -> None:
+        if sharding is not None and leader_election is None:
+            raise ValueError("sharding needs leader election")
+        super().__init__(
+            # The client reconcilers write with: fenced by the lease under leader
+            # election. Sharded, only the Events go through it (each shard's writes go
+            # through the shard scope's client, fenced by the shard's Lease).
+            client.with_fence(self._fence) if leader_election and not sharding else client,
+            informers=informers,
+            controller_metrics=controller_metrics,
+            queue_metrics=queue_metrics,
+        )
         self.identity = identity
         self.shutdown_timeout = shutdown_timeout
         self.cache_sync_timeout = cache_sync_timeout
-        self.controller_metrics = controller_metrics
-        self.queue_metrics = queue_metrics
         self.stop_event = threading.Event()
-        self.controllers: dict[str, Controller] = {}
-        self.informers = informers
-        #: The client reconcilers write with: fenced by the lease under leader election.
-        self.client = client.with_fence(self._fence) if leader_election else client
+        self.sharding = sharding
+        self._base_client = client
+        self._setups: list[Callable[[Scope], object]] = []
+        self._shards: dict[int, ShardScope] = {}
+        self._shards_lock = threading.Lock()
+        self._coordinator_thread: threading.Thread | None = None
         self.probes: ProbeServer | None = None
         self._cleanups: list[Callable[[float], object]] = []
         # Set only after the workers stopped, so the lease is released after the last write.
         self._elector_stop = threading.Event()
         self._lost_lease = threading.Event()
         self._sync_failed = False
-        self._renew_deadline = 0.0
+        self._renew_deadline = leader_election.renew_deadline if leader_election else 0.0
+        self._retry_period = leader_election.retry_period if leader_election else 2.0
+        self._lease_duration = leader_election.lease_duration if leader_election else 0.0
         self.elector: LeaderElector | None = None
-        if leader_election is not None:
-            self._renew_deadline = leader_election.renew_deadline
+        if leader_election is not None and sharding is None:
             self.elector = LeaderElector(
                 client.with_limits(qps=0, burst=0, max_retries=0),
                 lease_name=leader_election.lease_name,
@@ -136,28 +187,32 @@ class Manager:
 
     # ------------------------------------------------------------------ wiring
 
-    def lister(
-        self,
-        resource: Resource,
-        *,
-        label_selector: str | None = None,
-        indexers: dict[str, IndexFunc] | None = None,
-    ) -> MultiNamespaceLister:
-        """Return a lister over the shared informers of ``resource`` in scope.
+    def add_setup(self, setup: Callable[[Scope], object]) -> None:
+        """Build controllers with ``setup(scope)`` in every scope the manager runs.
 
-        See :meth:`cbop.informers.SharedInformerFactory.lister`.
+        Without sharding ``setup(self)`` runs at once (the manager is the only scope);
+        with sharding it runs against each shard's :class:`ShardScope` when the shard is
+        acquired (again after a shard was lost and acquired anew).
         """
-        return self.informers.lister(resource, label_selector=label_selector, indexers=indexers)
+        self._setups.append(setup)
+        if self.sharding is None:
+            setup(self)
 
-    def add(self, controller: Controller) -> None:
-        """Run ``controller``'s workers while leading (:class:`cbop.runtime.Builder` calls it).
+    def scopes(self) -> list[Scope]:
+        """Return the scopes whose caches serve the process now.
 
-        Raises:
-            ValueError: a controller of the same name was added already.
+        The manager itself without sharding; with sharding the held shards' scopes
+        (syncing or running), by shard index. For per-process readers (metrics).
         """
-        if controller.name in self.controllers:
-            raise ValueError(f"a controller named {controller.name} already exists")
-        self.controllers[controller.name] = controller
+        if self.sharding is None:
+            return [self]
+        return list(self.shard_scopes())
+
+    def shard_scopes(self) -> Iterator[ShardScope]:
+        """Yield the active (syncing or running) shard scopes, by shard index."""
+        with self._shards_lock:
+            scopes = sorted(self._shards.values(), key=lambda scope: scope.shard.index)
+        return (scope for scope in scopes if scope.active)
 
     def add_cleanup(self, cleanup: Callable[[float], object]) -> None:
         """Call ``cleanup(seconds)`` on shutdown (e.g. to flush an Event sink).
@@ -171,29 +226,67 @@ class Manager:
         """Liveness: every controller's workers and every informer's threads run.
 
         Never false for an API server outage (restarting would not end it);
-        :meth:`SharedInformerFactory.connected` reports that.
+        :meth:`SharedInformerFactory.connected` reports that. With sharding: the
+        coordinator's thread runs and every held shard's workers and informers run.
         """
+        if self.sharding is not None:
+            thread = self._coordinator_thread
+            coordinating = thread is None or thread.is_alive() or self.stop_event.is_set()
+            return coordinating and all(scope.healthy() for scope in self.shard_scopes())
         return all(c.healthy() for c in self.controllers.values()) and self.informers.alive()
+
+    def connected(self) -> bool:
+        """Readiness: every informer's watch of every scope is up (or down only briefly)."""
+        return all(scope.informers.connected() for scope in self.scopes())
+
+    def connection_states(self) -> dict[str, bool]:
+        """Return informer name -> connected, for metrics (``<name>@shard-<i>`` if sharded)."""
+        if self.sharding is None:
+            return self.informers.connection_states()
+        return {
+            f"{name}@shard-{scope.shard.index}": up
+            for scope in self.shard_scopes()
+            for name, up in scope.informers.connection_states().items()
+        }
+
+    def _shards_ready(self) -> str | None:
+        """Return why a sharded replica is not ready (``/readyz``), or None.
+
+        Ready: the coordinator runs and every held shard's caches synced.
+
+        A replica that holds no shard is ready (a standby).
+        """
+        thread = self._coordinator_thread
+        if thread is None or not thread.is_alive():
+            return "the shard coordinator is not running"
+        for scope in self.shard_scopes():
+            why = scope.not_ready()
+            if why is not None:
+                return why
+        return None
 
     def bind_probes(self, address: tuple[str, int]) -> ProbeServer:
         """Bind the ``/healthz`` and ``/readyz`` server (served from :meth:`run`).
 
         Call it once every controller is added: ``/readyz`` gets one check per informer
-        handed out so far plus ``informers-connected``; ``/healthz`` checks
+        handed out so far (sharded: ``shards``, every held shard's caches synced) plus
+        ``informers-connected``; ``/healthz`` checks
         ``informers-and-workers`` (:meth:`healthy`).
 
         Raises:
             OSError: the address cannot be bound.
         """
+        readiness = (
+            {"shards": self._shards_ready}
+            if self.sharding is not None
+            else self.informers.readiness_checks()
+        )
         self.probes = ProbeServer(
             address,
             liveness={"informers-and-workers": self.healthy},
             # An API server outage shows here (and in logs and metrics), not on
             # /healthz: restarting every replica would not end it.
-            readiness={
-                **self.informers.readiness_checks(),
-                "informers-connected": self.informers.connected,
-            },
+            readiness={**readiness, "informers-connected": self.connected},
         )
         return self.probes
 
@@ -264,9 +357,13 @@ class Manager:
         Returns:
             0 after a graceful stop; 1 when the lease was lost (or a write found the
             fence closed) or caches never synced, with or without leader election.
+            Sharded: 0 after a graceful stop (a lost shard does not end the process);
+            1 when a shard's caches never synced or the coordinator failed.
         """
         if self.probes is not None:
             self.probes.start()
+        if self.sharding is not None:
+            return self._run_sharded(self.sharding)
         log.info(
             "starting",
             namespaces=[ns for ns in self.informers.scopes if ns] or "all",
@@ -309,7 +406,7 @@ class Manager:
                 cleanup(0.0)
             return
         log.info("shutting down", timeout=self.shutdown_timeout)
-        finished = _shutdown_all(list(self.controllers.values()), self.shutdown_timeout)
+        finished = self.shutdown_controllers(self.shutdown_timeout)
         if not finished:
             log.warning("in-flight reconciles did not finish in time")
         self.informers.shutdown()
@@ -317,18 +414,151 @@ class Manager:
         for cleanup in self._cleanups:
             cleanup(min(1.0, self.shutdown_timeout))
 
+    # ------------------------------------------------------------------ sharding
 
-def _shutdown_all(controllers: list[Controller], timeout: float) -> bool:
-    """Stop all intake, then give all in-flight reconciles one ``timeout`` (seconds).
+    def _run_sharded(self, sharding: Sharding) -> int:
+        """Run the shard coordinator until stopped; see :meth:`run`."""
+        log.info(
+            "starting sharded",
+            shards=sharding.shards,
+            namespaces=[ns for ns in self.informers.scopes if ns] or "all",
+            identity=self.identity,
+        )
+        coordinator = sharding.coordinator(self)
+        failed = threading.Event()
 
-    Returns:
-        Whether every worker finished in time.
-    """
-    for controller in controllers:
-        controller.stop_workers()
-    deadline = time.monotonic() + timeout
-    finished = True
-    for controller in controllers:
-        remaining = max(0.0, deadline - time.monotonic())
-        finished = controller.shutdown(remaining) and finished
-    return finished
+        def coordinate() -> None:
+            try:
+                coordinator.run(self._elector_stop)
+            except Exception:
+                log.exception("the shard coordinator failed")
+                failed.set()
+                self.stop_event.set()
+
+        thread = threading.Thread(target=coordinate, name="cbop-shard-coordinator", daemon=True)
+        self._coordinator_thread = thread
+        thread.start()
+        self.stop_event.wait()
+        log.info("shutting down; releasing every held shard", timeout=self.shutdown_timeout)
+        # The coordinator releases each held shard (drained, bounded by the shutdown
+        # timeout) before it releases the shard's Lease, then returns.
+        self._elector_stop.set()
+        # Each held shard: its drain, then its elector's Lease release (bounded by the
+        # coordinator to a lease duration); the thread is a daemon past this bound.
+        thread.join((self.shutdown_timeout + self._lease_duration) * sharding.shards)
+        with self._shards_lock:
+            leftover = list(self._shards.values())
+            self._shards.clear()
+        for scope in leftover:
+            scope.lose("stopping with the shard still held")
+        for cleanup in self._cleanups:
+            cleanup(min(1.0, self.shutdown_timeout))
+        if self.probes is not None:
+            self.probes.stop()
+        code = 1 if failed.is_set() or self._sync_failed else 0
+        log.info("stopped", exit_code=code)
+        return code
+
+    def acquired(self, shard: ShardRange, fence: Callable[[], bool]) -> None:
+        """Start work on ``shard`` (the coordinator's ``ShardHandler``; returns at once).
+
+        Creates the shard's :class:`ShardScope` (informers of
+        :attr:`Sharding.informers`, a client fenced by ``fence``), runs every setup
+        function of :meth:`add_setup` against it, and starts it: informers now, workers
+        once its caches synced.
+
+        Raises:
+            RuntimeError: the manager is not sharded.
+        """
+        self._start_shard(shard, fence, replacing=None)
+
+    def _start_shard(
+        self, shard: ShardRange, fence: Callable[[], bool], *, replacing: ShardScope | None
+    ) -> bool:
+        """Build and start a scope for ``shard``; return whether it started.
+
+        With ``replacing``, only while that scope is still the shard's current one.
+        """
+        sharding = self.sharding
+        if sharding is None:
+            raise RuntimeError("acquired() needs a sharded manager")
+        scope = ShardScope(
+            shard,
+            client=self._base_client,
+            fence=fence,
+            informers=sharding.informers(shard),
+            cache_sync_timeout=self.cache_sync_timeout,
+            on_sync_failed=self._shard_sync_failed,
+            on_fenced_off=lambda lost: self._restart_when_fence_reopens(lost, fence),
+            controller_metrics=self.controller_metrics,
+            queue_metrics=self.queue_metrics,
+        )
+        for setup in self._setups:
+            setup(scope)
+        with self._shards_lock:
+            if replacing is not None and self._shards.get(shard.index) is not replacing:
+                return False
+            stale = self._shards.pop(shard.index, None)
+            self._shards[shard.index] = scope
+        if stale is not None:
+            stale.lose("the shard was acquired anew")
+        scope.start()
+        return True
+
+    def _restart_when_fence_reopens(self, lost: ShardScope, fence: Callable[[], bool]) -> None:
+        """Start the shard anew once its fence is open again, after a write found it closed.
+
+        Not when the coordinator lost, released or re-acquired the shard meanwhile (then
+        ``lost`` is no longer the shard's scope). A closed fence does not mean the Lease
+        is gone: a renewal that came late (a slow API server) closes it until the shard's
+        elector renews again. The elector renews
+        with the resourceVersion it read, so an open fence afterwards means no other
+        replica held the Lease in between; a Lease taken by another makes the elector
+        stop, and the coordinator then calls :meth:`lost`. Polls every retry period on a
+        daemon thread until one of those happens or the manager stops.
+        """
+        period = self._retry_period
+
+        def watch() -> None:
+            while not self.stop_event.wait(period):
+                with self._shards_lock:
+                    if self._shards.get(lost.shard.index) is not lost:
+                        return
+                if fence():
+                    if self._start_shard(lost.shard, fence, replacing=lost):
+                        log.info(
+                            "the shard lease is held again; shard restarted", shard=str(lost.shard)
+                        )
+                    return
+
+        threading.Thread(
+            target=watch, name=f"cbop-shard-{lost.shard.index}-refence", daemon=True
+        ).start()
+
+    def release(self, shard: ShardRange) -> None:
+        """Hand ``shard`` over gracefully (``ShardHandler``); blocks while it drains.
+
+        Stops the shard's intake, lets in-flight reconciles finish (at most
+        ``shutdown_timeout`` seconds), stops its informers, then returns: the
+        coordinator releases the shard's Lease after that.
+        """
+        with self._shards_lock:
+            scope = self._shards.get(shard.index)
+        if scope is None:
+            return
+        scope.release(self.shutdown_timeout)
+        with self._shards_lock:
+            if self._shards.get(shard.index) is scope:
+                del self._shards[shard.index]
+
+    def lost(self, shard: ShardRange) -> None:
+        """Stop ``shard``'s work at once (``ShardHandler``): no drain; the process carries on."""
+        with self._shards_lock:
+            scope = self._shards.pop(shard.index, None)
+        if scope is not None:
+            scope.lose("lost the shard lease")
+
+    def _shard_sync_failed(self, scope: ShardScope) -> None:
+        """Stop the process (exit 1) when a shard's caches never synced, as unsharded."""
+        self._sync_failed = True
+        self.stop_event.set()
