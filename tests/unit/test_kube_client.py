@@ -28,6 +28,7 @@ from cbop.kube import (
     LeaseNotHeld,
 )
 from cbop.kube.config import load_in_cluster
+from cbop.kube.transport import decode_body, encode_body
 from cbop_testing.clock import FakeClock
 
 
@@ -857,3 +858,29 @@ def test_a_429_throttles_the_client_and_its_fenced_copies_for_the_retry_after(
     assert waited.get_nowait() == ("ok", 3.0)
     assert client.throttled_for() == 0.0
     assert client.wait_while_throttled() == 0.0
+
+
+def test_body_encoding_and_decoding_match_the_standard_library() -> None:
+    """encode_body/decode_body (orjson) give the bytes and values json.dumps/loads give."""
+    body = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "a",
+            "labels": {"app.kubernetes.io/managed-by": "cbop"},
+            "ownerReferences": [{"controller": True, "blockOwnerDeletion": True, "uid": "u"}],
+            "finalizers": [],
+            "generation": 2**53 + 1,
+            "deletionGracePeriodSeconds": None,
+        },
+        "data": {"k": 'ї 😀 \u2028 \x00 " \\ \n', "empty": "", "e\u0301": "x"},
+        "binaryData": {"b": "AAEC"},
+    }
+    standard = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    assert encode_body(body) == standard
+    assert decode_body(standard) == json.loads(standard) == body
+    assert decode_body(b"[1, 2]") == [1, 2]
+    with pytest.raises(TypeError):
+        encode_body({1: "a non-string key"})
+    with pytest.raises(ValueError, match="end of data"):
+        decode_body(b'{"truncated": ')

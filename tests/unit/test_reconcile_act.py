@@ -555,3 +555,73 @@ def test_a_stale_cache_read_after_a_status_write_writes_no_status_again(
     r._bundles = FakeLister(newer)
     r.reconcile("demo/app")
     assert len([a for a in client.writes() if a[0] == "patch/status"]) == 2
+
+
+def _with_rv(obj: dict[str, Any], rv: str) -> dict[str, Any]:
+    obj = copy.deepcopy(obj)
+    obj["metadata"]["resourceVersion"] = rv
+    return obj
+
+
+def test_a_resync_of_a_converged_bundle_repeats_the_outcome_without_deciding_again() -> None:
+    b = converged_bundle({"data": {"a": "1"}})
+    client = FakeClient()
+    r = reconciler(client, b, written(b))
+    first = r.reconcile("demo/app")
+    decided = r._memo.hits + r._memo.misses
+    for _ in range(3):
+        assert r.reconcile("demo/app") == first
+    # Only the parsed spec is looked up again (for the ConfigMap's name): no decision.
+    assert r._memo.hits + r._memo.misses == decided + 3
+    assert first.action is Action.NONE
+    assert client.actions == []
+
+
+def test_a_configmap_changed_after_a_no_op_reconcile_is_healed() -> None:
+    b = converged_bundle({"data": {"a": "1"}})
+    client = FakeClient()
+    r = reconciler(client, b, written(b))
+    assert r.reconcile("demo/app").action is Action.NONE
+    tampered = _with_rv(written(b), "8")
+    tampered["data"] = {"a": "tampered"}
+    r._configmaps = FakeLister(tampered)
+    assert r.reconcile("demo/app").action is Action.UPDATE
+    assert client.writes() == [("update", "configmaps", "app")]
+
+
+def test_a_changed_bundle_after_a_no_op_reconcile_is_decided_again() -> None:
+    b = converged_bundle({"data": {"a": "1"}})
+    client = FakeClient()
+    r = reconciler(client, b, written(b))
+    assert r.reconcile("demo/app").action is Action.NONE
+    changed = _with_rv(b, "200")
+    changed["metadata"]["generation"] = 2
+    changed["spec"] = {"data": {"a": "2"}}
+    r._bundles = FakeLister(changed)
+    assert r.reconcile("demo/app").action is Action.UPDATE
+    assert ("update", "configmaps", "app") in client.writes()
+
+
+def test_a_stale_configmap_appearing_after_a_no_op_reconcile_is_deleted() -> None:
+    """Neither the bundle nor its ConfigMap changed, but another ConfigMap it controls
+    appeared in the cache (e.g. from a relist): it is deleted, as by a full reconcile."""
+    b = converged_bundle({"data": {"a": "1"}})
+    client = FakeClient()
+    current = written(b)
+    r = reconciler(client, b, current)
+    assert r.reconcile("demo/app").action is Action.NONE
+    stale = copy.deepcopy(current)
+    stale["metadata"].update(name="old", uid="old-uid")
+    r._configmaps = FakeLister(current, stale)
+    assert r.reconcile("demo/app").action is Action.NONE
+    assert client.writes() == [("delete", "configmaps", "old")]
+
+
+def test_a_dry_run_never_repeats_a_stored_outcome() -> None:
+    b = converged_bundle({"data": {"a": "1"}})
+    client = FakeClient()
+    r = reconciler(client, b, written(b), dry_run=True)
+    with structlog.testing.capture_logs() as logs:
+        first = r.reconcile("demo/app")
+        assert r.reconcile("demo/app") == first
+    assert [e["event"] for e in logs] == ["dry run: nothing to write"] * 2

@@ -1,7 +1,7 @@
 """Watch streams: an open WATCH response, read as decoded events.
 
 This module owns :class:`WatchStream`, what :meth:`cbop.kube.KubeClient.watch` returns:
-the raw response body split into lines and decoded with ``json.loads`` (no models), as
+the raw response body split into lines and decoded as JSON (``orjson``, no models), as
 client-go's ``watch.StreamWatcher`` over a JSON framer. Closing it from another thread
 unblocks a reader waiting on the socket.
 """
@@ -9,13 +9,12 @@ unblocks a reader waiting on the socket.
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Final, cast
 
 from cbop.kube.errors import ApiError, ConnectionFailed
-from cbop.kube.transport import TRANSPORT_ERRORS, connection_failed
+from cbop.kube.transport import TRANSPORT_ERRORS, connection_failed, decode_body
 
 __all__ = ["WatchStream"]
 
@@ -28,7 +27,7 @@ class WatchStream(Iterator[dict[str, Any]]):
 
     Each item is the event dict as the API server sends it, ``{"type": "ADDED" |
     "MODIFIED" | "DELETED" | "BOOKMARK", "object": {...}}``; lines are split on ``\\n``
-    from the raw stream and decoded with ``json.loads`` (no models).
+    from the raw stream and decoded with :func:`cbop.kube.transport.decode_body` (no models).
 
     Raises (from ``__next__``):
         ApiError: for an ``ERROR`` event, decoded from its ``Status`` object (as
@@ -97,7 +96,7 @@ class WatchStream(Iterator[dict[str, Any]]):
 
     def _decode(self, line: bytes) -> dict[str, Any]:
         try:
-            event = json.loads(line)
+            event = decode_body(line)
         except ValueError as exc:
             self._cleanup()
             raise ConnectionFailed(f"undecodable watch event: {line[:200]!r}", cause=exc) from exc

@@ -154,8 +154,8 @@ class ConfigMapWriteMetrics:
             ("operation",),
             registry=registry,
         )
-        for op in WRITE_OPERATIONS:
-            self._writes.labels(op)
+        # The children of every operation, made once (exported at 0 from the start).
+        self._writes_by_operation = {op: self._writes.labels(op) for op in WRITE_OPERATIONS}
         self._drift_corrections = Counter(
             "cbop_drift_corrections",
             "ConfigMaps restored after a change made outside cbop (edit or delete)",
@@ -164,7 +164,8 @@ class ConfigMapWriteMetrics:
 
     def configmap_write(self, operation: str) -> None:
         """Count one ConfigMap write (create, update or delete)."""
-        self._writes.labels(operation).inc()
+        child = self._writes_by_operation.get(operation)
+        (child if child is not None else self._writes.labels(operation)).inc()
 
     def drift_corrected(self) -> None:
         """Count one drift correction."""

@@ -20,6 +20,8 @@ buckets are client-go's: 5 ms to 60 s.
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 __all__ = ["REST_CLIENT_BUCKETS", "PrometheusRestClientMetrics"]
@@ -71,18 +73,30 @@ class PrometheusRestClientMetrics:
             _CODE_LABELS,
             registry=registry,
         )
+        # Labelled children by (family, label values): every request reports to the
+        # same few series, and prometheus_client's ``labels`` takes a lock and builds
+        # the key on each call. Reads need no lock (a dict lookup); a racing first
+        # use of a series asks ``labels`` twice and gets the same child both times.
+        self._children: dict[tuple[Any, ...], Any] = {}
+
+    def _child(self, family: Counter | Histogram, *values: str) -> Any:
+        key = (family, *values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = family.labels(*values)
+        return child
 
     def request(self, code: str, method: str, host: str) -> None:
         """Count one HTTP exchange."""
-        self._requests.labels(code=code, method=method, host=host).inc()
+        self._child(self._requests, code, method, host).inc()
 
     def request_duration(self, verb: str, host: str, seconds: float) -> None:
         """Observe one exchange's latency (seconds)."""
-        self._duration.labels(verb=verb, host=host).observe(seconds)
+        self._child(self._duration, verb, host).observe(seconds)
 
     def rate_limiter_duration(self, verb: str, host: str, seconds: float) -> None:
         """Observe one wait for the client-side rate limiter (seconds)."""
-        self._rate_limiter.labels(verb=verb, host=host).observe(seconds)
+        self._child(self._rate_limiter, verb, host).observe(seconds)
 
     def retry(self, code: str, method: str, host: str, wait_seconds: float) -> None:
         """Count one retry and the seconds waited before it."""

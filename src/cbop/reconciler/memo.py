@@ -12,7 +12,13 @@ bundle; almost all of those find nothing to do. What they compute depends on lit
   ConfigMap, keyed by its ``(uid, resourceVersion)``: every change of an object gives
   it a new resourceVersion.
 
-So a changed bundle or ConfigMap never finds a stale entry: it has a new key. Objects
+So a changed bundle or ConfigMap never finds a stale entry: it has a new key.
+
+A fourth cache holds, per bundle UID, the outcome of the bundle's last full reconcile
+when it wrote nothing (:meth:`DecisionMemo.noop`), with the resourceVersions of the
+bundle and of its ConfigMap it was computed from: a resync that finds both unchanged
+returns that outcome without deciding again (see :class:`cbop.reconciler.Reconciler`).
+Objects
 without those fields (never the case for objects read from the API server) are not
 memoised. Each cache is an LRU of at most ``maxsize`` entries, safe to share between
 reconcile threads; an entry of a deleted bundle stays until it is evicted.
@@ -69,6 +75,11 @@ class DecisionMemo:
             maxsize
         )
         self._synced: cachetools.LRUCache[Hashable, bool] = cachetools.LRUCache(maxsize)
+        # Bundle UID -> (bundle resourceVersion, ConfigMap UID, ConfigMap
+        # resourceVersion, the outcome); only bundles whose last full reconcile wrote nothing.
+        self._noops: cachetools.LRUCache[str, tuple[str, str, str, Any]] = cachetools.LRUCache(
+            maxsize
+        )
         self._lock = threading.Lock()
         #: Lookups answered from a cache, and computed, over all three caches.
         self.hits = 0
@@ -143,3 +154,41 @@ class DecisionMemo:
             return verdict
 
         return decide(bundle, spec, current, desired_of=self.desired, synced=synced)
+
+    def noop(self, bundle: Mapping[str, Any], configmap: Mapping[str, Any]) -> Any:
+        """Return the outcome :meth:`remember_noop` stored for these very objects, or None.
+
+        None unless the bundle's last full reconcile wrote nothing and was computed from
+        the same bundle resourceVersion and the same ConfigMap (UID, resourceVersion).
+        """
+        meta = bundle.get("metadata") or {}
+        uid = meta.get("uid")
+        key = _object_key(configmap)
+        if not isinstance(uid, str) or key is None:
+            return None
+        with self._lock:
+            entry = self._noops.get(uid)
+        if entry is None or entry[0] != meta.get("resourceVersion") or entry[1:3] != key:
+            return None
+        return entry[3]
+
+    def remember_noop(
+        self, bundle: Mapping[str, Any], configmap: Mapping[str, Any], outcome: Any
+    ) -> None:
+        """Store ``outcome`` of a full reconcile of ``bundle`` that wrote nothing.
+
+        ``configmap`` is the ConfigMap it was decided against. Objects without a UID or
+        resourceVersion are not stored.
+        """
+        bundle_key = _object_key(bundle)
+        key = _object_key(configmap)
+        if bundle_key is not None and key is not None:
+            with self._lock:
+                self._noops[bundle_key[0]] = (bundle_key[1], *key, outcome)
+
+    def forget_noop(self, bundle: Mapping[str, Any]) -> None:
+        """Drop the stored outcome of ``bundle`` (a full reconcile of it begins)."""
+        uid = (bundle.get("metadata") or {}).get("uid")
+        if isinstance(uid, str):
+            with self._lock:
+                self._noops.pop(uid, None)

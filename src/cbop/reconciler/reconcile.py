@@ -78,6 +78,11 @@ _reconcile_ids = itertools.count(1)
 __all__ = ["CONTROLLER_UID_INDEX", "Reconciler", "Requeue", "Result"]
 
 
+def _reconcile_id() -> str:
+    """Return a fresh reconcile id for the log: the process's prefix and the next count."""
+    return f"{_RECONCILE_ID_PREFIX}{next(_reconcile_ids):06x}"
+
+
 class Reconciler:
     """Reconciles one ConfigBundle key at a time; safe to call from many threads.
 
@@ -158,15 +163,30 @@ class Reconciler:
         if bundle is None:
             return Result(key, None, message="bundle not found; nothing to do")
         started = time.monotonic()
-        reconcile_id = f"{_RECONCILE_ID_PREFIX}{next(_reconcile_ids):06x}"
+        spec = self._memo.spec(bundle)
+        current = self._cached_configmap(bundle, spec)
+        if current is not None and not self._dry_run:
+            unchanged = self._unchanged(bundle, current)
+            if unchanged is not None:
+                log.debug(
+                    "reconciled",
+                    controller=self._controller_name,
+                    namespace=namespace,
+                    name=name,
+                    reconcile_id=_reconcile_id(),
+                    action=Action.NONE.value,
+                    ready=unchanged.ready,
+                    reason=unchanged.reason.value if unchanged.reason else None,
+                    duration=round(time.monotonic() - started, 6),
+                )
+                return unchanged
+        self._memo.forget_noop(bundle)
         logger = log.bind(
             controller=self._controller_name,
             namespace=namespace,
             name=name,
-            reconcile_id=reconcile_id,
+            reconcile_id=_reconcile_id(),
         )
-        spec = self._memo.spec(bundle)
-        current = self._cached_configmap(bundle, spec)
         if current is None and isinstance(spec, BundleSpec) and self._known_conflict(key):
             current = self._fresh_configmap(namespace or "", spec.config_map_name)
         decision = self._memo.decide(bundle, spec, current)
@@ -220,6 +240,27 @@ class Reconciler:
             duration=round(time.monotonic() - started, 6),
         )
         return result
+
+    def _unchanged(self, bundle: Mapping[str, Any], current: Mapping[str, Any]) -> Result | None:
+        """Return the outcome of the bundle's last full reconcile if it still holds, else None.
+
+        It holds when that reconcile wrote nothing, the bundle and ``current`` (its
+        ConfigMap in the cache) are the very versions it was decided against, and no
+        other ConfigMap controlled by the bundle has appeared since (one would be
+        deleted as stale). Every other input of the decision is part of those objects,
+        and a full reconcile drops the stored outcome before it begins, so the answer
+        is the one a full reconcile would give, without deciding again or computing the
+        status: what a resync of a converged bundle costs.
+        """
+        known: Result | None = self._memo.noop(bundle, current)
+        if known is None:
+            return None
+        name = current["metadata"]["name"]
+        uid = bundle["metadata"]["uid"]
+        for cm in self._configmaps.by_index(CONTROLLER_UID_INDEX, uid):
+            if cm["metadata"]["name"] != name:
+                return None
+        return known
 
     # -- reads ----------------------------------------------------------------------
 
@@ -295,7 +336,7 @@ class Reconciler:
             after = "Ready" if ready == "True" else reason.value
             message, pending = dry_run_account(decision, message, stale, after)
         assert isinstance(spec, BundleSpec) or decision.action is Action.INVALID
-        self._write_status(
+        wrote_status = self._write_status(
             bundle,
             spec,
             ready,
@@ -303,7 +344,7 @@ class Reconciler:
             message,
             desired_hash=decision.desired.content_hash if decision.desired else None,
         )
-        return Result(
+        result = Result(
             key,
             decision.action,
             ready=ready,
@@ -314,6 +355,14 @@ class Reconciler:
             diff=diff,
             pending=pending,
         )
+        if (
+            decision.action is Action.NONE
+            and decision.finalizer is None
+            and current is not None
+            and not (stale or wrote_status or requeue or self._dry_run)
+        ):
+            self._memo.remember_noop(bundle, current, result)
+        return result
 
     def _write_configmap(self, namespace: str, decision: Decision) -> None:
         action, body = decision.action, decision.body
@@ -552,15 +601,15 @@ class Reconciler:
         message: str,
         *,
         desired_hash: str | None = None,
-    ) -> None:
-        """Write ``status`` if its content changed.
+    ) -> bool:
+        """Write ``status`` if its content changed; return whether a write was sent.
 
         ``desired_hash`` is the content hash the decision already computed; it is
         computed here only when the decision had no desired ConfigMap (a suspended
         bundle, an error path), so a resync hashes up to 1 MiB of content once, not twice.
         """
         if self._dry_run:
-            return
+            return False
         bundle = self._with_own_status(bundle)
         valid = spec if isinstance(spec, BundleSpec) else None
         if valid is not None and desired_hash is None:
@@ -576,7 +625,7 @@ class Reconciler:
             now=self._now(),
         )
         if status_equal(bundle.get("status"), new_status):
-            return
+            return False
         meta = bundle["metadata"]
         try:
             self._client.patch(
@@ -590,12 +639,13 @@ class Reconciler:
             )
         except ApiError as err:
             if err.is_not_found:
-                return  # deleted meanwhile; nothing to report to
+                return True  # deleted meanwhile; nothing to report to
             raise
         uid, rv = meta.get("uid"), meta.get("resourceVersion")
         if uid and rv:
             with self._written_status_lock:
                 self._written_status[uid] = (rv, new_status)
+        return True
 
     def _with_own_status(self, bundle: Mapping[str, Any]) -> Mapping[str, Any]:
         """Return ``bundle`` as it is once this reconciler's last status write lands.
