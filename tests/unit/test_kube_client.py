@@ -289,10 +289,11 @@ def test_by_default_the_retry_delays_are_drawn_at_random_within_the_window(
     )
     names = "abcdefgh"
     done = _get_all(client, names)
-    assert clock.wait_for_waiter()
-    while len(clock.waiter_deadlines()) < len(names):
-        assert done.empty()
-        clock.wait_for_waiter()  # returns at once; the loop ends when all have parked
+    give_up = time.monotonic() + 10  # real seconds; guards a hung test only
+    while len(clock.waiter_deadlines()) < len(names):  # until every request has parked
+        assert time.monotonic() < give_up, clock.waiter_deadlines()
+        assert clock.wait_for_waiter()
+    assert done.empty()
     deadlines = clock.waiter_deadlines()
     assert all(4.0 <= d < 6.0 for d in deadlines), deadlines
     assert len(set(deadlines)) > 1, "every request came back at the same instant"
