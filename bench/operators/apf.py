@@ -328,6 +328,13 @@ def _ratio(a: float, b: float) -> float:
     return a / b if b else float("nan")
 
 
+def _share(record: Mapping[str, Any]) -> float:
+    """The share of an operator's requests that APF turned away: rejected / (rejected +
+    dispatched), a figure that, unlike rejected/s, does not grow when it converges sooner."""
+    apf = record["apf"]
+    return _ratio(apf["rejected"], apf["rejected"] + apf["dispatched"])
+
+
 def tables(results: Mapping[str, Any]) -> list[str]:
     """Markdown for the APF records of a run, with the cbop / controller-runtime ratios."""
     from bench.operators.report import _f, _table  # report imports this module
@@ -379,7 +386,7 @@ def tables(results: Mapping[str, Any]) -> list[str]:
                 _f(a["rejected"], 0),
                 _f(r["rejected_per_second"], 1),
                 _f(a["dispatched"], 0),
-                f"{_f(100 * _ratio(a['rejected'], a['rejected'] + a['dispatched']), 1)} %",
+                f"{_f(100 * _share(r), 1)} %",
                 _f(c["throttled"], 0),
                 _f(c["retries"], 0) if cbop_only else "-",
                 _f(c["retry_wait_seconds"], 1) if cbop_only else "-",
@@ -393,6 +400,7 @@ def tables(results: Mapping[str, Any]) -> list[str]:
         "converge time cbop / controller-runtime",
         "rejected/s cbop / controller-runtime",
         "rejected (total) cbop / controller-runtime",
+        "rejected share cbop / controller-runtime",
     ]
     ratio_rows = []
     goals = []
@@ -409,6 +417,7 @@ def tables(results: Mapping[str, Any]) -> list[str]:
                 f"{_f(t)}x",
                 f"{_f(rej)}x",
                 f"{_f(_ratio(r['apf']['rejected'], peer['apf']['rejected']))}x",
+                f"{_f(_ratio(_share(r), _share(peer)))}x",
             ]
         )
         verdict_t = "met" if t <= 1.0 else "**missed**"
@@ -420,5 +429,5 @@ def tables(results: Mapping[str, Any]) -> list[str]:
             f"{_f(peer['rejected_per_second'], 1)} (goal no more) — {verdict_r}"
         )
     if ratio_rows:
-        out += [*_table(ratio_header, ratio_rows, "rrrrr"), "", *goals, ""]
+        out += [*_table(ratio_header, ratio_rows, "rrrrrr"), "", *goals, ""]
     return out

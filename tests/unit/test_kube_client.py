@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import queue
+import random
 import socket
 import threading
 import time
@@ -145,10 +146,26 @@ def server_factory() -> Iterator[Callable[[Responder], FakeApiServer]]:
         s.close()
 
 
-def make_client(url: str, **kwargs: Any) -> KubeClient:
+class Draws(random.Random):
+    """A random source returning the scripted draws in [0, 1), then 0.0 (the retry jitter)."""
+
+    def __init__(self, *draws: float) -> None:
+        super().__init__(0)
+        self._draws = list(draws)
+        self._lock = threading.Lock()
+
+    def random(self) -> float:
+        with self._lock:
+            return self._draws.pop(0) if self._draws else 0.0
+
+
+def make_client(url: str, *, draws: tuple[float, ...] = (), **kwargs: Any) -> KubeClient:
+    """A client of ``url``; its Retry-After jitter draws ``draws``, then 0 (no jitter)."""
     configuration = k8s_client.Configuration(host=url)
     kwargs.setdefault("qps", 0)
-    return KubeClient.from_configuration(configuration, **kwargs)
+    client = KubeClient.from_configuration(configuration, **kwargs)
+    client._transport._rng = Draws(*draws)
+    return client
 
 
 def cm(name: str, ns: str = "default", rv: str = "1") -> dict[str, Any]:
@@ -205,6 +222,86 @@ def test_429_with_retry_after_is_honoured_then_succeeds(server_factory: Any) -> 
     assert client.request_counts() == {("get", "configmaps"): 2}
 
 
+def _first_answer_429(retry_after: str) -> Responder:
+    """Answer each object's first request 429 with ``retry_after``, later ones 200."""
+    turned_away: set[str] = set()
+    lock = threading.Lock()
+
+    def respond(seen: Seen) -> Reply:
+        name = seen.path.rsplit("/", 1)[1]
+        with lock:
+            first = name not in turned_away
+            turned_away.add(name)
+        if first:
+            return Reply(429, {"kind": "Status", "code": 429}, {"Retry-After": retry_after})
+        return Reply(200, cm(name))
+
+    return respond
+
+
+def _get_all(client: KubeClient, names: str) -> queue.Queue[str]:
+    """GET each of ``names`` in its own thread; each puts its name once it got its answer."""
+    done: queue.Queue[str] = queue.Queue()
+    for name in names:
+        threading.Thread(
+            target=lambda n=name: done.put(
+                client.get(CONFIGMAPS, "default", n)["metadata"]["name"]
+            ),
+            daemon=True,
+        ).start()
+    return done
+
+
+def test_requests_turned_away_together_are_retried_one_by_one_never_early(
+    server_factory: Any,
+) -> None:
+    """Issue 18: a 429 burst does not come back as a herd, and nothing before Retry-After.
+
+    Three requests turned away in the same instant with ``Retry-After: 2`` each wait 2 s
+    plus their own draw of the jitter window (up to half the Retry-After): with draws 0,
+    0.5 and 0.998 they are retried at +2.0, +2.5 and +2.998 s, one at a time.
+    """
+    srv = server_factory(_first_answer_429("2"))
+    clock = FakeClock(100.0)
+    client = make_client(srv.url, clock=clock, draws=(0.0, 0.5, 0.998))
+    done = _get_all(client, "abc")
+    for deadline in (102.0, 102.5, 102.998):
+        assert clock.wait_for_waiter(deadline=deadline)
+    assert clock.waiter_deadlines() == pytest.approx([102.0, 102.5, 102.998])
+    clock.set(101.999)
+    assert len(srv.requests) == 3, "a retry went out before its Retry-After"
+    retried = []
+    for moment, left in ((102.0, [102.5, 102.998]), (102.5, [102.998]), (102.998, [])):
+        clock.set(moment)
+        retried.append(done.get(timeout=5))
+        assert clock.waiter_deadlines() == pytest.approx(left)
+        assert len(srv.requests) == 3 + len(retried)
+    assert sorted(retried) == ["a", "b", "c"]
+
+
+def test_by_default_the_retry_delays_are_drawn_at_random_within_the_window(
+    server_factory: Any,
+) -> None:
+    """Without scripted draws: every wait is in [Retry-After, 1.5 x Retry-After), not all equal."""
+    srv = server_factory(_first_answer_429("4"))
+    clock = FakeClock(0.0)
+    client = KubeClient.from_configuration(
+        k8s_client.Configuration(host=srv.url), qps=0, clock=clock
+    )
+    names = "abcdefgh"
+    done = _get_all(client, names)
+    give_up = time.monotonic() + 10  # real seconds; guards a hung test only
+    while len(clock.waiter_deadlines()) < len(names):  # until every request has parked
+        assert time.monotonic() < give_up, clock.waiter_deadlines()
+        assert clock.wait_for_waiter()
+    assert done.empty()
+    deadlines = clock.waiter_deadlines()
+    assert all(4.0 <= d < 6.0 for d in deadlines), deadlines
+    assert len(set(deadlines)) > 1, "every request came back at the same instant"
+    clock.set(6.0)
+    assert sorted(done.get(timeout=5) for _ in names) == sorted(names)
+
+
 def test_429_without_retry_after_raises_at_once(server_factory: Any) -> None:
     srv = server_factory(lambda seen: Reply(429, {"kind": "Status", "code": 429}))
     client = make_client(srv.url, clock=FakeClock())
@@ -218,9 +315,7 @@ def test_429_without_retry_after_raises_at_once(server_factory: Any) -> None:
 def test_retry_after_gives_up_after_max_retries(server_factory: Any) -> None:
     srv = server_factory(lambda seen: Reply(503, None, {"Retry-After": "1"}))
     clock = FakeClock()
-    client = KubeClient.from_configuration(
-        k8s_client.Configuration(host=srv.url), qps=0, clock=clock
-    )
+    client = make_client(srv.url, clock=clock)
     client._transport._max_retries = 2
     t, out = run_in_thread(lambda: client.get(CONFIGMAPS, "ns", "x"))
     for _ in range(2):
@@ -707,18 +802,18 @@ def test_429_is_retried_after_the_asked_wait_logged_and_counted(server_factory: 
     srv = server_factory(lambda seen: next(answers))
     clock = FakeClock(0.0)
     metrics = RecordingMetrics()
-    client = make_client(srv.url, clock=clock)
+    client = make_client(srv.url, clock=clock, draws=(0.5,))
     client.set_metrics(metrics)
     host = srv.url.split("://", 1)[1]
     with structlog.testing.capture_logs() as logs:
         t, out = run_in_thread(lambda: client.create(CONFIGMAPS, "ns", cm("a")))
-        assert clock.wait_for_waiter()
-        clock.step(2)
+        assert clock.wait_for_waiter(deadline=2.5)
+        clock.step(2.5)
         t.join(5)
     assert out.get_nowait()[0] == "ok"
     assert [c for c in metrics.calls if c[0] in ("request", "retry")] == [
         ("request", "429", "POST", host),
-        ("retry", "429", "POST", host, 2.0),
+        ("retry", "429", "POST", host, 2.5),  # the seconds waited, jitter included
         ("request", "201", "POST", host),
     ]
     assert [c for c in metrics.calls if c[0] == "rate_limiter"] == [
@@ -727,6 +822,7 @@ def test_429_is_retried_after_the_asked_wait_logged_and_counted(server_factory: 
     ]
     (line,) = [entry for entry in logs if entry["log_level"] == "debug"]
     assert line["retry_after"] == 2.0
+    assert line["wait"] == 2.5
     assert line["code"] == 429
     assert line["verb"] == "create"
 
@@ -734,9 +830,7 @@ def test_429_is_retried_after_the_asked_wait_logged_and_counted(server_factory: 
 def test_exhausted_retries_warn_at_most_every_30_seconds(server_factory: Any) -> None:
     srv = server_factory(lambda seen: Reply(429, "Too many requests", {"Retry-After": "0"}))
     clock = FakeClock(0.0)
-    client = KubeClient.from_configuration(
-        k8s_client.Configuration(host=srv.url), qps=0, clock=clock
-    )
+    client = make_client(srv.url, clock=clock)
     client._transport._max_retries = 1
     with structlog.testing.capture_logs() as logs:
         for _ in range(3):
@@ -822,7 +916,7 @@ def test_the_fence_is_checked_after_a_retry_after_wait(server_factory: Any) -> N
     assert len(srv.requests) == 1
 
 
-def test_a_429_throttles_the_client_and_its_fenced_copies_for_the_retry_after(
+def test_a_429_throttles_the_client_and_its_fenced_copies_until_its_retries_are_due(
     server_factory: Any,
 ) -> None:
     """Issue 18: background writers can tell that APF is rejecting this client, and for how long."""
@@ -843,19 +937,21 @@ def test_a_429_throttles_the_client_and_its_fenced_copies_for_the_retry_after(
     assert clock.wait_for_waiter(deadline=105.0)
     assert client.throttled_for() == 0.0
     clock.step(5.0)
-    # The 429 is: both the client and its fenced copy report the wait left.
+    # The 429 is: both the client and its fenced copy report the wait left until every
+    # retry it can cause is due: its Retry-After (3 s) plus the jitter window (1.5 s).
     assert clock.wait_for_waiter(deadline=108.0)
-    assert client.throttled_for() == 3.0
-    assert fenced.throttled_for() == 3.0
+    assert client.throttled_for() == 4.5
+    assert fenced.throttled_for() == 4.5
     waiter, waited = run_in_thread(client.wait_while_throttled)
-    clock.step(1.0)
-    assert client.throttled_for() == 2.0
-    assert waiter.is_alive()
-    clock.step(2.0)
-    t.join(5)
-    waiter.join(5)
+    assert clock.wait_for_waiter(deadline=109.5)
+    clock.step(3.0)
+    t.join(5)  # this retry drew no jitter: sent once the Retry-After ran out
     assert out.get_nowait()[0] == "ok"
-    assert waited.get_nowait() == ("ok", 3.0)
+    assert client.throttled_for() == 1.5
+    assert waiter.is_alive()
+    clock.step(1.5)
+    waiter.join(5)
+    assert waited.get_nowait() == ("ok", 4.5)
     assert client.throttled_for() == 0.0
     assert client.wait_while_throttled() == 0.0
 

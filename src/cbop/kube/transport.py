@@ -7,8 +7,11 @@ This module owns what happens between a verb and the wire, as client-go's
   default as in controller-runtime since v0.21, ``qps <= 0`` disables it; ``burst <= 0``
   means one second's worth, ``qps`` rounded up), applied to every request except watch
   streams;
-* a 429 or 5xx answer that carries ``Retry-After`` is retried after that many seconds,
-  at most ``max_retries`` (10) times, for every verb (the server did not process it);
+* a 429 or 5xx answer that carries ``Retry-After`` is retried, at most ``max_retries``
+  (10) times, for every verb (the server did not process it), never before the
+  ``Retry-After`` (capped at 60 s) has run out and at most half of it later, the delay
+  drawn at random for each retry (client-go's ``wait.Jitter`` with factor 0.5), so the
+  workers turned away together do not all come back together;
 * a 401 makes a watched token file be re-read and the request sent once more
   (:mod:`cbop.kube.credentials`);
 * responses may be gzip-compressed (``Accept-Encoding: gzip``, as Go's HTTP transport
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import random
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
@@ -50,6 +54,7 @@ from cbop.tokenbucket import TokenBucket
 __all__ = [
     "CONNECT_TIMEOUT",
     "MUTATING_VERBS",
+    "RETRY_AFTER_JITTER",
     "TRANSPORT_ERRORS",
     "RequestHook",
     "Transport",
@@ -78,6 +83,11 @@ _LIST_READ_SIZE: Final = 256 * 1024
 # doubles that per priority level, up to 32 s, while it keeps rejecting requests
 # (k8s.io/apiserver's dropped-requests tracker); 60 s guards against anything else.
 _MAX_RETRY_AFTER: Final = 60.0
+#: A retry waits the (capped) Retry-After plus up to this fraction of it more, drawn at
+#: random per retry: API Priority and Fairness answers every request it turns away in
+#: the same second with the same whole number of seconds, and workers that all came
+#: back at that same instant would find the level's few seats taken again.
+RETRY_AFTER_JITTER: Final = 0.5
 #: At most one "retries exhausted" warning per this many seconds per client.
 _EXHAUSTED_WARNING_PERIOD: Final = 30.0
 #: Kubernetes verb -> HTTP method, for the client-go metric labels.
@@ -221,6 +231,8 @@ class Transport:
         burst: token bucket size (requests).
         clock: time source for rate limiting, Retry-After waits and latency.
         max_retries: how often a 429/5xx answer with ``Retry-After`` is retried.
+        rng: random source of the retry delays' jitter (default: a fresh
+            ``random.Random``); shared with the transports made from this one.
         on_request: optional ``(verb, resource, status_code, seconds)`` hook, called
             once per HTTP exchange (also for retried attempts); exceptions it raises
             are swallowed.
@@ -239,8 +251,10 @@ class Transport:
         on_request: RequestHook | None = None,
         metrics: RestClientMetrics | None = None,
         fence: WriteFence | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         self._api = api_client
+        self._rng = rng if rng is not None else random.Random()
         self._fence = fence
         self._clock: Clock = clock if clock is not None else RealClock()
         burst = burst if burst > 0 else math.ceil(qps)  # 0: one second's worth
@@ -258,8 +272,9 @@ class Transport:
             1.0 / _EXHAUSTED_WARNING_PERIOD, 1, clock=self._clock
         )
         self._exhausted_suppressed = 0
-        # Clock time at which the last 429's Retry-After runs out; a list so that the
-        # transports made by with_fence share it (they are the same traffic).
+        # Clock time at which the retries after the last 429 are all due (its Retry-After
+        # plus the jitter window); a list so that the transports made by with_fence share
+        # it (they are the same traffic).
         self._throttled_until = [0.0]
 
     @property
@@ -285,6 +300,7 @@ class Transport:
             max_retries=max_retries,
             on_request=self._on_request,
             metrics=self._metrics,
+            rng=self._rng,
         )
 
     def with_fence(self, fence: WriteFence) -> Transport:
@@ -305,6 +321,7 @@ class Transport:
             on_request=self._on_request,
             metrics=self._metrics,
             fence=fence,
+            rng=self._rng,
         )
         # Share the rate limiter and the request counts: the fenced client is the same
         # traffic, seen through a gate, not new traffic.
@@ -315,9 +332,11 @@ class Transport:
         return fenced
 
     def throttled_for(self) -> float:
-        """Seconds until the ``Retry-After`` of the last 429 answer runs out (0.0: none).
+        """Seconds until the retries after the last 429 answer are all due (0.0: none).
 
-        Shared with the transports made by :meth:`with_fence`.
+        That is the 429's ``Retry-After`` (capped at 60 s) plus its jitter window (half
+        of it), counted from the answer: the longest any request turned away with it
+        waits. Shared with the transports made by :meth:`with_fence`.
         """
         return max(0.0, self._throttled_until[0] - self._clock.now())
 
@@ -514,7 +533,8 @@ class Transport:
                 reauthenticated = True
                 continue
             if error.retry_after is not None and status == 429:
-                until = self._clock.now() + min(error.retry_after, _MAX_RETRY_AFTER)
+                window = min(error.retry_after, _MAX_RETRY_AFTER) * (1.0 + RETRY_AFTER_JITTER)
+                until = self._clock.now() + window
                 with self._counts_lock:
                     self._throttled_until[0] = max(self._throttled_until[0], until)
             if error.retry_after is not None and (status == 429 or 500 <= status <= 599):
@@ -528,9 +548,15 @@ class Transport:
     def _wait_retry_after(
         self, verb: str, resource: str, path: str, error: ApiError, attempt: int
     ) -> None:
-        """Sleep the ``Retry-After`` the server asked for (capped at 60 s), as client-go does."""
+        """Sleep the ``Retry-After`` the server asked for (capped at 60 s), plus jitter.
+
+        As client-go sleeps the ``Retry-After`` before a retry; the extra, uniform in
+        ``[0, RETRY_AFTER_JITTER)`` times the capped ``Retry-After`` (as client-go's
+        ``wait.Jitter``), spreads the retries of requests turned away together.
+        """
         assert error.retry_after is not None
-        wait = min(error.retry_after, _MAX_RETRY_AFTER)
+        asked = min(error.retry_after, _MAX_RETRY_AFTER)
+        wait = asked * (1.0 + RETRY_AFTER_JITTER * self._rng.random())
         method = _HTTP_METHODS.get(verb, verb.upper())
         log.debug(
             "retrying after the server asked to wait",

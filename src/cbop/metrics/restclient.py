@@ -69,7 +69,7 @@ class PrometheusRestClientMetrics:
         )
         self._retry_wait = Counter(
             "cbop_rest_client_retry_wait_seconds_total",
-            "Seconds waited before retries, as the server's Retry-After asked (capped).",
+            "Seconds waited before retries: the server's Retry-After (capped) plus jitter.",
             _CODE_LABELS,
             registry=registry,
         )

@@ -16,7 +16,7 @@ correlates them first as client-go's EventCorrelator does (:class:`EventCorrelat
 Like client-go's broadcaster, events are correlated and written by a background thread
 from a bounded queue (1,000 events; more are dropped and logged), so a reconcile never
 waits for an Event write. While the API server throttles the client (a 429 whose
-``Retry-After`` has not run out, see :meth:`cbop.kube.KubeClient.wait_while_throttled`),
+retries are not all due yet, see :meth:`cbop.kube.KubeClient.wait_while_throttled`),
 the sink writes nothing, leaving the seats API Priority and Fairness grants cbop to the
 reconcile writes; the queued Events follow once the throttling stops. Failures to record
 are logged and never fail a reconcile.
