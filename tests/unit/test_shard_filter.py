@@ -259,6 +259,7 @@ def test_a_400_to_the_watch_relists_without_the_selector(
     assert [("shard_selector" in c) for c in h.fake.lists] == [True, False]
     assert [("shard_selector" in w) for w in h.fake.watches] == [True, False]
     assert h.fake.watches[1]["resource_version"] == "12"
+    wait_until(lambda: h.informer.last_sync_resource_version() == "12")
     assert sorted(h.informer.lister().list_keys()) == [f"{MINE}/a"]
 
 
