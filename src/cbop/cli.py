@@ -350,6 +350,25 @@ def _fail(message: str) -> NoReturn:
     raise SystemExit(EXIT_ERROR)
 
 
+def pool_size(args: argparse.Namespace) -> int:
+    """Return how many connections to the API server the client keeps (urllib3 ``maxsize``).
+
+    One per open watch and one per concurrent reconcile, for every shard a replica may
+    hold (all ``--shards`` of them, when it is the only one), plus a few for Leases and
+    Events; at least 16. Each informer (one per resource and ``--namespace``) holds a
+    watch; ConfigBundles and managed ConfigMaps, plus three workload kinds with
+    ``--rollout``, each kind's controller with ``--workers`` workers. A pool that is too
+    small opens and drops a connection per request beyond it (urllib3's "Connection pool
+    is full" warning).
+    """
+    kinds = 2 + (3 if args.rollout else 0)
+    controllers = 1 + (3 if args.rollout else 0)
+    scopes = len(args.namespaces or [None])
+    per_shard: int = kinds * scopes + controllers * args.workers
+    shards: int = args.shards
+    return max(16, per_shard * shards + 4)
+
+
 def _connect(args: argparse.Namespace) -> KubeClient:
     try:
         client = KubeClient.from_config(
@@ -357,7 +376,7 @@ def _connect(args: argparse.Namespace) -> KubeClient:
             context=args.context,
             qps=args.kube_api_qps,
             burst=args.kube_api_burst,
-            pool_size=max(16, args.workers * 2 + 4),
+            pool_size=pool_size(args),
         )
     except ConfigError as err:
         _fail(str(err))

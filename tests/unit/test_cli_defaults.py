@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client as k8s_client
 
 from cbop import defaults
-from cbop.cli import build_parser, format_duration, main, parse_duration
+from cbop.cli import build_parser, format_duration, main, parse_duration, pool_size
 from cbop.informers import SharedInformer
 from cbop.kube import CONFIGMAPS, KubeClient
 from cbop.leaderelection import LeaderElector
@@ -130,3 +130,19 @@ def test_more_than_one_shard_without_leader_election_is_a_usage_error(
         main(["--shards", "0"])
     assert exit_.value.code == 2
     assert build_parser().parse_args(["--shards", "3", "--leader-elect"]).shards == 3
+
+
+@pytest.mark.parametrize(
+    ("argv", "size"),
+    [
+        ([], 16),
+        (["--namespace=a", "--namespace=b", "--workers=8"], 16),
+        (["--shards=2", "--leader-elect"] + [f"--namespace=n{i}" for i in range(10)], 52),
+        (["--shards=3", "--leader-elect", "--rollout"], 3 * (5 + 4 * 4) + 4),
+    ],
+)
+def test_the_connection_pool_holds_every_watch_and_worker_of_every_shard(
+    argv: list[str], size: int
+) -> None:
+    """Ten namespaces over two shards hold 40 watches: a pool of 16 dropped connections."""
+    assert pool_size(build_parser().parse_args(argv)) == size

@@ -7,9 +7,11 @@ a fake API in which shard 0 is namespace ``a`` and shard 1 namespace ``b``. No s
 
 from __future__ import annotations
 
+import gc
 import threading
 import urllib.error
 import urllib.request
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -361,3 +363,19 @@ def test_cbop_with_shards_sets_up_controllers_per_shard_only() -> None:
     factory = manager.sharding.informers(ShardRange.of(1, 2))
     assert factory.shard == ShardRange.of(1, 2)
     assert manager.informers.shard is None
+
+
+@pytest.mark.parametrize("end", ["release", "lost"])
+def test_a_shard_handed_over_or_lost_leaves_nothing_behind(harness: _Harness, end: str) -> None:
+    """Its scope, controllers, queues and caches are garbage once it is gone."""
+    harness.coord.acquire(0)
+    wait_until(lambda: "shard-0" in harness.reconcilers)
+    wait_until(lambda: harness.scope(0).synced())
+    scope = weakref.ref(harness.scope(0))
+    cache = weakref.ref(harness.scope(0).informers.informers[0].indexer())
+    getattr(harness.manager, end)(ShardRange.of(0, 2))
+    harness.coord.held.remove(0)
+    del harness.reconcilers["shard-0"]
+    # A lost shard's informers are discarded on a thread of their own: poll.
+    wait_until(lambda: gc.collect() >= 0 and scope() is None and cache() is None)
+    assert harness.stop() == 0

@@ -163,6 +163,9 @@ class Handler:
         self.calls: list[tuple[str, int, float]] = []
         self.fences: dict[int, Callable[[], bool]] = {}
         self.problems: list[str] = []
+        #: When set, ``release`` blocks (``draining``) until the test sets this event.
+        self.gate: threading.Event | None = None
+        self.draining = False
 
     def acquired(self, shard: ShardRange, fence: Callable[[], bool]) -> None:
         self.calls.append(("acquired", shard.index, self.clock.now()))
@@ -178,6 +181,10 @@ class Handler:
             self.problems.append(f"asked to drain {shard} after its fence closed")
         if self.api.holder(shard.index) != self.identity:
             self.problems.append(f"asked to drain {shard} after its Lease was handed back")
+        if self.gate is not None:
+            self.draining = True
+            self.gate.wait(PATIENCE)
+            self.draining = False
 
     def lost(self, shard: ShardRange) -> None:
         self.calls.append(("lost", shard.index, self.clock.now()))
@@ -237,9 +244,15 @@ class Driver:
     def _threads(self) -> tuple[int, bool]:
         """(threads that should park on the clock, whether a transient one runs)."""
         alive = [t for t in threading.enumerate() if t.is_alive()]
-        electors = [t for t in alive if t.name.startswith("cbop-shard-elector-")]
+        parking = [
+            t
+            for t in alive
+            if t.name.startswith("cbop-shard-elector-") or t.name == "cbop-shard-membership"
+        ]
         busy = any(t.name == "cbop-leader-started" for t in alive)
-        return len(electors) + (1 if self.thread.is_alive() else 0), busy
+        # While the handler drains, the coordinator's thread is blocked in it.
+        coordinator = self.thread.is_alive() and not self.handler.draining
+        return len(parking) + (1 if coordinator else 0), busy
 
     def settle(self) -> None:
         """Wait (real time) until every thread of the coordinator is parked on the clock."""
@@ -350,6 +363,31 @@ def test_a_joiner_makes_it_release_one_shard_per_tick_after_draining(
     assert [s.index for s in d.coordinator.held()] == [0]
     assert d.metrics.transitions[3:] == [(2, ShardEvent.RELEASED), (1, ShardEvent.RELEASED)]
     assert d.metrics.held[-1] == 1
+
+
+def test_the_membership_lease_is_renewed_while_a_shard_drains(
+    api: FakeGroupApi, drivers: Callable[..., Driver]
+) -> None:
+    """A drain longer than the lease duration does not make the replica look dead."""
+    d = drivers("b", 2)
+    d.join()
+    d.handler.gate = threading.Event()
+    api.member("a")  # "b" now targets 1: it releases shard 1, whose drain blocks
+    d.advance(RETRY * (1 + ACQUIRE_JITTER_FACTOR))
+    assert d.handler.draining
+    versions = set()
+    for _ in range(int(LEASE_DURATION / RETRY) + 2):
+        lease = api.lease(member_lease_name(GROUP, "b"))
+        assert lease is not None
+        versions.add(lease["metadata"]["resourceVersion"])
+        api.member("a")
+        d.advance(RETRY)
+    assert len(versions) == int(LEASE_DURATION / RETRY) + 2  # renewed every retry period
+    d.handler.gate.set()
+    d.advance(RETRY * (1 + ACQUIRE_JITTER_FACTOR))
+    assert d.handler.events()[2:] == [("release", 1)]
+    assert api.holder(1) == ""
+    assert not any(t.name == "cbop-shard-membership" for t in threading.enumerate())
 
 
 def test_failing_renewals_lose_every_shard_with_the_fence_closed_first(

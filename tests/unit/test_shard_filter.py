@@ -294,6 +294,7 @@ def test_the_factory_shards_every_informer_it_makes() -> None:
         wait_until(informer.has_synced)
         assert informer.server_side_sharding is True
         assert informer.object_count() == 1
+        assert factory.object_counts() == {"configmaps": 1}  # the labelled one is not running
     finally:
         informer.stop()
     whole = SharedInformerFactory(fake, resync_period=0, shard=ShardRange.of(0, 1))

@@ -179,6 +179,18 @@ class SharedInformerFactory:
         with self._lock:
             return list(self._informers.values())
 
+    def object_counts(self) -> dict[str, int]:
+        """Return objects cached now per resource plural (``configbundles``), for gauges.
+
+        Summed over the namespaces in scope; two informers of one resource with different
+        label selectors are both counted (an object matching both, twice).
+        """
+        counts: dict[str, int] = {}
+        for informer in self.informers:
+            plural = informer.resource.plural
+            counts[plural] = counts.get(plural, 0) + informer.object_count()
+        return counts
+
     def start(self) -> None:
         """Start every informer not started yet (each on its own daemon thread)."""
         with self._lock:

@@ -13,6 +13,8 @@ imports ``prometheus_client`` (the layers below expose metric seams instead). Mo
   collectors computed at scrape time.
 - ``cbop.metrics.sharding``: ``PrometheusShardMetrics``, ``cbop_shards_held`` and
   ``cbop_shard_transitions_total`` behind ``cbop.sharding.ShardMetrics``.
+- ``cbop.metrics.shardobjects``: ``ShardObjectsCollector``, ``cbop_shard_objects`` (objects
+  cached per held shard and resource), read at scrape.
 """
 
 from cbop.metrics.controller import PrometheusControllerMetricsProvider

@@ -144,6 +144,9 @@ class ShardScope(Scope):
             if self._stop.is_set():
                 return
             if synced:
+                # No gcpolicy.freeze_caches() here, unlike the single leader: a scope
+                # refers to itself (its client's fence), and a frozen cycle is never
+                # collected, so every shard handed over would keep its caches alive.
                 for controller in self.controllers.values():
                     controller.start()
                 self._state = ScopeState.RUNNING

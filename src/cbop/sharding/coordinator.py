@@ -26,8 +26,10 @@ An elector that starts leading leads to ``handler.acquired(shard, fence)``, wher
 asked to (renewal failed, another holder appeared) leads to ``handler.lost(shard)``.
 Each elector calls back from its own threads; the coordinator only records the change
 and wakes up, and every handler call is made from the thread running :meth:`run`.
-While ``handler.release`` drains a shard, other changes wait for it: membership is not
-renewed and a lost shard is reported late (its fence has closed on time regardless).
+While ``handler.release`` drains a shard, other changes wait for it (a lost shard is
+reported late; its fence has closed on time regardless), except the membership Lease,
+which a helper thread keeps renewing every retry period, so a long drain does not make
+the other replicas count this one as dead.
 
 When the ``stop`` event passed to :meth:`run` is set, every held shard is released
 gracefully (highest index first), electors still trying are stopped, and the
@@ -36,9 +38,10 @@ membership Lease is deleted, so the remaining replicas rebalance at their next t
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
@@ -446,7 +449,8 @@ class ShardCoordinator:
         told = slot.told
         if told:
             try:
-                self._handler.release(slot.shard)
+                with self._renewing_membership():
+                    self._handler.release(slot.shard)
             except Exception:
                 log.exception("the shard handler failed to drain", shard=str(slot.shard))
         lost = not slot.elector.is_leader()
@@ -463,6 +467,33 @@ class ShardCoordinator:
         if finished:
             self._forget(slot)
         self._metrics.set_held(len(self.held()))
+
+    @contextlib.contextmanager
+    def _renewing_membership(self) -> Iterator[None]:
+        """Renew the membership Lease every retry period in a helper thread meanwhile.
+
+        The tick loop, which renews it otherwise, is blocked in ``handler.release``;
+        the helper is joined before this returns, so renewals never overlap.
+        """
+        done = False
+        cond = threading.Condition()
+
+        def renew() -> None:
+            while True:
+                with cond:
+                    if wait_for(self._clock, cond, lambda: done, self._retry_period):
+                        return
+                self._membership.renew()
+
+        helper = threading.Thread(target=renew, name="cbop-shard-membership", daemon=True)
+        helper.start()
+        try:
+            yield
+        finally:
+            with cond:
+                done = True
+                cond.notify_all()
+            helper.join()
 
     def _let_go(self, slot: _Slot) -> None:
         """Stop ``slot``'s elector without telling the handler (it was never told)."""
