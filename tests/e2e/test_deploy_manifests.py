@@ -182,8 +182,8 @@ def test_the_sharded_component_gives_three_replicas_with_three_shards(
     kubectl: Kubectl, tmp_path: Path
 ) -> None:
     """manifests/sharded/ added to a kustomization of manifests/: ``--shards=3``, three
-    replicas, the Lease verbs of the shard coordinator (list, delete); nothing else changes, and the API
-    server accepts it (server-side dry run)."""
+    replicas, the Lease verbs of the shard coordinator (list, delete); nothing else
+    changes, and the API server accepts it (server-side dry run)."""
     overlay = tmp_path / "cbop-sharded"
     overlay.mkdir()
     (overlay / "kustomization.yaml").write_text(
