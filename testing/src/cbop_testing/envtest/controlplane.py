@@ -73,8 +73,13 @@ _PORT_ATTEMPTS: Final = 3
 _POLL_INTERVAL: Final = 0.1
 #: Seconds a component gets to exit after SIGTERM before SIGKILL.
 _STOP_GRACE: Final = 10.0
-#: What kube-controller-manager logs when it gives up waiting for a healthy apiserver.
-_KCM_GAVE_UP: Final = "failed to wait for apiserver being healthy"
+#: What kube-controller-manager logs before it exits for want of an apiserver: giving up
+#: waiting for a healthy one, or (1.36's namespace controller at start-up) finding its
+#: port closed while it is being restarted.
+_KCM_APISERVER_DOWN: Final = (
+    "failed to wait for apiserver being healthy",
+    "connect: connection refused",
+)
 #: How often kube-controller-manager is restarted after giving up that way.
 _KCM_STARTUP_RESPAWNS: Final = 3
 
@@ -265,7 +270,7 @@ class ControlPlane:
                 code = popen.poll()
                 if code is not None:
                     tail = process.tail_file(self.log_paths()[name], 40)
-                    if self._respawn_controller_manager(name, tail):
+                    if self._respawn_controller_manager(name, code, tail):
                         continue
                     raise ControlPlaneError(
                         f"{name} (pid {popen.pid}) exited with status {code}; log tail:\n{tail}"
@@ -431,7 +436,7 @@ class ControlPlane:
                 if code is None:
                     continue
                 tail = process.tail_file(self.log_paths()[component], 40)
-                if self._respawn_controller_manager(component, tail):
+                if self._respawn_controller_manager(component, code, tail):
                     continue
                 message = f"{component} exited with status {code} during start-up"
                 if "address already in use" in tail:
@@ -450,18 +455,22 @@ class ControlPlane:
                 )
             time.sleep(_POLL_INTERVAL)
 
-    def _respawn_controller_manager(self, component: str, log_tail: str) -> bool:
-        """Start kube-controller-manager again if it gave up waiting for the apiserver.
+    def _respawn_controller_manager(self, component: str, code: int, log_tail: str) -> bool:
+        """Start kube-controller-manager again if it exited for want of the apiserver.
 
         kube-controller-manager waits only 10 s for kube-apiserver's ``/healthz`` while it
-        builds its controllers, then exits 1. On a loaded machine, an apiserver that is
-        restarted right after :meth:`start` can take longer, so the controller manager is
+        builds its controllers, then exits 1; its namespace controller also exits 1 at
+        start-up when the apiserver's port is closed. On a loaded machine, an apiserver
+        that is restarted right after :meth:`start` can take longer, so the controller manager is
         restarted, as a kubelet restarts a static pod, at most
-        ``_KCM_STARTUP_RESPAWNS`` times per control plane. Returns whether it was.
+        ``_KCM_STARTUP_RESPAWNS`` times per control plane. Only an exit with status 1
+        counts: a controller manager killed by a signal (status -9) is reported, not
+        restarted. Returns whether it was.
         """
         if (
             component != "kube-controller-manager"
-            or _KCM_GAVE_UP not in log_tail
+            or code != 1
+            or not any(sign in log_tail for sign in _KCM_APISERVER_DOWN)
             or self.respawns.get(component, 0) >= _KCM_STARTUP_RESPAWNS
         ):
             return False
