@@ -28,13 +28,16 @@ from pathlib import Path
 
 import pytest
 
+from cbop.clock import RealClock
 from cbop.kube import LEASES, KubeClient
+from cbop.leaderelection import LeaderElector
 from cbop.sharding import (
     GROUP_LABEL,
     MEMBER_ROLE,
     ROLE_LABEL,
     SHARD_ROLE,
     ShardCoordinator,
+    ShardedGroupCheck,
     member_lease_name,
     shard_lease_name,
 )
@@ -390,3 +393,64 @@ def test_two_replicas_over_three_shards_then_one_takes_all(
         + [shard_lease_name(group.name, i) for i in range(3)]
     )
     group.log.assert_no_overlap()
+
+
+def test_a_new_shard_count_waits_for_the_old_one_and_a_single_leader_for_both(
+    group_factory: Callable[[int], Group], kubeconfig: str, namespace: str
+) -> None:
+    """Rolling changes of --shards: 2 -> 3, the newcomer holds nothing until the
+    incumbent has left; then 3 -> 1, a single leader of the same id waits likewise."""
+    old = group_factory(2)
+    a = old.start("replica-a")
+    old.wait_held({"replica-a": 2})
+    new = group_factory(3)
+    b = new.start("replica-b")
+    # Well past a lease duration: the newcomer takes nothing, not even shard 2.
+    time.sleep(LEASE_DURATION + 3 * RETRY_PERIOD)
+    assert b.held() == []
+    assert new.log.of("replica-b", "acquired") == []
+    assert a.held() == [0, 1]
+    left_at = time.monotonic()
+    a.shut_down()
+    new.wait_held({"replica-b": 3})
+    last_release = max(e.at for e in old.log.of("replica-a", "released"))
+    first_acquire = min(e.at for e in new.log.of("replica-b", "acquired"))
+    assert left_at <= last_release <= first_acquire
+    FIGURES.setdefault("shard_count_change_gap_s", []).append(first_acquire - last_release)
+
+    led_at: list[float] = []
+    single_stop = threading.Event()
+    with KubeClient.from_config(kubeconfig=kubeconfig, qps=0) as client:
+        single = LeaderElector(
+            client,
+            lease_name=old.name,
+            namespace=namespace,
+            identity="replica-solo",
+            lease_duration=LEASE_DURATION,
+            renew_deadline=RENEW_DEADLINE,
+            retry_period=RETRY_PERIOD,
+            on_started_leading=lambda: led_at.append(time.monotonic()),
+            on_stopped_leading=lambda: None,
+            may_acquire=ShardedGroupCheck(
+                client,
+                group=old.name,
+                namespace=namespace,
+                lease_duration=LEASE_DURATION,
+                request_timeout=RENEW_DEADLINE / 2,
+                clock=RealClock(),
+            ),
+        )
+        thread = threading.Thread(target=single.run, args=(single_stop,), daemon=True)
+        thread.start()
+        try:
+            time.sleep(LEASE_DURATION + 3 * RETRY_PERIOD)
+            assert led_at == []
+            assert b.held() == [0, 1, 2]
+            b.shut_down()
+            wait_for(lambda: led_at, timeout=WAIT, message="the single leader leading")
+            assert max(e.at for e in new.log.of("replica-b", "released")) <= led_at[0]
+        finally:
+            single_stop.set()
+            thread.join(WAIT)
+    old.log.assert_no_overlap()
+    new.log.assert_no_overlap()

@@ -9,6 +9,7 @@ for the elector to park again, so every API call of that attempt has been made.
 from __future__ import annotations
 
 import copy
+import itertools
 import queue
 import re
 import threading
@@ -223,6 +224,7 @@ class Candidate:
     stop: threading.Event = field(default_factory=threading.Event)
     error: list[Exception] = field(default_factory=list)
     thread: threading.Thread | None = None
+    may_acquire: Callable[[], str | None] | None = None
 
     def __post_init__(self) -> None:
         self.elector = LeaderElector(
@@ -239,6 +241,7 @@ class Candidate:
             metrics=LeaderElectionMetrics(LEASE, self.registry),
             clock=self.clock,
             release_on_cancel=self.release_on_cancel,
+            may_acquire=self.may_acquire,
         )
 
     def _started(self) -> None:
@@ -448,6 +451,35 @@ def test_takes_a_released_lease_at_once(
     assert api.calls == ["get", "update"]
 
 
+def test_may_acquire_holds_the_candidate_back_without_touching_the_lease(
+    api: FakeLeaseApi, candidates: Callable[..., Candidate]
+) -> None:
+    reasons: list[str | None] = ["a sharded group is at work"] * 3
+    asked: list[float] = []
+
+    def may_acquire() -> str | None:
+        asked.append(a.clock.now())
+        return reasons.pop(0) if reasons else None
+
+    a = candidates(may_acquire=may_acquire)
+    a.start()
+    a.tick()
+    a.tick()
+    assert api.calls == [], "read or wrote the lease while told to wait"
+    assert not a.started.is_set()
+    # Asked once per (jittered) retry period.
+    gaps = [later - earlier for earlier, later in itertools.pairwise(asked)]
+    assert all(RETRY <= gap <= RETRY * (1 + ACQUIRE_JITTER_FACTOR) + 1e-9 for gap in gaps)
+    a.tick()
+    assert a.started.wait(PATIENCE)
+    assert api.calls == ["get", "create"]
+    assert api.spec()["holderIdentity"] == "a"
+    # Never asked again while leading.
+    count = len(asked)
+    a.tick()
+    assert len(asked) == count
+
+
 def test_a_held_lease_expires_by_the_local_clock_not_the_renew_time(
     api: FakeLeaseApi, candidates: Callable[..., Candidate]
 ) -> None:
@@ -553,8 +585,11 @@ def test_api_errors_while_acquiring_are_retried(
 ) -> None:
     api.down = True
     a = candidates()
-    a.start()
-    a.tick()
+    first = a.start()
+    # A down API server is retried once per jittered retry period, not in a hot loop.
+    assert RETRY <= first - 1000.0 <= RETRY * (1 + ACQUIRE_JITTER_FACTOR)
+    second = a.tick()
+    assert RETRY <= second - first <= RETRY * (1 + ACQUIRE_JITTER_FACTOR)
     assert not a.elector.is_leader()
     api.down = False
     a.tick()

@@ -26,7 +26,9 @@ from cbop.sharding import (
     MEMBER_ROLE,
     ROLE_LABEL,
     SHARD_ROLE,
+    SHARDS_ANNOTATION,
     ShardCoordinator,
+    ShardedGroupCheck,
     ShardEvent,
     member_lease_name,
     shard_lease_name,
@@ -49,6 +51,7 @@ class FakeGroupApi(FakeLeaseApi):
         super().__init__()
         #: name -> callable run just before the next create of that Lease.
         self.before_create: dict[str, Callable[[], None]] = {}
+        self._created = 0
 
     def list(
         self,
@@ -89,7 +92,12 @@ class FakeGroupApi(FakeLeaseApi):
         hook = self.before_create.pop(body["metadata"]["name"], None)
         if hook is not None:
             hook()
-        return super().create(res, namespace, body, timeout=timeout)
+        # The server stamps creationTimestamp; this one counts seconds from 100 on.
+        with self._lock:
+            self._created += 1
+            stamped = {**body, "metadata": {**body["metadata"], "creationTimestamp": ""}}
+            stamped["metadata"]["creationTimestamp"] = _stamp(100 + self._created)
+        return super().create(res, namespace, stamped, timeout=timeout)
 
     def delete(
         self,
@@ -128,10 +136,25 @@ class FakeGroupApi(FakeLeaseApi):
         assert isinstance(holder, str)
         return holder
 
-    def member(self, identity: str) -> None:
-        """``identity`` renews its membership Lease (creating it)."""
-        self.put(member_lease_name(GROUP, identity), **_record(identity))
-        self._label(member_lease_name(GROUP, identity), MEMBER_ROLE)
+    def member(self, identity: str, *, shards: int | None = None, created: int = 0) -> None:
+        """``identity`` renews its membership Lease (creating it).
+
+        ``shards``: the count it announces (none when None); ``created``: the second its
+        Lease was created at (coordinators' own Leases are created from 101 on).
+        """
+        name = member_lease_name(GROUP, identity)
+        self.put(name, **_record(identity))
+        self._label(name, MEMBER_ROLE)
+        with self._lock:
+            meta = self.leases[(NS, name)]["metadata"]
+            meta["creationTimestamp"] = _stamp(created)
+            if shards is not None:
+                meta["annotations"] = {SHARDS_ANNOTATION: str(shards)}
+
+    def leave(self, identity: str) -> None:
+        """``identity`` deletes its membership Lease (as a replica stopping)."""
+        with self._lock:
+            del self.leases[(NS, member_lease_name(GROUP, identity))]
 
     def shard(self, index: int, holder: str) -> None:
         """``holder`` writes shard ``index``'s Lease (creating it, labelled)."""
@@ -141,6 +164,11 @@ class FakeGroupApi(FakeLeaseApi):
     def _label(self, name: str, role: str) -> None:
         with self._lock:
             self.leases[(NS, name)]["metadata"]["labels"] = {GROUP_LABEL: GROUP, ROLE_LABEL: role}
+
+
+def _stamp(second: int) -> str:
+    """Return an RFC 3339 creationTimestamp ``second`` seconds into a fixed day."""
+    return f"2026-12-01T{second // 3600:02d}:{second // 60 % 60:02d}:{second % 60:02d}Z"
 
 
 def _record(holder: str) -> dict[str, Any]:
@@ -493,6 +521,111 @@ def test_more_replicas_than_shards_the_extra_waits(
     assert api.lease(shard_lease_name(GROUP, 0)) is None
     d.advance(RETRY * 2)
     assert d.handler.events() == [("acquired", 0)]
+
+
+def test_a_newcomer_with_another_shard_count_waits_for_the_older_member(
+    api: FakeGroupApi, drivers: Callable[..., Driver]
+) -> None:
+    """Shard Leases of different counts do not exclude each other: the newcomer holds
+    nothing (not even shard 2, which no Lease guards) until the incumbent has left."""
+    api.member("a", shards=2, created=0)
+    api.shard(0, "a")
+    api.shard(1, "a")
+    d = drivers("b", 3)
+    d.join()
+    for _ in range(12):  # "a" keeps renewing, well past a lease duration
+        d.advance(RETRY * 1.5)
+        api.member("a", shards=2, created=0)
+        api.shard(0, "a")
+        api.shard(1, "a")
+    assert d.handler.events() == []
+    assert api.lease(shard_lease_name(GROUP, 2)) is None
+    own = api.lease(member_lease_name(GROUP, "b"))
+    assert own is not None
+    assert own["metadata"]["annotations"] == {SHARDS_ANNOTATION: "3"}
+    # "a" stops: it releases its shards and deletes its membership Lease.
+    api.put(shard_lease_name(GROUP, 0), **{**_record(""), "leaseDurationSeconds": 1})
+    api.put(shard_lease_name(GROUP, 1), **{**_record(""), "leaseDurationSeconds": 1})
+    api.leave("a")
+    d.advance(RETRY * 1.5)
+    assert sorted(d.handler.events()) == [("acquired", 0), ("acquired", 1), ("acquired", 2)]
+
+
+def test_a_holder_lets_every_shard_go_when_an_older_member_counts_differently(
+    api: FakeGroupApi, drivers: Callable[..., Driver]
+) -> None:
+    d = drivers("b", 3)
+    d.join()
+    assert [s.index for s in d.coordinator.held()] == [0, 1, 2]
+    api.member("a", shards=2, created=0)  # older than "b"'s Lease (created at 101)
+    d.advance(RETRY * 1.5)
+    assert d.handler.events()[3:] == [("release", 2), ("release", 1), ("release", 0)]
+    assert [api.holder(i) for i in range(3)] == ["", "", ""]
+    assert d.coordinator.held() == []
+    assert d.metrics.held[-1] == 0
+    d.advance(RETRY * 1.5 * 3)
+    api.member("a", shards=2, created=0)
+    d.advance(RETRY * 1.5)
+    assert len(d.handler.events()) == 6  # nothing taken again while "a" lives
+
+
+def test_an_older_member_ignores_a_newcomer_with_another_shard_count(
+    api: FakeGroupApi, drivers: Callable[..., Driver]
+) -> None:
+    """Counted as a member, "c" would rank after "b" and make it release a shard."""
+    d = drivers("b", 3)
+    d.join()
+    for _ in range(5):
+        api.member("c", shards=2, created=3600)
+        d.advance(RETRY * 1.5)
+    assert sorted(d.handler.events()) == [("acquired", 0), ("acquired", 1), ("acquired", 2)]
+
+
+def test_a_held_single_leader_lease_keeps_the_group_from_taking_shards(
+    api: FakeGroupApi, drivers: Callable[..., Driver]
+) -> None:
+    """A ``--shards 1`` replica of the same id holds the Lease named after the group."""
+    api.put(GROUP, **_record("solo"))
+    d = drivers("b", 2)
+    d.join()
+    d.advance(RETRY * 1.5 * 3)
+    api.put(GROUP, **_record("solo"))  # renewed
+    d.advance(RETRY * 1.5)
+    assert d.handler.events() == []
+    api.put(GROUP, **{**_record(""), "leaseDurationSeconds": 1})  # released on stop
+    d.advance(RETRY * 1.5)
+    assert sorted(d.handler.events()) == [("acquired", 0), ("acquired", 1)]
+
+
+def test_the_single_leaders_check_sees_a_held_shard_zero_by_the_local_clock(
+    api: FakeGroupApi,
+) -> None:
+    clock = FakeClock(START)
+    check = ShardedGroupCheck(
+        api,
+        group=GROUP,
+        namespace=NS,
+        lease_duration=LEASE_DURATION,
+        request_timeout=1.0,
+        clock=clock,
+    )
+    assert check() is None  # no sharded group
+    api.shard(0, "x")
+    reason = check()
+    assert reason is not None
+    assert "held by x" in reason
+    assert shard_lease_name(GROUP, 0) in reason
+    clock.step(LEASE_DURATION - 1)
+    assert check() is not None
+    clock.step(2)
+    assert check() is None  # unrenewed for a lease duration: its holder is gone
+    api.shard(0, "x")
+    assert check() is not None
+    api.put(shard_lease_name(GROUP, 0), **_record(""))
+    assert check() is None  # released
+    api.shard(0, "x")
+    api.down = True
+    assert check() is None  # cannot tell: the Lease's own election decides
 
 
 @pytest.mark.parametrize(

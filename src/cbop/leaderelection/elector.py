@@ -185,6 +185,12 @@ class LeaderElector:
         release_on_cancel: when ``stop`` is set while leading, write an empty holder and
             ``leaseDurationSeconds: 1`` so a successor can take over at once. Only set
             ``stop`` once the work guarded by the lease has finished.
+        may_acquire: called before each attempt to acquire (never while leading);
+            a string it returns is why this candidate must wait, and the attempt is
+            skipped until the next retry period (logged at warning when the reason
+            changes). ``None`` (the default) always allows the attempt. cbop's
+            single leader passes :class:`cbop.sharding.ShardedGroupCheck`, so it waits
+            while a sharded group of its id is at work. Not in client-go.
 
     Raises:
         ValueError: unless ``lease_duration > renew_deadline > JITTER_FACTOR *
@@ -209,6 +215,7 @@ class LeaderElector:
         metrics: LeaderMetrics = NO_METRICS,
         clock: Clock | None = None,
         release_on_cancel: bool = True,
+        may_acquire: Callable[[], str | None] | None = None,
     ) -> None:
         if not (lease_duration > 0 and renew_deadline > 0 and retry_period > 0):
             raise ValueError(
@@ -248,6 +255,8 @@ class LeaderElector:
         self._metrics = metrics
         self._clock: Clock = clock if clock is not None else RealClock()
         self._release_on_cancel = release_on_cancel
+        self._may_acquire = may_acquire
+        self._waiting_for = ""  # the may_acquire reason last logged
         # A single API call may take at most this long (real seconds per socket
         # operation), so one hung request cannot use up the whole renew deadline.
         self._request_timeout = renew_deadline / 2
@@ -363,22 +372,41 @@ class LeaderElector:
         )
         while not stop.is_set():
             began = self._clock.now()
-            attempt = self._try_acquire_or_renew(renewing=False)
-            self._maybe_report_transition()
-            if attempt is _Attempt.SUCCEEDED:
-                with self._state_lock:
-                    self._renewed_at = began
-                return True
+            if self._acquire_allowed():
+                attempt = self._try_acquire_or_renew(renewing=False)
+                self._maybe_report_transition()
+                if attempt is _Attempt.SUCCEEDED:
+                    with self._state_lock:
+                        self._renewed_at = began
+                    return True
             # Waiting after each attempt, with fresh jitter each time, keeps candidates
             # that started together from hitting the API server in lock step.
             wait = self._retry_period * (1.0 + random.random() * ACQUIRE_JITTER_FACTOR)
             # But never sleep past the moment the observed lease expires on the local
             # clock: a candidate that polled just before expiry would otherwise add up
             # to 3 s to every failover (client-go waits the full jittered period).
-            wait = min(wait, max(self._expires_in(), 0.0) + _EXPIRY_SLACK)
+            # Only a Lease seen held by another can expire: after a failed read, or
+            # while ``may_acquire`` holds it back, the candidate waits the full period.
+            if self._observed_holder() not in ("", self._identity):
+                wait = min(wait, max(self._expires_in(), 0.0) + _EXPIRY_SLACK)
             if self._wait(stop, self._clock.now() + wait):
                 return False
         return False
+
+    def _acquire_allowed(self) -> bool:
+        """Ask ``may_acquire``; log when its reason to wait begins, changes or ends."""
+        reason = (self._may_acquire() or "") if self._may_acquire is not None else ""
+        if reason != self._waiting_for:
+            if reason:
+                log.warning(
+                    "not acquiring the leader lease for now",
+                    lease=self._describe(),
+                    reason=reason,
+                )
+            else:
+                log.info("no reason to wait any more for the leader lease", lease=self._describe())
+            self._waiting_for = reason
+        return not reason
 
     def _renew(self, stop: threading.Event) -> _Ended:
         """Renew every ``retry_period`` until lost or stopped, as client-go's ``renew``.

@@ -42,6 +42,7 @@ from typing import Protocol
 import structlog
 
 from cbop import defaults
+from cbop.clock import RealClock
 from cbop.gcpolicy import freeze_caches
 from cbop.health import ProbeServer
 from cbop.informers import SharedInformerFactory
@@ -50,6 +51,7 @@ from cbop.leaderelection import NO_METRICS, LeaderElector, LeaderMetrics
 from cbop.runtime.metrics import ControllerMetricsProvider
 from cbop.runtime.scope import Scope
 from cbop.runtime.shards import ShardScope
+from cbop.sharding import ShardedGroupCheck
 from cbop.shardrange import ShardRange
 from cbop.workqueue import MetricsProvider
 
@@ -183,6 +185,15 @@ class Manager(Scope):
                 on_started_leading=self._start_leading,
                 on_stopped_leading=self._stop_leading,
                 metrics=leader_metrics if leader_metrics is not None else NO_METRICS,
+                # Wait while a sharded group of the same id is at work (docs/sharding.md).
+                may_acquire=ShardedGroupCheck(
+                    client.with_limits(qps=0, burst=0, max_retries=0),
+                    group=leader_election.lease_name,
+                    namespace=leader_election.namespace,
+                    lease_duration=leader_election.lease_duration,
+                    request_timeout=leader_election.renew_deadline / 2,
+                    clock=RealClock(),
+                ),
             )
 
     # ------------------------------------------------------------------ wiring

@@ -19,7 +19,12 @@ elector's acquire attempts; the first tick only announces the replica) the coord
    own), stops electors still trying for shards that are no longer free, and
    releases at most one shard gracefully:
    ``handler.release`` (stop intake, drain in-flight work) first, and only then the
-   elector is stopped so it hands the Lease back.
+   elector is stopped so it hands the Lease back;
+5. but while the LIST shows another shard count at work in the group (an older live
+   member announcing a different ``--shards``, or the single-leader Lease ``<group>``
+   held: ``GroupView.conflict``), it releases every shard it holds, the same
+   graceful way, and goes for none, so a newcomer with another count waits for the
+   incumbents to leave instead of writing over their shards.
 
 An elector that starts leading leads to ``handler.acquired(shard, fence)``, where
 ``fence`` is that elector's ``holds_lease``; one whose leadership ends without being
@@ -197,6 +202,7 @@ class ShardCoordinator:
         self._changed = False
         self._running = False
         self._announced = False  # the membership Lease was written in this run
+        self._conflict: str | None = None  # why no shard is held now, as last logged
 
     # ------------------------------------------------------------------ public
 
@@ -301,6 +307,8 @@ class ShardCoordinator:
             soonest = self._clock.now() + self._retry_period * _MIN_TICK_FRACTION
             next_tick = min(next_tick, max(view.next_expiry + _EXPIRY_SLACK, soonest))
         self._deliver()
+        if self._yield_to_conflict(view.conflict):
+            return next_tick
         with self._lock:
             slots = dict(self._slots)
         held = [
@@ -345,6 +353,37 @@ class ShardCoordinator:
             )
             self._release(slots[decision.release])
         return next_tick
+
+    def _yield_to_conflict(self, conflict: str | None) -> bool:
+        """Hold no shard while ``conflict`` (another shard count at work) lasts.
+
+        Releases every held shard gracefully, highest index first, and stops every
+        elector still trying; logs a warning when a conflict begins or changes and an
+        info line when it ends. Returns whether there is a conflict.
+        """
+        if conflict != self._conflict:
+            if conflict is not None:
+                log.warning(
+                    "another shard count is at work in this group; holding no shard",
+                    group=self._group,
+                    shards=self._shards,
+                    reason=conflict,
+                )
+            else:
+                log.info("no other shard count is at work any more", group=self._group)
+            self._conflict = conflict
+        if conflict is None:
+            return False
+        with self._lock:
+            slots = sorted(self._slots.values(), key=lambda s: s.shard.index, reverse=True)
+        for slot in slots:
+            if slot.letting_go:
+                continue
+            if slot.told:
+                self._release(slot)
+            else:
+                self._let_go(slot)
+        return True
 
     def _start(self, index: int, *, labelled: bool) -> None:
         """Start an elector for shard ``index`` (labelling its Lease first if needed)."""

@@ -12,6 +12,16 @@ while less than its ``leaseDurationSeconds`` have passed since this process firs
 its current ``resourceVersion`` (every renewal changes it). The server's ``renewTime``
 is never compared with the local wall clock, so clock skew between nodes does not
 matter. A Lease first seen is given a full duration, as client-go does.
+
+Every membership Lease also announces its replica's shard count (the annotation
+``cbop.dev/shards``). Replicas with different counts cut the namespaces differently
+and their shard Leases do not exclude each other, so a replica that sees a live member
+announcing another count, whose membership Lease is older than its own (created
+earlier; the Lease name breaks ties), or sees the single-leader Lease ``<group>`` held
+(a ``--shards 1`` replica of the same id), reports a conflict
+(:attr:`GroupView.conflict`), and the coordinator holds no shard until it clears: the
+incumbents keep working, the newcomers wait. :class:`ShardedGroupCheck` is the other
+side: a single leader does not acquire its Lease while shard 0's Lease is held.
 """
 
 from __future__ import annotations
@@ -34,9 +44,11 @@ __all__ = [
     "GROUP_LABEL",
     "MEMBER_ROLE",
     "ROLE_LABEL",
+    "SHARDS_ANNOTATION",
     "SHARD_ROLE",
     "GroupView",
     "Membership",
+    "ShardedGroupCheck",
     "group_labels",
     "member_lease_name",
     "shard_lease_name",
@@ -50,6 +62,8 @@ GROUP_LABEL: Final = "cbop.dev/shard-group"
 ROLE_LABEL: Final = "cbop.dev/shard-role"
 MEMBER_ROLE: Final = "member"
 SHARD_ROLE: Final = "shard"
+#: Annotation on a membership Lease: the replica's shard count (``--shards``), decimal.
+SHARDS_ANNOTATION: Final = "cbop.dev/shards"
 
 #: Longest object name the API server accepts for a Lease (a DNS subdomain).
 _MAX_NAME: Final = 253
@@ -93,12 +107,16 @@ class GroupView:
         labelled: indices of the shards whose Lease exists with the group's labels.
         next_expiry: the earliest clock time at which a Lease of another member that
             is valid now (membership or shard) expires unless renewed, or ``None``.
+        conflict: why this replica must hold no shard now (an older live member
+            announces another shard count, or the single-leader Lease is held), or
+            ``None``. Members announcing another count are not in ``members``.
     """
 
     members: frozenset[str]
     shards: tuple[ShardState, ...]
     labelled: frozenset[int]
     next_expiry: float | None = None
+    conflict: str | None = None
 
 
 def _spec(lease: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -114,6 +132,50 @@ def _holder(lease: Mapping[str, Any]) -> str:
 def _meta(lease: Mapping[str, Any]) -> Mapping[str, Any]:
     meta = lease.get("metadata")
     return meta if isinstance(meta, Mapping) else {}
+
+
+def _judge(
+    lease: Mapping[str, Any],
+    previous: tuple[str, float] | None,
+    now: float,
+    default_duration: float,
+) -> tuple[tuple[str, float], float]:
+    """Judge one Lease by the local clock, as client-go's ``isLeaseValid``.
+
+    Args:
+        lease: the Lease as just read.
+        previous: ``(resourceVersion, first seen)`` recorded for it last time, if any.
+        now: the local clock's time (seconds).
+        default_duration: seconds assumed when it has no ``leaseDurationSeconds``.
+
+    Returns:
+        ``((resourceVersion, first seen), expiry)``: what to record for next time, and
+        the clock time at which the record expires unless it changes.
+    """
+    version = str(_meta(lease).get("resourceVersion", ""))
+    first_seen = previous[1] if previous is not None and previous[0] == version else now
+    duration = _spec(lease).get("leaseDurationSeconds")
+    if not isinstance(duration, int) or isinstance(duration, bool):
+        duration = default_duration
+    return (version, first_seen), first_seen + duration
+
+
+def _announced_shards(lease: Mapping[str, Any]) -> int | None:
+    """Return the shard count a membership Lease announces, or None (absent or invalid)."""
+    value = (_meta(lease).get("annotations") or {}).get(SHARDS_ANNOTATION)
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return None
+
+
+def _seniority(lease: Mapping[str, Any]) -> tuple[str, str]:
+    """Order membership Leases oldest first: by ``creationTimestamp``, then by name.
+
+    ``creationTimestamp`` is set by the API server (RFC 3339, UTC, whole seconds), so
+    every replica orders the same Leases the same way whatever its clock says.
+    """
+    meta = _meta(lease)
+    return str(meta.get("creationTimestamp") or ""), str(meta.get("name") or "")
 
 
 class Membership:
@@ -202,6 +264,7 @@ class Membership:
                         "name": self.lease_name,
                         "namespace": self._namespace,
                         "labels": group_labels(self._group, MEMBER_ROLE),
+                        "annotations": {SHARDS_ANNOTATION: str(self._shards)},
                     },
                     "spec": self._record(now, now),
                 },
@@ -212,6 +275,10 @@ class Membership:
     def _write(self, lease: Mapping[str, Any], now: str) -> dict[str, Any]:
         meta = dict(_meta(lease))
         meta["labels"] = {**(meta.get("labels") or {}), **group_labels(self._group, MEMBER_ROLE)}
+        meta["annotations"] = {
+            **(meta.get("annotations") or {}),
+            SHARDS_ANNOTATION: str(self._shards),
+        }
         acquired = _spec(lease).get("acquireTime")
         body = {**lease, "metadata": meta, "spec": self._record(acquired or now, now)}
         return self._client.update(
@@ -227,10 +294,10 @@ class Membership:
         }
 
     def observe(self) -> GroupView | None:
-        """LIST the group's Leases once and judge them by the local clock.
+        """LIST the group's Leases once, GET the single-leader Lease, judge them by the local clock.
 
         Returns:
-            The :class:`GroupView`, or ``None`` when the LIST failed (logged).
+            The :class:`GroupView`, or ``None`` when a request failed (logged).
         """
         try:
             listed = self._client.list(
@@ -248,38 +315,70 @@ class Membership:
         shards = [ShardState()] * self._shards
         labelled: set[int] = set()
         expiries: list[float] = []
+        conflicts: list[str] = []
+        mine = _seniority(self._lease) if self._lease is not None else None
         self._shard_leases = {}
         for lease in listed.get("items") or ():
             meta = _meta(lease)
             name = str(meta.get("name", ""))
-            version = str(meta.get("resourceVersion", ""))
-            previous = self._seen.get(name)
-            first_seen = previous[1] if previous is not None and previous[0] == version else now
-            seen[name] = (version, first_seen)
-            duration = _spec(lease).get("leaseDurationSeconds")
-            if not isinstance(duration, int) or isinstance(duration, bool):
-                duration = self._lease_duration
-            live = now - first_seen < duration
+            seen[name], expiry = _judge(lease, self._seen.get(name), now, self._lease_duration)
+            live = now < expiry
             role = (meta.get("labels") or {}).get(ROLE_LABEL)
             holder = _holder(lease)
             if live and holder and holder != self._identity:
-                expiries.append(first_seen + duration)
+                expiries.append(expiry)
             if role == MEMBER_ROLE:
-                if live and holder:
+                count = _announced_shards(lease)
+                if not (live and holder):
+                    continue
+                if holder == self._identity or count is None or count == self._shards:
                     members.add(holder)
+                elif mine is None or _seniority(lease) < mine:
+                    conflicts.append(f"the older member {holder} runs with --shards {count}")
             elif role == SHARD_ROLE:
                 index = self._shard_index(name)
                 if index is not None:
                     shards[index] = ShardState(holder, live and bool(holder))
                     labelled.add(index)
                     self._shard_leases[index] = dict(lease)
+        single = self._single_leader(now, seen)
+        if single is None:
+            return None
+        if single:
+            conflicts.append(
+                f"the single-leader Lease {self._namespace}/{self._group} is held by {single}"
+            )
         self._seen = seen
         return GroupView(
             frozenset(members),
             tuple(shards),
             frozenset(labelled),
             min(expiries, default=None),
+            "; ".join(conflicts) or None,
         )
+
+    def _single_leader(self, now: float, seen: dict[str, tuple[str, float]]) -> str | None:
+        """GET the single-leader Lease ``<group>``; return its valid holder, ``""``, or None.
+
+        ``""`` when it is missing, released or expired by the local clock; ``None``
+        when the GET failed (logged). Records what it saw in ``seen``.
+        """
+        try:
+            lease = self._client.get(LEASES, self._namespace, self._group, timeout=self._timeout)
+        except ApiError as err:
+            if err.is_not_found:
+                return ""
+            log.warning(
+                "cannot read the single-leader lease",
+                lease=f"{self._namespace}/{self._group}",
+                error=str(err),
+            )
+            return None
+        seen[self._group], expiry = _judge(
+            lease, self._seen.get(self._group), now, self._lease_duration
+        )
+        holder = _holder(lease)
+        return holder if holder and now < expiry else ""
 
     def _shard_index(self, name: str) -> int | None:
         prefix = shard_lease_name(self._group, 0)[:-1]
@@ -400,3 +499,64 @@ class Membership:
                     lease=self.lease_name,
                     error=str(err),
                 )
+
+
+class ShardedGroupCheck:
+    """Tells a single leader (``--shards 1``) whether a sharded group of its id is at work.
+
+    Passed as the ``may_acquire`` of the single-leader
+    :class:`cbop.leaderelection.LeaderElector`: before each attempt to acquire the
+    Lease ``<group>``, it GETs shard 0's Lease ``<group>-shard-0`` (a sharded group
+    holds shard 0 whenever it holds any, since free shards are taken lowest first) and
+    judges it by the local clock. Only ``get`` on Leases is needed, which the single
+    leader has anyway.
+
+    Args:
+        client: API client with ``get`` on Leases in ``namespace``.
+        group: the group's name (``--leader-election-id``).
+        namespace: the Leases' namespace.
+        lease_duration: seconds assumed for a Lease without ``leaseDurationSeconds``.
+        request_timeout: seconds the GET may take.
+        clock: the local monotonic clock validity is judged on.
+    """
+
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        group: str,
+        namespace: str,
+        lease_duration: float,
+        request_timeout: float,
+        clock: Clock,
+    ) -> None:
+        self._client = client
+        self._name = shard_lease_name(group, 0)
+        self._namespace = namespace
+        self._lease_duration = lease_duration
+        self._timeout = request_timeout
+        self._clock = clock
+        self._seen: tuple[str, float] | None = None
+
+    def __call__(self) -> str | None:
+        """Return why the single leader must not acquire now, or None.
+
+        A failed GET (other than 404) is logged at debug and answers None: the check
+        narrows the overlap of a shard-count change, and an API server that cannot be
+        read will not grant the Lease either.
+        """
+        try:
+            lease = self._client.get(LEASES, self._namespace, self._name, timeout=self._timeout)
+        except ApiError as err:
+            self._seen = None
+            if not err.is_not_found:
+                log.debug("cannot read shard 0's lease", lease=self._name, error=str(err))
+            return None
+        self._seen, expiry = _judge(lease, self._seen, self._clock.now(), self._lease_duration)
+        holder = _holder(lease)
+        if holder and self._clock.now() < expiry:
+            return (
+                f"the shard Lease {self._namespace}/{self._name} is held by {holder}: "
+                "a sharded group (--shards > 1) of this --leader-election-id is at work"
+            )
+        return None
