@@ -35,6 +35,7 @@ from cbop.metrics.controller import (
     LeaderElectionMetrics,
     PrometheusControllerMetricsProvider,
 )
+from cbop.metrics.sharding import PrometheusShardMetrics
 from cbop.metrics.workqueue import PrometheusWorkqueueMetricsProvider
 from cbop_testing.envtest import ControlPlane
 
@@ -400,6 +401,7 @@ def exported_samples() -> dict[str, set[str]]:
     PrometheusControllerMetricsProvider(registry).new_controller_metrics("configbundle")
     ConfigMapWriteMetrics(registry)
     LeaderElectionMetrics("cbop-leader", registry).set_leading(False)
+    PrometheusShardMetrics(registry, shards=3).set_held(0)
     provider = PrometheusWorkqueueMetricsProvider(registry)
     for new in (
         provider.new_depth_metric,
@@ -436,6 +438,7 @@ def test_alerts_and_dashboard_query_only_metrics_cbop_exports(kubectl: Kubectl) 
         "CbopReconcileErrors": "15m",
         "CbopWorkqueueGrowing": "15m",
         "CbopNoLeader": "5m",
+        "CbopShardsUnheld": "5m",
     }
     assert "absent(leader_election_master_status" in alerts["CbopNoLeader"]["expr"]
     exprs = [r["expr"] for r in alerts.values()]
@@ -492,7 +495,7 @@ def test_promtool_accepts_the_rules_and_the_dashboard_queries(
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 3 rules found" in result.stdout
+    assert "SUCCESS: 4 rules found" in result.stdout
     assert f"SUCCESS: {len(recording['groups'][0]['rules'])} rules found" in result.stdout
 
 
@@ -512,21 +515,29 @@ def _leader(pod: str, values: str) -> dict[str, str]:
     return _series("leader_election_master_status", pod, values, name="cbop-leader")
 
 
-def _depth(pod: str, values: str, priority: str = "0") -> dict[str, str]:
+def _depth(
+    pod: str, values: str, priority: str = "0", controller: str = "configbundle"
+) -> dict[str, str]:
     return _series(
         "workqueue_depth",
         pod,
         values,
-        name="configbundle",
-        controller="configbundle",
+        name=controller,
+        controller=controller,
         priority=priority,
     )
 
 
-def _errors(pod: str, values: str) -> dict[str, str]:
-    return _series(
-        "controller_runtime_reconcile_errors_total", pod, values, controller="configbundle"
-    )
+def _errors(pod: str, values: str, controller: str = "configbundle") -> dict[str, str]:
+    return _series("controller_runtime_reconcile_errors_total", pod, values, controller=controller)
+
+
+def _sharded(pod: str, held: str, shards: int = 3) -> list[dict[str, str]]:
+    """A ``--shards`` replica's series: shards held, and its per-shard transition counters."""
+    return [_series("cbop_shards_held", pod, held)] + [
+        _series("cbop_shard_transitions_total", pod, "0x20", shard=str(i), event="acquired")
+        for i in range(shards)
+    ]
 
 
 def _alert_test(
@@ -573,6 +584,48 @@ ALERT_CASES = {
         "CbopNoLeader",
         "6m",
         [{"severity": "critical", "name": "cbop-leader"}],
+    ),
+    "no-leader-quiet-when-sharded": _alert_test(
+        _sharded("cbop-a", "2x20") + _sharded("cbop-b", "1x20"), "CbopNoLeader", "10m", []
+    ),
+    "no-leader-fires-when-no-sharded-replica-is-scraped": _alert_test(
+        _sharded("cbop-a", "3x3"),
+        "CbopNoLeader",
+        "20m",
+        [{"severity": "critical", "name": "cbop-leader"}],
+    ),
+    "shards-unheld-fires-after-5m": _alert_test(
+        _sharded("cbop-a", "1x20") + _sharded("cbop-b", "1x20"),
+        "CbopShardsUnheld",
+        "6m",
+        [{**POD_LABELS, "severity": "critical"}],
+    ),
+    "shards-unheld-pending-before-5m": _alert_test(
+        _sharded("cbop-a", "1x20") + _sharded("cbop-b", "1x20"), "CbopShardsUnheld", "4m", []
+    ),
+    "shards-all-held-is-quiet": _alert_test(
+        _sharded("cbop-a", "2x20") + _sharded("cbop-b", "1x20"), "CbopShardsUnheld", "10m", []
+    ),
+    "reconcile-errors-of-a-shard-fire": _alert_test(
+        [_errors("cbop-a", "0+1x40", controller="configbundle-shard-1")],
+        "CbopReconcileErrors",
+        "21m",
+        [{**POD_LABELS, "severity": "warning"}],
+    ),
+    "queue-growing-on-a-shard-fires": _alert_test(
+        [
+            *_sharded("cbop-a", "1x40"),
+            _depth("cbop-a", "150x40", controller="configbundle-shard-0"),
+        ],
+        "CbopWorkqueueGrowing",
+        "16m",
+        [
+            {
+                **QUEUE_GROWING_ON_CBOP_A,
+                "name": "configbundle-shard-0",
+                "controller": "configbundle-shard-0",
+            }
+        ],
     ),
     "queue-growing-on-the-leader-fires": _alert_test(
         [
