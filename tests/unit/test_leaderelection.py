@@ -480,6 +480,28 @@ def test_may_acquire_holds_the_candidate_back_without_touching_the_lease(
     assert len(asked) == count
 
 
+@pytest.mark.parametrize("blocked_by", ["api-down", "may-acquire"])
+def test_after_seeing_a_held_lease_a_candidate_that_cannot_try_waits_whole_periods(
+    api: FakeLeaseApi, candidates: Callable[..., Candidate], blocked_by: str
+) -> None:
+    """Once the observed record has expired, the expiry must not shorten the waits of
+    attempts that could not read the Lease (API down) or were not made (may_acquire)."""
+    reason: list[str] = []
+    api.put(**held_by("b"))
+    a = candidates(may_acquire=lambda: reason[0] if reason else None)
+    times = [a.start()]  # saw "b" holding it
+    if blocked_by == "api-down":
+        api.down = True
+    else:
+        reason.append("a sharded group is at work")
+    for _ in range(12):  # well past the record's local expiry (15 s)
+        times.append(a.tick())
+    assert times[-1] - 1000.0 > LEASE_DURATION + RETRY
+    gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
+    assert all(RETRY <= gap <= MAX_ACQUIRE_WAIT + 1e-9 for gap in gaps), gaps
+    assert not a.started.is_set()
+
+
 def test_a_held_lease_expires_by_the_local_clock_not_the_renew_time(
     api: FakeLeaseApi, candidates: Callable[..., Candidate]
 ) -> None:

@@ -23,6 +23,7 @@ from cbop.leaderelection import ACQUIRE_JITTER_FACTOR
 from cbop.metrics.sharding import PrometheusShardMetrics
 from cbop.sharding import (
     GROUP_LABEL,
+    JOINED_ANNOTATION,
     MEMBER_ROLE,
     ROLE_LABEL,
     SHARD_ROLE,
@@ -136,11 +137,19 @@ class FakeGroupApi(FakeLeaseApi):
         assert isinstance(holder, str)
         return holder
 
-    def member(self, identity: str, *, shards: int | None = None, created: int = 0) -> None:
+    def member(
+        self,
+        identity: str,
+        *,
+        shards: int | None = None,
+        created: int = 0,
+        joined: int | None = None,
+    ) -> None:
         """``identity`` renews its membership Lease (creating it).
 
         ``shards``: the count it announces (none when None); ``created``: the second its
-        Lease was created at (coordinators' own Leases are created from 101 on).
+        Lease was created at (coordinators' own Leases are created from 101 on);
+        ``joined``: the second its first Lease was created at, if it announces one.
         """
         name = member_lease_name(GROUP, identity)
         self.put(name, **_record(identity))
@@ -150,6 +159,8 @@ class FakeGroupApi(FakeLeaseApi):
             meta["creationTimestamp"] = _stamp(created)
             if shards is not None:
                 meta["annotations"] = {SHARDS_ANNOTATION: str(shards)}
+            if joined is not None:
+                meta.setdefault("annotations", {})[JOINED_ANNOTATION] = _stamp(joined)
 
     def leave(self, identity: str) -> None:
         """``identity`` deletes its membership Lease (as a replica stopping)."""
@@ -169,6 +180,12 @@ class FakeGroupApi(FakeLeaseApi):
 def _stamp(second: int) -> str:
     """Return an RFC 3339 creationTimestamp ``second`` seconds into a fixed day."""
     return f"2026-12-01T{second // 3600:02d}:{second // 60 % 60:02d}:{second % 60:02d}Z"
+
+
+def _second(stamp: str) -> int:
+    """Invert :func:`_stamp`."""
+    hours, minutes, seconds = stamp[len("2026-12-01T") : -1].split(":")
+    return int(hours) * 3600 + int(minutes) * 60 + int(seconds)
 
 
 def _record(holder: str) -> dict[str, Any]:
@@ -542,7 +559,10 @@ def test_a_newcomer_with_another_shard_count_waits_for_the_older_member(
     assert api.lease(shard_lease_name(GROUP, 2)) is None
     own = api.lease(member_lease_name(GROUP, "b"))
     assert own is not None
-    assert own["metadata"]["annotations"] == {SHARDS_ANNOTATION: "3"}
+    assert own["metadata"]["annotations"] == {
+        SHARDS_ANNOTATION: "3",
+        JOINED_ANNOTATION: own["metadata"]["creationTimestamp"],
+    }
     # "a" stops: it releases its shards and deletes its membership Lease.
     api.put(shard_lease_name(GROUP, 0), **{**_record(""), "leaseDurationSeconds": 1})
     api.put(shard_lease_name(GROUP, 1), **{**_record(""), "leaseDurationSeconds": 1})
@@ -581,6 +601,19 @@ def test_an_older_member_ignores_a_newcomer_with_another_shard_count(
     assert sorted(d.handler.events()) == [("acquired", 0), ("acquired", 1), ("acquired", 2)]
 
 
+def test_seniority_is_the_time_joined_not_the_lease_s_creation(
+    api: FakeGroupApi, drivers: Callable[..., Driver]
+) -> None:
+    """ "b" joined before "a" and later had its membership Lease recreated: "a" yields."""
+    d = drivers("a", 2)
+    d.join()
+    assert [s.index for s in d.coordinator.held()] == [0, 1]
+    api.member("b", shards=3, created=3600, joined=50)
+    d.advance(RETRY * 1.5)
+    assert d.handler.events()[2:] == [("release", 1), ("release", 0)]
+    assert d.coordinator.held() == []
+
+
 def test_a_held_single_leader_lease_keeps_the_group_from_taking_shards(
     api: FakeGroupApi, drivers: Callable[..., Driver]
 ) -> None:
@@ -613,8 +646,7 @@ def test_the_single_leaders_check_sees_a_held_shard_zero_by_the_local_clock(
     api.shard(0, "x")
     reason = check()
     assert reason is not None
-    assert "held by x" in reason
-    assert shard_lease_name(GROUP, 0) in reason
+    assert f"{shard_lease_name(GROUP, 0)} by x" in reason
     clock.step(LEASE_DURATION - 1)
     assert check() is not None
     clock.step(2)
@@ -623,9 +655,56 @@ def test_the_single_leaders_check_sees_a_held_shard_zero_by_the_local_clock(
     assert check() is not None
     api.put(shard_lease_name(GROUP, 0), **_record(""))
     assert check() is None  # released
+    # Shard 0 free (its holder stopped) while the group still holds shard 2.
+    api.shard(1, "")
+    api.shard(2, "y")
+    reason = check()
+    assert reason is not None
+    assert f"{shard_lease_name(GROUP, 2)} by y" in reason
     api.shard(0, "x")
     api.down = True
     assert check() is None  # cannot tell: the Lease's own election decides
+
+
+def test_a_member_yielding_to_an_older_count_is_not_given_shards(
+    api: FakeGroupApi, drivers: Callable[..., Driver]
+) -> None:
+    """ "c" (2 shards) yields to the older "b" (3 shards), so the incumbent "a" (2 shards,
+    oldest) must not count "c" and hand it a shard nobody would then serve."""
+    d = drivers("a", 2)
+    d.join()
+    assert [s.index for s in d.coordinator.held()] == [0, 1]
+    for _ in range(4):
+        api.member("b", shards=3, created=3600)
+        api.member("c", shards=2, created=7200)
+        d.advance(RETRY * 1.5)
+    assert [s.index for s in d.coordinator.held()] == [0, 1]
+    assert sorted(d.handler.events()) == [("acquired", 0), ("acquired", 1)]
+    api.leave("b")
+    d.advance(LEASE_DURATION)
+    api.member("c", shards=2, created=7200)
+    d.advance(RETRY * 1.5)
+    assert [s.index for s in d.coordinator.held()] == [0]  # "c" counts again: one each
+
+
+def test_a_recreated_membership_lease_keeps_its_seniority(
+    api: FakeGroupApi, drivers: Callable[..., Driver]
+) -> None:
+    d = drivers("b", 3)
+    d.join()
+    own = api.lease(member_lease_name(GROUP, "b"))
+    assert own is not None
+    joined = own["metadata"]["creationTimestamp"]
+    api.leave("b")  # deleted by someone; "b" recreates it at its next renewal
+    d.advance(RETRY * 1.5)
+    again = api.lease(member_lease_name(GROUP, "b"))
+    assert again is not None
+    assert again["metadata"]["creationTimestamp"] > joined
+    assert again["metadata"]["annotations"][JOINED_ANNOTATION] == joined
+    # Created after "b" joined, before its Lease was recreated: younger than "b".
+    api.member("a", shards=2, created=_second(joined) + 1)
+    d.advance(RETRY * 1.5 * 3)
+    assert sorted(d.handler.events()) == [("acquired", 0), ("acquired", 1), ("acquired", 2)]
 
 
 @pytest.mark.parametrize(

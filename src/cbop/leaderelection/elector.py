@@ -372,6 +372,7 @@ class LeaderElector:
         )
         while not stop.is_set():
             began = self._clock.now()
+            attempt: _Attempt | None = None
             if self._acquire_allowed():
                 attempt = self._try_acquire_or_renew(renewing=False)
                 self._maybe_report_transition()
@@ -385,9 +386,10 @@ class LeaderElector:
             # But never sleep past the moment the observed lease expires on the local
             # clock: a candidate that polled just before expiry would otherwise add up
             # to 3 s to every failover (client-go waits the full jittered period).
-            # Only a Lease seen held by another can expire: after a failed read, or
-            # while ``may_acquire`` holds it back, the candidate waits the full period.
-            if self._observed_holder() not in ("", self._identity):
+            # Only when this attempt found the Lease held: after a failed request, or
+            # while ``may_acquire`` holds it back, the candidate waits the full period
+            # (an expiry long past would otherwise make it retry every 50 ms).
+            if attempt is _Attempt.HELD:
                 wait = min(wait, max(self._expires_in(), 0.0) + _EXPIRY_SLACK)
             if self._wait(stop, self._clock.now() + wait):
                 return False

@@ -19,6 +19,7 @@ from cbop.sharding.assign import Decision, ShardState, decide
 from cbop.sharding.coordinator import ShardCoordinator, ShardHandler
 from cbop.sharding.membership import (
     GROUP_LABEL,
+    JOINED_ANNOTATION,
     MEMBER_ROLE,
     ROLE_LABEL,
     SHARD_ROLE,
@@ -31,6 +32,7 @@ from cbop.sharding.metrics import NO_SHARD_METRICS, ShardEvent, ShardMetrics
 
 __all__ = [
     "GROUP_LABEL",
+    "JOINED_ANNOTATION",
     "MEMBER_ROLE",
     "NO_SHARD_METRICS",
     "ROLE_LABEL",

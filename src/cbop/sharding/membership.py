@@ -64,6 +64,11 @@ MEMBER_ROLE: Final = "member"
 SHARD_ROLE: Final = "shard"
 #: Annotation on a membership Lease: the replica's shard count (``--shards``), decimal.
 SHARDS_ANNOTATION: Final = "cbop.dev/shards"
+#: Annotation on a membership Lease: the ``creationTimestamp`` of the replica's first
+#: membership Lease, kept when the Lease is recreated, so its seniority never changes.
+JOINED_ANNOTATION: Final = "cbop.dev/joined"
+#: Most shard Leases :class:`ShardedGroupCheck` reads per call.
+_MAX_CHECKED_SHARDS: Final = 1024
 
 #: Longest object name the API server accepts for a Lease (a DNS subdomain).
 _MAX_NAME: Final = 253
@@ -169,13 +174,17 @@ def _announced_shards(lease: Mapping[str, Any]) -> int | None:
 
 
 def _seniority(lease: Mapping[str, Any]) -> tuple[str, str]:
-    """Order membership Leases oldest first: by ``creationTimestamp``, then by name.
+    """Order membership Leases oldest first: by the time joined, then by name.
 
-    ``creationTimestamp`` is set by the API server (RFC 3339, UTC, whole seconds), so
-    every replica orders the same Leases the same way whatever its clock says.
+    The time joined is the ``cbop.dev/joined`` annotation, or else ``creationTimestamp``;
+    both come from the API server (RFC 3339, UTC, whole seconds), so every replica
+    orders the same Leases the same way whatever its clock says.
     """
     meta = _meta(lease)
-    return str(meta.get("creationTimestamp") or ""), str(meta.get("name") or "")
+    joined = (meta.get("annotations") or {}).get(JOINED_ANNOTATION)
+    if not isinstance(joined, str) or not joined:
+        joined = str(meta.get("creationTimestamp") or "")
+    return joined, str(meta.get("name") or "")
 
 
 class Membership:
@@ -218,6 +227,7 @@ class Membership:
         self._lease: dict[str, Any] | None = None  # own Lease as last written
         self._seen: dict[str, tuple[str, float]] = {}  # name -> (resourceVersion, first seen)
         self._shard_leases: dict[int, dict[str, Any]] = {}  # as last listed
+        self._joined: tuple[str, str] | None = None  # own seniority, from the first Lease
 
     def renew(self) -> bool:
         """Write a fresh ``renewTime`` into the membership Lease, creating it if missing.
@@ -256,7 +266,7 @@ class Membership:
         except ApiError as err:
             if not err.is_not_found:
                 raise
-            return self._client.create(
+            created = self._client.create(
                 LEASES,
                 self._namespace,
                 {
@@ -264,21 +274,33 @@ class Membership:
                         "name": self.lease_name,
                         "namespace": self._namespace,
                         "labels": group_labels(self._group, MEMBER_ROLE),
-                        "annotations": {SHARDS_ANNOTATION: str(self._shards)},
+                        "annotations": self._annotations(),
                     },
                     "spec": self._record(now, now),
                 },
                 timeout=self._timeout,
             )
+            self._remember_joined(created)
+            return created
+        self._remember_joined(lease)
         return self._write(lease, now)
+
+    def _remember_joined(self, lease: Mapping[str, Any]) -> None:
+        """Keep this replica's seniority from the first membership Lease it wrote or read."""
+        if self._joined is None:
+            self._joined = _seniority(lease)
+
+    def _annotations(self) -> dict[str, str]:
+        """Return the annotations this replica writes on its membership Lease."""
+        announced = {SHARDS_ANNOTATION: str(self._shards)}
+        if self._joined is not None and self._joined[0]:
+            announced[JOINED_ANNOTATION] = self._joined[0]
+        return announced
 
     def _write(self, lease: Mapping[str, Any], now: str) -> dict[str, Any]:
         meta = dict(_meta(lease))
         meta["labels"] = {**(meta.get("labels") or {}), **group_labels(self._group, MEMBER_ROLE)}
-        meta["annotations"] = {
-            **(meta.get("annotations") or {}),
-            SHARDS_ANNOTATION: str(self._shards),
-        }
+        meta["annotations"] = {**(meta.get("annotations") or {}), **self._annotations()}
         acquired = _spec(lease).get("acquireTime")
         body = {**lease, "metadata": meta, "spec": self._record(acquired or now, now)}
         return self._client.update(
@@ -316,7 +338,7 @@ class Membership:
         labelled: set[int] = set()
         expiries: list[float] = []
         conflicts: list[str] = []
-        mine = _seniority(self._lease) if self._lease is not None else None
+        others: list[tuple[str, int | None, tuple[str, str]]] = []  # live, not this one
         self._shard_leases = {}
         for lease in listed.get("items") or ():
             meta = _meta(lease)
@@ -328,19 +350,30 @@ class Membership:
             if live and holder and holder != self._identity:
                 expiries.append(expiry)
             if role == MEMBER_ROLE:
-                count = _announced_shards(lease)
-                if not (live and holder):
-                    continue
-                if holder == self._identity or count is None or count == self._shards:
+                if live and holder == self._identity:
                     members.add(holder)
-                elif mine is None or _seniority(lease) < mine:
-                    conflicts.append(f"the older member {holder} runs with --shards {count}")
+                elif live and holder:
+                    others.append((holder, _announced_shards(lease), _seniority(lease)))
             elif role == SHARD_ROLE:
                 index = self._shard_index(name)
                 if index is not None:
                     shards[index] = ShardState(holder, live and bool(holder))
                     labelled.add(index)
                     self._shard_leases[index] = dict(lease)
+        # Members announcing another count are never counted; one announcing this count
+        # is not counted either while an older member announces another: it yields and
+        # holds nothing, so its share would go unserved. An unannounced count is taken
+        # for this one (a replica from before the annotation).
+        foreign = [(h, c, s) for h, c, s in others if c is not None and c != self._shards]
+        for holder, count, seniority in others:
+            if (count is None or count == self._shards) and not any(
+                older < seniority for _, _, older in foreign
+            ):
+                members.add(holder)
+        mine = self._joined
+        for holder, count, seniority in foreign:
+            if mine is None or seniority < mine:
+                conflicts.append(f"the older member {holder} runs with --shards {count}")
         single = self._single_leader(now, seen)
         if single is None:
             return None
@@ -506,17 +539,17 @@ class ShardedGroupCheck:
 
     Passed as the ``may_acquire`` of the single-leader
     :class:`cbop.leaderelection.LeaderElector`: before each attempt to acquire the
-    Lease ``<group>``, it GETs shard 0's Lease ``<group>-shard-0`` (a sharded group
-    holds shard 0 whenever it holds any, since free shards are taken lowest first) and
-    judges it by the local clock. Only ``get`` on Leases is needed, which the single
-    leader has anyway.
+    Lease ``<group>``, it GETs the shard Leases ``<group>-shard-0``, ``-1``, ... until
+    one is missing (at most 1,024), and judges each by the local clock; a group is at
+    work while any of them has a valid holder. Only ``get`` on Leases is needed, which
+    the single leader has anyway (no ``list``): ``N + 1`` requests per attempt.
 
     Args:
         client: API client with ``get`` on Leases in ``namespace``.
         group: the group's name (``--leader-election-id``).
         namespace: the Leases' namespace.
         lease_duration: seconds assumed for a Lease without ``leaseDurationSeconds``.
-        request_timeout: seconds the GET may take.
+        request_timeout: seconds each GET may take.
         clock: the local monotonic clock validity is judged on.
     """
 
@@ -531,12 +564,12 @@ class ShardedGroupCheck:
         clock: Clock,
     ) -> None:
         self._client = client
-        self._name = shard_lease_name(group, 0)
+        self._group = group
         self._namespace = namespace
         self._lease_duration = lease_duration
         self._timeout = request_timeout
         self._clock = clock
-        self._seen: tuple[str, float] | None = None
+        self._seen: dict[str, tuple[str, float]] = {}  # name -> (resourceVersion, first seen)
 
     def __call__(self) -> str | None:
         """Return why the single leader must not acquire now, or None.
@@ -545,18 +578,28 @@ class ShardedGroupCheck:
         narrows the overlap of a shard-count change, and an API server that cannot be
         read will not grant the Lease either.
         """
-        try:
-            lease = self._client.get(LEASES, self._namespace, self._name, timeout=self._timeout)
-        except ApiError as err:
-            self._seen = None
-            if not err.is_not_found:
-                log.debug("cannot read shard 0's lease", lease=self._name, error=str(err))
-            return None
-        self._seen, expiry = _judge(lease, self._seen, self._clock.now(), self._lease_duration)
-        holder = _holder(lease)
-        if holder and self._clock.now() < expiry:
-            return (
-                f"the shard Lease {self._namespace}/{self._name} is held by {holder}: "
-                "a sharded group (--shards > 1) of this --leader-election-id is at work"
+        seen: dict[str, tuple[str, float]] = {}
+        held: list[str] = []
+        for index in range(_MAX_CHECKED_SHARDS):
+            name = shard_lease_name(self._group, index)
+            try:
+                lease = self._client.get(LEASES, self._namespace, name, timeout=self._timeout)
+            except ApiError as err:
+                if not err.is_not_found:
+                    log.debug("cannot read a shard lease", lease=name, error=str(err))
+                    self._seen = {}
+                    return None
+                break
+            seen[name], expiry = _judge(
+                lease, self._seen.get(name), self._clock.now(), self._lease_duration
             )
-        return None
+            holder = _holder(lease)
+            if holder and self._clock.now() < expiry:
+                held.append(f"{name} by {holder}")
+        self._seen = seen
+        if not held:
+            return None
+        return (
+            f"shard Leases in {self._namespace} are held ({', '.join(held)}): "
+            "a sharded group (--shards > 1) of this --leader-election-id is at work"
+        )
