@@ -846,7 +846,7 @@ def test_exhausted_retries_warn_at_most_every_30_seconds(server_factory: Any) ->
     assert len(warnings) == 2
     assert warnings[0]["retries"] == 1
     assert warnings[1]["suppressed_since_last"] == 2
-    assert len([entry for entry in logs if entry["log_level"] == "debug"]) == 4
+    assert len([e for e in logs if e["log_level"] == "debug" and e.get("code") == 429]) == 4
 
 
 def test_the_client_side_rate_limiter_wait_is_observed(server_factory: Any) -> None:
@@ -983,3 +983,43 @@ def test_body_encoding_and_decoding_match_the_standard_library() -> None:
         encode_body({1: "a non-string key"})
     with pytest.raises(ValueError, match="end of data"):
         decode_body(b'{"truncated": ')
+
+
+def test_after_a_429_a_write_waits_for_a_seat_and_asks_the_fence_after_the_wait(
+    server_factory: Any,
+) -> None:
+    """Once throttled, a request beyond the in-flight limit is not sent until one in
+    flight is answered; a fenced write asks its fence after that wait, not before."""
+    slow = threading.Event()
+
+    def respond(seen: Seen) -> Reply:
+        if seen.path.endswith("/busy"):
+            return Reply(429, "Too many requests", {"Retry-After": "0"})
+        if seen.path.endswith("/slow"):
+            slow.wait(5.0)
+        return Reply(200, cm("a"))
+
+    srv = server_factory(respond)
+    clock = FakeClock(0.0)
+    open_ = [True]
+    client = make_client(srv.url, clock=clock)
+    client._transport._max_retries = 0
+    fenced = client.with_fence(lambda: open_[0])
+    with pytest.raises(ApiError):
+        client.get(CONFIGMAPS, "ns", "busy")  # one in flight, turned away: limit 1
+    reader, read = run_in_thread(lambda: client.get(CONFIGMAPS, "ns", "slow"))
+    deadline = time.monotonic() + 5.0  # a real-time guard: the server is real
+    while len(srv.requests) < 2:
+        assert time.monotonic() < deadline, "the slow GET never arrived"
+        time.sleep(0.01)
+    writer, wrote = run_in_thread(lambda: fenced.create(CONFIGMAPS, "ns", cm("b")))
+    assert clock.wait_for_waiter(timeout=5.0)  # the write waits for a seat
+    open_[0] = False  # the lease is lost meanwhile
+    slow.set()
+    reader.join(5.0)
+    writer.join(5.0)
+    assert read.get_nowait()[0] == "ok"
+    outcome = wrote.get_nowait()
+    assert outcome[0] == "err"
+    assert isinstance(outcome[1], LeaseNotHeld)
+    assert [s.method for s in srv.requests] == ["GET", "GET"], "the write reached the server"

@@ -12,6 +12,10 @@ This module owns what happens between a verb and the wire, as client-go's
   ``Retry-After`` (capped at 60 s) has run out and at most half of it later, the delay
   drawn at random for each retry (client-go's ``wait.Jitter`` with factor 0.5), so the
   workers turned away together do not all come back together;
+* after a ``429``, at most as many requests are in flight as the server has lately been
+  taking (:class:`cbop.kube.inflight.InflightLimit`; watches excepted), lifted again
+  30 s after the last ``429``: not in client-go, whose workers each come back after
+  their own ``Retry-After`` and keep a small priority level overloaded;
 * a 401 makes a watched token file be re-read and the request sent once more
   (:mod:`cbop.kube.credentials`);
 * responses may be gzip-compressed (``Accept-Encoding: gzip``, as Go's HTTP transport
@@ -47,6 +51,7 @@ from kubernetes.client.exceptions import ApiException
 from cbop.clock import Clock, RealClock
 from cbop.kube.credentials import reread_token
 from cbop.kube.errors import ApiError, ConnectionFailed, LeaseNotHeld
+from cbop.kube.inflight import InflightLimit
 from cbop.kube.jsonstream import ItemHook, StreamDecodeError, decode_list, paused_gc
 from cbop.kube.metrics import NO_METRICS, NO_RESPONSE_CODE, RestClientMetrics
 from cbop.tokenbucket import TokenBucket
@@ -276,6 +281,8 @@ class Transport:
         # plus the jitter window); a list so that the transports made by with_fence share
         # it (they are the same traffic).
         self._throttled_until = [0.0]
+        # Requests in flight, limited only after a 429 (shared with with_fence's copies).
+        self._inflight = InflightLimit(clock=self._clock)
 
     @property
     def api_client(self) -> Any:
@@ -329,6 +336,7 @@ class Transport:
         fenced._counts = self._counts
         fenced._counts_lock = self._counts_lock
         fenced._throttled_until = self._throttled_until
+        fenced._inflight = self._inflight
         return fenced
 
     def throttled_for(self) -> float:
@@ -487,35 +495,41 @@ class Transport:
         reauthenticated = False
         while True:
             self._throttle(verb)
-            if self._fence is not None and verb in MUTATING_VERBS and not self._fence():
-                raise LeaseNotHeld(f"{method} {path} not sent: the leader lease is not held")
-            start = self._clock.now()
-            response = self._send(
-                verb=verb,
-                resource=resource,
-                method=method,
-                path=path,
-                query=query,
-                body=payload,
-                content_type=content_type,
-                timeout=request_timeout,
-            )
-            if stream_items and 200 <= int(response.status) < 300:
-                return self._decode_streamed(
+            cut = self._inflight.acquire()
+            status = 0
+            try:
+                # The fence is asked after every wait, right before the request is sent.
+                if self._fence is not None and verb in MUTATING_VERBS and not self._fence():
+                    raise LeaseNotHeld(f"{method} {path} not sent: the leader lease is not held")
+                start = self._clock.now()
+                response = self._send(
                     verb=verb,
                     resource=resource,
                     method=method,
                     path=path,
-                    response=response,
-                    start=start,
-                    item_hook=item_hook,
+                    query=query,
+                    body=payload,
+                    content_type=content_type,
+                    timeout=request_timeout,
                 )
-            try:
-                data = response.read()
-            except TRANSPORT_ERRORS as exc:
-                self.record(verb, resource, 0, self._clock.now() - start)
-                raise connection_failed(exc, f"{method} {path}: reading the response") from exc
-            status = int(response.status)
+                status = int(response.status)
+                if stream_items and 200 <= status < 300:
+                    return self._decode_streamed(
+                        verb=verb,
+                        resource=resource,
+                        method=method,
+                        path=path,
+                        response=response,
+                        start=start,
+                        item_hook=item_hook,
+                    )
+                try:
+                    data = response.read()
+                except TRANSPORT_ERRORS as exc:
+                    self.record(verb, resource, 0, self._clock.now() - start)
+                    raise connection_failed(exc, f"{method} {path}: reading the response") from exc
+            finally:
+                self._inflight.release(cut, throttled=status == 429)
             self.record(verb, resource, status, self._clock.now() - start)
             if 200 <= status < 300:
                 if not data:

@@ -1,0 +1,160 @@
+"""A cap on requests in flight that only a throttling API server turns on.
+
+This module owns :class:`InflightLimit`, used by :class:`cbop.kube.transport.Transport`
+around every request but watches. client-go has nothing like it: each of its goroutines
+sleeps the ``Retry-After`` of its own ``429`` and comes back, so a client with more
+workers than its API Priority and Fairness level has seats keeps the level overloaded
+and is turned away over and over (the level's ``Retry-After`` then grows). Instead, cbop
+sends no more requests at a time than the level has lately been taking, in the manner
+of TCP's congestion window (additive increase, multiplicative decrease):
+
+* unlimited until an answer is ``429``;
+* a ``429`` to a request sent since the last cut sets the limit to half the requests in
+  flight (or half the limit, if lower), rounded up, at least 1; requests turned away
+  together were all sent before that cut, so they cut it once;
+* while requests fill the limit and none has been turned away for ``probe`` seconds,
+  the limit grows by one (probing for a seat freed elsewhere);
+* after ``recovery`` seconds without a ``429`` the limit is lifted.
+
+A request waiting here is not sent, so it cannot be turned away either; its worker
+waits as it would have waited out the ``Retry-After``.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Final
+
+import structlog
+
+from cbop.clock import Clock, wait_for
+
+__all__ = ["DEFAULT_PROBE", "DEFAULT_RECOVERY", "InflightLimit"]
+
+#: Seconds without a 429, with the limit in use, before it grows by one.
+DEFAULT_PROBE: Final = 2.0
+#: Seconds without a 429 after which the limit is lifted.
+DEFAULT_RECOVERY: Final = 30.0
+
+log = structlog.get_logger("cbop.kube")
+
+
+class InflightLimit:
+    """How many requests may be in flight at once; unlimited until a ``429``.
+
+    Thread-safe. Call :meth:`acquire` before sending a request and :meth:`release` with
+    its outcome once its answer has been read (or it failed).
+
+    Args:
+        clock: time source of the probe and recovery periods and of the waits.
+        probe: seconds (> 0) without a ``429``, with the limit reached, before the limit
+            grows by one.
+        recovery: seconds (> ``probe``) without a ``429`` after which the limit is lifted.
+
+    Raises:
+        ValueError: ``probe <= 0`` or ``recovery <= probe``.
+    """
+
+    def __init__(
+        self,
+        *,
+        clock: Clock,
+        probe: float = DEFAULT_PROBE,
+        recovery: float = DEFAULT_RECOVERY,
+    ) -> None:
+        if not 0 < probe < recovery:
+            raise ValueError(f"need 0 < probe < recovery, got {probe} and {recovery}")
+        self._clock = clock
+        self._probe = probe
+        self._recovery = recovery
+        self._cond = threading.Condition(threading.Lock())
+        self._in_flight = 0
+        self._limit: int | None = None
+        self._cut = 0  # counts the cuts; a request remembers the count it was sent under
+        self._last_throttled = -math.inf  # clock time of the last 429
+        self._changed_at = -math.inf  # clock time of the last cut or growth
+
+    @property
+    def limit(self) -> int | None:
+        """The current limit, or ``None`` when unlimited."""
+        with self._cond:
+            self._lift_if_recovered(self._clock.now())
+            return self._limit
+
+    @property
+    def in_flight(self) -> int:
+        """Requests acquired and not yet released."""
+        with self._cond:
+            return self._in_flight
+
+    def acquire(self) -> int:
+        """Block until one more request may be in flight; return the cut it is sent under.
+
+        Pass the returned value to :meth:`release`. Never raises; waits at most until
+        a request in flight is released or the limit is lifted.
+        """
+        with self._cond:
+            while True:
+                now = self._clock.now()
+                self._lift_if_recovered(now)
+                if self._limit is None or self._in_flight < self._limit:
+                    break
+                wait_for(
+                    self._clock,
+                    self._cond,
+                    lambda: self._limit is None or self._in_flight < self._limit,
+                    self._last_throttled + self._recovery - now,
+                )
+            self._in_flight += 1
+            return self._cut
+
+    def release(self, cut: int, *, throttled: bool) -> None:
+        """Take one request out of flight; ``throttled`` when its answer was ``429``.
+
+        Args:
+            cut: what :meth:`acquire` returned for this request.
+            throttled: the answer was ``429 Too Many Requests``.
+        """
+        with self._cond:
+            before = self._in_flight
+            self._in_flight = max(0, before - 1)
+            now = self._clock.now()
+            if throttled:
+                self._last_throttled = now
+                if cut == self._cut:
+                    self._cut_limit(before, now)
+            else:
+                self._lift_if_recovered(now)
+                if (
+                    self._limit is not None
+                    and before >= self._limit
+                    and now - self._changed_at >= self._probe
+                ):
+                    self._limit += 1
+                    self._changed_at = now
+            self._cond.notify_all()
+
+    def _cut_limit(self, in_flight: int, now: float) -> None:
+        engaged = self._limit is None
+        base = in_flight if self._limit is None else min(self._limit, in_flight)
+        self._limit = max(1, math.ceil(base / 2))
+        self._cut += 1
+        self._changed_at = now
+        if engaged:
+            log.info(
+                "the API server is turning requests away (429); limiting requests in flight",
+                limit=self._limit,
+                in_flight=in_flight,
+            )
+        else:
+            log.debug("429: fewer requests in flight", limit=self._limit, in_flight=in_flight)
+
+    def _lift_if_recovered(self, now: float) -> None:
+        if self._limit is not None and now - self._last_throttled >= self._recovery:
+            log.info(
+                "no 429 for a while; requests in flight are no longer limited",
+                seconds=self._recovery,
+            )
+            self._limit = None
+            self._cond.notify_all()

@@ -1,0 +1,137 @@
+"""InflightLimit: unlimited until a 429, then AIMD on requests in flight (fake clock)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from cbop.kube.inflight import InflightLimit
+from cbop_testing.clock import FakeClock
+
+PATIENCE = 5.0
+
+
+def limit_of(clock: FakeClock, **kwargs: float) -> InflightLimit:
+    return InflightLimit(clock=clock, **kwargs)
+
+
+def test_unlimited_until_a_429() -> None:
+    gate = limit_of(FakeClock(0.0))
+    cuts = [gate.acquire() for _ in range(100)]
+    assert gate.limit is None
+    assert gate.in_flight == 100
+    for cut in cuts:
+        gate.release(cut, throttled=False)
+    assert gate.limit is None
+    assert gate.in_flight == 0
+
+
+def test_a_429_halves_the_requests_in_flight_once_per_cut() -> None:
+    """32 requests turned away together cut the limit once, to 16; a 429 to a request
+    sent after that cut halves it again."""
+    gate = limit_of(FakeClock(0.0))
+    cuts = [gate.acquire() for _ in range(32)]
+    for cut in cuts:
+        gate.release(cut, throttled=True)
+    assert gate.limit == 16
+    later = [gate.acquire() for _ in range(16)]
+    gate.release(later[0], throttled=True)
+    assert gate.limit == 8
+    for cut in later[1:]:
+        gate.release(cut, throttled=True)
+    assert gate.limit == 8
+    one = gate.acquire()
+    gate.release(one, throttled=True)
+    assert gate.limit == 1  # half of the 1 in flight, rounded up, at least 1
+
+
+def test_a_full_limit_makes_the_next_request_wait_for_a_release() -> None:
+    clock = FakeClock(0.0)
+    gate = limit_of(clock)
+    first, second = gate.acquire(), gate.acquire()
+    gate.release(first, throttled=True)
+    assert gate.limit == 1
+    sent = threading.Event()
+
+    def send() -> None:
+        gate.release(gate.acquire(), throttled=False)
+        sent.set()
+
+    thread = threading.Thread(target=send)
+    thread.start()
+    assert clock.wait_for_waiter(timeout=PATIENCE)  # parked: one is in flight already
+    assert not sent.is_set()
+    gate.release(second, throttled=False)
+    assert sent.wait(PATIENCE)
+    thread.join(PATIENCE)
+
+
+def test_the_limit_grows_by_one_per_probe_period_while_it_is_used() -> None:
+    clock = FakeClock(0.0)
+    gate = limit_of(clock, probe=2.0, recovery=30.0)
+    cuts = [gate.acquire() for _ in range(4)]
+    gate.release(cuts[0], throttled=True)  # limit 2 (half of 4)
+    for cut in cuts[1:]:
+        gate.release(cut, throttled=False)
+    assert gate.limit == 2
+    # Used to the full, but within the probe period: no growth.
+    clock.step(1.0)
+    a, b = gate.acquire(), gate.acquire()
+    gate.release(a, throttled=False)
+    gate.release(b, throttled=False)
+    assert gate.limit == 2
+    # Not used to the full: no growth even after the probe period.
+    clock.step(1.5)
+    gate.release(gate.acquire(), throttled=False)
+    assert gate.limit == 2
+    # Used to the full after the probe period: one more.
+    a, b = gate.acquire(), gate.acquire()
+    gate.release(a, throttled=False)
+    assert gate.limit == 3
+    gate.release(b, throttled=False)
+    assert gate.limit == 3  # at most one per probe period
+
+
+def test_the_limit_is_lifted_after_the_recovery_period_without_a_429() -> None:
+    clock = FakeClock(0.0)
+    gate = limit_of(clock, probe=2.0, recovery=30.0)
+    gate.release(gate.acquire(), throttled=True)
+    assert gate.limit == 1
+    clock.step(29.0)
+    assert gate.limit == 1
+    clock.step(1.0)
+    assert gate.limit is None
+    cuts = [gate.acquire() for _ in range(10)]
+    assert gate.in_flight == 10
+    for cut in cuts:
+        gate.release(cut, throttled=False)
+
+
+def test_a_waiter_is_let_through_when_the_limit_is_lifted() -> None:
+    """Requests stuck in flight do not hold the others back past the recovery period."""
+    clock = FakeClock(0.0)
+    gate = limit_of(clock, probe=2.0, recovery=30.0)
+    stuck = gate.acquire()
+    gate.release(gate.acquire(), throttled=True)
+    assert gate.limit == 1
+    sent = threading.Event()
+
+    def send() -> None:
+        gate.acquire()
+        sent.set()
+
+    thread = threading.Thread(target=send)
+    thread.start()
+    assert clock.wait_for_waiter(deadline=30.0, timeout=PATIENCE)
+    assert not sent.is_set()
+    clock.step(30.0)
+    assert sent.wait(PATIENCE)
+    thread.join(PATIENCE)
+    gate.release(stuck, throttled=False)
+
+
+@pytest.mark.parametrize(("probe", "recovery"), [(0.0, 30.0), (-1.0, 30.0), (5.0, 5.0)])
+def test_bad_periods_are_refused(probe: float, recovery: float) -> None:
+    with pytest.raises(ValueError, match="probe < recovery"):
+        InflightLimit(clock=FakeClock(0.0), probe=probe, recovery=recovery)
