@@ -32,11 +32,13 @@ from .rollout_objects import configmap, with_annotation, workload
 
 
 class FakeClient:
-    """Records every patch; scripted errors."""
+    """Records every patch; scripted errors. Each answered apply returns the body with
+    a new resourceVersion (100, 101, ...), as the API server does."""
 
     def __init__(self) -> None:
         self.patches: list[tuple[str, str, str, Any, dict[str, Any]]] = []
         self.errors: list[ApiError] = []
+        self.last_rv = 99
 
     def patch(
         self, res: Resource, namespace: str | None, name: str, body: Any, **kw: Any
@@ -44,7 +46,8 @@ class FakeClient:
         self.patches.append((res.plural, str(namespace), name, body, kw))
         if self.errors:
             raise self.errors.pop(0)
-        return dict(body)
+        self.last_rv += 1
+        return {**body, "metadata": {**body["metadata"], "resourceVersion": str(self.last_rv)}}
 
 
 class FakeLister:
@@ -114,8 +117,13 @@ class Fixture:
         ns, _, name = key.partition("/")
         cached = self.workloads.get(ns, name)
         assert cached is not None
-        self.workloads.put(with_annotation(cached, result.digest))
+        self.workloads.put(at_version(with_annotation(cached, result.digest), self.client.last_rv))
         return result.digest
+
+
+def at_version(obj: dict[str, Any], rv: int | str) -> dict[str, Any]:
+    """``obj`` as the cache holds it at resourceVersion ``rv``."""
+    return {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(rv)}}
 
 
 def test_first_visit_applies_under_its_field_manager_without_force() -> None:
@@ -175,6 +183,58 @@ def test_two_bundles_changed_together_give_one_write_naming_both() -> None:
     assert "c" not in message.split("changed")[0]
     assert f.counter.kinds == ["Deployment", "Deployment"]
     assert len(f.coalescer) == 0
+
+
+def test_a_cache_behind_the_own_apply_does_not_apply_the_same_digest_again() -> None:
+    """The workload controller's status update, older than cbop's apply, reaches the
+    cache first and queues the key again: no second apply of the same digest (a
+    duplicate the rollout e2e test caught after a Deployment was resumed)."""
+    f = Fixture(configmap("a"))
+    f.workloads.put(workload(volumes=["a"]))  # resourceVersion 10
+    first = f.reconciler.reconcile("demo/web")
+    assert first.written  # the apply answered resourceVersion 100
+    f.workloads.put(at_version(workload(volumes=["a"]), 60))  # a status update before it
+    stale = f.reconciler.reconcile("demo/web")
+    assert not stale.written
+    assert stale.action is Action.NONE
+    assert len(f.client.patches) == 1
+    f.workloads.put(at_version(with_annotation(workload(volumes=["a"]), first.digest), 100))
+    assert f.reconciler.reconcile("demo/web").action is Action.NONE
+    # Someone removes the annotation afterwards: a newer version, written again.
+    f.workloads.put(at_version(workload(volumes=["a"]), 120))
+    assert f.reconciler.reconcile("demo/web").written
+    assert len(f.client.patches) == 2
+    assert f.counter.kinds == ["Deployment", "Deployment"]
+
+
+def test_a_new_digest_is_applied_even_while_the_cache_is_behind() -> None:
+    f = Fixture(configmap("a", {"k": "1"}))
+    f.workloads.put(workload(volumes=["a"]))
+    assert f.reconciler.reconcile("demo/web").written
+    f.workloads.put(at_version(workload(volumes=["a"]), 60))
+    f.change(configmap("a", {"k": "2"}))
+    f.clock.step(1.0)
+    assert f.reconciler.reconcile("demo/web").written
+    assert len(f.client.patches) == 2
+
+
+@pytest.mark.parametrize("cached_rv", ["", "0010", "abc"], ids=["empty", "zeros", "letters"])
+def test_resource_versions_that_cannot_be_ordered_fall_back_to_applying(cached_rv: str) -> None:
+    f = Fixture(configmap("a"))
+    f.workloads.put(workload(volumes=["a"]))
+    assert f.reconciler.reconcile("demo/web").written
+    f.workloads.put(at_version(workload(volumes=["a"]), cached_rv))
+    assert f.reconciler.reconcile("demo/web").written
+
+
+def test_a_recreated_workload_of_the_same_name_is_applied() -> None:
+    f = Fixture(configmap("a"))
+    f.workloads.put(workload(volumes=["a"]))
+    assert f.reconciler.reconcile("demo/web").written
+    recreated = at_version(workload(volumes=["a"]), 60)
+    recreated["metadata"] = {**recreated["metadata"], "uid": "uid-web-2"}
+    f.workloads.put(recreated)
+    assert f.reconciler.reconcile("demo/web").written
 
 
 def test_a_change_undone_within_the_window_writes_nothing() -> None:

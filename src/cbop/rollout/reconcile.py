@@ -23,6 +23,15 @@ Error policy, as sample-controller's syncHandler:
   workload's spec or the digest changes (cbop does not fight another owner);
 - 404 (deleted meanwhile) -> nothing;
 - anything else -> re-raised for a rate-limited retry.
+
+Own writes: the watch event of an apply reaches the cache some time after the apply's
+response. A reconcile in between (the key was queued again by an earlier event, say the
+workload controller's status update) would find the old annotation and apply the same
+digest again. So the reconciler remembers, per key, the resourceVersion its apply
+returned and the digest it wrote, and while the cached workload is older than that
+(resourceVersions are ordered since Kubernetes 1.35, KEP-5504) and the digest is the
+same, it writes nothing: the cache update on its way queues the key again. This is
+client-go's controller expectations idea, keyed by resourceVersion instead of counts.
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ import structlog
 from cbop.clock import Clock, RealClock
 from cbop.keys import object_key, split_key
 from cbop.kube import ApiError, Resource
+from cbop.resourceversion import is_older
 from cbop.rollout.decision import (
     ANNOTATION_CONFIG_HASH,
     FIELD_MANAGER,
@@ -72,6 +82,9 @@ DEFAULT_COALESCE_MAX_DELAY = 10.0
 #: Workloads whose last seen ConfigMap content hashes are remembered (to name the
 #: bundles that changed in the Event).
 _KNOWN_ENTRIES = 100_000
+#: Seconds an own apply is remembered while the cache has not shown it (a bound on
+#: memory: a cache update newer than the apply makes the entry moot at once).
+_APPLIED_TTL = 300.0
 
 
 class RolloutLister(Protocol):
@@ -294,6 +307,11 @@ class RolloutReconciler:
         # of them changes.
         self._conflicts: dict[str, tuple[str, int, str]] = {}
         self._paused: dict[str, tuple[str, int, str]] = {}
+        # key -> (uid, digest, resourceVersion) of this reconciler's last apply, until
+        # the cache holds that version or a newer one (see the module docstring).
+        self._applied: cachetools.TTLCache[str, tuple[str, str, str]] = cachetools.TTLCache(
+            maxsize=_KNOWN_ENTRIES, ttl=_APPLIED_TTL
+        )
 
     @property
     def resource(self) -> Resource:
@@ -330,6 +348,15 @@ class RolloutReconciler:
                 self._remember(workload, decision.configmaps)
             logger.debug("rollout: nothing to do", reason=decision.message or "in sync")
             return RolloutResult(key, Action.NONE, decision.digest, message=decision.message)
+        if decision.action is Action.APPLY and self._own_write_pending(key, workload, mark):
+            self._settle(key, as_of)
+            logger.debug("rollout: own apply not in the cache yet", digest=decision.digest)
+            return RolloutResult(
+                key,
+                Action.NONE,
+                decision.digest,
+                message="this digest was applied; the cache has not caught up yet",
+            )
         delay = self._coalescer.delay(key) if self._coalescer is not None else 0.0
         if delay > 0:
             return RolloutResult(
@@ -371,7 +398,7 @@ class RolloutReconciler:
             workload, self._resource.api_version, self._resource.kind, decision.digest
         )
         try:
-            self._client.patch(
+            applied = self._client.patch(
                 self._resource,
                 meta["namespace"],
                 meta["name"],
@@ -397,6 +424,10 @@ class RolloutReconciler:
                 return RolloutResult(key, Action.APPLY, decision.digest, message=message)
             raise
         self._settle(key, as_of)
+        written_rv = str((applied.get("metadata") or {}).get("resourceVersion") or "")
+        if written_rv:
+            with self._lock:
+                self._applied[key] = (mark[0], decision.digest, written_rv)
         changed = self._changed_bundles(workload, decision.configmaps)
         self._remember(workload, decision.configmaps)
         self._observer.rolled_out(self._resource.kind)
@@ -416,6 +447,27 @@ class RolloutReconciler:
         meta = workload.get("metadata") or {}
         return (str(meta.get("uid", "")), int(meta.get("generation") or 0), digest)
 
+    def _own_write_pending(
+        self, key: str, workload: Mapping[str, Any], mark: tuple[str, int, str]
+    ) -> bool:
+        """Return whether ``mark``'s digest was applied to a newer version than the cached one.
+
+        True only when this reconciler's last apply for ``key`` went to the same
+        workload (uid) with the same digest and the cached resourceVersion is known to
+        be older than the one that apply returned. Once the cache holds that version or
+        a newer one (or the order cannot be told), the entry is dropped.
+        """
+        uid, _, digest = mark
+        cached_rv = str((workload.get("metadata") or {}).get("resourceVersion") or "")
+        with self._lock:
+            applied = self._applied.get(key)
+            if applied is None:
+                return False
+            if applied[0] == uid and is_older(cached_rv, applied[2]):
+                return applied[1] == digest
+            del self._applied[key]
+        return False
+
     def _settle(self, key: str, as_of: float) -> None:
         if self._coalescer is not None:
             self._coalescer.settled(key, as_of)
@@ -424,6 +476,7 @@ class RolloutReconciler:
         with self._lock:
             self._conflicts.pop(key, None)
             self._paused.pop(key, None)
+            self._applied.pop(key, None)
         self._settle(key, float("inf"))
 
     def _remember(self, workload: Mapping[str, Any], managed: Sequence[ManagedConfigMap]) -> None:
