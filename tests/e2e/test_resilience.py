@@ -22,6 +22,7 @@ from .harness import (
     Operator,
     apiserver_writes,
     bundle,
+    ready,
     set_spec,
     wait_for,
     wait_no_terminating_namespaces,
@@ -264,3 +265,48 @@ def test_conflict_storm_converges_quietly(
     records = op.log_records()
     loud = [r for r in records if r.get("level") in ("warning", "error")]
     assert len(loud) <= 5, f"log flood: {loud[:5]}"
+
+
+def test_after_a_restart_bundles_needing_work_go_before_the_converged_ones(
+    kube: KubeClient,
+    namespace: str,
+    operators: Callable[..., Operator],
+) -> None:
+    """A bundle created, and one changed, while cbop was down are the first two
+    reconciles after the restart, ahead of the 150 converged bundles of the initial
+    list (one worker, so the order of the reconcile log lines is the queue's order)."""
+    names = [f"a{i:03d}" for i in range(150)]
+    with ThreadPoolExecutor(8) as pool:
+        list(
+            pool.map(
+                lambda n: kube.create(CONFIGBUNDLES, namespace, bundle(n, {"data": {"n": n}})),
+                names,
+            )
+        )
+    first = operators("--workers", "1")
+    wait_for(
+        lambda: _all_converged(kube, namespace, {n: {"n": n} for n in names}),
+        120,
+        message="all converged",
+    )
+    wait_for(lambda: all(ready(kube, namespace, n, 1) for n in names), 60, message="all Ready")
+    assert first.stop() == 0
+
+    kube.create(CONFIGBUNDLES, namespace, bundle("zz-new", {"data": {"n": "new"}}))
+    changed = set_spec(kube, namespace, "a075", {"data": {"n": "changed"}})
+    second = operators("--workers", "1")
+    wait_for(lambda: ready(kube, namespace, "zz-new", 1), 60, message="zz-new Ready")
+    wait_for(lambda: ready(kube, namespace, "a075", changed), 60, message="a075 Ready")
+    wait_for(lambda: len(_reconciled(second)) >= len(names) + 1, 60, message="every listed bundle")
+    order = _reconciled(second)
+    assert set(order[:2]) == {"zz-new", "a075"}, order[:10]
+    assert sorted(set(order)) == sorted([*names, "zz-new"])
+
+
+def _reconciled(op: Operator) -> list[str]:
+    """The bundle names of the process's ``reconciled`` log lines, in order."""
+    return [
+        str(r.get("name"))
+        for r in op.log_records()
+        if r.get("event") == "reconciled" and r.get("controller") == "configbundle"
+    ]

@@ -310,6 +310,31 @@ def test_initial_list_and_unchanged_updates_go_in_low_real_changes_normal() -> N
     queue.shut_down()
 
 
+def test_listed_objects_that_are_not_converged_go_in_at_normal_priority() -> None:
+    """With ``converged``, the initial list puts objects needing work first; after the
+    sync, a resync of an unconverged object is still only a look (low)."""
+    queue: PriorityQueue[str] = PriorityQueue(clock=FakeClock())
+    synced = False
+    handler = EnqueueHandler(
+        queue,
+        enqueue_object,
+        synced=lambda: synced,
+        converged=lambda obj: obj["metadata"]["name"].startswith("done"),
+    )
+    for name in ("done-1", "new", "done-2", "changed"):
+        handler.on_add(_bundle(name, "1"))
+    synced = True
+    resync = _bundle("new", "1")
+    handler.on_update(resync, resync)
+    assert _drain(queue) == [
+        ("demo/new", NORMAL_PRIORITY),
+        ("demo/changed", NORMAL_PRIORITY),
+        ("demo/done-1", LOW_PRIORITY),
+        ("demo/done-2", LOW_PRIORITY),
+    ]
+    queue.shut_down()
+
+
 def test_a_real_change_overtakes_the_initial_list_through_a_real_informer() -> None:
     h = Harness(resync_period=100.0)
     queue: PriorityQueue[str] = PriorityQueue(clock=FakeClock())

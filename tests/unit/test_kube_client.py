@@ -222,10 +222,17 @@ def test_429_with_retry_after_is_honoured_then_succeeds(server_factory: Any) -> 
     assert client.request_counts() == {("get", "configmaps"): 2}
 
 
-def _first_answer_429(retry_after: str) -> Responder:
-    """Answer each object's first request 429 with ``retry_after``, later ones 200."""
+def _first_answer_429(retry_after: str, *, together: int) -> Responder:
+    """Answer each object's first request 429 with ``retry_after``, later ones 200.
+
+    The first ``together`` first requests are answered at once, when all of them have
+    arrived: turned away together, as a priority level does with a burst. (Answered one
+    by one, the first 429 would cut the client's requests in flight before the others
+    were sent, and they would wait for a seat instead of a Retry-After.)
+    """
     turned_away: set[str] = set()
     lock = threading.Lock()
+    burst = threading.Barrier(together, timeout=10)
 
     def respond(seen: Seen) -> Reply:
         name = seen.path.rsplit("/", 1)[1]
@@ -233,6 +240,7 @@ def _first_answer_429(retry_after: str) -> Responder:
             first = name not in turned_away
             turned_away.add(name)
         if first:
+            burst.wait()
             return Reply(429, {"kind": "Status", "code": 429}, {"Retry-After": retry_after})
         return Reply(200, cm(name))
 
@@ -261,7 +269,7 @@ def test_requests_turned_away_together_are_retried_one_by_one_never_early(
     plus their own draw of the jitter window (up to half the Retry-After): with draws 0,
     0.5 and 0.998 they are retried at +2.0, +2.5 and +2.998 s, one at a time.
     """
-    srv = server_factory(_first_answer_429("2"))
+    srv = server_factory(_first_answer_429("2", together=3))
     clock = FakeClock(100.0)
     client = make_client(srv.url, clock=clock, draws=(0.0, 0.5, 0.998))
     done = _get_all(client, "abc")
@@ -283,7 +291,7 @@ def test_by_default_the_retry_delays_are_drawn_at_random_within_the_window(
     server_factory: Any,
 ) -> None:
     """Without scripted draws: every wait is in [Retry-After, 1.5 x Retry-After), not all equal."""
-    srv = server_factory(_first_answer_429("4"))
+    srv = server_factory(_first_answer_429("4", together=8))
     clock = FakeClock(0.0)
     client = KubeClient.from_configuration(
         k8s_client.Configuration(host=srv.url), qps=0, clock=clock

@@ -8,7 +8,9 @@ It owns three decisions and nothing else:
   ConfigMaps by (:func:`new_reconciler`);
 - **its key mapping**: a ConfigBundle event enqueues the bundle's key, a managed
   ConfigMap event the key of its controller owner when that is a ConfigBundle
-  (``for_`` / ``owns`` in :func:`setup`);
+  (``for_`` / ``owns`` in :func:`setup`), and after a restart the listed bundles that
+  are not converged (:func:`cbop.reconciler.status.is_converged`) go ahead of those
+  that are;
 - **its reconciler**: :class:`cbop.reconciler.Reconciler`, built with the manager's
   (fenced) client and the shared listers.
 
@@ -26,6 +28,7 @@ from cbop.keys import CONTROLLER_UID_INDEX, object_key
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS
 from cbop.reconciler import EventRecorder, Reconciler, Requeue, Result
 from cbop.reconciler.interfaces import Client, Observer
+from cbop.reconciler.status import is_converged
 from cbop.runtime import Builder, Controller, Scope
 
 __all__ = ["CONTROLLER_NAME", "MANAGED_SELECTOR", "new_reconciler", "reconcile_all", "setup"]
@@ -95,7 +98,7 @@ def setup(
     )
     return (
         Builder(manager, CONTROLLER_NAME)
-        .for_(CONFIGBUNDLES)
+        .for_(CONFIGBUNDLES, converged=is_converged)
         .owns(CONFIGMAPS, label_selector=MANAGED_SELECTOR)
         .with_options(workers=workers, priority_queue=priority_queue)
         .complete(reconciler)

@@ -139,3 +139,31 @@ def status_equal(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bo
     conds_a = {c.get("type"): c for c in a.pop("conditions", None) or ()}
     conds_b = {c.get("type"): c for c in b.pop("conditions", None) or ()}
     return a == b and conds_a == conds_b
+
+
+def is_converged(bundle: Mapping[str, Any]) -> bool:
+    """Whether ``bundle``'s status already reports on its current spec, and Ready.
+
+    True when ``status.observedGeneration`` equals ``metadata.generation``, the ``Ready``
+    condition is ``True`` for that generation, and the bundle is not being deleted. A
+    bundle created or changed while no cbop ran, never reconciled, or not Ready (a
+    conflict, an invalid spec) is not converged. Used to put listed bundles that need
+    work ahead of the converged rest after a restart
+    (:class:`cbop.runtime.EnqueueHandler`); it reads the cache only, never the ConfigMap,
+    so a ConfigMap that drifted while cbop was down is found by the (lower-priority)
+    look every listed bundle still gets.
+    """
+    meta = bundle.get("metadata") or {}
+    if meta.get("deletionTimestamp"):
+        return False
+    generation = meta.get("generation")
+    status = bundle.get("status") or {}
+    if generation is None or status.get("observedGeneration") != generation:
+        return False
+    for condition in status.get("conditions") or ():
+        if condition.get("type") == CONDITION_READY:
+            return bool(
+                condition.get("status") == "True"
+                and condition.get("observedGeneration") == generation
+            )
+    return False

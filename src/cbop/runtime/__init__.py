@@ -24,6 +24,7 @@ This package knows nothing of ConfigBundles (see ``cbop.controllers``) nor of Pr
 from cbop.runtime.builder import Builder
 from cbop.runtime.controller import DEFAULT_WEDGED_AFTER, DEFAULT_WORKERS, Controller
 from cbop.runtime.handlers import (
+    ConvergedFunc,
     EnqueueHandler,
     MapFunc,
     enqueue_controller_owner,
@@ -46,6 +47,7 @@ __all__ = [
     "Controller",
     "ControllerMetrics",
     "ControllerMetricsProvider",
+    "ConvergedFunc",
     "Coordinator",
     "EnqueueHandler",
     "LeaderElection",

@@ -24,7 +24,12 @@ from typing import TYPE_CHECKING
 
 from cbop.kube import Resource
 from cbop.runtime.controller import DEFAULT_WEDGED_AFTER, DEFAULT_WORKERS, Controller
-from cbop.runtime.handlers import MapFunc, enqueue_controller_owner, enqueue_object
+from cbop.runtime.handlers import (
+    ConvergedFunc,
+    MapFunc,
+    enqueue_controller_owner,
+    enqueue_object,
+)
 from cbop.runtime.reconcile import Reconciler
 from cbop.workqueue import PriorityQueue, RateLimiter, RateLimitingQueue
 
@@ -39,6 +44,7 @@ class _Watch:
     resource: Resource
     map_func: MapFunc
     label_selector: str | None
+    converged: ConvergedFunc | None = None
 
 
 @dataclass
@@ -69,8 +75,21 @@ class Builder:
         self._for: Resource | None = None
         self._options = _Options()
 
-    def for_(self, resource: Resource, *, label_selector: str | None = None) -> Builder:
+    def for_(
+        self,
+        resource: Resource,
+        *,
+        label_selector: str | None = None,
+        converged: ConvergedFunc | None = None,
+    ) -> Builder:
         """Reconcile objects of ``resource``: each event enqueues the object's own key.
+
+        Args:
+            resource: the kind reconciled.
+            label_selector: a server-side label selector for its informer.
+            converged: ``fn(obj) -> bool``, whether an object of the initial list
+                needs only a look; those it says are not go in at normal priority
+                instead of low (see :mod:`cbop.runtime.handlers`). None: all low.
 
         Raises:
             ValueError: called twice.
@@ -78,7 +97,9 @@ class Builder:
         if self._for is not None:
             raise ValueError(f"controller {self._name}: for_ was already given {self._for}")
         self._for = resource
-        self._options.watches.append(_Watch(resource, enqueue_object, label_selector))
+        self._options.watches.append(
+            _Watch(resource, enqueue_object, label_selector, converged=converged)
+        )
         return self
 
     def owns(self, resource: Resource, *, label_selector: str | None = None) -> Builder:
@@ -170,6 +191,6 @@ class Builder:
                 watch.resource, label_selector=watch.label_selector
             )
             for informer in informers.values():
-                controller.watch(informer, watch.map_func)
+                controller.watch(informer, watch.map_func, converged=watch.converged)
         manager.add(controller)
         return controller

@@ -36,7 +36,7 @@ import structlog
 from cbop.clock import Clock, RealClock
 from cbop.informers import SharedInformer
 from cbop.kube import ApiError, LeaseNotHeld
-from cbop.runtime.handlers import EnqueueHandler, MapFunc
+from cbop.runtime.handlers import ConvergedFunc, EnqueueHandler, MapFunc
 from cbop.runtime.metrics import ControllerMetrics, NoopControllerMetrics
 from cbop.runtime.reconcile import Reconciler, Requeue
 from cbop.workqueue import RateLimitingQueue
@@ -94,13 +94,22 @@ class Controller:
         self._busy_since: dict[int, float] = {}
         self._busy_lock = threading.Lock()
 
-    def watch(self, informer: SharedInformer, map_func: MapFunc) -> None:
+    def watch(
+        self,
+        informer: SharedInformer,
+        map_func: MapFunc,
+        *,
+        converged: ConvergedFunc | None = None,
+    ) -> None:
         """Enqueue the keys ``map_func`` yields for every event of ``informer``.
 
         As controller-runtime's ``Controller.Watch``: the informer's initial list and
-        unchanged updates go in at low priority (see :mod:`cbop.runtime.handlers`).
+        unchanged updates go in at low priority (see :mod:`cbop.runtime.handlers`),
+        except listed objects that ``converged`` (when given) says are not.
         """
-        informer.add_event_handler(EnqueueHandler(self.queue, map_func, synced=informer.has_synced))
+        informer.add_event_handler(
+            EnqueueHandler(self.queue, map_func, synced=informer.has_synced, converged=converged)
+        )
 
     def start(self) -> None:
         """Start the worker threads; they run until :meth:`stop_workers` or :meth:`shutdown`."""

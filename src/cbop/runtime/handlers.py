@@ -11,6 +11,13 @@ before the informer reports synced comes from the initial list (client-go's
 ``isInInitialList``); those, and updates that change nothing (a resync, or a relist
 finding the same resourceVersion) go in at ``LOW_PRIORITY``, so that a restart's
 thousands of converged objects do not delay the one someone just changed.
+
+Beyond controller-runtime: a ``For`` watch may say which listed objects are already
+converged (``converged``, e.g. a status whose ``observedGeneration`` is the object's
+``generation``). Listed objects that are not (created or changed while no replica ran,
+or never reconciled) then go in at ``NORMAL_PRIORITY``, ahead of the converged rest, so
+a restart over ten thousand converged objects serves the one new object first even when
+it was created before the initial list was read.
 """
 
 from __future__ import annotations
@@ -23,10 +30,20 @@ from cbop.informers import DeleteArg, DeletedFinalStateUnknown
 from cbop.keys import key_of, object_key
 from cbop.workqueue import LOW_PRIORITY, PriorityQueue, RateLimitingQueue
 
-__all__ = ["EnqueueHandler", "MapFunc", "enqueue_controller_owner", "enqueue_object"]
+__all__ = [
+    "ConvergedFunc",
+    "EnqueueHandler",
+    "MapFunc",
+    "enqueue_controller_owner",
+    "enqueue_object",
+]
 
 #: Maps a (cached, read-only) object to the keys of the objects to reconcile.
 MapFunc = Callable[[Mapping[str, Any]], Iterable[str]]
+
+#: Whether a (cached, read-only) object needs no reconcile beyond a look: its status
+#: already tells of its current spec.
+ConvergedFunc = Callable[[Mapping[str, Any]], bool]
 
 
 def enqueue_object(obj: Mapping[str, Any]) -> list[str]:
@@ -70,6 +87,8 @@ class EnqueueHandler:
             initial list go in at ``LOW_PRIORITY``.
         map_func: object -> keys to enqueue.
         synced: the informer's ``has_synced`` (None: every add is a real change).
+        converged: for an object of the initial list, whether it is converged; those
+            that are not go in at normal priority (None: every listed object is low).
 
     On an update, the keys of both the new and the old object are enqueued (a dependent
     whose owner changed wakes both owners). A tombstone is mapped through the last
@@ -82,10 +101,12 @@ class EnqueueHandler:
         map_func: MapFunc,
         *,
         synced: Callable[[], bool] | None = None,
+        converged: ConvergedFunc | None = None,
     ) -> None:
         self._queue = queue
         self._map = map_func
         self._synced = synced
+        self._converged = converged
         self._add_low: Callable[[str], None] = (
             functools.partial(queue.add, priority=LOW_PRIORITY)
             if isinstance(queue, PriorityQueue)
@@ -105,8 +126,12 @@ class EnqueueHandler:
             add(key)
 
     def on_add(self, obj: Mapping[str, Any]) -> None:
-        """Enqueue the keys of an added object (low priority from the initial list)."""
-        self._add(self._keys(obj), low=self._synced is not None and not self._synced())
+        """Enqueue the keys of an added object.
+
+        From the initial list they go in low, unless ``converged`` says it is not.
+        """
+        listed = self._synced is not None and not self._synced()
+        self._add(self._keys(obj), low=listed and (self._converged is None or self._converged(obj)))
 
     def on_update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
         """Enqueue the new object's keys (low if unchanged) and those only the old yields."""
