@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from cbop.clock import wait_for
 from cbop.kube import ApiError, Resource
-from cbop.leaderelection import ACQUIRE_JITTER_FACTOR
+from cbop.leaderelection import ACQUIRE_JITTER_FACTOR, LeaderElector
 from cbop.metrics.sharding import PrometheusShardMetrics
 from cbop.sharding import (
     GROUP_LABEL,
@@ -449,6 +450,49 @@ def test_failing_renewals_lose_every_shard_with_the_fence_closed_first(
     api.down = False
     assert api.holder(0) == "b"
     assert api.holder(1) == "b"
+
+
+def test_a_shard_lost_after_a_delivery_is_still_reported_lost(
+    api: FakeGroupApi, drivers: Callable[..., Driver], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the sharding e2e test (a replica resumed after SIGSTOP): its elector
+    stopped leading between a tick's delivery of elector changes and the tick's
+    decision; the shard was let go as if never acquired, so its scope (workers,
+    informers) was never told it was lost. Here each elector's ``ended`` flag is
+    delayed by three retry periods, so a tick decides inside that window."""
+    def with_late_stop(*args: Any, **kwargs: Any) -> Any:
+        stopped, clock = kwargs["on_stopped_leading"], kwargs["clock"]
+
+        def late() -> None:
+            cond = threading.Condition()
+            with cond:
+                wait_for(clock, cond, lambda: False, 3 * RETRY)
+            stopped()
+
+        return LeaderElector(*args, **{**kwargs, "on_stopped_leading": late})
+
+    monkeypatch.setattr("cbop.sharding.coordinator.LeaderElector", with_late_stop)
+    d = drivers("b", 2)
+    d.join()
+    assert sorted(d.handler.events()) == [("acquired", 0), ("acquired", 1)]
+    api.member("a")
+    api.shard(0, "a")  # taken over while "b" was paused
+    d.advance(RETRY * 5)
+    assert d.handler.events()[2:] == [("lost", 0)]
+    assert [shard.index for shard in d.coordinator.held()] == [1]
+    assert (0, ShardEvent.LOST) in d.metrics.transitions
+    api.member("a")
+    api.shard(0, "a")
+    d.advance(RETRY * 3)  # the late flag arrives: reported once, not again
+    assert d.handler.events()[2:] == [("lost", 0)]
+    # Stop: the released shard's late flag waits on the fake clock too.
+    d.stop.set()
+    give_up = time.monotonic() + PATIENCE  # real seconds; guards a hung test only
+    while d.thread.is_alive():
+        assert time.monotonic() < give_up
+        d.clock.step(RETRY)
+        d.thread.join(0.05)
+    assert d.handler.events()[2:] == [("lost", 0), ("release", 1)]
 
 
 def test_stop_releases_every_shard_highest_first_then_leaves(

@@ -451,19 +451,23 @@ class ShardCoordinator:
             if started and not ended and not slot.told:
                 self._acquired(slot)
             elif (ended or finished) and slot.told:
-                with self._lock:
-                    slot.told = False
-                log.warning("lost shard", group=self._group, shard=str(slot.shard))
-                try:
-                    self._handler.lost(slot.shard)
-                except Exception:
-                    log.exception("the shard handler failed to stop", shard=str(slot.shard))
-                self._metrics.transition(slot.shard.index, ShardEvent.LOST)
+                self._lost(slot)
             if ended or finished:
                 slot.letting_go = True
                 if finished:
                     self._forget(slot)
         self._metrics.set_held(len(self.held()))
+
+    def _lost(self, slot: _Slot) -> None:
+        """Tell the handler that ``slot``'s shard, which it was told of, is lost."""
+        with self._lock:
+            slot.told = False
+        log.warning("lost shard", group=self._group, shard=str(slot.shard))
+        try:
+            self._handler.lost(slot.shard)
+        except Exception:
+            log.exception("the shard handler failed to stop", shard=str(slot.shard))
+        self._metrics.transition(slot.shard.index, ShardEvent.LOST)
 
     def _acquired(self, slot: _Slot) -> None:
         assert slot.elector is not None
@@ -535,7 +539,14 @@ class ShardCoordinator:
             helper.join()
 
     def _let_go(self, slot: _Slot) -> None:
-        """Stop ``slot``'s elector without telling the handler (it was never told)."""
+        """Stop ``slot``'s elector, without a drain.
+
+        A shard the handler was told of is reported lost first: its elector stopped
+        leading after the last :meth:`_deliver` (between that and this tick's decision)
+        and its ``ended`` flag has not been delivered yet.
+        """
+        if slot.told:
+            self._lost(slot)
         slot.letting_go = True
         slot.stop.set()
 
