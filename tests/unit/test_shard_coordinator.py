@@ -460,6 +460,7 @@ def test_a_shard_lost_after_a_delivery_is_still_reported_lost(
     decision; the shard was let go as if never acquired, so its scope (workers,
     informers) was never told it was lost. Here each elector's ``ended`` flag is
     delayed by three retry periods, so a tick decides inside that window."""
+
     def with_late_stop(*args: Any, **kwargs: Any) -> Any:
         stopped, clock = kwargs["on_stopped_leading"], kwargs["clock"]
 
