@@ -243,8 +243,8 @@ class KubeClient:
         return cast(str, self._transport.api_client.configuration.host)
 
     def close(self) -> None:
-        """Close the idle pooled connections."""
-        self._transport.api_client.rest_client.close()
+        """Close the idle pooled connections (later requests open new ones)."""
+        self._transport.close()
 
     def __enter__(self) -> KubeClient:
         return self
