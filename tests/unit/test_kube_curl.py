@@ -7,7 +7,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -16,21 +16,22 @@ from kubernetes import client as k8s_client
 from cbop.kube import CONFIGMAPS, ConnectionFailed, KubeClient
 from cbop.kube.curl import CurlError, CurlSession, CurlTimeoutError, curl_supports
 from cbop.kube.transport import is_timeout
-from tests.unit.test_kube_client import FakeApiServer, Reply, Responder, Seen, cm
+from tests.unit.test_kube_client import (  # the scripted server and its fixture
+    FakeApiServer,
+    Reply,
+    Responder,
+    Seen,
+    cm,
+    server_factory,  # noqa: F401 - a fixture
+)
 
 
 @pytest.fixture
-def server() -> Iterator[Callable[[Responder], FakeApiServer]]:
-    servers: list[FakeApiServer] = []
-
-    def make(responder: Responder) -> FakeApiServer:
-        srv = FakeApiServer(responder)
-        servers.append(srv)
-        return srv
-
-    yield make
-    for srv in servers:
-        srv.close()
+def server(
+    server_factory: Callable[[Responder], FakeApiServer],  # noqa: F811 - the imported fixture
+) -> Callable[[Responder], FakeApiServer]:
+    """test_kube_client's scripted servers (closed after the test)."""
+    return server_factory
 
 
 def session(url: str) -> CurlSession:
@@ -69,7 +70,9 @@ def test_a_large_body_goes_without_expect_100_continue(
     assert "expect" not in srv.requests[0].headers
 
 
-def test_a_gzip_answer_is_read_decompressed(server: Callable[[Responder], FakeApiServer]) -> None:
+def test_a_gzip_answer_is_read_decompressed(
+    server: Callable[[Responder], FakeApiServer],
+) -> None:
     payload = json.dumps({"items": [cm(f"c{i}") for i in range(500)]}).encode()
 
     def compressed(seen: Seen) -> Reply:
