@@ -341,7 +341,81 @@ def goals(results: Mapping[str, Any]) -> list[str]:
         g = per_bundle(by["cbop"], {"GET"})
         out.append(f"- S5 at most 2 writes per new bundle: {w:.2f} — {verdict(w <= 2)}")
         out.append(f"- S5 no reads outside list/watch: {g:.3f} GETs per bundle — {verdict(g == 0)}")
+    out += _cpu_and_scale_goals(results, by, n, verdict)
     return [*out, ""] if len(out) > 2 else []
+
+
+def _cpu_and_scale_goals(
+    results: Mapping[str, Any],
+    s1: Mapping[Any, Mapping[str, Any]],
+    n: int,
+    verdict: Any,
+) -> list[str]:
+    """The CPU, latency and scale goals, each a ratio to controller-runtime (or raw) in this run."""
+    out: list[str] = []
+    peer = "controller-runtime"
+
+    def ratio_goal(text: str, a: float | None, b: float | None, limit: float) -> None:
+        if a is None or b is None or not b:
+            return
+        r = a / b
+        out.append(
+            f"- {text}: {a:.3f} vs {b:.3f} ({r:.2f}x, goal <= {limit:g}x) — {verdict(r <= limit)}"
+        )
+
+    if "cbop" in s1 and peer in s1:
+        ratio_goal(
+            f"S1 operator CPU seconds at N = {n:,}, cbop / {peer}",
+            s1["cbop"]["cpu_seconds"],
+            s1[peer]["cpu_seconds"],
+            1.25,
+        )
+        ratio_goal(
+            f"S1 with default settings (cbop's default has no client-side limit) at N = {n:,}, "
+            f"seconds, cbop / {peer}",
+            s1["cbop"]["seconds"],
+            s1[peer]["seconds"],
+            1.0,
+        )
+    s3 = _by(results.get("s3") or [], "impl")
+    if "cbop" in s3 and peer in s3:
+        ratio_goal(
+            f"S3 idle CPU seconds, cbop / {peer}",
+            s3["cbop"]["cpu_seconds"],
+            s3[peer]["cpu_seconds"],
+            1.0,
+        )
+    s2 = _by(results.get("s2") or [], "impl")
+    if "cbop" in s2 and peer in s2:
+        ratio_goal(f"S2 heal p99 seconds, cbop / {peer}", s2["cbop"]["p99"], s2[peer]["p99"], 1.5)
+    scale = _by(results.get("scale") or [], "impl", "n")
+    for (impl, size), rec in sorted(scale.items()):
+        if impl != "cbop":
+            continue
+        raw, other = scale.get(("raw", size)), scale.get((peer, size))
+        if raw:
+            ratio_goal(
+                f"S7 converge seconds at N = {size:,}, cbop / raw",
+                rec["converge_seconds"],
+                raw["converge_seconds"],
+                1.15,
+            )
+        if other:
+            for field, text in (
+                ("steady_mib", "S7 steady RSS MiB"),
+                ("restart_to_quiet_seconds", "S7 restart-to-quiet seconds"),
+                ("new_bundle_ready_seconds", "S6 new bundle Ready seconds"),
+            ):
+                ratio_goal(
+                    f"{text} at N = {size:,}, cbop / {peer}", rec.get(field), other.get(field), 1.0
+                )
+        ready = rec.get("new_bundle_ready_seconds")
+        if ready is not None:
+            out.append(
+                f"- S6 new bundle Ready within 2 s at N = {size:,}: {ready:.2f} s — "
+                f"{verdict(ready <= 2.0)}"
+            )
+    return out
 
 
 def markdown(results: Mapping[str, Any], plots: Sequence[str]) -> str:
