@@ -99,8 +99,42 @@ def test_the_caches_are_bounded() -> None:
     for i in range(5):
         b = bundle({"data": {"a": str(i)}}, name=f"b{i}")
         b["metadata"]["uid"] = f"uid-{i}"
-        memo.decide(b, memo.spec(b), with_rv(written(b), str(i)))
+        cm = with_rv(written(b), str(i))
+        memo.decide(b, memo.spec(b), cm)
+        memo.remember_noop(b, cm, f"outcome-{i}")
     assert len(memo._specs) == len(memo._desired) == len(memo._synced) == 2
+    assert len(memo._noops) == 2
+
+
+def test_specs_and_renders_keep_a_working_set_while_every_outcome_is_kept() -> None:
+    memo = DecisionMemo(maxsize=10, working_set=2)
+    bundles = []
+    for i in range(5):
+        b = bundle({"data": {"a": str(i)}}, name=f"b{i}")
+        b["metadata"]["uid"] = f"uid-{i}"
+        cm = with_rv(written(b), str(i))
+        assert memo.decide(b, memo.spec(b), cm).action is Action.NONE
+        memo.remember_noop(b, cm, f"outcome-{i}")
+        bundles.append((b, cm))
+    assert len(memo._specs) == len(memo._desired) == len(memo._synced) == 2
+    for i, (b, cm) in enumerate(bundles):
+        assert memo.noop_configmap_name(b) == f"b{i}"
+        assert memo.noop(b, cm) == f"outcome-{i}"
+
+
+def test_the_stored_configmap_name_is_only_given_for_the_same_bundle_version() -> None:
+    memo = DecisionMemo()
+    b = bundle({"data": {"a": "1"}, "configMapName": "custom"})
+    cm = written(b)
+    assert cm["metadata"]["name"] == "custom"
+    assert memo.noop_configmap_name(b) is None
+    memo.remember_noop(b, cm, "outcome")
+    assert memo.noop_configmap_name(b) == "custom"
+    newer = copy.deepcopy(b)
+    newer["metadata"]["resourceVersion"] = "999"
+    assert memo.noop_configmap_name(newer) is None
+    memo.forget_noop(b)
+    assert memo.noop_configmap_name(b) is None
 
 
 @pytest.mark.parametrize(

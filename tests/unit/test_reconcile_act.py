@@ -571,10 +571,41 @@ def test_a_resync_of_a_converged_bundle_repeats_the_outcome_without_deciding_aga
     decided = r._memo.hits + r._memo.misses
     for _ in range(3):
         assert r.reconcile("demo/app") == first
-    # Only the parsed spec is looked up again (for the ConfigMap's name): no decision.
-    assert r._memo.hits + r._memo.misses == decided + 3
+    # Nothing is looked up again: the ConfigMap's name is stored with the outcome.
+    assert r._memo.hits + r._memo.misses == decided
     assert first.action is Action.NONE
     assert client.actions == []
+
+
+def test_a_resync_repeats_the_outcome_after_the_spec_and_desired_entries_were_evicted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    b = converged_bundle({"data": {"a": "1"}})
+    client = FakeClient()
+    r = reconciler(client, b, written(b))
+    first = r.reconcile("demo/app")
+    assert first.action is Action.NONE
+    # A full reconcile of other bundles pushes this one's parsed spec and desired
+    # ConfigMap out of the working set; its stored outcome stays.
+    r._memo._specs.clear()
+    r._memo._desired.clear()
+    r._memo._synced.clear()
+    parsed: list[object] = []
+    monkeypatch.setattr("cbop.reconciler.memo.parse_spec", parsed.append)
+    for _ in range(3):
+        assert r.reconcile("demo/app") == first
+    assert parsed == []
+    assert client.actions == []
+
+
+def test_a_configmap_deleted_after_a_no_op_reconcile_is_created_again() -> None:
+    b = converged_bundle({"data": {"a": "1"}})
+    client = FakeClient()
+    r = reconciler(client, b, written(b))
+    assert r.reconcile("demo/app").action is Action.NONE
+    r._configmaps = FakeLister()
+    assert r.reconcile("demo/app").action is Action.CREATE
+    assert client.writes() == [("create", "configmaps", "app")]
 
 
 def test_a_configmap_changed_after_a_no_op_reconcile_is_healed() -> None:

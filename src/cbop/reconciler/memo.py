@@ -16,12 +16,19 @@ So a changed bundle or ConfigMap never finds a stale entry: it has a new key.
 
 A fourth cache holds, per bundle UID, the outcome of the bundle's last full reconcile
 when it wrote nothing (:meth:`DecisionMemo.noop`), with the resourceVersions of the
-bundle and of its ConfigMap it was computed from: a resync that finds both unchanged
-returns that outcome without deciding again (see :class:`cbop.reconciler.Reconciler`).
-Objects
-without those fields (never the case for objects read from the API server) are not
-memoised. Each cache is an LRU of at most ``maxsize`` entries, safe to share between
-reconcile threads; an entry of a deleted bundle stays until it is evicted.
+bundle and of its ConfigMap it was computed from, and the ConfigMap's name: a resync
+that finds both unchanged returns that outcome without parsing, rendering or deciding
+again (see :class:`cbop.reconciler.Reconciler`). Objects without those fields (never
+the case for objects read from the API server) are not memoised.
+
+Each cache is an LRU, safe to share between reconcile threads; an entry of a deleted
+bundle stays until it is evicted. The outcomes hold one small entry per converged
+bundle (``maxsize``, room for every bundle); the parsed specs, desired ConfigMaps and
+verdicts are only needed by full reconciles, which follow a change, so they hold a
+working set of the bundles reconciled most recently (``working_set``): a bundle that
+changes again after its entries were evicted is parsed and rendered anew (tens of
+microseconds), and a converged operator does not keep a second and third copy of every
+bundle's content (about 2.5 KiB per bundle of 1 KiB of data).
 """
 
 from __future__ import annotations
@@ -36,9 +43,14 @@ from cbop.api import BundleSpec, SpecError, parse_spec
 from cbop.reconciler.decision import Decision, decide
 from cbop.reconciler.desired import DesiredConfigMap, desired_configmap, in_sync
 
-#: Default entries per cache: room for this many bundles before a resync evicts entries
-#: it will need again.
+#: Default stored outcomes: room for this many converged bundles before a resync
+#: evicts entries it will need again.
 DEFAULT_MAXSIZE = 65_536
+
+#: Default parsed specs, desired ConfigMaps and verdicts kept: the bundles of the most
+#: recent full reconciles (a create is followed by two more full reconciles, for its
+#: ConfigMap's and its status's watch events, within seconds).
+DEFAULT_WORKING_SET = 1_024
 
 
 def _bundle_key(bundle: Mapping[str, Any]) -> tuple[str, int] | None:
@@ -61,23 +73,29 @@ class DecisionMemo:
     """Parsed specs, desired ConfigMaps and in-sync verdicts, memoised (see module docs).
 
     Args:
-        maxsize: entries per cache (least recently used go first).
+        maxsize: stored no-op outcomes, one per bundle (least recently used go first).
+        working_set: parsed specs, desired ConfigMaps and in-sync verdicts, each
+            (least recently used go first); at most ``maxsize``.
 
     Thread-safe: a lock guards each cache; a value is computed outside the lock, so two
     threads may compute the same entry once each (the results are equal).
     """
 
-    def __init__(self, maxsize: int = DEFAULT_MAXSIZE) -> None:
+    def __init__(
+        self, maxsize: int = DEFAULT_MAXSIZE, working_set: int = DEFAULT_WORKING_SET
+    ) -> None:
+        working_set = min(working_set, maxsize)
         self._specs: cachetools.LRUCache[Hashable, BundleSpec | SpecError] = cachetools.LRUCache(
-            maxsize
+            working_set
         )
         self._desired: cachetools.LRUCache[Hashable, DesiredConfigMap] = cachetools.LRUCache(
-            maxsize
+            working_set
         )
-        self._synced: cachetools.LRUCache[Hashable, bool] = cachetools.LRUCache(maxsize)
+        self._synced: cachetools.LRUCache[Hashable, bool] = cachetools.LRUCache(working_set)
         # Bundle UID -> (bundle resourceVersion, ConfigMap UID, ConfigMap
-        # resourceVersion, the outcome); only bundles whose last full reconcile wrote nothing.
-        self._noops: cachetools.LRUCache[str, tuple[str, str, str, Any]] = cachetools.LRUCache(
+        # resourceVersion, ConfigMap name, the outcome); only bundles whose last full
+        # reconcile wrote nothing.
+        self._noops: cachetools.LRUCache[str, tuple[str, str, str, str, Any]] = cachetools.LRUCache(
             maxsize
         )
         self._lock = threading.Lock()
@@ -155,6 +173,22 @@ class DecisionMemo:
 
         return decide(bundle, spec, current, desired_of=self.desired, synced=synced)
 
+    def noop_configmap_name(self, bundle: Mapping[str, Any]) -> str | None:
+        """Return the name of the ConfigMap the stored outcome of ``bundle`` was decided on.
+
+        None unless an outcome is stored for this very bundle resourceVersion (so for
+        this spec: the name a parse of it would give), without parsing the spec.
+        """
+        meta = bundle.get("metadata") or {}
+        uid = meta.get("uid")
+        if not isinstance(uid, str):
+            return None
+        with self._lock:
+            entry = self._noops.get(uid)
+        if entry is None or entry[0] != meta.get("resourceVersion"):
+            return None
+        return entry[3]
+
     def noop(self, bundle: Mapping[str, Any], configmap: Mapping[str, Any]) -> Any:
         """Return the outcome :meth:`remember_noop` stored for these very objects, or None.
 
@@ -170,7 +204,7 @@ class DecisionMemo:
             entry = self._noops.get(uid)
         if entry is None or entry[0] != meta.get("resourceVersion") or entry[1:3] != key:
             return None
-        return entry[3]
+        return entry[4]
 
     def remember_noop(
         self, bundle: Mapping[str, Any], configmap: Mapping[str, Any], outcome: Any
@@ -182,9 +216,10 @@ class DecisionMemo:
         """
         bundle_key = _object_key(bundle)
         key = _object_key(configmap)
-        if bundle_key is not None and key is not None:
+        name = (configmap.get("metadata") or {}).get("name")
+        if bundle_key is not None and key is not None and isinstance(name, str):
             with self._lock:
-                self._noops[bundle_key[0]] = (bundle_key[1], *key, outcome)
+                self._noops[bundle_key[0]] = (bundle_key[1], *key, name, outcome)
 
     def forget_noop(self, bundle: Mapping[str, Any]) -> None:
         """Drop the stored outcome of ``bundle`` (a full reconcile of it begins)."""

@@ -163,10 +163,8 @@ class Reconciler:
         if bundle is None:
             return Result(key, None, message="bundle not found; nothing to do")
         started = time.monotonic()
-        spec = self._memo.spec(bundle)
-        current = self._cached_configmap(bundle, spec)
-        if current is not None and not self._dry_run:
-            unchanged = self._unchanged(bundle, current)
+        if not self._dry_run:
+            unchanged = self._unchanged(bundle)
             if unchanged is not None:
                 log.debug(
                     "reconciled",
@@ -180,6 +178,8 @@ class Reconciler:
                     duration=round(time.monotonic() - started, 6),
                 )
                 return unchanged
+        spec = self._memo.spec(bundle)
+        current = self._cached_configmap(bundle, spec)
         self._memo.forget_noop(bundle)
         logger = log.bind(
             controller=self._controller_name,
@@ -241,21 +241,27 @@ class Reconciler:
         )
         return result
 
-    def _unchanged(self, bundle: Mapping[str, Any], current: Mapping[str, Any]) -> Result | None:
+    def _unchanged(self, bundle: Mapping[str, Any]) -> Result | None:
         """Return the outcome of the bundle's last full reconcile if it still holds, else None.
 
-        It holds when that reconcile wrote nothing, the bundle and ``current`` (its
-        ConfigMap in the cache) are the very versions it was decided against, and no
-        other ConfigMap controlled by the bundle has appeared since (one would be
-        deleted as stale). Every other input of the decision is part of those objects,
-        and a full reconcile drops the stored outcome before it begins, so the answer
-        is the one a full reconcile would give, without deciding again or computing the
-        status: what a resync of a converged bundle costs.
+        It holds when that reconcile wrote nothing, the bundle and its ConfigMap in the
+        cache are the very versions it was decided against, and no other ConfigMap
+        controlled by the bundle has appeared since (one would be deleted as stale).
+        Every other input of the decision is part of those objects, and a full
+        reconcile drops the stored outcome before it begins, so the answer is the one a
+        full reconcile would give, without parsing the spec, deciding again or computing
+        the status: what a resync of a converged bundle costs. The ConfigMap's name is
+        the one stored with the outcome (the same bundle version has the same spec).
         """
+        name = self._memo.noop_configmap_name(bundle)
+        if name is None:
+            return None
+        current = self._configmaps.get(bundle["metadata"]["namespace"], name)
+        if current is None:
+            return None
         known: Result | None = self._memo.noop(bundle, current)
         if known is None:
             return None
-        name = current["metadata"]["name"]
         uid = bundle["metadata"]["uid"]
         for cm in self._configmaps.by_index(CONTROLLER_UID_INDEX, uid):
             if cm["metadata"]["name"] != name:
