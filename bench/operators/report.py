@@ -363,31 +363,21 @@ def _cpu_and_scale_goals(
             f"- {text}: {a:.3f} vs {b:.3f} ({r:.2f}x, goal <= {limit:g}x) — {verdict(r <= limit)}"
         )
 
-    if "cbop" in s1 and peer in s1:
-        ratio_goal(
-            f"S1 operator CPU seconds at N = {n:,}, cbop / {peer}",
-            s1["cbop"]["cpu_seconds"],
-            s1[peer]["cpu_seconds"],
-            1.25,
-        )
-        ratio_goal(
-            f"S1 with default settings (cbop's default has no client-side limit) at N = {n:,}, "
-            f"seconds, cbop / {peer}",
-            s1["cbop"]["seconds"],
-            s1[peer]["seconds"],
-            1.0,
-        )
-    s3 = _by(results.get("s3") or [], "impl")
-    if "cbop" in s3 and peer in s3:
-        ratio_goal(
-            f"S3 idle CPU seconds, cbop / {peer}",
-            s3["cbop"]["cpu_seconds"],
-            s3[peer]["cpu_seconds"],
-            1.0,
-        )
-    s2 = _by(results.get("s2") or [], "impl")
-    if "cbop" in s2 and peer in s2:
-        ratio_goal(f"S2 heal p99 seconds, cbop / {peer}", s2["cbop"]["p99"], s2[peer]["p99"], 1.5)
+    by_scenario = {
+        "s1": s1,
+        "s2": _by(results.get("s2") or [], "impl"),
+        "s3": _by(results.get("s3") or [], "impl"),
+    }
+    default = "with default settings (cbop's default has no client-side limit)"
+    for scenario, field, text, limit in (
+        ("s1", "cpu_seconds", f"S1 operator CPU seconds at N = {n:,}", 1.25),
+        ("s1", "seconds", f"S1 {default} at N = {n:,}, seconds", 1.0),
+        ("s3", "cpu_seconds", "S3 idle CPU seconds", 1.0),
+        ("s2", "p99", "S2 heal p99 seconds", 1.5),
+    ):
+        recs = by_scenario[scenario]
+        if "cbop" in recs and peer in recs:
+            ratio_goal(f"{text}, cbop / {peer}", recs["cbop"][field], recs[peer][field], limit)
     scale = _by(results.get("scale") or [], "impl", "n")
     for (impl, size), rec in sorted(scale.items()):
         if impl != "cbop":
