@@ -139,6 +139,30 @@ class Sampler:
         window = [s[1] for s in self.samples if s[0] >= since]
         return sum(window) / len(window) / 1024 if window else 0.0
 
+    def quiet_from(self, since: float, *, below: float = 0.03, window: float = 3.0) -> float | None:
+        """The time of the first sample at or after ``since`` that begins a quiet ``window``.
+
+        None when there is none.
+
+        Quiet: under ``below`` cores over the next ``window`` seconds (from this sample to
+        the first sample at least ``window`` s later), to the sampling interval's
+        resolution, unlike :func:`wait_quiet`, which only sees whole windows.
+        """
+        samples = self.samples
+        j = 0
+        for i, (t0, _, _, cpu0) in enumerate(samples):
+            if t0 < since:
+                continue
+            j = max(j, i + 1)
+            while j < len(samples) and samples[j][0] - t0 < window:
+                j += 1
+            if j == len(samples):
+                return None
+            t1, cpu1 = samples[j][0], samples[j][3]
+            if (cpu1 - cpu0) / (t1 - t0) < below:
+                return t0
+        return None
+
 
 def wait_quiet(
     pid: int, *, below: float = 0.03, window: float = 3.0, timeout: float = 120.0
