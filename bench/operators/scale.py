@@ -20,12 +20,13 @@ The raw floor has no restart; it runs the converge step only.
 
 from __future__ import annotations
 
+import signal
 import time
 from typing import Any
 
 from bench.operators import cluster
 from bench.operators.procs import Operator, Sampler, cbop_revision, wait_quiet
-from bench.operators.scenarios import Bench, expectations, log
+from bench.operators.scenarios import Bench, expectations, log, profiler
 from bench.operators.watch import Observer
 from cbop.kube import CONFIGBUNDLES
 
@@ -82,6 +83,9 @@ def restart(bench: Bench, impl: str, ns: str, n: int) -> dict[str, Any]:
             bench.revisions.add(cbop_revision())
         bench.current = op
         sampler = Sampler(op.pid, interval=0.25).start()
+        spy = None
+        if bench.s.profile is not None and impl.startswith("cbop"):
+            spy = profiler(op.pid, bench.s.profile / f"{impl}-s7-restart-{n}.collapsed")
         try:
             pause = op.started + NEW_AFTER - time.monotonic()
             if pause > 0:
@@ -95,6 +99,9 @@ def restart(bench: Bench, impl: str, ns: str, n: int) -> dict[str, Any]:
             new_ready = done - sent
             ready_after = op.wait_ready()
             waited = wait_quiet(op.pid, timeout=180 + 0.05 * n)
+            if spy is not None:
+                spy.send_signal(signal.SIGINT)
+                spy.wait(60)
             coarse = time.monotonic() - _QUIET_WINDOW - op.started
             steady_from = time.monotonic()
             time.sleep(bench.s.steady_seconds)
