@@ -117,24 +117,33 @@ def test_specs_and_renders_keep_a_working_set_while_every_outcome_is_kept() -> N
         memo.remember_noop(b, cm, f"outcome-{i}")
         bundles.append((b, cm))
     assert len(memo._specs) == len(memo._desired) == len(memo._synced) == 2
+    configmaps = {cm["metadata"]["name"]: cm for _, cm in bundles}
     for i, (b, cm) in enumerate(bundles):
-        assert memo.noop_configmap_name(b) == f"b{i}"
-        assert memo.noop(b, cm) == f"outcome-{i}"
+        assert memo.noop(b, configmaps.get) == (f"outcome-{i}", cm)
 
 
-def test_the_stored_configmap_name_is_only_given_for_the_same_bundle_version() -> None:
+def test_the_stored_outcome_holds_only_for_the_same_bundle_and_configmap_versions() -> None:
     memo = DecisionMemo()
     b = bundle({"data": {"a": "1"}, "configMapName": "custom"})
     cm = written(b)
     assert cm["metadata"]["name"] == "custom"
-    assert memo.noop_configmap_name(b) is None
+    asked: list[str] = []
+
+    def lookup(name: str) -> dict[str, Any]:
+        asked.append(name)
+        return cm
+
+    assert memo.noop(b, lookup) is None
     memo.remember_noop(b, cm, "outcome")
-    assert memo.noop_configmap_name(b) == "custom"
+    assert memo.noop(b, lookup) == ("outcome", cm)
+    assert asked == ["custom"]
     newer = copy.deepcopy(b)
     newer["metadata"]["resourceVersion"] = "999"
-    assert memo.noop_configmap_name(newer) is None
+    assert memo.noop(newer, lookup) is None
+    assert memo.noop(b, lambda name: with_rv(cm, "8")) is None
     memo.forget_noop(b)
-    assert memo.noop_configmap_name(b) is None
+    assert memo.noop(b, lookup) is None
+    assert asked == ["custom"]
 
 
 @pytest.mark.parametrize(

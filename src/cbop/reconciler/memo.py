@@ -34,7 +34,7 @@ bundle's content (about 2.5 KiB per bundle of 1 KiB of data).
 from __future__ import annotations
 
 import threading
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 import cachetools
@@ -173,11 +173,23 @@ class DecisionMemo:
 
         return decide(bundle, spec, current, desired_of=self.desired, synced=synced)
 
-    def noop_configmap_name(self, bundle: Mapping[str, Any]) -> str | None:
-        """Return the name of the ConfigMap the stored outcome of ``bundle`` was decided on.
+    def noop(
+        self,
+        bundle: Mapping[str, Any],
+        configmap_named: Callable[[str], Mapping[str, Any] | None],
+    ) -> tuple[Any, Mapping[str, Any]] | None:
+        """Return the outcome :meth:`remember_noop` stored for ``bundle``, and its ConfigMap.
 
-        None unless an outcome is stored for this very bundle resourceVersion (so for
-        this spec: the name a parse of it would give), without parsing the spec.
+        Args:
+            bundle: the bundle as cached now.
+            configmap_named: the cached ConfigMap of a name in the bundle's namespace, or
+                None; called with the name stored with the outcome, so that the spec
+                need not be parsed (the same bundle resourceVersion has the same spec).
+
+        Returns:
+            ``(outcome, configmap)``, or None unless the bundle's last full reconcile
+            wrote nothing and was computed from the same bundle resourceVersion and the
+            same ConfigMap (UID, resourceVersion).
         """
         meta = bundle.get("metadata") or {}
         uid = meta.get("uid")
@@ -187,24 +199,10 @@ class DecisionMemo:
             entry = self._noops.get(uid)
         if entry is None or entry[0] != meta.get("resourceVersion"):
             return None
-        return entry[3]
-
-    def noop(self, bundle: Mapping[str, Any], configmap: Mapping[str, Any]) -> Any:
-        """Return the outcome :meth:`remember_noop` stored for these very objects, or None.
-
-        None unless the bundle's last full reconcile wrote nothing and was computed from
-        the same bundle resourceVersion and the same ConfigMap (UID, resourceVersion).
-        """
-        meta = bundle.get("metadata") or {}
-        uid = meta.get("uid")
-        key = _object_key(configmap)
-        if not isinstance(uid, str) or key is None:
+        configmap = configmap_named(entry[3])
+        if configmap is None or _object_key(configmap) != entry[1:3]:
             return None
-        with self._lock:
-            entry = self._noops.get(uid)
-        if entry is None or entry[0] != meta.get("resourceVersion") or entry[1:3] != key:
-            return None
-        return entry[4]
+        return entry[4], configmap
 
     def remember_noop(
         self, bundle: Mapping[str, Any], configmap: Mapping[str, Any], outcome: Any

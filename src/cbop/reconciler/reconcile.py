@@ -253,15 +253,12 @@ class Reconciler:
         the status: what a resync of a converged bundle costs. The ConfigMap's name is
         the one stored with the outcome (the same bundle version has the same spec).
         """
-        name = self._memo.noop_configmap_name(bundle)
-        if name is None:
+        namespace = bundle["metadata"]["namespace"]
+        stored = self._memo.noop(bundle, lambda name: self._configmaps.get(namespace, name))
+        if stored is None:
             return None
-        current = self._configmaps.get(bundle["metadata"]["namespace"], name)
-        if current is None:
-            return None
-        known: Result | None = self._memo.noop(bundle, current)
-        if known is None:
-            return None
+        known: Result = stored[0]
+        name = stored[1]["metadata"]["name"]
         uid = bundle["metadata"]["uid"]
         for cm in self._configmaps.by_index(CONTROLLER_UID_INDEX, uid):
             if cm["metadata"]["name"] != name:
