@@ -76,9 +76,11 @@ class BatchSpy:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.batches: list[int] = []
         self.misses = 0
+        self.calls = 0
         original = jsonstream._Reader.batch
 
         def spy(reader: Any, marker: str) -> tuple[list[Any] | None, bool]:
+            self.calls += 1
             items, tried = original(reader, marker)
             if items:
                 self.batches.append(len(items))
@@ -97,6 +99,55 @@ def test_compact_lists_are_decoded_in_batches(monkeypatch: pytest.MonkeyPatch) -
     assert decode_list(split(data, 1000)) == json.loads(data)
     assert sum(spy.batches) > 250  # nearly all items came in batches
     assert len(spy.batches) > 3
+
+
+def bundle(i: int) -> dict[str, Any]:
+    """A custom resource as a list returns it: nested objects open as items do."""
+    version = "cbop.dev/v1alpha1"
+    entry = {"apiVersion": version, "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}
+    return {
+        "apiVersion": version,
+        "kind": "ConfigBundle",
+        "metadata": {
+            "name": f"cb-{i}",
+            "managedFields": [{**entry, "manager": "a"}, {**entry, "manager": "b"}],
+            "ownerReferences": [
+                {"apiVersion": version, "kind": "ConfigBundle", "name": "p", "uid": "1"},
+                {"apiVersion": version, "kind": "ConfigBundle", "name": "q", "uid": "2"},
+            ],
+        },
+        "spec": {"data": {"k": "v" * (i % 40)}},
+    }
+
+
+def test_custom_resources_with_lookalike_nested_objects_are_decoded_in_batches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # managedFields entries and owner references begin with {"apiVersion":... as the
+    # items do; the boundary marker carries apiVersion and kind, so they are not taken
+    # for item boundaries and the batches keep working.
+    monkeypatch.setattr(jsonstream, "_FILL", 4000)
+    spy = BatchSpy(monkeypatch)
+    items = [bundle(i) for i in range(300)]
+    data = json.dumps({"kind": "ConfigBundleList", "items": items}, separators=(",", ":"))
+    assert decode_list(split(data.encode(), 1000)) == json.loads(data)
+    assert spy.misses == 0
+    assert sum(spy.batches) > 250
+
+
+def test_a_layout_without_recurring_boundaries_stops_batching(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Items separated by ", " never show the compact marker: once a whole window holds
+    # no boundary, the rest is decoded item by item without rescanning the window for
+    # one per item (which made an indented 10,000-item list take seconds).
+    monkeypatch.setattr(jsonstream, "_FILL", 2000)
+    monkeypatch.setattr(jsonstream, "_MAX_WINDOW", 8000)
+    spy = BatchSpy(monkeypatch)
+    items = [{"metadata": {"name": f"o{i}"}, "data": {"k": "v" * 20}} for i in range(2000)]
+    data = json.dumps({"kind": "List", "items": items}).encode()
+    assert decode_list(split(data, 500)) == json.loads(data)
+    assert spy.calls < 20
 
 
 def test_nested_lookalike_boundaries_fall_back_to_single_items(

@@ -39,8 +39,21 @@ ItemHook = Callable[[dict[str, Any]], dict[str, Any]]
 _WS: Final = re.compile(r"[ \t\n\r]*")
 #: Bytes read per refill of the decoding window.
 _FILL: Final = 256 * 1024
-#: The opening of an item up to its first key, e.g. ``{"metadata":``.
-_ITEM_START: Final = re.compile(r'\{[ \t\n\r]*"(?:[^"\\]|\\.)*"[ \t\n\r]*:')
+#: The opening of an item up to its first key that is not ``apiVersion`` or ``kind``,
+#: with the values of those two, e.g. ``{"metadata":`` for a ConfigMap and
+#: ``{"apiVersion":"cbop.dev/v1alpha1","kind":"ConfigBundle","metadata":`` for a custom
+#: resource. The values make the boundary marker specific: nested objects such as
+#: ``managedFields`` entries and owner references also begin with ``{"apiVersion":``,
+#: and a marker that matched them would make most batch attempts fail.
+_ITEM_START: Final = re.compile(
+    r'\{[ \t\n\r]*(?:"(?:apiVersion|kind)"[ \t\n\r]*:[ \t\n\r]*"(?:[^"\\]|\\.)*"'
+    r'[ \t\n\r]*,[ \t\n\r]*){0,2}"(?:[^"\\]|\\.)*"[ \t\n\r]*:'
+)
+#: Characters the window may hold past the read position with no item boundary in it
+#: before batching stops and the rest of the items are decoded one at a time. It bounds
+#: the window (and the rescans of it) when the marker never recurs, say in an indented
+#: body; a single item this large is rare, and is decoded correctly either way.
+_MAX_WINDOW: Final = 1024 * 1024
 #: Failed batch attempts after which the rest of a list is decoded item by item.
 _MAX_BATCH_MISSES: Final = 3
 _DECODER: Final = json.JSONDecoder()
@@ -260,10 +273,14 @@ def _decode_items(reader: _Reader, hook: ItemHook | None) -> list[Any]:
             batch, tried = reader.batch(marker)
             if tried and batch is None:
                 misses += 1
-            elif not tried and reader.fill():
-                # No item boundary ahead yet: the window ends inside this item. Read
-                # on instead of decoding (and failing on) the partial item.
-                continue
+            elif not tried:
+                if len(reader.buf) - reader.pos < _MAX_WINDOW and reader.fill():
+                    # No item boundary ahead yet: the window ends inside this item.
+                    # Read on instead of decoding (and failing on) the partial item.
+                    continue
+                # A whole window without a boundary: the items are not laid out as
+                # the first one is (or one item is very large). Stop looking.
+                misses = _MAX_BATCH_MISSES
         if batch:
             for item in batch:
                 items.append(hook(item) if hook is not None and isinstance(item, dict) else item)
