@@ -21,11 +21,18 @@ import structlog
 log = structlog.get_logger("cbop.gc")
 
 
-def freeze_caches() -> float:
-    """Collect once, then freeze every object alive into the permanent generation.
+#: Seconds after :func:`freeze_startup` within which :func:`freeze_caches` skips its
+#: collection by default: the caches of a process that syncs this soon after its start
+#: are nearly all it has made since.
+FRESH_START_SECONDS = 60.0
 
-    Call it once the informer caches have synced (a process keeps what it has then for
-    long). Later objects are collected as usual.
+
+def freeze_startup() -> float:
+    """Collect once, then freeze what the imports and the setup left alive.
+
+    Call it once, before the informers start: the heap is then small (about 60,000
+    tracked objects, ~20 ms to collect), so a later :func:`freeze_caches` has little to
+    collect.
 
     Returns:
         The seconds the collection and the freeze took.
@@ -33,6 +40,35 @@ def freeze_caches() -> float:
     started = time.perf_counter()
     gc.collect()
     gc.freeze()
+    return time.perf_counter() - started
+
+
+def freeze_caches(*, collect: bool = True) -> float:
+    """Freeze every object alive into the permanent generation, after a collection.
+
+    Call it once the informer caches have synced (a process keeps what it has then for
+    long). Later objects are collected as usual.
+
+    Args:
+        collect: run a full collection first. Skipping it saves one scan of every
+            cached object (0.13-0.28 s for 10,000 bundles and their ConfigMaps), on the
+            way to the first reconcile after a restart; the cost is that cyclic garbage
+            alive at that moment is never collected. Skip it only shortly after
+            :func:`freeze_startup`, when that garbage is at most what the first lists
+            left (their decoded objects hold no cycles).
+
+    Returns:
+        The seconds the collection and the freeze took.
+    """
+    started = time.perf_counter()
+    if collect:
+        gc.collect()
+    gc.freeze()
     took = time.perf_counter() - started
-    log.debug("froze the synced caches", objects=gc.get_freeze_count(), seconds=round(took, 3))
+    log.debug(
+        "froze the synced caches",
+        objects=gc.get_freeze_count(),
+        collected=collect,
+        seconds=round(took, 3),
+    )
     return took

@@ -18,6 +18,7 @@ from cbop.keys import key_of
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, KubeClient
 from cbop.reconciler import Action, Result
 from cbop.runtime import Builder, Manager
+from cbop.runtime import manager as runtime_manager
 from tests.unit.fakeapi import FakeApi
 from tests.unit.test_informer import cm, ev, wait_until
 
@@ -187,3 +188,29 @@ def test_the_configbundle_controller_maps_managed_configmaps_to_their_bundle(
     key, _ = controller.queue.get()
     assert key == "b/app"
     controller.queue.shut_down()
+
+
+@pytest.mark.parametrize(("fresh_for", "collected"), [(60.0, False), (0.0, True)])
+def test_caches_synced_soon_after_the_start_are_frozen_without_a_collection(
+    api: FakeApi,
+    manager: Manager,
+    monkeypatch: pytest.MonkeyPatch,
+    fresh_for: float,
+    collected: bool,
+) -> None:
+    freezes: list[bool] = []
+
+    def freeze_caches(*, collect: bool) -> float:
+        freezes.append(collect)
+        return 0.0
+
+    monkeypatch.setattr(runtime_manager, "FRESH_START_SECONDS", fresh_for)
+    monkeypatch.setattr(runtime_manager, "freeze_startup", lambda: 0.0)
+    monkeypatch.setattr(runtime_manager, "freeze_caches", freeze_caches)
+    api.objects[("configbundles", "a")] = [_bundle("app", "a")]
+    bundles = _Recording()
+    Builder(manager, "bundles").for_(CONFIGBUNDLES).owns(CONFIGMAPS).complete(bundles)
+    running = _Running(manager)
+    wait_until(lambda: bundles.seen() == {"a/app"})
+    assert running.stop() == 0
+    assert freezes == [collected]

@@ -35,6 +35,7 @@ Metrics come in through seams (:mod:`cbop.runtime.metrics`, the workqueue's
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
@@ -43,7 +44,7 @@ import structlog
 
 from cbop import defaults
 from cbop.clock import RealClock
-from cbop.gcpolicy import freeze_caches
+from cbop.gcpolicy import FRESH_START_SECONDS, freeze_caches, freeze_startup
 from cbop.health import ProbeServer
 from cbop.informers import SharedInformerFactory
 from cbop.kube import KubeClient
@@ -167,6 +168,7 @@ class Manager(Scope):
         self._cleanups: list[Callable[[float], object]] = []
         # Set only after the workers stopped, so the lease is released after the last write.
         self._elector_stop = threading.Event()
+        self._started_at: float | None = None  # time.monotonic() when run() began
         self._lost_lease = threading.Event()
         self._sync_failed = False
         self._renew_deadline = leader_election.renew_deadline if leader_election else 0.0
@@ -356,7 +358,12 @@ class Manager(Scope):
             self._sync_failed = True
             self.stop_event.set()
             return
-        freeze_caches()  # full collections stop rescanning the synced caches
+        # Full collections stop rescanning the synced caches. Right after the start
+        # (no wait for leadership) nothing worth a collection was made since
+        # freeze_startup(), and skipping it brings the first reconcile closer.
+        started = self._started_at
+        fresh = started is not None and time.monotonic() - started < FRESH_START_SECONDS
+        freeze_caches(collect=not fresh)
         for controller in self.controllers.values():
             controller.start()
 
@@ -381,6 +388,8 @@ class Manager(Scope):
             controllers={name: c.workers for name, c in self.controllers.items()},
             leader_elect=self.elector is not None,
         )
+        freeze_startup()
+        self._started_at = time.monotonic()
         self.informers.start()
         elector_thread = None
         if self.elector is not None:
