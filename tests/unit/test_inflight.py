@@ -135,3 +135,60 @@ def test_a_waiter_is_let_through_when_the_limit_is_lifted() -> None:
 def test_bad_periods_are_refused(probe: float, recovery: float) -> None:
     with pytest.raises(ValueError, match="probe < recovery"):
         InflightLimit(clock=FakeClock(0.0), probe=probe, recovery=recovery)
+
+
+def _fill(gate: InflightLimit, n: int) -> list[int]:
+    return [gate.acquire() for _ in range(n)]
+
+
+def _turn_one_away(gate: InflightLimit, n: int) -> None:
+    """``n`` requests in flight; the first is answered 429, the rest 200."""
+    cuts = _fill(gate, n)
+    gate.release(cuts[0], throttled=True)
+    for cut in cuts[1:]:
+        gate.release(cut, throttled=False)
+
+
+def _seconds_to_growth(gate: InflightLimit, clock: FakeClock) -> float:
+    """Use the limit to the full every 0.5 s until it grows; return the seconds taken."""
+    before, waited = gate.limit, 0.0
+    while gate.limit == before:
+        assert before is not None
+        assert waited < 60.0
+        clock.step(0.5)
+        waited += 0.5
+        for cut in _fill(gate, before):
+            gate.release(cut, throttled=False)
+    return waited
+
+
+def test_a_429_after_a_growth_steps_back_by_one_and_probes_less_often() -> None:
+    """4 workers against a level of 3 seats: the limit settles at 3 instead of falling
+    to 2 at every probe, and a level that stays full is probed ever less often."""
+    clock = FakeClock(0.0)
+    gate = limit_of(clock, probe=2.0, recovery=30.0)
+    _turn_one_away(gate, 4)
+    assert gate.limit == 2
+    assert _seconds_to_growth(gate, clock) == 2.0
+    periods = []
+    for _ in range(5):
+        periods.append(_seconds_to_growth(gate, clock))
+        assert gate.limit == 4
+        _turn_one_away(gate, 4)  # the probe: the level is full
+        assert gate.limit == 3, "back to what the level took, not halved"
+    assert periods == [2.0, 4.0, 8.0, 15.0, 15.0]  # doubled, at most recovery / 2
+    assert gate.limit == 3  # never lifted: a probe is turned away every 15 s
+
+
+def test_a_429_at_a_limit_that_held_halves_it_and_resets_the_probe_period() -> None:
+    clock = FakeClock(0.0)
+    gate = limit_of(clock, probe=2.0, recovery=30.0)
+    _turn_one_away(gate, 8)
+    assert gate.limit == 4
+    _seconds_to_growth(gate, clock)
+    _turn_one_away(gate, 5)  # a failed probe: back to 4, probe period 4 s
+    assert gate.limit == 4
+    clock.step(1.0)
+    _turn_one_away(gate, 4)  # someone else took seats: 4 no longer holds
+    assert gate.limit == 2
+    assert _seconds_to_growth(gate, clock) == 2.0

@@ -12,8 +12,14 @@ of TCP's congestion window (additive increase, multiplicative decrease):
 * a ``429`` to a request sent since the last cut sets the limit to half the requests in
   flight (or half the limit, if lower), rounded up, at least 1; requests turned away
   together were all sent before that cut, so they cut it once;
-* while requests fill the limit and none has been turned away for ``probe`` seconds,
-  the limit grows by one (probing for a seat freed elsewhere);
+* while requests fill the limit and none has been turned away for the probe period
+  (``probe`` seconds at first), the limit grows by one (probing for a seat freed
+  elsewhere);
+* a ``429`` right after such a growth means the probe found no seat: the limit steps
+  back by one, to what the level took for a whole probe period, instead of halving,
+  and the probe period doubles (at most half of ``recovery``) so that a level that is
+  full is not probed into a rejection every few seconds (TCP's slow start threshold
+  plays the same part). A halving cut resets the probe period;
 * after ``recovery`` seconds without a ``429`` the limit is lifted.
 
 A request waiting here is not sent, so it cannot be turned away either; its worker
@@ -49,7 +55,8 @@ class InflightLimit:
     Args:
         clock: time source of the probe and recovery periods and of the waits.
         probe: seconds (> 0) without a ``429``, with the limit reached, before the limit
-            grows by one.
+            grows by one; doubled after each probe that is turned away (up to
+            ``recovery / 2``), and reset by a halving cut.
         recovery: seconds (> ``probe``) without a ``429`` after which the limit is lifted.
 
     Raises:
@@ -74,6 +81,8 @@ class InflightLimit:
         self._cut = 0  # counts the cuts; a request remembers the count it was sent under
         self._last_throttled = -math.inf  # clock time of the last 429
         self._changed_at = -math.inf  # clock time of the last cut or growth
+        self._grew = False  # the last change was a growth (a probe not yet answered)
+        self._probe_wait = probe  # the current probe period, doubled by failed probes
 
     @property
     def limit(self) -> int | None:
@@ -129,16 +138,24 @@ class InflightLimit:
                 if (
                     self._limit is not None
                     and before >= self._limit
-                    and now - self._changed_at >= self._probe
+                    and now - self._changed_at >= self._probe_wait
                 ):
                     self._limit += 1
                     self._changed_at = now
+                    self._grew = True
             self._cond.notify_all()
 
     def _cut_limit(self, in_flight: int, now: float) -> None:
         engaged = self._limit is None
-        base = in_flight if self._limit is None else min(self._limit, in_flight)
-        self._limit = max(1, math.ceil(base / 2))
+        if self._limit is not None and self._grew:
+            # The probe found the level full: back to what it took, probe less often.
+            self._limit = max(1, self._limit - 1)
+            self._probe_wait = min(2 * self._probe_wait, self._recovery / 2)
+        else:
+            base = in_flight if self._limit is None else min(self._limit, in_flight)
+            self._limit = max(1, math.ceil(base / 2))
+            self._probe_wait = self._probe
+        self._grew = False
         self._cut += 1
         self._changed_at = now
         if engaged:
@@ -157,4 +174,6 @@ class InflightLimit:
                 seconds=self._recovery,
             )
             self._limit = None
+            self._grew = False
+            self._probe_wait = self._probe
             self._cond.notify_all()
