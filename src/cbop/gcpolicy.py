@@ -21,9 +21,9 @@ import structlog
 log = structlog.get_logger("cbop.gc")
 
 
-#: Seconds after :func:`freeze_startup` within which :func:`freeze_caches` skips its
-#: collection by default: the caches of a process that syncs this soon after its start
-#: are nearly all it has made since.
+#: Seconds after :func:`freeze_startup` within which the manager calls
+#: :func:`freeze_caches` without a collection: the caches of a process that syncs this
+#: soon after its start are nearly all it has made since.
 FRESH_START_SECONDS = 60.0
 
 
