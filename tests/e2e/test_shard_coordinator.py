@@ -118,6 +118,10 @@ class Recorder:
         self.log = log
         self.drain = drain
         self.fences: dict[int, Callable[[], bool]] = {}
+        #: Shards between a logged ``acquired`` and a logged ``released``/``lost``: the
+        #: coordinator counts a shard as held from just before it calls ``acquired``,
+        #: so waits on the coordinator alone can see a shard before its event is logged.
+        self.holding: set[int] = set()
         self.fence_open_while_draining = True
         self._lock = threading.Lock()
 
@@ -126,6 +130,7 @@ class Recorder:
         self.log.add(self.replica, "acquired", shard.index)
         with self._lock:
             self.fences[shard.index] = fence
+            self.holding.add(shard.index)
 
     def release(self, shard: ShardRange) -> None:
         self.log.add(self.replica, "release-begun", shard.index)
@@ -135,11 +140,20 @@ class Recorder:
         if not fence():
             self.fence_open_while_draining = False
         self.log.add(self.replica, "released", shard.index)
+        with self._lock:
+            self.holding.discard(shard.index)
 
     def lost(self, shard: ShardRange) -> None:
         with self._lock:
             self.fences.pop(shard.index, None)
         self.log.add(self.replica, "lost", shard.index)
+        with self._lock:
+            self.holding.discard(shard.index)
+
+    def holds(self, index: int) -> bool:
+        """Whether ``acquired`` for ``index`` has been logged and no end of it yet."""
+        with self._lock:
+            return index in self.holding
 
     def poll_fences(self) -> None:
         """Log ``fence-closed`` for every held shard whose fence reads False now."""
@@ -161,7 +175,8 @@ class Replica:
     thread: threading.Thread
 
     def held(self) -> list[int]:
-        return [s.index for s in self.coordinator.held()]
+        """Shards the coordinator holds whose ``acquired`` the recorder has logged."""
+        return [s.index for s in self.coordinator.held() if self.recorder.holds(s.index)]
 
     def shut_down(self) -> None:
         self.stop.set()
