@@ -1,4 +1,8 @@
-"""InflightLimit: unlimited until a 429, then AIMD on requests in flight (fake clock)."""
+"""InflightLimit: a slow start, then AIMD on requests in flight after a 429 (fake clock).
+
+Most tests start without the slow start (``initial=None``) to look at what follows a
+``429``; the slow start has its own tests at the end.
+"""
 
 from __future__ import annotations
 
@@ -6,17 +10,17 @@ import threading
 
 import pytest
 
-from cbop.kube.inflight import InflightLimit
+from cbop.kube.inflight import DEFAULT_CEILING, DEFAULT_INITIAL, InflightLimit
 from cbop_testing.clock import FakeClock
 
 PATIENCE = 5.0
 
 
-def limit_of(clock: FakeClock, **kwargs: float) -> InflightLimit:
-    return InflightLimit(clock=clock, **kwargs)
+def limit_of(clock: FakeClock, *, probe: float = 2.0, recovery: float = 30.0) -> InflightLimit:
+    return InflightLimit(clock=clock, initial=None, probe=probe, recovery=recovery)
 
 
-def test_unlimited_until_a_429() -> None:
+def test_without_a_slow_start_unlimited_until_a_429() -> None:
     gate = limit_of(FakeClock(0.0))
     cuts = [gate.acquire() for _ in range(100)]
     assert gate.limit is None
@@ -192,3 +196,97 @@ def test_a_429_at_a_limit_that_held_halves_it_and_resets_the_probe_period() -> N
     _turn_one_away(gate, 4)  # someone else took seats: 4 no longer holds
     assert gate.limit == 2
     assert _seconds_to_growth(gate, clock) == 2.0
+
+
+# ------------------------------------------------------------------ the slow start
+
+
+def _answer_one_and_refill(gate: InflightLimit, cuts: list[int]) -> None:
+    """One request in flight is answered 200 and workers with work waiting fill the limit."""
+    gate.release(cuts.pop(0), throttled=False)
+    while gate.limit is not None and gate.in_flight < gate.limit:
+        cuts.append(gate.acquire())
+
+
+def test_the_slow_start_doubles_the_limit_every_round_trip_then_lifts_it() -> None:
+    gate = InflightLimit(clock=FakeClock(0.0))
+    assert gate.limit == DEFAULT_INITIAL == 8
+    cuts = [gate.acquire() for _ in range(8)]
+    for _ in range(8):  # one round trip: each of the 8 answered, the limit kept full
+        _answer_one_and_refill(gate, cuts)
+    assert gate.limit == 16
+    answers = 0
+    while gate.limit is not None:
+        _answer_one_and_refill(gate, cuts)
+        answers += 1
+    assert answers == DEFAULT_CEILING - 16  # one more per answer, lifted at 64
+    more = [gate.acquire() for _ in range(100)]  # unlimited: none of these blocks
+    assert gate.in_flight == len(cuts) + 100
+    for cut in cuts + more:
+        gate.release(cut, throttled=False)
+    assert gate.limit is None
+
+
+def test_the_slow_start_does_not_grow_a_limit_that_is_not_used_to_the_full() -> None:
+    gate = InflightLimit(clock=FakeClock(0.0))
+    for _ in range(50):
+        a, b = gate.acquire(), gate.acquire()
+        gate.release(a, throttled=False)
+        gate.release(b, throttled=False)
+    assert gate.limit == 8
+
+
+def test_32_workers_starting_at_once_are_held_to_8_and_a_429_ends_the_slow_start() -> None:
+    """A level of 3 seats turns away 5 of the first 8, not 29 of 32; the limit is then
+    halved once and grows only by the probe."""
+    clock = FakeClock(0.0)
+    gate = InflightLimit(clock=clock, probe=2.0, recovery=30.0)
+    cuts = [gate.acquire() for _ in range(8)]
+    waiting = threading.Thread(target=lambda: gate.release(gate.acquire(), throttled=False))
+    waiting.start()
+    assert clock.wait_for_waiter(timeout=PATIENCE)  # the 9th waits
+    for cut in cuts[3:]:
+        gate.release(cut, throttled=True)
+    assert gate.limit == 4  # half of the 8 in flight, once for the 5 turned away together
+    for cut in cuts[:3]:
+        gate.release(cut, throttled=False)
+    waiting.join(PATIENCE)
+    assert not waiting.is_alive()
+    for _ in range(10):  # used to the full within the probe period: no slow-start growth
+        four = _fill(gate, 4)
+        for cut in four:
+            gate.release(cut, throttled=False)
+    assert gate.limit == 4
+    assert _seconds_to_growth(gate, clock) == 2.0
+
+
+def test_a_request_waits_for_the_slow_start_at_most_the_probe_period() -> None:
+    """8 slow requests (large lists, say) in flight: a 9th goes after 2 s, the limit one
+    higher, instead of waiting for one of them to finish."""
+    clock = FakeClock(0.0)
+    gate = InflightLimit(clock=clock, probe=2.0, recovery=30.0)
+    slow = [gate.acquire() for _ in range(8)]
+    sent = threading.Event()
+
+    def send() -> None:
+        gate.acquire()
+        sent.set()
+
+    thread = threading.Thread(target=send)
+    thread.start()
+    assert clock.wait_for_waiter(deadline=2.0, timeout=PATIENCE)
+    clock.step(1.5)
+    assert not sent.is_set()
+    clock.step(0.5)
+    assert sent.wait(PATIENCE)
+    thread.join(PATIENCE)
+    assert gate.limit == 9
+    assert gate.in_flight == 9
+    for cut in slow:
+        gate.release(cut, throttled=False)
+
+
+@pytest.mark.parametrize(("initial", "ceiling"), [(0, 64), (64, 64), (65, 64)])
+def test_bad_slow_start_bounds_are_refused(initial: int, ceiling: int) -> None:
+    with pytest.raises(ValueError, match="initial < ceiling"):
+        InflightLimit(clock=FakeClock(0.0), initial=initial, ceiling=ceiling)

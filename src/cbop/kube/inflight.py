@@ -1,4 +1,4 @@
-"""A cap on requests in flight that only a throttling API server turns on.
+"""A cap on requests in flight: a slow start, then one that only a throttling API server keeps.
 
 This module owns :class:`InflightLimit`, used by :class:`cbop.kube.transport.Transport`
 around every request but watches. client-go has nothing like it: each of its goroutines
@@ -8,7 +8,11 @@ and is turned away over and over (the level's ``Retry-After`` then grows). Inste
 sends no more requests at a time than the level has lately been taking, in the manner
 of TCP's congestion window (additive increase, multiplicative decrease):
 
-* unlimited until an answer is ``429``;
+* a slow start: at first at most ``initial`` requests (8) are in flight, and every
+  answer that is not a ``429`` while the limit is full raises it by one, which doubles
+  it every round trip; at ``ceiling`` (64) it is lifted. Without it, a client that starts
+  32 workers at once against a level of 3 seats has 29 of its first requests turned
+  away before it has learnt anything; with it, 5 at most;
 * a ``429`` to a request sent since the last cut sets the limit to half the requests in
   flight (or half the limit, if lower), rounded up, at least 1; requests turned away
   together were all sent before that cut, so they cut it once;
@@ -21,6 +25,10 @@ of TCP's congestion window (additive increase, multiplicative decrease):
   full is not probed into a rejection every few seconds (TCP's slow start threshold
   plays the same part). A halving cut resets the probe period;
 * after ``recovery`` seconds without a ``429`` the limit is lifted.
+
+No request waits for the slow start more than ``probe`` seconds: one that has waited
+that long (behind requests that take long, such as large lists) raises the limit by one
+and goes.
 
 A request waiting here is not sent, so it cannot be turned away either; its worker
 waits as it would have waited out the ``Retry-After``.
@@ -36,7 +44,18 @@ import structlog
 
 from cbop.clock import Clock, wait_for
 
-__all__ = ["DEFAULT_PROBE", "DEFAULT_RECOVERY", "InflightLimit"]
+__all__ = [
+    "DEFAULT_CEILING",
+    "DEFAULT_INITIAL",
+    "DEFAULT_PROBE",
+    "DEFAULT_RECOVERY",
+    "InflightLimit",
+]
+
+#: Requests in flight at first, before any answer has been read.
+DEFAULT_INITIAL: Final = 8
+#: The slow start lifts the limit when it reaches this many requests in flight.
+DEFAULT_CEILING: Final = 64
 
 #: Seconds without a 429, with the limit in use, before it grows by one.
 DEFAULT_PROBE: Final = 2.0
@@ -47,37 +66,48 @@ log = structlog.get_logger("cbop.kube")
 
 
 class InflightLimit:
-    """How many requests may be in flight at once; unlimited until a ``429``.
+    """How many requests may be in flight at once: a slow start, then AIMD on ``429``.
 
     Thread-safe. Call :meth:`acquire` before sending a request and :meth:`release` with
     its outcome once its answer has been read (or it failed).
 
     Args:
         clock: time source of the probe and recovery periods and of the waits.
+        initial: requests (>= 1) in flight at first, or ``None`` for no limit until the
+            first ``429``.
+        ceiling: requests (> ``initial``) in flight at which the slow start lifts the
+            limit.
         probe: seconds (> 0) without a ``429``, with the limit reached, before the limit
             grows by one; doubled after each probe that is turned away (up to
             ``recovery / 2``), and reset by a halving cut.
         recovery: seconds (> ``probe``) without a ``429`` after which the limit is lifted.
 
     Raises:
-        ValueError: ``probe <= 0`` or ``recovery <= probe``.
+        ValueError: ``probe <= 0``, ``recovery <= probe``, ``initial < 1`` or
+            ``ceiling <= initial``.
     """
 
     def __init__(
         self,
         *,
         clock: Clock,
+        initial: int | None = DEFAULT_INITIAL,
+        ceiling: int = DEFAULT_CEILING,
         probe: float = DEFAULT_PROBE,
         recovery: float = DEFAULT_RECOVERY,
     ) -> None:
         if not 0 < probe < recovery:
             raise ValueError(f"need 0 < probe < recovery, got {probe} and {recovery}")
+        if initial is not None and not 1 <= initial < ceiling:
+            raise ValueError(f"need 1 <= initial < ceiling, got {initial} and {ceiling}")
         self._clock = clock
         self._probe = probe
         self._recovery = recovery
         self._cond = threading.Condition(threading.Lock())
+        self._ceiling = ceiling
         self._in_flight = 0
-        self._limit: int | None = None
+        self._limit: int | None = initial
+        self._slow_start = initial is not None  # grow on every answer, lift at the ceiling
         self._cut = 0  # counts the cuts; a request remembers the count it was sent under
         self._last_throttled = -math.inf  # clock time of the last 429
         self._changed_at = -math.inf  # clock time of the last cut or growth
@@ -101,19 +131,28 @@ class InflightLimit:
         """Block until one more request may be in flight; return the cut it is sent under.
 
         Pass the returned value to :meth:`release`. Never raises; waits at most until
-        a request in flight is released or the limit is lifted.
+        a request in flight is released or the limit is lifted, and during the slow
+        start at most ``probe`` seconds (then the limit grows by one for it).
         """
         with self._cond:
+            began = self._clock.now()
             while True:
                 now = self._clock.now()
                 self._lift_if_recovered(now)
                 if self._limit is None or self._in_flight < self._limit:
                     break
+                if self._slow_start:
+                    if now - began >= self._probe:
+                        self._grow_slow_start()  # waited long enough behind slow requests
+                        continue
+                    timeout = began + self._probe - now
+                else:
+                    timeout = self._last_throttled + self._recovery - now
                 wait_for(
                     self._clock,
                     self._cond,
                     lambda: self._limit is None or self._in_flight < self._limit,
-                    self._last_throttled + self._recovery - now,
+                    timeout,
                 )
             self._in_flight += 1
             return self._cut
@@ -135,18 +174,26 @@ class InflightLimit:
                     self._cut_limit(before, now)
             else:
                 self._lift_if_recovered(now)
-                if (
-                    self._limit is not None
-                    and before >= self._limit
-                    and now - self._changed_at >= self._probe_wait
-                ):
-                    self._limit += 1
-                    self._changed_at = now
-                    self._grew = True
+                if self._limit is not None and before >= self._limit:
+                    if self._slow_start:
+                        self._grow_slow_start()
+                    elif now - self._changed_at >= self._probe_wait:
+                        self._limit += 1
+                        self._changed_at = now
+                        self._grew = True
             self._cond.notify_all()
 
+    def _grow_slow_start(self) -> None:
+        assert self._limit is not None
+        self._limit += 1
+        if self._limit >= self._ceiling:
+            self._limit = None
+            self._slow_start = False
+        self._cond.notify_all()
+
     def _cut_limit(self, in_flight: int, now: float) -> None:
-        engaged = self._limit is None
+        engaged = self._limit is None or self._slow_start
+        self._slow_start = False
         if self._limit is not None and self._grew:
             # The probe found the level full: back to what it took, probe less often.
             self._limit = max(1, self._limit - 1)
@@ -168,7 +215,11 @@ class InflightLimit:
             log.debug("429: fewer requests in flight", limit=self._limit, in_flight=in_flight)
 
     def _lift_if_recovered(self, now: float) -> None:
-        if self._limit is not None and now - self._last_throttled >= self._recovery:
+        if (
+            self._limit is not None
+            and not self._slow_start
+            and now - self._last_throttled >= self._recovery
+        ):
             log.info(
                 "no 429 for a while; requests in flight are no longer limited",
                 seconds=self._recovery,

@@ -12,10 +12,11 @@ This module owns what happens between a verb and the wire, as client-go's
   ``Retry-After`` (capped at 60 s) has run out and at most half of it later, the delay
   drawn at random for each retry (client-go's ``wait.Jitter`` with factor 0.5), so the
   workers turned away together do not all come back together;
-* after a ``429``, at most as many requests are in flight as the server has lately been
-  taking (:class:`cbop.kube.inflight.InflightLimit`; watches excepted), lifted again
-  30 s after the last ``429``: not in client-go, whose workers each come back after
-  their own ``Retry-After`` and keep a small priority level overloaded;
+* at most 8 requests in flight at first, doubling every round trip up to 64 and then
+  unlimited; after a ``429``, at most as many as the server has lately been taking
+  (:class:`cbop.kube.inflight.InflightLimit`; watches excepted), lifted again 30 s
+  after the last ``429``: not in client-go, whose workers each come back after their
+  own ``Retry-After`` and keep a small priority level overloaded;
 * a 401 makes a watched token file be re-read and the request sent once more
   (:mod:`cbop.kube.credentials`);
 * responses may be gzip-compressed (``Accept-Encoding: gzip``, as Go's HTTP transport
