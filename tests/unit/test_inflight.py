@@ -290,3 +290,67 @@ def test_a_request_waits_for_the_slow_start_at_most_the_probe_period() -> None:
 def test_bad_slow_start_bounds_are_refused(initial: int, ceiling: int) -> None:
     with pytest.raises(ValueError, match="initial < ceiling"):
         InflightLimit(clock=FakeClock(0.0), initial=initial, ceiling=ceiling)
+
+
+def test_a_request_failed_without_an_answer_does_not_grow_the_limit() -> None:
+    """A refused connection or a timeout says nothing about the level's seats."""
+    gate = InflightLimit(clock=FakeClock(0.0))
+    cuts = [gate.acquire() for _ in range(8)]
+    for cut in cuts:
+        gate.release(cut, throttled=False, answered=False)
+    assert gate.limit == 8
+    clock = FakeClock(0.0)
+    probing = limit_of(clock, probe=2.0, recovery=30.0)
+    _turn_one_away(probing, 4)
+    clock.step(5.0)
+    a, b = probing.acquire(), probing.acquire()
+    probing.release(a, throttled=False, answered=False)
+    probing.release(b, throttled=False, answered=False)
+    assert probing.limit == 2
+
+
+# The deadlines below are ones where ``began + period - began < period`` in floats.
+
+
+def test_the_slow_start_wait_ends_at_its_own_deadline() -> None:
+    clock = FakeClock(15.5434)
+    gate = InflightLimit(clock=clock, probe=2.0, recovery=30.0)
+    slow = [gate.acquire() for _ in range(8)]
+    sent = threading.Event()
+
+    def send() -> None:
+        gate.acquire()
+        sent.set()
+
+    thread = threading.Thread(target=send, daemon=True)
+    thread.start()
+    assert clock.wait_for_waiter(timeout=PATIENCE)
+    (deadline,) = clock.waiter_deadlines()
+    clock.set(deadline)  # exactly what the waiter asked for: it goes, it does not spin
+    assert sent.wait(PATIENCE)
+    thread.join(PATIENCE)
+    for cut in slow:
+        gate.release(cut, throttled=False)
+
+
+def test_the_recovery_wait_ends_at_its_own_deadline() -> None:
+    clock = FakeClock(125.2)
+    gate = InflightLimit(clock=clock, initial=None, probe=2.0, recovery=30.0)
+    stuck = gate.acquire()
+    gate.release(gate.acquire(), throttled=True)
+    assert gate.limit == 1
+    sent = threading.Event()
+
+    def send() -> None:
+        gate.acquire()
+        sent.set()
+
+    thread = threading.Thread(target=send, daemon=True)
+    thread.start()
+    assert clock.wait_for_waiter(timeout=PATIENCE)
+    (deadline,) = clock.waiter_deadlines()
+    clock.set(deadline)
+    assert sent.wait(PATIENCE)
+    thread.join(PATIENCE)
+    assert gate.limit is None
+    gate.release(stuck, throttled=False)

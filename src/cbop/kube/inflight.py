@@ -12,7 +12,8 @@ of TCP's congestion window (additive increase, multiplicative decrease):
   answer that is not a ``429`` while the limit is full raises it by one, which doubles
   it every round trip; at ``ceiling`` (64) it is lifted. Without it, a client that starts
   32 workers at once against a level of 3 seats has 29 of its first requests turned
-  away before it has learnt anything; with it, 5 at most;
+  away before it has learnt anything; with it, 5, as long as the first answers come
+  within ``probe`` seconds (see below);
 * a ``429`` to a request sent since the last cut sets the limit to half the requests in
   flight (or half the limit, if lower), rounded up, at least 1; requests turned away
   together were all sent before that cut, so they cut it once;
@@ -42,7 +43,7 @@ from typing import Final
 
 import structlog
 
-from cbop.clock import Clock, wait_for
+from cbop.clock import Clock
 
 __all__ = [
     "DEFAULT_CEILING",
@@ -130,9 +131,11 @@ class InflightLimit:
     def acquire(self) -> int:
         """Block until one more request may be in flight; return the cut it is sent under.
 
-        Pass the returned value to :meth:`release`. Never raises; waits at most until
-        a request in flight is released or the limit is lifted, and during the slow
-        start at most ``probe`` seconds (then the limit grows by one for it).
+        Pass the returned value to :meth:`release`. Never raises. Waits while the limit
+        is full: until releases make room (another waiter may take it first), or, after
+        a ``429``, at most until the limit is lifted ``recovery`` seconds after the last
+        one; during the slow start at most ``probe`` seconds (then the limit grows by
+        one for it).
         """
         with self._cond:
             began = self._clock.now()
@@ -142,27 +145,27 @@ class InflightLimit:
                 if self._limit is None or self._in_flight < self._limit:
                     break
                 if self._slow_start:
-                    if now - began >= self._probe:
+                    deadline = began + self._probe
+                    if now >= deadline:
                         self._grow_slow_start()  # waited long enough behind slow requests
                         continue
-                    timeout = began + self._probe - now
                 else:
-                    timeout = self._last_throttled + self._recovery - now
-                wait_for(
-                    self._clock,
-                    self._cond,
-                    lambda: self._limit is None or self._in_flight < self._limit,
-                    timeout,
-                )
+                    deadline = self._last_throttled + self._recovery
+                # An absolute deadline, compared as _lift_if_recovered compares it: a
+                # timeout recomputed from it can round to 0 and spin at the deadline.
+                self._clock.wait_until(self._cond, deadline)
             self._in_flight += 1
             return self._cut
 
-    def release(self, cut: int, *, throttled: bool) -> None:
+    def release(self, cut: int, *, throttled: bool, answered: bool = True) -> None:
         """Take one request out of flight; ``throttled`` when its answer was ``429``.
 
         Args:
             cut: what :meth:`acquire` returned for this request.
             throttled: the answer was ``429 Too Many Requests``.
+            answered: the server answered (``False``: the request was not sent, or the
+                connection failed or timed out). Only answers grow the limit: a failure
+                says nothing about the seats the level has.
         """
         with self._cond:
             before = self._in_flight
@@ -172,7 +175,7 @@ class InflightLimit:
                 self._last_throttled = now
                 if cut == self._cut:
                     self._cut_limit(before, now)
-            else:
+            elif answered:
                 self._lift_if_recovered(now)
                 if self._limit is not None and before >= self._limit:
                     if self._slow_start:
@@ -218,7 +221,7 @@ class InflightLimit:
         if (
             self._limit is not None
             and not self._slow_start
-            and now - self._last_throttled >= self._recovery
+            and now >= self._last_throttled + self._recovery
         ):
             log.info(
                 "no 429 for a while; requests in flight are no longer limited",

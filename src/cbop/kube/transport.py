@@ -566,7 +566,7 @@ class Transport:
                     self.record(verb, resource, 0, self._clock.now() - start)
                     raise connection_failed(exc, f"{method} {path}: reading the response") from exc
             finally:
-                self._inflight.release(cut, throttled=status == 429)
+                self._inflight.release(cut, throttled=status == 429, answered=status != 0)
             self.record(verb, resource, status, self._clock.now() - start)
             if 200 <= status < 300:
                 if not data:
