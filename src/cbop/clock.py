@@ -109,19 +109,28 @@ def wait_for(
     clock: Clock,
     cond: threading.Condition,
     predicate: Callable[[], bool],
-    timeout: float | None,
+    timeout: float | None = None,
+    *,
+    deadline: float | None = None,
 ) -> bool:
     """Wait on ``cond`` until ``predicate()`` is true or ``timeout`` seconds of ``clock`` pass.
 
     ``Condition.wait_for`` with the timeout measured on ``clock``: the caller holds
     ``cond``'s lock; ``predicate`` is evaluated with it held, first before any waiting;
-    ``timeout=None`` waits without limit. Returns the last value of ``predicate()``
-    (``False`` means the timeout expired first).
+    ``timeout=None`` (and no ``deadline``) waits without limit. ``deadline`` instead of
+    ``timeout`` is an absolute time on ``clock``: pass it when the caller compares
+    ``now()`` with that time, since ``now + (deadline - now)`` can round to just below
+    ``deadline`` and a caller looping until ``now() >= deadline`` would then spin.
+    Returns the last value of ``predicate()`` (``False`` means the time ran out first).
 
     Raises:
         RuntimeError: if the caller does not hold ``cond``'s lock.
+        ValueError: both ``timeout`` and ``deadline`` given.
     """
-    deadline = None if timeout is None else clock.now() + timeout
+    if timeout is not None:
+        if deadline is not None:
+            raise ValueError("give timeout or deadline, not both")
+        deadline = clock.now() + timeout
     result = predicate()
     while not result:
         if not clock.wait_until(cond, deadline):

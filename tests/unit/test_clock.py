@@ -262,3 +262,27 @@ class TestWaitFor:
         cond = threading.Condition()
         with cond:
             assert wait_for(FakeClock(), cond, lambda: True, None) is True
+
+    def test_an_absolute_deadline_is_waited_for_exactly(self) -> None:
+        """``now + (deadline - now)`` is below ``deadline`` for these floats; a caller
+        looping until ``now() >= deadline`` needs the deadline itself."""
+        clock = FakeClock(5.210776725725857)
+        deadline = 106.40628893232245
+        assert clock.now() + (deadline - clock.now()) < deadline
+        cond = threading.Condition()
+        results: list[bool] = []
+
+        def waiter() -> None:
+            with cond:
+                results.append(wait_for(clock, cond, lambda: False, deadline=deadline))
+
+        thread = start(waiter)
+        assert clock.wait_for_waiter(deadline)
+        clock.set(deadline)
+        thread.join(JOIN)
+        assert results == [False]
+
+    def test_a_timeout_and_a_deadline_together_are_refused(self) -> None:
+        cond = threading.Condition()
+        with cond, pytest.raises(ValueError, match="not both"):
+            wait_for(FakeClock(), cond, lambda: False, 1.0, deadline=1.0)

@@ -474,7 +474,7 @@ class LeaderElector:
     def _wait(self, stop: threading.Event, deadline: float) -> bool:
         """Sleep on the clock until ``deadline``; return True early if ``stop`` is set."""
         with self._wakeup:
-            return wait_for(self._clock, self._wakeup, stop.is_set, deadline - self._clock.now())
+            return wait_for(self._clock, self._wakeup, stop.is_set, deadline=deadline)
 
     def _relay_stop(self, stop: threading.Event, finished: threading.Event) -> None:
         """Wake the run loop when ``stop`` is set; exit when :meth:`run` has finished.

@@ -272,7 +272,7 @@ class ShardCoordinator:
                         self._clock,
                         self._wakeup,
                         lambda: stop.is_set() or self._changed,
-                        next_tick - self._clock.now(),
+                        deadline=next_tick,
                     )
         finally:
             try:
