@@ -20,6 +20,19 @@ def limit_of(clock: FakeClock, *, probe: float = 2.0, recovery: float = 30.0) ->
     return InflightLimit(clock=clock, initial=None, probe=probe, recovery=recovery)
 
 
+def _send_one(gate: InflightLimit) -> tuple[threading.Thread, threading.Event]:
+    """Start a thread that acquires one request (and keeps it); the event is set once it has."""
+    sent = threading.Event()
+
+    def send() -> None:
+        gate.acquire()
+        sent.set()
+
+    thread = threading.Thread(target=send, daemon=True)
+    thread.start()
+    return thread, sent
+
+
 def test_without_a_slow_start_unlimited_until_a_429() -> None:
     gate = limit_of(FakeClock(0.0))
     cuts = [gate.acquire() for _ in range(100)]
@@ -119,14 +132,7 @@ def test_a_waiter_is_let_through_when_the_limit_is_lifted() -> None:
     stuck = gate.acquire()
     gate.release(gate.acquire(), throttled=True)
     assert gate.limit == 1
-    sent = threading.Event()
-
-    def send() -> None:
-        gate.acquire()
-        sent.set()
-
-    thread = threading.Thread(target=send)
-    thread.start()
+    thread, sent = _send_one(gate)
     assert clock.wait_for_waiter(deadline=30.0, timeout=PATIENCE)
     assert not sent.is_set()
     clock.step(30.0)
@@ -266,14 +272,7 @@ def test_a_request_waits_for_the_slow_start_at_most_the_probe_period() -> None:
     clock = FakeClock(0.0)
     gate = InflightLimit(clock=clock, probe=2.0, recovery=30.0)
     slow = [gate.acquire() for _ in range(8)]
-    sent = threading.Event()
-
-    def send() -> None:
-        gate.acquire()
-        sent.set()
-
-    thread = threading.Thread(target=send)
-    thread.start()
+    thread, sent = _send_one(gate)
     assert clock.wait_for_waiter(deadline=2.0, timeout=PATIENCE)
     clock.step(1.5)
     assert not sent.is_set()
@@ -312,23 +311,23 @@ def test_a_request_failed_without_an_answer_does_not_grow_the_limit() -> None:
 # The deadlines below are ones where ``began + period - began < period`` in floats.
 
 
+def _sent_at_its_own_deadline(gate: InflightLimit, clock: FakeClock) -> bool:
+    """A request parks in ``acquire``; the clock is set to exactly the deadline it
+    asked for: whether it was sent then (rather than spinning, lock held)."""
+    thread, sent = _send_one(gate)
+    assert clock.wait_for_waiter(timeout=PATIENCE)
+    (deadline,) = clock.waiter_deadlines()
+    clock.set(deadline)
+    went = sent.wait(PATIENCE)
+    thread.join(PATIENCE)
+    return went
+
+
 def test_the_slow_start_wait_ends_at_its_own_deadline() -> None:
     clock = FakeClock(15.5434)
     gate = InflightLimit(clock=clock, probe=2.0, recovery=30.0)
     slow = [gate.acquire() for _ in range(8)]
-    sent = threading.Event()
-
-    def send() -> None:
-        gate.acquire()
-        sent.set()
-
-    thread = threading.Thread(target=send, daemon=True)
-    thread.start()
-    assert clock.wait_for_waiter(timeout=PATIENCE)
-    (deadline,) = clock.waiter_deadlines()
-    clock.set(deadline)  # exactly what the waiter asked for: it goes, it does not spin
-    assert sent.wait(PATIENCE)
-    thread.join(PATIENCE)
+    assert _sent_at_its_own_deadline(gate, clock)
     for cut in slow:
         gate.release(cut, throttled=False)
 
@@ -339,18 +338,6 @@ def test_the_recovery_wait_ends_at_its_own_deadline() -> None:
     stuck = gate.acquire()
     gate.release(gate.acquire(), throttled=True)
     assert gate.limit == 1
-    sent = threading.Event()
-
-    def send() -> None:
-        gate.acquire()
-        sent.set()
-
-    thread = threading.Thread(target=send, daemon=True)
-    thread.start()
-    assert clock.wait_for_waiter(timeout=PATIENCE)
-    (deadline,) = clock.waiter_deadlines()
-    clock.set(deadline)
-    assert sent.wait(PATIENCE)
-    thread.join(PATIENCE)
+    assert _sent_at_its_own_deadline(gate, clock)
     assert gate.limit is None
     gate.release(stuck, throttled=False)
