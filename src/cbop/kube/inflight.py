@@ -175,9 +175,9 @@ class InflightLimit:
                 self._last_throttled = now
                 if cut == self._cut:
                     self._cut_limit(before, now)
-            elif answered:
+            else:
                 self._lift_if_recovered(now)
-                if self._limit is not None and before >= self._limit:
+                if answered and self._limit is not None and before >= self._limit:
                     if self._slow_start:
                         self._grow_slow_start()
                     elif now - self._changed_at >= self._probe_wait:
