@@ -146,6 +146,38 @@ def test_foreign_finalizers_and_owner_references_are_kept() -> None:
     )
 
 
+def test_owner_references_compare_by_their_fields_in_any_order() -> None:
+    b = bundle({"data": {"a": "1"}})
+    d = decide_for(b, None)
+    assert d.desired is not None
+    assert in_sync(d.desired, written(b))
+    ours = written(b)["metadata"]["ownerReferences"][0]
+    other_ref = {"apiVersion": "v1", "kind": "Secret", "name": "s", "uid": "u2"}
+    # A foreign reference kept, in another order, and a field cbop does not compare.
+    cm = written(b)
+    cm["metadata"]["ownerReferences"] = [{**ours, "extra": "x"}, other_ref]
+    assert in_sync(d.desired, cm)
+    # A controller reference without blockOwnerDeletion is not cbop's.
+    cm["metadata"]["ownerReferences"] = [
+        {k: v for k, v in ours.items() if k != "blockOwnerDeletion"},
+        other_ref,
+    ]
+    assert not in_sync(d.desired, cm)
+
+
+def test_spec_maps_of_other_types_are_refused_by_key() -> None:
+    with pytest.raises(SpecError) as err:
+        parse_spec(bundle({"data": {"a": "1", "b": 2, "c": "3"}}))
+    assert "spec.data['b'] must be a string" in err.value.message
+    with pytest.raises(SpecError) as err:
+        parse_spec(bundle({"labels": {"x": None}}))
+    assert "spec.labels['x']" in err.value.message
+
+
+def test_spec_size_counts_utf8_bytes() -> None:
+    assert parse_spec(bundle({"data": {"a": "abc", "b": "\u00e9\u20ac"}})).size == 3 + 2 + 3
+
+
 @pytest.mark.parametrize(
     ("blocker_refs", "needle"),
     [
@@ -375,6 +407,17 @@ def test_content_hash_framing_is_unambiguous() -> None:
     assert content_hash({"a": "1"}, {}) != content_hash({}, {"a": b"1"})
     assert content_hash({"a": "1", "b": "2"}, {}) == content_hash({"b": "2", "a": "1"}, {})
     assert content_hash({}, {}).startswith("sha256:")
+
+
+def test_content_hash_is_stable_across_releases() -> None:
+    # Every managed ConfigMap carries this digest: a different byte stream would make an
+    # upgraded operator rewrite every ConfigMap it manages.
+    assert content_hash(
+        {"b": "two", "a": "one \u00e9", "z": ""}, {"bin": b"\x00\xff", "a2": b""}
+    ) == ("sha256:07d85e7d94d84297e572f6e47384fc6c2cb25d909632c24020ac8ab51acee9a2")
+    assert content_hash({}, {}) == (
+        "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+    )
 
 
 # -- spec validation (second line of defence behind the CRD) --------------------------

@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import enum
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -105,11 +106,17 @@ class BundleSpec:
         return len(self.data) + len(self.binary_data)
 
 
+#: Keys whose verdict is remembered: bundles of one cluster share most of their keys.
+_VERDICTS_KEPT = 4096
+
+
+@functools.lru_cache(maxsize=_VERDICTS_KEPT)
 def configmap_key_error(key: str) -> str | None:
     """Return why ``key`` is not a valid ConfigMap key, or None when it is.
 
     Rules as kube-apiserver's ``IsConfigMapKey``: ``^[-._a-zA-Z0-9]+$``, at most 253
-    characters, not ``.``, not ``..`` and not starting with ``..``.
+    characters, not ``.``, not ``..`` and not starting with ``..``. Verdicts are
+    memoised (a bounded LRU): a restart validates every bundle's keys again.
     """
     if not key:
         return "a key must not be empty"
@@ -125,12 +132,14 @@ def configmap_key_error(key: str) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=_VERDICTS_KEPT)
 def qualified_name_error(key: str) -> str | None:
     """Return why ``key`` is not a valid label/annotation key, or None when it is.
 
     Rules as kube-apiserver's ``IsQualifiedName``: an optional DNS-1123 subdomain prefix
     and ``/``, then a name of at most 63 characters of alphanumerics, ``-``, ``_``, ``.``
-    that starts and ends alphanumeric.
+    that starts and ends alphanumeric. Verdicts are memoised, as
+    :func:`configmap_key_error`'s.
     """
     prefix, sep, name = key.rpartition("/")
     if sep and (
@@ -167,6 +176,10 @@ def _string_map(spec: Mapping[str, Any], field: str) -> dict[str, str]:
         return {}
     if not isinstance(raw, Mapping):
         raise SpecError(f"spec.{field} must be a map of strings, not {type(raw).__name__}")
+    types = set(map(type, raw))
+    types.update(map(type, raw.values()))
+    if types <= {str}:  # what JSON decodes to: one copy, no check per entry
+        return dict(raw)
     out: dict[str, str] = {}
     for key, value in raw.items():
         if not isinstance(value, str):
@@ -284,7 +297,9 @@ def parse_spec(bundle: Mapping[str, Any]) -> BundleSpec:
             f"spec.deletionPolicy {_show(str(policy_raw))} must be 'Delete' or 'Orphan'"
         ) from None
 
-    size = sum(len(v.encode("utf-8", "surrogatepass")) for v in data.values())
+    size = sum(
+        len(v) if v.isascii() else len(v.encode("utf-8", "surrogatepass")) for v in data.values()
+    )
     size += sum(len(v) for v in binary.values())
     if size > MAX_CONFIGMAP_BYTES:
         raise TooLargeError(size)
