@@ -577,6 +577,40 @@ def test_a_resync_of_a_converged_bundle_repeats_the_outcome_without_deciding_aga
     assert client.actions == []
 
 
+def test_a_first_look_at_a_converged_bundle_keeps_only_its_outcome() -> None:
+    # The first reconcile of a listed, converged bundle (every bundle after a restart)
+    # writes nothing and is followed by no watch event: its parsed spec, desired
+    # ConfigMap and verdict would only push others out of the working set.
+    b = converged_bundle({"data": {"a": "1"}})
+    client = FakeClient()
+    r = reconciler(client, b, written(b))
+    assert r.reconcile("demo/app").action is Action.NONE
+    assert client.actions == []
+    assert (len(r._memo._specs), len(r._memo._desired), len(r._memo._synced)) == (0, 0, 0)
+    assert len(r._memo._noops) == 1
+
+
+def test_a_writing_reconcile_keeps_its_spec_for_the_reconciles_its_watch_events_bring(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    b = converged_bundle({"data": {"a": "1"}})
+    cm = written(b)
+    tampered = _with_rv(cm, "777")
+    tampered["data"] = {"a": "edited"}
+    client = FakeClient()
+    r = reconciler(client, b, tampered)
+    assert r.reconcile("demo/app").action is Action.UPDATE
+    assert (len(r._memo._specs), len(r._memo._desired)) == (1, 1)
+    # The update's watch event: the healed ConfigMap, a new resourceVersion. Its
+    # reconcile parses and renders nothing, and keeps its verdict for the next one.
+    parsed: list[object] = []
+    monkeypatch.setattr("cbop.reconciler.memo.parse_spec", parsed.append)
+    r._configmaps = FakeLister(_with_rv(cm, "778"))
+    assert r.reconcile("demo/app").action is Action.NONE
+    assert parsed == []
+    assert len(r._memo._synced) == 1
+
+
 def test_a_resync_repeats_the_outcome_after_the_spec_and_desired_entries_were_evicted(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -62,7 +62,7 @@ from cbop.reconciler.interfaces import (
     Requeue,
     Result,
 )
-from cbop.reconciler.memo import DecisionMemo
+from cbop.reconciler.memo import DecisionMemo, absent
 from cbop.reconciler.status import ConditionStatus, compute_status, status_equal
 
 #: Seconds a written status is remembered for stale cache reads (see Reconciler).
@@ -178,7 +178,9 @@ class Reconciler:
                     duration=round(time.monotonic() - started, 6),
                 )
                 return unchanged
-        spec = self._memo.spec(bundle)
+        # A bundle version in the working set is a follow-up of a recent write; only
+        # then, or when this reconcile writes, are the computed parts kept (see memo).
+        spec, known = self._memo.lookup(bundle)
         current = self._cached_configmap(bundle, spec)
         self._memo.forget_noop(bundle)
         logger = log.bind(
@@ -189,7 +191,9 @@ class Reconciler:
         )
         if current is None and isinstance(spec, BundleSpec) and self._known_conflict(key):
             current = self._fresh_configmap(namespace or "", spec.config_map_name)
-        decision = self._memo.decide(bundle, spec, current)
+        decision = self._memo.decide(bundle, spec, current, keep=known)
+        if not known and (decision.action is not Action.NONE or decision.finalizer is not None):
+            self._memo.keep(bundle, spec, decision)
         try:
             result = self._act(key, bundle, spec, decision)
         except _RejectedError as err:
@@ -268,10 +272,14 @@ class Reconciler:
     # -- reads ----------------------------------------------------------------------
 
     def _known_conflict(self, key: str) -> bool:
+        if absent(self._conflicts, key):
+            return False
         with self._conflicts_lock:
             return key in self._conflicts
 
     def _remember_conflict(self, key: str, conflict: bool) -> None:
+        if not conflict and absent(self._conflicts, key):
+            return
         with self._conflicts_lock:
             if conflict:
                 self._conflicts[key] = True
@@ -658,8 +666,11 @@ class Reconciler:
         yet); else ``bundle`` itself. Never mutates it.
         """
         meta = bundle["metadata"]
+        uid = meta.get("uid") or ""
+        if absent(self._written_status, uid):
+            return bundle
         with self._written_status_lock:
-            written = self._written_status.get(meta.get("uid") or "")
+            written = self._written_status.get(uid)
         if written is None or written[0] != meta.get("resourceVersion"):
             return bundle
         return {**bundle, "status": written[1]}
