@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     # Build what the peers need before the clock starts.
     if "kopf" in impls or "kopf-wl4" in impls:
         procs.bench_python()
-    if "controller-runtime" in impls:
+    if {"controller-runtime", "controller-runtime-defaults"} & set(impls):
         procs.controller_runtime_binary()
     settings = Settings(
         kubeconfig=Path(),

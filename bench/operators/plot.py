@@ -23,6 +23,7 @@ STYLE = {
     "cbop": ("tab:blue", "s"),
     "cbop-qps20": ("tab:cyan", "s"),
     "controller-runtime": ("tab:green", "^"),
+    "controller-runtime-defaults": ("tab:olive", "^"),
     "kopf": ("tab:red", "v"),
     "kopf-wl4": ("tab:orange", "v"),
 }
