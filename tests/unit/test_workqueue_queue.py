@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from typing import Any, cast
 
 import pytest
 
+from cbop.locks import YieldingLock
 from cbop.workqueue import (
     DelayingInterface,
     DelayingQueue,
@@ -185,8 +187,8 @@ class WaitCounter(threading.Condition):
     lock afterwards runs only once the waiter has released it inside wait().
     """
 
-    def __init__(self, lock: threading.Lock) -> None:
-        super().__init__(lock)
+    def __init__(self, lock: YieldingLock) -> None:
+        super().__init__(cast(Any, lock))
         self.waits = 0
         self._seen = threading.Condition()
 

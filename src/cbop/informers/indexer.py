@@ -39,6 +39,7 @@ from typing import Any, Final
 import structlog
 
 from cbop.keys import BY_NAMESPACE, CONTROLLER_UID_INDEX, key_of, object_key, split_key
+from cbop.locks import YieldingLock
 
 __all__ = [
     "BY_NAMESPACE",
@@ -245,7 +246,8 @@ class Indexer:
         *,
         detect_mutations: bool | None = None,
     ) -> None:
-        self._lock = threading.RLock()
+        # Read by every reconcile (listers): a lock that does not convoy (cbop.locks).
+        self._lock = YieldingLock(threading.RLock())
         self._items: dict[str, Mapping[str, Any]] = {}
         self._index_funcs: dict[str, IndexFunc] = {BY_NAMESPACE: index_by_namespace}
         for name, fn in (indexers or {}).items():

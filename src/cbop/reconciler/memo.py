@@ -43,13 +43,13 @@ the lock the reconcile threads share.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 import cachetools
 
 from cbop.api import BundleSpec, SpecError, parse_spec
+from cbop.locks import YieldingLock
 from cbop.reconciler.decision import Decision, decide
 from cbop.reconciler.desired import DesiredConfigMap, desired_configmap, in_sync
 
@@ -125,7 +125,7 @@ class DecisionMemo:
         self._noops: cachetools.LRUCache[str, tuple[str, str, str, str, Any]] = cachetools.LRUCache(
             maxsize
         )
-        self._lock = threading.Lock()
+        self._lock = YieldingLock()
         #: Lookups answered from a cache, and computed, over all three caches (exact
         #: with one thread; a miss is counted without the lock).
         self.hits = 0

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import datetime
 import itertools
-import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -48,6 +47,7 @@ from cbop.api import (
 )
 from cbop.keys import split_key
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, ConnectionFailed
+from cbop.locks import YieldingLock
 from cbop.reconciler.decision import Action, Decision, FinalizerChange, decide
 from cbop.reconciler.desired import content_hash
 from cbop.reconciler.diff import configmap_diff
@@ -131,7 +131,7 @@ class Reconciler:
         self._conflicts: cachetools.TTLCache[str, bool] = cachetools.TTLCache(
             maxsize=100_000, ttl=4 * conflict_recheck
         )
-        self._conflicts_lock = threading.Lock()
+        self._conflicts_lock = YieldingLock()
         # The last status written per bundle UID, with the resourceVersion of the bundle
         # it was computed from. A reconcile that still finds that resourceVersion in the
         # cache (the watch event of the write is on its way) compares with what was
@@ -140,7 +140,7 @@ class Reconciler:
         self._written_status: cachetools.TTLCache[str, tuple[str, dict[str, Any]]] = (
             cachetools.TTLCache(maxsize=100_000, ttl=_WRITTEN_STATUS_TTL)
         )
-        self._written_status_lock = threading.Lock()
+        self._written_status_lock = YieldingLock()
         # Parsed specs, desired ConfigMaps and in-sync verdicts by (uid, generation) and
         # the ConfigMap's (uid, resourceVersion): a no-op reconcile recomputes none.
         self._memo = DecisionMemo()

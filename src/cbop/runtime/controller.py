@@ -36,6 +36,7 @@ import structlog
 from cbop.clock import Clock, RealClock
 from cbop.informers import SharedInformer
 from cbop.kube import ApiError, LeaseNotHeld
+from cbop.locks import YieldingLock
 from cbop.runtime.handlers import ConvergedFunc, EnqueueHandler, MapFunc
 from cbop.runtime.metrics import ControllerMetrics, NoopControllerMetrics
 from cbop.runtime.reconcile import Reconciler, Requeue
@@ -92,7 +93,7 @@ class Controller:
         self._stopping = threading.Event()
         # Worker thread ident -> clock time at which its current reconcile began.
         self._busy_since: dict[int, float] = {}
-        self._busy_lock = threading.Lock()
+        self._busy_lock = YieldingLock()
 
     def watch(
         self,

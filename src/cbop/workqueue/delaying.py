@@ -20,6 +20,7 @@ import math
 import threading
 
 from cbop.clock import Clock
+from cbop.locks import condition
 from cbop.workqueue.interfaces import T
 from cbop.workqueue.metrics import MetricsProvider
 from cbop.workqueue.queue import Queue
@@ -46,7 +47,7 @@ class DelayingQueue(Queue[T]):
         # The waiting loop waits here until the earliest ready time (a deadline on the
         # queue's clock); add_after() notifies when it creates a new earliest entry, the
         # shut-down methods notify to stop the loop.
-        self._waiting_changed = threading.Condition(self._mutex)
+        self._waiting_changed = condition(self._mutex)
         # Min-heap of (ready_at, sequence, item); entries that were superseded by an
         # earlier ready time stay in the heap and are skipped when popped.
         self._waiting: list[tuple[float, int, T]] = []

@@ -18,6 +18,7 @@ from collections import deque
 from typing import ClassVar, Generic
 
 from cbop.clock import Clock, RealClock
+from cbop.locks import YieldingLock, condition
 from cbop.workqueue.interfaces import T
 from cbop.workqueue.metrics import (
     UNFINISHED_WORK_UPDATE_PERIOD,
@@ -58,16 +59,17 @@ class Queue(Generic[T]):
     ) -> None:
         self._name = name
         self._clock: Clock = clock if clock is not None else RealClock()
-        self._mutex = threading.Lock()
+        # Taken by every worker for every item: a lock that does not convoy (cbop.locks).
+        self._mutex = YieldingLock()
         # get() waits while the FIFO is empty and the queue runs; add(), done() (when it
         # re-queues) and the shut-down methods notify.
-        self._not_empty = threading.Condition(self._mutex)
+        self._not_empty = condition(self._mutex)
         # shut_down_with_drain() waits until nothing is processing; done() notifies when
         # processing becomes empty, shut_down() notifies to cancel the drain.
-        self._drained = threading.Condition(self._mutex)
+        self._drained = condition(self._mutex)
         # The metrics updater thread waits here (with a clock deadline) between refreshes;
         # the shut-down methods notify.
-        self._updater_wake = threading.Condition(self._mutex)
+        self._updater_wake = condition(self._mutex)
         self._queue: deque[T] = deque()
         self._dirty: set[T] = set()
         self._processing: set[T] = set()

@@ -14,10 +14,10 @@ All limiters are thread-safe.
 
 from __future__ import annotations
 
-import threading
 from typing import Generic, Protocol, TypeVar
 
 from cbop.clock import Clock
+from cbop.locks import YieldingLock
 from cbop.tokenbucket import TokenBucket
 from cbop.workqueue.interfaces import T
 
@@ -75,7 +75,7 @@ class ItemExponentialFailureRateLimiter(Generic[T]):
             )
         self._base_delay = float(base_delay)
         self._max_delay = float(max_delay)
-        self._lock = threading.Lock()
+        self._lock = YieldingLock()  # forget() runs after every reconcile
         self._failures: dict[T, int] = {}
 
     def when(self, item: T) -> float:
