@@ -51,13 +51,21 @@ class YieldingLock:
 
     Args:
         inner: the lock it guards with (default a new ``threading.Lock``); a
-            ``threading.RLock`` makes it reentrant. ``threading.Condition`` works on a
-            ``YieldingLock`` over a ``threading.Lock`` (its waits release and re-take it
-            with ``release`` and ``acquire``), not over an ``RLock`` taken recursively.
+            ``threading.RLock`` makes it reentrant. Only one over a ``threading.Lock``
+            can serve a ``threading.Condition`` (see :func:`condition`): the Condition
+            tells whether the caller holds the lock by trying to take it, which the
+            owner of an RLock always can.
 
     Usable as a context manager; ``acquire(blocking, timeout)`` and ``release()`` as
-    ``threading.Lock``'s (``timeout`` in seconds, -1 for none; ``release`` of a lock not
-    held raises ``RuntimeError``).
+    ``threading.Lock``'s (``timeout`` in seconds, -1 for none).
+
+    Raises:
+        ValueError: from ``acquire``, a timeout with ``blocking=False``, or one that is
+            negative (other than -1) or NaN, as ``threading.Lock``.
+        RuntimeError: from ``release``, when the lock is not held.
+
+    It relies on the GIL as the rest of cbop does (CPython 3.11, not a free-threaded
+    build): between its tries another thread runs only when this one gives up the GIL.
     """
 
     __slots__ = ("_acquire", "_release")
@@ -69,6 +77,10 @@ class YieldingLock:
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         """Take the lock; return whether it was taken (always, when blocking without timeout)."""
+        if not blocking and timeout != -1:
+            raise ValueError("can't specify a timeout for a non-blocking call")
+        if timeout != -1 and not timeout >= 0:
+            raise ValueError("timeout value must be a non-negative number")
         if self._acquire(False):
             return True
         if not blocking:

@@ -108,3 +108,16 @@ def test_a_condition_waits_and_is_notified_under_it() -> None:
     # The waiter released the lock inside wait() and took it back after.
     assert lock.acquire(False)
     lock.release()
+
+
+@pytest.mark.parametrize(
+    ("blocking", "timeout"),
+    [(False, 1.0), (True, -5.0), (True, float("nan"))],
+    ids=["timeout-without-blocking", "negative", "nan"],
+)
+def test_a_timeout_threading_lock_refuses_is_refused(blocking: bool, timeout: float) -> None:
+    lock = YieldingLock()
+    with pytest.raises(ValueError, match="timeout"):
+        lock.acquire(blocking, timeout)
+    assert lock.acquire(False)  # nothing was taken
+    lock.release()

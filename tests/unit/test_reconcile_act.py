@@ -590,6 +590,15 @@ def test_a_first_look_at_a_converged_bundle_keeps_only_its_outcome() -> None:
     assert len(r._memo._noops) == 1
 
 
+def test_a_first_look_that_writes_only_the_status_keeps_its_spec_for_the_status_event() -> None:
+    b = bundle({"data": {"a": "1"}})  # in sync, but its status says nothing yet
+    client = FakeClient()
+    r = reconciler(client, b, written(b))
+    assert r.reconcile("demo/app").action is Action.NONE
+    assert [a[0] for a in client.writes()] == ["patch/status"]
+    assert (len(r._memo._specs), len(r._memo._desired)) == (1, 1)
+
+
 def test_a_writing_reconcile_keeps_its_spec_for_the_reconciles_its_watch_events_bring(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

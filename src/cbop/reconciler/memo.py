@@ -91,7 +91,9 @@ def absent(cache: cachetools.Cache[Any, Any], key: Any) -> bool:
     holding ours; the answer may be out of date by the time it is used, so only use it
     where a stale answer is harmless: a missed entry is computed again, and a key is
     never reconciled by two threads at once, so the entry of the bundle at hand is not
-    being written by another thread.
+    being written by another thread. It relies on the GIL: without it (a free-threaded
+    build) a ``TTLCache`` being written can be seen with an entry whose expiry is not
+    set yet.
     """
     return key not in cache
 

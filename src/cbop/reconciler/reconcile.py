@@ -192,10 +192,8 @@ class Reconciler:
         if current is None and isinstance(spec, BundleSpec) and self._known_conflict(key):
             current = self._fresh_configmap(namespace or "", spec.config_map_name)
         decision = self._memo.decide(bundle, spec, current, keep=known)
-        if not known and (decision.action is not Action.NONE or decision.finalizer is not None):
-            self._memo.keep(bundle, spec, decision)
         try:
-            result = self._act(key, bundle, spec, decision)
+            result = self._act(key, bundle, spec, decision, keep=not known)
         except _RejectedError as err:
             # The API server refused the ConfigMap in a way no retry can fix (a label
             # value it rejects, a request body over its limit): a spec problem, reported
@@ -310,7 +308,10 @@ class Reconciler:
         bundle: Mapping[str, Any],
         spec: BundleSpec | SpecError,
         decision: Decision,
+        *,
+        keep: bool = False,
     ) -> Result:
+        """Carry out ``decision``; with ``keep``, memoise its spec and render if it wrote."""
         meta = bundle["metadata"]
         namespace = meta["namespace"]
         if decision.action is Action.DELETING:
@@ -373,6 +374,18 @@ class Reconciler:
             and not (stale or wrote_status or requeue or self._dry_run)
         ):
             self._memo.remember_noop(bundle, current, result)
+        elif (
+            keep
+            and not self._dry_run
+            and (
+                wrote_status
+                or stale
+                or decision.finalizer is not None
+                or decision.action in (Action.CREATE, Action.UPDATE, Action.REPLACE)
+            )
+        ):
+            # The watch events of its writes bring the bundle back within seconds.
+            self._memo.keep(bundle, spec, decision)
         return result
 
     def _write_configmap(self, namespace: str, decision: Decision) -> None:
