@@ -270,10 +270,8 @@ class Reconciler:
     # -- reads ----------------------------------------------------------------------
 
     def _known_conflict(self, key: str) -> bool:
-        if absent(self._conflicts, key):
-            return False
-        with self._conflicts_lock:
-            return key in self._conflicts
+        # A containment test, which needs no lock (see memo.absent).
+        return not absent(self._conflicts, key)
 
     def _remember_conflict(self, key: str, conflict: bool) -> None:
         if not conflict and absent(self._conflicts, key):
