@@ -38,12 +38,12 @@ waits as it would have waited out the ``Retry-After``.
 from __future__ import annotations
 
 import math
-import threading
 from typing import Final
 
 import structlog
 
 from cbop.clock import Clock
+from cbop.locks import YieldingLock, condition
 
 __all__ = [
     "DEFAULT_CEILING",
@@ -104,7 +104,10 @@ class InflightLimit:
         self._clock = clock
         self._probe = probe
         self._recovery = recovery
-        self._cond = threading.Condition(threading.Lock())
+        # Every request takes this lock twice: a YieldingLock keeps the workers off a
+        # lock convoy (see cbop.locks).
+        self._cond = condition(YieldingLock())
+        self._waiting = 0  # threads in acquire() waiting for room
         self._ceiling = ceiling
         self._in_flight = 0
         self._limit: int | None = initial
@@ -153,7 +156,11 @@ class InflightLimit:
                     deadline = self._last_throttled + self._recovery
                 # An absolute deadline, compared as _lift_if_recovered compares it: a
                 # timeout recomputed from it can round to 0 and spin at the deadline.
-                self._clock.wait_until(self._cond, deadline)
+                self._waiting += 1
+                try:
+                    self._clock.wait_until(self._cond, deadline)
+                finally:
+                    self._waiting -= 1
             self._in_flight += 1
             return self._cut
 
@@ -184,7 +191,8 @@ class InflightLimit:
                         self._limit += 1
                         self._changed_at = now
                         self._grew = True
-            self._cond.notify_all()
+            if self._waiting:
+                self._cond.notify_all()
 
     def _grow_slow_start(self) -> None:
         assert self._limit is not None

@@ -45,9 +45,9 @@ from __future__ import annotations
 import contextlib
 import math
 import random
-import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
+from urllib.parse import quote
 
 import orjson
 import structlog
@@ -62,6 +62,7 @@ from cbop.kube.errors import ApiError, ConnectionFailed, LeaseNotHeld
 from cbop.kube.inflight import InflightLimit
 from cbop.kube.jsonstream import ItemHook, StreamDecodeError, decode_list, paused_gc
 from cbop.kube.metrics import NO_METRICS, NO_RESPONSE_CODE, RestClientMetrics
+from cbop.locks import YieldingLock
 from cbop.tokenbucket import TokenBucket
 
 __all__ = [
@@ -276,7 +277,7 @@ class Transport:
         self._max_retries = max_retries
         self._on_request = on_request
         self._counts: dict[tuple[str, str], int] = {}
-        self._counts_lock = threading.Lock()
+        self._counts_lock = YieldingLock()
         self._metrics: RestClientMetrics = metrics if metrics is not None else NO_METRICS
         configuration = getattr(api_client, "configuration", None)
         host = str(getattr(configuration, "host", "") or "")
@@ -455,19 +456,9 @@ class Transport:
             headers["Accept-Encoding"] = "gzip"
         if body is not None:
             headers["Content-Type"] = content_type
-        query_params = [(k, query_value(v)) for k, v in (query or {}).items()]
         start = self._clock.now()
         try:
-            # The generated layer builds the URL and the authentication headers; the body
-            # is sent as the bytes encode_body() made, not re-serialised by that layer
-            # (whose json.dumps escapes every non-ASCII character).
-            m, url, header_params, _, _ = self._api.param_serialize(
-                method=method,
-                resource_path=path,
-                query_params=query_params,
-                header_params=headers,
-                auth_settings=["BearerToken"],
-            )
+            m, url, header_params = self._target(method, path, query, headers)
             if self._curl is not None and not stream:
                 return self._curl.request(m, url, header_params, body, timeout)
             raw = self._api.rest_client.pool_manager.request(
@@ -484,6 +475,35 @@ class Transport:
         except (*TRANSPORT_ERRORS, ApiException) as exc:
             self.record(verb, resource, 0, self._clock.now() - start)
             raise connection_failed(exc, f"{method} {path}") from exc
+
+    def _target(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, str | int | bool] | None,
+        headers: dict[str, str],
+    ) -> tuple[str, str, dict[str, str]]:
+        """Return ``(method, url, headers)`` for one request, authentication included.
+
+        The URL is the configured host, ``path`` and ``query`` (values rendered by
+        :func:`query_value` and percent-encoded as the generated client does); the
+        headers gain the client's default headers (User-Agent) and the bearer token of
+        the moment, through the generated client's ``update_params_for_auth`` (which
+        calls the token refresh hook, e.g. the reread of a projected ServiceAccount
+        token). This is the generated client's ``param_serialize`` for the only shapes
+        cbop sends (string headers, scalar query values, no form or file parameters),
+        without its generic serialisation of every header and parameter.
+        """
+        api = self._api
+        headers.update(api.default_headers)
+        if api.cookie:
+            headers["Cookie"] = api.cookie
+        query_params = [(k, query_value(v)) for k, v in (query or {}).items()]
+        api.update_params_for_auth(headers, query_params, ["BearerToken"], path, method, None)
+        url = api.configuration.host + path
+        if query_params:
+            url += "?" + "&".join(f"{k}={quote(v)}" for k, v in query_params)
+        return method, url, headers
 
     def call(
         self,

@@ -24,6 +24,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from cbop.locks import YieldingLock
+
 __all__ = ["REST_CLIENT_BUCKETS", "PrometheusRestClientMetrics"]
 
 #: client-go's latency buckets for both rest_client histograms (seconds).
@@ -78,6 +80,10 @@ class PrometheusRestClientMetrics:
         # the key on each call. Reads need no lock (a dict lookup); a racing first
         # use of a series asks ``labels`` twice and gets the same child both times.
         self._children: dict[tuple[Any, ...], Any] = {}
+        # Every request updates two values, each guarded by prometheus_client's own
+        # threading.Lock, which busy workers would convoy on (cbop.locks); one
+        # YieldingLock around the updates leaves those locks uncontended.
+        self._lock = YieldingLock()
 
     def _child(self, family: Counter | Histogram, *values: str) -> Any:
         key = (family, *values)
@@ -88,15 +94,21 @@ class PrometheusRestClientMetrics:
 
     def request(self, code: str, method: str, host: str) -> None:
         """Count one HTTP exchange."""
-        self._child(self._requests, code, method, host).inc()
+        child = self._child(self._requests, code, method, host)
+        with self._lock:
+            child.inc()
 
     def request_duration(self, verb: str, host: str, seconds: float) -> None:
         """Observe one exchange's latency (seconds)."""
-        self._child(self._duration, verb, host).observe(seconds)
+        child = self._child(self._duration, verb, host)
+        with self._lock:
+            child.observe(seconds)
 
     def rate_limiter_duration(self, verb: str, host: str, seconds: float) -> None:
         """Observe one wait for the client-side rate limiter (seconds)."""
-        self._child(self._rate_limiter, verb, host).observe(seconds)
+        child = self._child(self._rate_limiter, verb, host)
+        with self._lock:
+            child.observe(seconds)
 
     def retry(self, code: str, method: str, host: str, wait_seconds: float) -> None:
         """Count one retry and the seconds waited before it."""
