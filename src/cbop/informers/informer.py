@@ -68,6 +68,7 @@ from cbop.informers.reflector import (
 )
 from cbop.kube import Resource
 from cbop.kube.jsonstream import paused_gc
+from cbop.locks import YieldingLock, condition
 from cbop.shardrange import ShardRange
 
 __all__ = [
@@ -156,8 +157,11 @@ class SharedInformer:
         self.name = name
         self._log = log.bind(informer=name)
 
-        # Processing side: FIFO of work items, guarded by _cond.
-        self._cond = threading.Condition(threading.Lock())
+        # Processing side: FIFO of work items, guarded by _cond. The reflector takes its
+        # lock for every event: a YieldingLock keeps the two threads off a lock convoy
+        # (cbop.locks), and it notifies only when the processing thread waits.
+        self._cond = condition(YieldingLock())
+        self._consumer_waiting = False
         self._queue: deque[tuple[Any, ...]] = deque()
         self._handlers: list[ResourceEventHandler] = []
         self._resync_due: float | None = None
@@ -385,7 +389,11 @@ class SharedInformer:
                     due = self._resync_due
                     if due is not None and self._clock.now() >= due:
                         break
-                    self._clock.wait_until(self._cond, due)
+                    self._consumer_waiting = True
+                    try:
+                        self._clock.wait_until(self._cond, due)
+                    finally:
+                        self._consumer_waiting = False
                 if self._stopping:
                     return
                 item = self._queue.popleft() if self._queue else None
@@ -475,7 +483,8 @@ class SharedInformer:
     def _enqueue(self, item: tuple[Any, ...]) -> None:
         with self._cond:
             self._queue.append(item)
-            self._cond.notify_all()
+            if self._consumer_waiting:
+                self._cond.notify()
 
     def _enqueue_replace(self, staging: IndexStaging, resource_version: str) -> None:
         """Queue a full list for :meth:`_apply_replace` (called on the reflector thread)."""
