@@ -76,6 +76,15 @@ def drop_finalizers(kube: KubeClient, namespace: str, threads: int = 8) -> int:
     return len(held)
 
 
+def deletion_timeout(bundles: int) -> float:
+    """Seconds to allow for deleting a namespace of ``bundles`` bundles and their ConfigMaps.
+
+    The namespace controller deletes both collections and the garbage collector follows
+    the owner references: 300 s, plus 20 ms per bundle beyond the first 10,000.
+    """
+    return 300.0 + 0.02 * max(0, bundles - 10_000)
+
+
 def delete_namespace(kube: KubeClient, name: str, timeout: float = 300.0) -> float:
     """Delete a namespace (finalizers dropped first) and wait until it is gone; return seconds."""
     start = time.monotonic()

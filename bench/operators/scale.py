@@ -60,7 +60,7 @@ def measure(bench: Bench, impl: str, n: int) -> dict[str, Any]:
         record |= restart(bench, impl, ns, n)
     finally:
         bench.stop()
-        cluster.delete_namespace(bench.kube, ns)
+        cluster.delete_namespace(bench.kube, ns, timeout=cluster.deletion_timeout(n))
     return record
 
 

@@ -299,7 +299,7 @@ class Bench:
         )
         if not keep:
             self.stop()
-            cluster.delete_namespace(self.kube, ns)
+            cluster.delete_namespace(self.kube, ns, timeout=cluster.deletion_timeout(n))
         return record
 
     # ----------------------------------------------------------------------- S4
