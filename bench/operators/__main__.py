@@ -130,6 +130,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         log(f"starting the control plane in {workdir}")
         cp.start(timeout=120)
         settings.kubeconfig = cp.kubeconfig_path
+        settings.components = cp.pids
         cluster.install_crd(cp.binaries.kubectl, cp.kubeconfig_path)
         kube = cluster.client(cp.kubeconfig_path)
         bench = Bench(kube, settings)

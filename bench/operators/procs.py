@@ -93,6 +93,41 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def machine_cpu_seconds() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine since boot, summed over its cores,
+    from the first line of /proc/stat (busy is everything but idle and iowait)."""
+    with open("/proc/stat", encoding="ascii") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    total = sum(ticks[:8])  # guest time is already counted in user and nice
+    return (total - ticks[3] - ticks[4]) / CLK_TCK, total / CLK_TCK
+
+
+class CpuShare:
+    """CPU seconds of named processes and of the whole machine between two points.
+
+    ``pids`` maps a name (e.g. ``kube-apiserver``) to a process id; a process that has
+    exited by :meth:`stop` counts as 0 s.
+    """
+
+    def __init__(self, pids: Mapping[str, int]) -> None:
+        self._pids = dict(pids)
+        self._start = self._read()
+
+    def _read(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for name, pid in self._pids.items():
+            with contextlib.suppress(OSError):
+                out[name] = cpu_seconds(pid)
+        out["machine busy"], out["machine total"] = machine_cpu_seconds()
+        return out
+
+    def stop(self) -> dict[str, float]:
+        """CPU seconds used since construction, by name, plus ``machine busy`` and
+        ``machine total`` (busy + idle, i.e. wall seconds times cores)."""
+        end = self._read()
+        return {k: round(v - self._start[k], 2) for k, v in end.items() if k in self._start}
+
+
 def memory_kib(pid: int) -> tuple[int, int]:
     """(VmRSS, VmHWM) in KiB, from /proc/<pid>/status."""
     rss = hwm = 0

@@ -50,6 +50,7 @@ def measure(bench: Bench, impl: str, n: int) -> dict[str, Any]:
         "complete": burst["complete"],
         "converge_seconds": burst["seconds"],
         "converge_cpu_seconds": burst["cpu_seconds"],
+        "converge_cpu_share": burst.get("cpu_share", {}),
         "burst_peak_mib": burst.get("peak_rss_mib"),
     }
     if impl == "raw":
@@ -132,6 +133,14 @@ def _num(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
+def _busy(share: dict[str, float]) -> str:
+    """The machine's busy share of its CPU during a burst, e.g. ``"97 %"`` (``-`` unknown)."""
+    total = share.get("machine total")
+    if not total:
+        return "-"
+    return f"{100 * share.get('machine busy', 0.0) / total:.0f} %"
+
+
 def markdown(results: dict[str, Any]) -> str:
     """The S6/S7 section of the results file ("" when they did not run)."""
     rows = results.get("scale") or []
@@ -142,17 +151,20 @@ def markdown(results: dict[str, Any]) -> str:
         "### S6 restart with N converged bundles, one new bundle 1 s after start; "
         "S7 converge, restart and memory at large N",
         "",
-        "| implementation | N | converge s | / raw | CPU s | new bundle Ready s (S6) "
+        "| implementation | N | converge s | / raw | CPU s | kube-apiserver CPU s "
+        "| machine busy | new bundle Ready s (S6) "
         "| restart-to-quiet s | steady RSS MiB | restart peak MiB |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     raw = {r["n"]: r["converge_seconds"] for r in rows if r["impl"] == "raw"}
     for r in rows:
         floor = raw.get(r["n"])
         ratio = r["converge_seconds"] / floor if floor else None
+        share = r.get("converge_cpu_share") or {}
         out.append(
             f"| {r['impl']} | {r['n']:,} | {r['converge_seconds']:.1f} | {_num(ratio, '.2f')}x "
-            f"| {r['converge_cpu_seconds']:.1f} | {_num(r.get('new_bundle_ready_seconds'), '.2f')} "
+            f"| {r['converge_cpu_seconds']:.1f} | {_num(share.get('kube-apiserver'), '.1f')} "
+            f"| {_busy(share)} | {_num(r.get('new_bundle_ready_seconds'), '.2f')} "
             f"| {_num(r.get('restart_to_quiet_seconds'), '.1f')} "
             f"| {_num(r.get('steady_mib'), '.1f')} | {_num(r.get('restart_peak_mib'), '.1f')} |"
         )

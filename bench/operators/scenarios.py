@@ -8,7 +8,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +17,7 @@ from typing import Any
 from bench.operators import cluster
 from bench.operators.cluster import RequestCounts
 from bench.operators.procs import (
+    CpuShare,
     Operator,
     Sampler,
     bench_python,
@@ -50,6 +51,9 @@ class Settings:
     seed: int = 1
     profile: Path | None = None
     audit: Path | None = None
+    #: The control plane's process ids by component name (``ControlPlane.pids``); S1
+    #: records their CPU seconds and the machine's during each burst.
+    components: Callable[[], Mapping[str, int]] | None = None
 
 
 def log(msg: str) -> None:
@@ -239,6 +243,7 @@ class Bench:
             if self.audit is not None:
                 self.audit.mark()
             cpu0 = cpu_seconds(op.pid) if op else 0.0
+            share = CpuShare(self.s.components() if self.s.components else {})
             sent: dict[str, float] = {}
             spy = None
             if self.s.profile is not None and op is not None and impl.startswith("cbop"):
@@ -254,6 +259,7 @@ class Bench:
                 spy.wait(60)
             time.sleep(1.0)  # let trailing requests be counted
             cpu1 = cpu_seconds(op.pid) if op else 0.0
+            shares = share.stop()
             own = own_requests(own_before, self.kube.request_counts())
             api = subtract(cluster.delta(cluster.apiserver_requests(self.kube), before), own)
             gets = self.audit.gets() if self.audit is not None else {}
@@ -287,6 +293,7 @@ class Bench:
             "p99": percentile(latencies, 0.99),
             "ready_seconds": ready_s,
             "cpu_seconds": cpu1 - cpu0,
+            "cpu_share": shares,
             "requests": {"|".join(k): v for k, v in sorted(api.items())},
             "gets_by_client": gets,
             "latencies": sorted(latencies),
