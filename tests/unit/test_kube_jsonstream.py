@@ -9,6 +9,7 @@ import pytest
 
 from cbop.kube import jsonstream
 from cbop.kube.jsonstream import StreamDecodeError, decode_list, intern_keys, paused_gc
+from cbop.kube.transport import decode_body
 
 
 def split(data: bytes, size: int) -> Iterator[bytes]:
@@ -252,3 +253,30 @@ def test_paused_gc_nests_and_restores() -> None:
         assert not gc.isenabled()  # it was off before: left off
     finally:
         gc.enable()
+
+
+# An integer token beyond 64 bits, as kube-apiserver writes a number it holds as float64
+# (2**64 here), and numbers just inside and outside orjson's integer range.
+_WIDE_NUMBERS = [18446744073709552000, 2**64 - 1, -(2**63), -(2**63) - 1, 2**70, 10**30]
+
+
+def test_integers_beyond_64_bits_decode_to_the_float64_the_server_holds() -> None:
+    items = [{"metadata": {"name": f"cm-{i}"}, "spec": {"n": _WIDE_NUMBERS}} for i in range(6)]
+    doc = {"kind": "ThingList", "apiVersion": "v1", "metadata": {}, "items": items}
+    data = json.dumps(doc, separators=(",", ":")).encode()
+    want = json.loads(data)
+    got = decode_list(split(data, 4096))
+    assert len(got["items"]) == 6
+    for item in got["items"]:
+        for value, exact in zip(item["spec"]["n"], _WIDE_NUMBERS, strict=True):
+            if -(2**63) <= exact <= 2**64 - 1:
+                assert value == exact
+                assert isinstance(value, int)
+            else:
+                # Batched items come back as float (orjson), the others as int (json):
+                # either way the same float64, which is all the API server stores.
+                assert float(value) == float(exact)
+    assert [i["metadata"] for i in got["items"]] == [i["metadata"] for i in want["items"]]
+    event = json.dumps({"type": "ADDED", "object": items[0]}).encode()
+    decoded = decode_body(event)["object"]["spec"]["n"]
+    assert [float(v) for v in decoded] == [float(v) for v in _WIDE_NUMBERS]

@@ -230,7 +230,12 @@ def decode_list(chunks: Iterable[bytes], hook: ItemHook | None = None) -> dict[s
 
     Returns:
         The decoded object, as ``json.loads`` would return it (the keys of ``items``
-        elements shared as the module docstring says).
+        elements shared as the module docstring says), with one exception: in items
+        decoded in a batch, an integer outside ``[-2**63, 2**64 - 1]`` is a ``float``
+        (``orjson``'s rule) where ``json.loads`` gives an ``int``. The API server holds
+        every such number as a float64 (apimachinery decodes JSON integers that do not
+        fit an int64 as float64, and writes them back as long digit strings such as
+        ``18446744073709552000``), so the ``float`` is the value it stores.
 
     Raises:
         StreamDecodeError: malformed or truncated input, or not a JSON object.

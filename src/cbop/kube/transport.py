@@ -172,7 +172,9 @@ def decode_body(data: bytes) -> Any:
 
     Returns the decoded value (a dict for every Kubernetes object and list), as
     ``json.loads`` would, decoded by ``orjson`` (2-3x faster on a watch event of a
-    ConfigMap).
+    ConfigMap), except that an integer outside ``[-2**63, 2**64 - 1]`` comes back as a
+    ``float``: the float64 that the API server itself holds for such a number (see
+    :func:`cbop.kube.jsonstream.decode_list`).
 
     Raises:
         ValueError: ``data`` is not JSON (``orjson.JSONDecodeError`` is one).
