@@ -106,7 +106,7 @@ class CpuShare:
     """CPU seconds of named processes and of the whole machine between two points.
 
     ``pids`` maps a name (e.g. ``kube-apiserver``) to a process id; a process that has
-    exited by :meth:`stop` counts as 0 s.
+    exited before construction or by :meth:`stop` is left out of the result.
     """
 
     def __init__(self, pids: Mapping[str, int]) -> None:

@@ -234,8 +234,9 @@ def decode_list(chunks: Iterable[bytes], hook: ItemHook | None = None) -> dict[s
         decoded in a batch, an integer outside ``[-2**63, 2**64 - 1]`` is a ``float``
         (``orjson``'s rule) where ``json.loads`` gives an ``int``. The API server holds
         every such number as a float64 (apimachinery decodes JSON integers that do not
-        fit an int64 as float64, and writes them back as long digit strings such as
-        ``18446744073709552000``), so the ``float`` is the value it stores.
+        fit an int64 as float64, and writes them back as digit strings such as
+        ``18446744073709552000``, or with an exponent from 1e21), so the ``float`` is
+        the value it stores.
 
     Raises:
         StreamDecodeError: malformed or truncated input, or not a JSON object.
