@@ -354,6 +354,10 @@ class Greeter:
         annotations = deployment["spec"]["template"]["metadata"].get("annotations") or {}
         return str(annotations.get("cbop.dev/config-hash", ""))
 
+    def baseline(self) -> str:
+        deployment = self.cluster.get("deployment", "-n", ROLLOUT_NAMESPACE, "greeter")
+        return str((deployment["metadata"].get("labels") or {}).get("cbop.dev/config-baseline", ""))
+
     def settled(self) -> bool:
         """The Deployment controller has rolled out the current template to one pod."""
         deployment = self.cluster.get("deployment", "-n", ROLLOUT_NAMESPACE, "greeter")
@@ -417,14 +421,17 @@ def test_a_bundle_change_restarts_the_pods_of_a_labelled_deployment_with_the_new
             cluster,
         )
         cluster.kubectl("apply", "-f", "-", stdin=json.dumps(deployment))
-        # cbop annotates the new Deployment (one roll of its own); wait until it has
-        # settled on one running pod that started with the first content.
-        first_hash = wait_until(greeter.config_hash, WAIT, "the first config-hash", cluster)
+        # cbop records the new Deployment's baseline, a label, and does not roll it (its
+        # pod starts with the first content); wait until it has settled on one running
+        # pod that started with the first content.
+        wait_until(greeter.baseline, WAIT, "the baseline label", cluster)
         wait_until(greeter.settled, WAIT, "the Deployment to settle on one pod", cluster)
         (old,) = wait_until(greeter.running, WAIT, "the first pod Running", cluster)
         wait_until(lambda: greeter.greets(old, "hello-v1"), WAIT, "the first pod's greeting")
-        assert greeter.config_hash() == first_hash
+        first_hash = greeter.config_hash()
+        assert first_hash == ""
         old_replicasets = greeter.replicasets()
+        assert len(old_replicasets) == 1
 
         began = time.monotonic()
         patch = json.dumps({"spec": {"data": {"greeting": "hello-v2"}}})

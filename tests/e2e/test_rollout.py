@@ -15,6 +15,8 @@ every workload of the module.
 
 from __future__ import annotations
 
+import json
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,7 +34,15 @@ from cbop.kube import (
     KubeClient,
     Resource,
 )
-from cbop.rollout import ANNOTATION_CONFIG_HASH, LABEL_ROLLOUT, Action, decide
+from cbop.rollout import (
+    ANNOTATION_CONFIG_HASH,
+    FIELD_MANAGER,
+    LABEL_CONFIG_BASELINE,
+    LABEL_ROLLOUT,
+    Action,
+    baseline,
+    decide,
+)
 from cbop_testing.envtest import ControlPlane
 
 from .fixtures import install_crd
@@ -155,16 +165,17 @@ def config_hash(kube: KubeClient, resource: Resource, name: str) -> str:
 
 
 def in_sync(kube: KubeClient, resource: Resource, name: str) -> bool:
-    """Whether the annotation is the digest of the ConfigMaps in the cluster now."""
+    """Whether the workload's baseline is the digest of the ConfigMaps in the cluster now
+    (cbop has recorded it, or rolled the workload to it)."""
     obj = kube.get(resource, NAMESPACE, name)
     configmaps = {cm["metadata"]["name"]: cm for cm in kube.list(CONFIGMAPS, NAMESPACE)["items"]}
-    return decide(obj, configmaps).action is Action.NONE and bool(config_hash(kube, resource, name))
+    return decide(obj, configmaps).action is Action.NONE and bool(baseline(obj))
 
 
 def settled(kube: KubeClient, resource: Resource, name: str) -> str:
-    """Wait until cbop's annotation is current and the workload's controller has seen
-    it; return the workload's UID."""
-    wait_for(lambda: in_sync(kube, resource, name), WAIT, message=f"{name}'s config-hash")
+    """Wait until cbop's baseline is current and the workload's controller has seen the
+    workload's latest generation; return the workload's UID."""
+    wait_for(lambda: in_sync(kube, resource, name), WAIT, message=f"{name}'s baseline")
 
     def seen() -> str | None:
         obj = kube.get(resource, NAMESPACE, name)
@@ -184,6 +195,45 @@ def applies(kube: KubeClient) -> float:
 
 def workload_events(kube: KubeClient, name: str, reason: str) -> list[dict[str, Any]]:
     return [e for e in events(kube, NAMESPACE, reason) if e["involvedObject"]["name"] == name]
+
+
+def kubectl(plane: ControlPlane, *args: str) -> str:
+    result = subprocess.run(
+        [
+            str(plane.binaries.kubectl),
+            f"--kubeconfig={plane.kubeconfig_path}",
+            "-n",
+            NAMESPACE,
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
+    return result.stdout
+
+
+def annotation_owners(kube: KubeClient, resource: Resource, name: str) -> dict[str, str]:
+    """Field manager -> operation, for the managers owning the template annotation."""
+    obj = kube.get(resource, NAMESPACE, name)
+    return {
+        entry["manager"]: entry["operation"]
+        for entry in obj["metadata"]["managedFields"]
+        if f"f:{ANNOTATION_CONFIG_HASH}" in json.dumps(entry.get("fieldsV1"))
+    }
+
+
+def rolled_to_new_hash(kube: KubeClient, name: str, old: set[str]) -> str:
+    """Wait for a config-hash not in ``old`` and for the Deployment to have seen it."""
+    got: str = wait_for(
+        lambda: (h := config_hash(kube, DEPLOYMENTS, name)) not in old and h,
+        WAIT,
+        message=f"{name} rolled to a new config-hash",
+    )
+    settled(kube, DEPLOYMENTS, name)
+    return got
 
 
 # -- tests -----------------------------------------------------------------------------
@@ -234,6 +284,118 @@ def test_a_bundle_change_rolls_the_workload_once(
     )
     assert f"ConfigBundle(s) {conf} changed" in changed[0]["message"]
     assert changed[0]["involvedObject"]["kind"] == kind
+
+
+@pytest.mark.parametrize("later", [False, True], ids=["at-creation", "label-added-later"])
+def test_opting_in_is_no_reason_to_roll(kube: KubeClient, cbop: Cbop, later: bool) -> None:
+    """Case 17 (wave#111): a workload that opts in, at creation or by a label added
+    later, keeps its pod template (generation 1, one ReplicaSet): its pods already read
+    the content. cbop records the baseline label; the next content change rolls once."""
+    name = "optin-later" if later else "optin"
+    conf = f"{name}-cfg"
+    new_bundle(kube, conf, {"LEVEL": "info"})
+    manifest = workload("Deployment", name, [conf])
+    if later:
+        del manifest["metadata"]["labels"][LABEL_ROLLOUT]
+    writes = applies(kube)
+    uid = kube.create(DEPLOYMENTS, NAMESPACE, manifest)["metadata"]["uid"]
+    if later:
+        wait_for(lambda: revisions(kube, NAMESPACE, "Deployment", uid), WAIT, message="RS")
+        kube.patch(DEPLOYMENTS, NAMESPACE, name, {"metadata": {"labels": {LABEL_ROLLOUT: "true"}}})
+    settled(kube, DEPLOYMENTS, name)
+    first = wait_for(
+        lambda: revisions(kube, NAMESPACE, "Deployment", uid), WAIT, message="the ReplicaSet"
+    )
+    time.sleep(QUIET)
+    obj = kube.get(DEPLOYMENTS, NAMESPACE, name)
+    assert obj["metadata"]["generation"] == 1
+    assert config_hash(kube, DEPLOYMENTS, name) == ""
+    assert obj["metadata"]["labels"][LABEL_CONFIG_BASELINE]
+    assert revisions(kube, NAMESPACE, "Deployment", uid) == first
+    assert len(first) == 1
+    assert applies(kube) - writes == 1  # the baseline label, and nothing else
+    assert workload_events(kube, name, "ConfigChanged") == []
+
+    change_bundle(kube, conf, {"LEVEL": "debug"})
+    rolled_to_new_hash(kube, name, {""})
+    assert kube.get(DEPLOYMENTS, NAMESPACE, name)["metadata"]["generation"] == 2
+    wait_for(
+        lambda: len(revisions(kube, NAMESPACE, "Deployment", uid)) == 2,
+        WAIT,
+        message="one new ReplicaSet",
+    )
+    time.sleep(QUIET)
+    assert applies(kube) - writes == 2
+    assert len(revisions(kube, NAMESPACE, "Deployment", uid)) == 2
+
+
+def test_a_rollback_an_edit_or_a_restart_never_switches_rollouts_off(
+    plane: ControlPlane, kube: KubeClient, cbop: Cbop
+) -> None:
+    """Case 18 (kubernetes#112911, kubectl#1297): ``kubectl rollout undo`` brings back
+    the old annotation under manager ``kubectl`` (Update). The undo itself is
+    not answered (its pods read today's content); the next content change rolls, the
+    annotation taken back from that plain update. The same after a ``rollout
+    restart`` and after an edit of the annotation itself."""
+    conf = "undo-cfg"
+    new_bundle(kube, conf, {"a": "0"})
+    kube.create(DEPLOYMENTS, NAMESPACE, workload("Deployment", "undo", [conf]))
+    uid = settled(kube, DEPLOYMENTS, "undo")
+    change_bundle(kube, conf, {"a": "1"})
+    h1 = rolled_to_new_hash(kube, "undo", {""})
+    change_bundle(kube, conf, {"a": "2"})
+    h2 = rolled_to_new_hash(kube, "undo", {"", h1})
+    wait_for(
+        lambda: len(revisions(kube, NAMESPACE, "Deployment", uid)) == 3,
+        WAIT,
+        message="three ReplicaSets",
+    )
+    writes = applies(kube)
+
+    kubectl(plane, "rollout", "undo", "deployment/undo")
+    wait_for(lambda: config_hash(kube, DEPLOYMENTS, "undo") == h1, WAIT, message="the undo")
+    assert annotation_owners(kube, DEPLOYMENTS, "undo") == {"kubectl": "Update"}
+    settled(kube, DEPLOYMENTS, "undo")
+    time.sleep(QUIET)
+    assert applies(kube) - writes == 0  # the undo is not answered with another rollout
+    assert config_hash(kube, DEPLOYMENTS, "undo") == h1
+
+    change_bundle(kube, conf, {"a": "3"})
+    h3 = rolled_to_new_hash(kube, "undo", {h1, h2})
+    assert annotation_owners(kube, DEPLOYMENTS, "undo") == {FIELD_MANAGER: "Apply"}
+    taken = wait_for(
+        lambda: [e for e in workload_events(kube, "undo", "ConfigChanged") if h3 in e["message"]],
+        WAIT,
+        message="the ConfigChanged Event of the take-back",
+    )
+    assert "taken back from kubectl," in taken[0]["message"]
+    assert workload_events(kube, "undo", "RolloutConflict") == []
+
+    # A restart (another template annotation) and an edit of cbop's own annotation:
+    # neither is answered; each next content change rolls.
+    kubectl(plane, "rollout", "restart", "deployment/undo")
+    settled(kube, DEPLOYMENTS, "undo")
+    writes = applies(kube)
+    time.sleep(QUIET)
+    assert applies(kube) - writes == 0
+    change_bundle(kube, conf, {"a": "4"})
+    h4 = rolled_to_new_hash(kube, "undo", {h1, h2, h3})
+    edited = "sha256:" + "e" * 64
+    kube.patch(
+        DEPLOYMENTS,
+        NAMESPACE,
+        "undo",
+        {"spec": {"template": {"metadata": {"annotations": {ANNOTATION_CONFIG_HASH: edited}}}}},
+        field_manager="kubectl-edit",
+    )
+    settled(kube, DEPLOYMENTS, "undo")
+    writes = applies(kube)
+    time.sleep(QUIET)
+    assert applies(kube) - writes == 0
+    assert config_hash(kube, DEPLOYMENTS, "undo") == edited
+    change_bundle(kube, conf, {"a": "5"})
+    rolled_to_new_hash(kube, "undo", {h1, h2, h3, h4, edited})
+    assert annotation_owners(kube, DEPLOYMENTS, "undo") == {FIELD_MANAGER: "Apply"}
 
 
 def test_two_bundles_changed_together_give_one_rollout(kube: KubeClient, cbop: Cbop) -> None:

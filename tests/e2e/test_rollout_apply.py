@@ -6,6 +6,8 @@ controllers here, so a pod template change really produces a new ReplicaSet
 sends :func:`cbop.rollout.apply_body` with cbop's own :class:`cbop.kube.KubeClient`, as
 the rollout reconciler does, and checks what docs/rollout.md promises:
 
+- the baseline apply (the label ``cbop.dev/config-baseline`` alone) changes neither the
+  generation nor the revisions, a Deployment's included (its annotations would);
 - the apply under field manager ``cbop-rollout`` rolls the workload (one new revision);
 - applying the same body again is a no-op: no new resourceVersion, no new revision;
 - a GitOps tool that applies the workload with server-side apply (under its own field
@@ -25,7 +27,13 @@ from typing import Any
 import pytest
 
 from cbop.kube import DAEMONSETS, DEPLOYMENTS, STATEFULSETS, ApiError, KubeClient, Resource
-from cbop.rollout import ANNOTATION_CONFIG_HASH, FIELD_MANAGER, LABEL_ROLLOUT, apply_body
+from cbop.rollout import (
+    ANNOTATION_CONFIG_HASH,
+    FIELD_MANAGER,
+    LABEL_CONFIG_BASELINE,
+    LABEL_ROLLOUT,
+    apply_body,
+)
 from cbop_testing.envtest import ControlPlane
 
 from .harness import wait_for
@@ -137,6 +145,21 @@ def test_the_apply_rolls_once_and_survives_a_gitops_apply(
         lambda: revisions(kube, NAMESPACE, kind, uid), WAIT, message=f"{kind}'s first revision"
     )
     assert len(first) == 1
+
+    recorded = kube.patch(
+        resource,
+        NAMESPACE,
+        name,
+        apply_body(created, resource.api_version, kind, "sha256:" + "0" * 64, roll=False),
+        patch_type="apply",
+        field_manager=FIELD_MANAGER,
+        force=False,
+    )
+    assert recorded["metadata"]["labels"][LABEL_CONFIG_BASELINE] == "0" * 40
+    assert recorded["metadata"]["generation"] == created["metadata"]["generation"]
+    assert template_annotations(recorded) == {"team": "web"}
+    settled(kube, resource, name)
+    assert revisions(kube, NAMESPACE, kind, uid) == first
 
     digest = "sha256:" + "1" * 64
     body = apply_body(created, resource.api_version, kind, digest)

@@ -41,6 +41,7 @@ def workload(
     volumes: list[str] = (),  # type: ignore[assignment]
     env_from: list[str] = (),  # type: ignore[assignment]
     annotation: str | None = None,
+    baseline: str | None = None,
     opted_in: bool = True,
     paused: bool = False,
     namespace: str = "demo",
@@ -65,6 +66,8 @@ def workload(
     if paused:
         spec["paused"] = True
     labels = {"cbop.dev/rollout": "true"} if opted_in else {}
+    if baseline is not None:
+        labels["cbop.dev/config-baseline"] = baseline
     return {
         "metadata": {
             "name": name,
@@ -79,8 +82,23 @@ def workload(
 
 
 def with_annotation(obj: dict[str, Any], digest: str) -> dict[str, Any]:
+    """``obj`` with the pod template annotation ``digest`` (as cbop 0.1.0 left it)."""
     out = copy.deepcopy(obj)
     out["spec"]["template"]["metadata"].setdefault("annotations", {})["cbop.dev/config-hash"] = (
         digest
     )
     return out
+
+
+def with_baseline(obj: dict[str, Any], digest: str) -> dict[str, Any]:
+    """``obj`` with the baseline label of ``digest`` (``sha256:<hex>``)."""
+    out = copy.deepcopy(obj)
+    out["metadata"].setdefault("labels", {})["cbop.dev/config-baseline"] = digest.removeprefix(
+        "sha256:"
+    )[:40]
+    return out
+
+
+def rolled(obj: dict[str, Any], digest: str) -> dict[str, Any]:
+    """``obj`` as a rollout to ``digest`` leaves it: the annotation and the baseline."""
+    return with_baseline(with_annotation(obj, digest), digest)

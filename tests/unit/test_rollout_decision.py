@@ -3,22 +3,33 @@
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
 
 from cbop.rollout import (
     ANNOTATION_CONFIG_HASH,
+    LABEL_CONFIG_BASELINE,
     Action,
     apply_body,
+    baseline,
     config_digest,
     decide,
     index_by_configmap,
     referenced_configmaps,
 )
-from cbop.rollout.decision import ManagedConfigMap, is_managed, managed_references
+from cbop.rollout.decision import (
+    FieldOwner,
+    ManagedConfigMap,
+    in_last_applied,
+    is_managed,
+    managed_references,
+    may_take_back,
+    other_owners,
+)
 
-from .rollout_objects import configmap, with_annotation, workload
+from .rollout_objects import configmap, rolled, with_annotation, with_baseline, workload
 
 EVERY_REFERENCE: dict[str, Any] = {
     "metadata": {"name": "w", "namespace": "demo"},
@@ -144,32 +155,67 @@ def test_binary_data_counts_in_the_content() -> None:
     assert decide(w, {"a": cm}).digest != decide(w, {"a": binary}).digest
 
 
-def test_first_visit_applies_then_equal_digest_is_none() -> None:
+def test_first_sight_records_the_baseline_and_does_not_roll() -> None:
+    """Case 17: pods that start after the content exists already read it, so a workload
+    that opts in (at creation or later) gets the baseline label, not a new template."""
     w = workload(volumes=["a"], env_from=["b"])
     cms = {"a": configmap("a"), "b": configmap("b")}
     first = decide(w, cms)
-    assert first.action is Action.APPLY
+    assert first.action is Action.RECORD
     assert first.current == ""
+    assert first.baseline == ""
     assert [c.name for c in first.configmaps] == ["a", "b"]
-    again = decide(with_annotation(w, first.digest), cms)
+    body = apply_body(w, "apps/v1", "Deployment", first.digest, roll=False)
+    assert "spec" not in body
+    assert body["metadata"]["labels"] == {
+        LABEL_CONFIG_BASELINE: first.digest.removeprefix("sha256:")[:40]
+    }
+    again = decide(with_baseline(w, first.digest), cms)
     assert again.action is Action.NONE
     assert again.digest == first.digest
 
 
-def test_a_content_change_applies_a_new_digest() -> None:
+def test_a_content_change_after_the_baseline_applies_a_new_digest() -> None:
     w = workload(volumes=["a"])
     old = decide(w, {"a": configmap("a", {"k": "1"})}).digest
-    new = decide(with_annotation(w, old), {"a": configmap("a", {"k": "2"})})
+    new = decide(with_baseline(w, old), {"a": configmap("a", {"k": "2"})})
     assert new.action is Action.APPLY
     assert new.digest != old
-    assert new.current == old
+    assert new.current == ""
+    assert new.baseline == old.removeprefix("sha256:")[:40]
+
+
+def test_a_workload_rolled_before_the_label_existed_takes_the_annotation_as_baseline() -> None:
+    """Upgrades write nothing: the annotation cbop 0.1.0 wrote is the baseline."""
+    w = workload(volumes=["a"])
+    digest = decide(w, {"a": configmap("a", {"k": "1"})}).digest
+    assert baseline(with_annotation(w, digest)) == digest.removeprefix("sha256:")[:40]
+    assert decide(with_annotation(w, digest), {"a": configmap("a", {"k": "1"})}).action is (
+        Action.NONE
+    )
+    changed = decide(with_annotation(w, digest), {"a": configmap("a", {"k": "2"})})
+    assert changed.action is Action.APPLY
+    assert changed.current == digest
+
+
+def test_an_undone_template_is_judged_by_the_baseline_not_the_annotation() -> None:
+    """Case 18: ``kubectl rollout undo`` brings back the annotation h1 while the content
+    (and the label) is at h2: nothing to do; the next content change applies."""
+    w = workload(volumes=["a"])
+    h1 = decide(w, {"a": configmap("a", {"a": "1"})}).digest
+    h2 = decide(w, {"a": configmap("a", {"a": "2"})}).digest
+    undone = with_annotation(with_baseline(w, h2), h1)
+    assert decide(undone, {"a": configmap("a", {"a": "2"})}).action is Action.NONE
+    three = decide(undone, {"a": configmap("a", {"a": "3"})})
+    assert three.action is Action.APPLY
+    assert three.current == h1
 
 
 def test_unmanaged_references_are_ignored() -> None:
     w = workload(volumes=["a", "mine"])
     digest = decide(w, {"a": configmap("a")}).digest
     with_foreign = {"a": configmap("a"), "mine": configmap("mine", {"z": "9"}, managed=False)}
-    assert decide(with_annotation(w, digest), with_foreign).action is Action.NONE
+    assert decide(rolled(w, digest), with_foreign).action is Action.NONE
 
 
 @pytest.mark.parametrize(
@@ -199,23 +245,113 @@ def test_not_opted_in_or_being_deleted_is_none() -> None:
 
 def test_a_paused_deployment_is_skipped_with_a_message_naming_the_bundles() -> None:
     cms = {"a": configmap("a", bundle="app-conf")}
-    decision = decide(workload(volumes=["a"], paused=True), cms)
+    paused = with_baseline(workload(volumes=["a"], paused=True), "sha256:" + "0" * 64)
+    decision = decide(paused, cms)
     assert decision.action is Action.SKIP
     assert "paused" in decision.message
     assert "app-conf" in decision.message
     # In sync: nothing to report, paused or not.
-    synced = with_annotation(workload(volumes=["a"], paused=True), decision.digest)
+    synced = rolled(workload(volumes=["a"], paused=True), decision.digest)
     assert decide(synced, cms).action is Action.NONE
+    # First seen while paused: the baseline is recorded (a label write rolls nothing).
+    assert decide(workload(volumes=["a"], paused=True), cms).action is Action.RECORD
 
 
-def test_the_apply_body_sets_only_the_annotation() -> None:
+def test_the_apply_body_sets_only_the_annotation_and_the_baseline() -> None:
     w = workload(volumes=["a"])
-    assert apply_body(w, "apps/v1", "StatefulSet", "sha256:d") == {
+    digest = "sha256:" + "ab" * 32
+    assert apply_body(w, "apps/v1", "StatefulSet", digest) == {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
-        "metadata": {"name": "web", "namespace": "demo"},
-        "spec": {"template": {"metadata": {"annotations": {ANNOTATION_CONFIG_HASH: "sha256:d"}}}},
+        "metadata": {
+            "name": "web",
+            "namespace": "demo",
+            "labels": {LABEL_CONFIG_BASELINE: "ab" * 20},
+        },
+        "spec": {"template": {"metadata": {"annotations": {ANNOTATION_CONFIG_HASH: digest}}}},
     }
+
+
+def _entry(manager: str, operation: str, *, label: bool = False, annotation: bool = False) -> Any:
+    fields: dict[str, Any] = {"f:metadata": {"f:labels": {"f:app": {}}}}
+    if label:
+        fields["f:metadata"]["f:labels"]["f:cbop.dev/config-baseline"] = {}
+    if annotation:
+        fields["f:spec"] = {
+            "f:template": {"f:metadata": {"f:annotations": {"f:cbop.dev/config-hash": {}}}}
+        }
+    return {"manager": manager, "operation": operation, "fieldsV1": fields}
+
+
+def _owned(*entries: Any, last_applied: str | None = None) -> dict[str, Any]:
+    w = workload(volumes=["a"])
+    w["metadata"]["managedFields"] = list(entries)
+    if last_applied is not None:
+        w["metadata"]["annotations"] = {
+            "kubectl.kubernetes.io/last-applied-configuration": last_applied
+        }
+    return w
+
+
+def test_keys_taken_by_a_plain_update_may_be_taken_back() -> None:
+    """Case 18: ``kubectl rollout undo`` (an Update) owns the annotation now."""
+    w = _owned(
+        _entry("cbop-rollout", "Apply", label=True),
+        _entry("kubectl-rollout", "Update", annotation=True),
+        _entry("kube-controller-manager", "Update"),
+    )
+    assert other_owners(w, "cbop-rollout") == (FieldOwner("kubectl-rollout", "Update"),)
+    assert may_take_back(w, "cbop-rollout")
+
+
+@pytest.mark.parametrize(
+    "w",
+    [
+        _owned(
+            _entry("cbop-rollout", "Apply", label=True),
+            _entry("argocd-controller", "Apply", annotation=True),
+        ),
+        _owned(
+            _entry("kubectl-edit", "Update", annotation=True),
+            _entry("flux", "Apply", label=True),
+        ),
+        _owned(
+            _entry("kubectl-client-side-apply", "Update", annotation=True),
+            last_applied=json.dumps(
+                {"spec": {"template": {"metadata": {"annotations": {ANNOTATION_CONFIG_HASH: "x"}}}}}
+            ),
+        ),
+        _owned(
+            _entry("kubectl-client-side-apply", "Update", label=True),
+            last_applied=json.dumps({"metadata": {"labels": {LABEL_CONFIG_BASELINE: "x"}}}),
+        ),
+    ],
+    ids=["server-side-apply", "one-applier-among-updaters", "client-side-apply", "cs-label"],
+)
+def test_keys_a_gitops_tool_applies_are_never_taken(w: dict[str, Any]) -> None:
+    assert not may_take_back(w, "cbop-rollout")
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "not json",
+        "[1]",
+        '{"metadata": [1]}',
+        json.dumps({"spec": [1]}),
+        json.dumps({"spec": {"template": {"metadata": "x"}}}),
+    ],
+)
+def test_a_last_applied_annotation_that_does_not_parse_holds_nothing(raw: str) -> None:
+    assert not in_last_applied(_owned(last_applied=raw))
+
+
+def test_a_last_applied_manifest_without_the_keys_does_not_block_a_take_back() -> None:
+    w = _owned(
+        _entry("kubectl-rollout", "Update", annotation=True),
+        last_applied=json.dumps({"metadata": {"labels": {"app": "web"}}}),
+    )
+    assert may_take_back(w, "cbop-rollout")
 
 
 def test_the_decision_never_mutates_its_inputs() -> None:

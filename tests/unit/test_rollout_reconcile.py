@@ -20,6 +20,7 @@ from cbop.rollout import (
     ANNOTATION_CONFIG_HASH,
     CONFIGMAP_INDEX,
     FIELD_MANAGER,
+    LABEL_CONFIG_BASELINE,
     Action,
     ChangeCoalescer,
     RolloutReconciler,
@@ -28,17 +29,32 @@ from cbop.rollout import (
 )
 from cbop_testing.clock import FakeClock
 
-from .rollout_objects import configmap, with_annotation, workload
+from .rollout_objects import configmap, rolled, with_annotation, with_baseline, workload
+
+#: A baseline no content here hashes to: the workload was rolled for older content.
+OLD = "sha256:" + "0" * 64
+
+
+def stale(obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` rolled for content that has changed since: the next reconcile applies."""
+    return rolled(obj, OLD)
 
 
 class FakeClient:
     """Records every patch; scripted errors. Each answered apply returns the body with
-    a new resourceVersion (100, 101, ...), as the API server does."""
+    a new resourceVersion (100, 101, ...), as the API server does. ``get`` answers
+    ``fresh`` (the workload with its managedFields)."""
 
     def __init__(self) -> None:
         self.patches: list[tuple[str, str, str, Any, dict[str, Any]]] = []
         self.errors: list[ApiError] = []
         self.last_rv = 99
+        self.fresh: dict[str, Any] = {}
+        self.gets: list[tuple[str, str, str]] = []
+
+    def get(self, res: Resource, namespace: str | None, name: str) -> dict[str, Any]:
+        self.gets.append((res.plural, str(namespace), name))
+        return self.fresh
 
     def patch(
         self, res: Resource, namespace: str | None, name: str, body: Any, **kw: Any
@@ -111,13 +127,19 @@ class Fixture:
         return self.mapper(cm)
 
     def converge(self, key: str = "demo/web") -> str:
-        """Reconcile once and file the written annotation into the cached workload."""
+        """Reconcile once and file what it wrote (the baseline, the annotation for a
+        rollout) into the cached workload, as the watch event of the apply would."""
         result = self.reconciler.reconcile(key)
         assert result.written
         ns, _, name = key.partition("/")
         cached = self.workloads.get(ns, name)
         assert cached is not None
-        self.workloads.put(at_version(with_annotation(cached, result.digest), self.client.last_rv))
+        written = (
+            rolled(cached, result.digest)
+            if result.action is Action.APPLY
+            else with_baseline(cached, result.digest)
+        )
+        self.workloads.put(at_version(written, self.client.last_rv))
         return result.digest
 
 
@@ -126,29 +148,45 @@ def at_version(obj: dict[str, Any], rv: int | str) -> dict[str, Any]:
     return {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(rv)}}
 
 
-def test_first_visit_applies_under_its_field_manager_without_force() -> None:
-    f = Fixture(configmap("a", bundle="app-conf"))
+def test_first_sight_records_the_baseline_and_rolls_nothing() -> None:
+    """Case 17: opting in writes the baseline label only (no template change, so the
+    generation stays); the next content change rolls once."""
+    f = Fixture(configmap("a", {"k": "1"}, bundle="app-conf"))
     f.workloads.put(workload(volumes=["a"]))
     result = f.reconciler.reconcile("demo/web")
-    assert result.action is Action.APPLY
+    assert result.action is Action.RECORD
     assert result.written
     ((plural, ns, name, body, kw),) = f.client.patches
     assert (plural, ns, name) == ("deployments", "demo", "web")
     assert kw == {"patch_type": "apply", "field_manager": FIELD_MANAGER, "force": False}
+    assert body["metadata"]["labels"] == {LABEL_CONFIG_BASELINE: result.digest[7:47]}
+    assert "spec" not in body
+    assert f.counter.kinds == []
+    assert f.recorder.events == []
+
+    f.workloads.put(at_version(with_baseline(workload(volumes=["a"]), result.digest), 100))
+    assert f.reconciler.reconcile("demo/web").action is Action.NONE
+    f.change(configmap("a", {"k": "2"}, bundle="app-conf"))
+    f.clock.step(1.0)
+    rolled_out = f.reconciler.reconcile("demo/web")
+    assert rolled_out.action is Action.APPLY
+    (_, (_, _, _, body, kw)) = f.client.patches
+    assert kw["force"] is False
     assert body["kind"] == "Deployment"
     assert body["apiVersion"] == "apps/v1"
     assert body["spec"]["template"]["metadata"]["annotations"] == {
-        ANNOTATION_CONFIG_HASH: result.digest
+        ANNOTATION_CONFIG_HASH: rolled_out.digest
     }
+    assert body["metadata"]["labels"] == {LABEL_CONFIG_BASELINE: rolled_out.digest[7:47]}
     assert f.counter.kinds == ["Deployment"]
     ((kind, obj, type_, reason, message),) = f.recorder.events
     assert (kind, obj, type_, reason) == ("Deployment", "web", "Normal", "ConfigChanged")
-    assert "app-conf" in message
+    assert message.startswith("ConfigBundle(s) app-conf changed (ConfigMaps a)")
 
 
 def test_in_sync_writes_nothing_however_often_it_is_reconciled() -> None:
     f = Fixture(configmap("a"))
-    f.workloads.put(workload(volumes=["a"]))
+    f.workloads.put(stale(workload(volumes=["a"])))
     f.converge()
     f.client.patches.clear()
     for _ in range(5):  # resyncs, restarts, unrelated events
@@ -159,7 +197,7 @@ def test_in_sync_writes_nothing_however_often_it_is_reconciled() -> None:
 
 def test_two_bundles_changed_together_give_one_write_naming_both() -> None:
     f = Fixture(configmap("a", {"k": "1"}), configmap("b", {"k": "1"}), configmap("c"))
-    f.workloads.put(workload(volumes=["a", "b", "c"]))
+    f.workloads.put(stale(workload(volumes=["a", "b", "c"])))
     first = f.converge()
     f.client.patches.clear()
     f.recorder.events.clear()
@@ -190,18 +228,18 @@ def test_a_cache_behind_the_own_apply_does_not_apply_the_same_digest_again() -> 
     cache first and queues the key again: no second apply of the same digest (a
     duplicate the rollout e2e test caught after a Deployment was resumed)."""
     f = Fixture(configmap("a"))
-    f.workloads.put(workload(volumes=["a"]))  # resourceVersion 10
+    f.workloads.put(stale(workload(volumes=["a"])))  # resourceVersion 10
     first = f.reconciler.reconcile("demo/web")
     assert first.written  # the apply answered resourceVersion 100
-    f.workloads.put(at_version(workload(volumes=["a"]), 60))  # a status update before it
-    stale = f.reconciler.reconcile("demo/web")
-    assert not stale.written
-    assert stale.action is Action.NONE
+    f.workloads.put(at_version(stale(workload(volumes=["a"])), 60))  # a status update before it
+    behind = f.reconciler.reconcile("demo/web")
+    assert not behind.written
+    assert behind.action is Action.NONE
     assert len(f.client.patches) == 1
-    f.workloads.put(at_version(with_annotation(workload(volumes=["a"]), first.digest), 100))
+    f.workloads.put(at_version(rolled(workload(volumes=["a"]), first.digest), 100))
     assert f.reconciler.reconcile("demo/web").action is Action.NONE
-    # Someone removes the annotation afterwards: a newer version, written again.
-    f.workloads.put(at_version(workload(volumes=["a"]), 120))
+    # Someone puts the old baseline back afterwards: a newer version, written again.
+    f.workloads.put(at_version(stale(workload(volumes=["a"])), 120))
     assert f.reconciler.reconcile("demo/web").written
     assert len(f.client.patches) == 2
     assert f.counter.kinds == ["Deployment", "Deployment"]
@@ -209,9 +247,9 @@ def test_a_cache_behind_the_own_apply_does_not_apply_the_same_digest_again() -> 
 
 def test_a_new_digest_is_applied_even_while_the_cache_is_behind() -> None:
     f = Fixture(configmap("a", {"k": "1"}))
-    f.workloads.put(workload(volumes=["a"]))
+    f.workloads.put(stale(workload(volumes=["a"])))
     assert f.reconciler.reconcile("demo/web").written
-    f.workloads.put(at_version(workload(volumes=["a"]), 60))
+    f.workloads.put(at_version(stale(workload(volumes=["a"])), 60))
     f.change(configmap("a", {"k": "2"}))
     f.clock.step(1.0)
     assert f.reconciler.reconcile("demo/web").written
@@ -221,17 +259,17 @@ def test_a_new_digest_is_applied_even_while_the_cache_is_behind() -> None:
 @pytest.mark.parametrize("cached_rv", ["", "0010", "abc"], ids=["empty", "zeros", "letters"])
 def test_resource_versions_that_cannot_be_ordered_fall_back_to_applying(cached_rv: str) -> None:
     f = Fixture(configmap("a"))
-    f.workloads.put(workload(volumes=["a"]))
+    f.workloads.put(stale(workload(volumes=["a"])))
     assert f.reconciler.reconcile("demo/web").written
-    f.workloads.put(at_version(workload(volumes=["a"]), cached_rv))
+    f.workloads.put(at_version(stale(workload(volumes=["a"])), cached_rv))
     assert f.reconciler.reconcile("demo/web").written
 
 
 def test_a_recreated_workload_of_the_same_name_is_applied() -> None:
     f = Fixture(configmap("a"))
-    f.workloads.put(workload(volumes=["a"]))
+    f.workloads.put(stale(workload(volumes=["a"])))
     assert f.reconciler.reconcile("demo/web").written
-    recreated = at_version(workload(volumes=["a"]), 60)
+    recreated = at_version(stale(workload(volumes=["a"])), 60)
     recreated["metadata"] = {**recreated["metadata"], "uid": "uid-web-2"}
     f.workloads.put(recreated)
     assert f.reconciler.reconcile("demo/web").written
@@ -239,7 +277,7 @@ def test_a_recreated_workload_of_the_same_name_is_applied() -> None:
 
 def test_a_change_undone_within_the_window_writes_nothing() -> None:
     f = Fixture(configmap("a", {"k": "1"}))
-    f.workloads.put(workload(volumes=["a"]))
+    f.workloads.put(stale(workload(volumes=["a"])))
     f.converge()
     f.client.patches.clear()
     f.change(configmap("a", {"k": "edited by hand"}))
@@ -253,7 +291,7 @@ def test_a_change_undone_within_the_window_writes_nothing() -> None:
 
 def test_changes_that_never_stop_are_written_after_the_max_delay() -> None:
     f = Fixture(configmap("a", {"k": "0"}))
-    f.workloads.put(workload(volumes=["a"]))
+    f.workloads.put(stale(workload(volumes=["a"])))
     f.converge()
     f.client.patches.clear()
     for i in range(1, 12):
@@ -268,7 +306,7 @@ def test_changes_that_never_stop_are_written_after_the_max_delay() -> None:
 
 def test_a_workload_event_without_a_configmap_change_is_not_held_back() -> None:
     f = Fixture(configmap("a"))
-    f.workloads.put(workload(volumes=["a"]))
+    f.workloads.put(stale(workload(volumes=["a"])))
     result = f.reconciler.reconcile("demo/web")
     assert result.written
     assert result.requeue_after is None
@@ -287,7 +325,7 @@ def test_the_mapper_finds_readers_in_the_configmaps_namespace_only() -> None:
 
 def test_a_paused_deployment_is_not_written_and_reported_once() -> None:
     f = Fixture(configmap("a", bundle="app-conf"))
-    f.workloads.put(workload(volumes=["a"], paused=True))
+    f.workloads.put(stale(workload(volumes=["a"], paused=True)))
     for _ in range(3):
         assert f.reconciler.reconcile("demo/web").action is Action.SKIP
     assert f.client.patches == []
@@ -295,13 +333,38 @@ def test_a_paused_deployment_is_not_written_and_reported_once() -> None:
     assert (type_, reason) == ("Normal", "RolloutPaused")
     assert "app-conf" in message
     # Resumed: the Deployment's update event brings the key back, and it is written.
-    f.workloads.put(workload(volumes=["a"], generation=2))
+    f.workloads.put(stale(workload(volumes=["a"], generation=2)))
     assert f.reconciler.reconcile("demo/web").written
 
 
-def test_a_conflict_is_reported_and_not_retried_until_the_spec_changes() -> None:
+def _managed_fields(manager: str, operation: str) -> dict[str, Any]:
+    """The workload as a fresh GET returns it: ``manager`` owns the annotation."""
+    w = stale(workload(volumes=["a"]))
+    w["metadata"]["managedFields"] = [
+        {
+            "manager": FIELD_MANAGER,
+            "operation": "Apply",
+            "fieldsV1": {"f:metadata": {"f:labels": {f"f:{LABEL_CONFIG_BASELINE}": {}}}},
+        },
+        {
+            "manager": manager,
+            "operation": operation,
+            "fieldsV1": {
+                "f:spec": {
+                    "f:template": {
+                        "f:metadata": {"f:annotations": {f"f:{ANNOTATION_CONFIG_HASH}": {}}}
+                    }
+                }
+            },
+        },
+    ]
+    return w
+
+
+def test_a_conflict_with_an_applier_is_reported_and_not_retried_until_the_spec_changes() -> None:
     f = Fixture(configmap("a"))
-    f.workloads.put(workload(volumes=["a"]))
+    f.workloads.put(stale(workload(volumes=["a"])))
+    f.client.fresh = _managed_fields("argocd-controller", "Apply")
     f.client.errors.append(
         ApiError(409, "Conflict", 'Apply failed with 1 conflict: conflict with "argocd-controller"')
     )
@@ -310,18 +373,53 @@ def test_a_conflict_is_reported_and_not_retried_until_the_spec_changes() -> None
     ((_, _, type_, reason, message),) = f.recorder.events
     assert (type_, reason) == ("Warning", "RolloutConflict")
     assert "argocd-controller" in message
+    assert [kw["force"] for *_, kw in f.client.patches] == [False]
     for _ in range(3):  # status updates of the Deployment bring the key back
         f.reconciler.reconcile("demo/web")
     assert len(f.client.patches) == 1
     assert len(f.recorder.events) == 1
-    f.workloads.put(workload(volumes=["a"], generation=2))  # the other owner let go
+    f.workloads.put(stale(workload(volumes=["a"], generation=2)))  # the other owner let go
     assert f.reconciler.reconcile("demo/web").written
     assert f.counter.kinds == ["Deployment"]
 
 
+@pytest.mark.parametrize("manager", ["kubectl-rollout", "kubectl-edit", "kubectl"])
+def test_keys_a_plain_update_took_are_taken_back_with_force(manager: str) -> None:
+    """Case 18: after ``kubectl rollout undo`` (an Update) owns the annotation, the next
+    content change is applied again, with force, and the Event says from whom."""
+    f = Fixture(configmap("a"))
+    f.workloads.put(stale(workload(volumes=["a"])))
+    f.client.fresh = _managed_fields(manager, "Update")
+    f.client.errors.append(
+        ApiError(409, "Conflict", f'Apply failed with 1 conflict: conflict with "{manager}"')
+    )
+    result = f.reconciler.reconcile("demo/web")
+    assert result.written
+    assert result.action is Action.APPLY
+    assert [kw["force"] for *_, kw in f.client.patches] == [False, True]
+    assert f.client.gets == [("deployments", "demo", "web")]
+    ((_, _, type_, reason, message),) = f.recorder.events
+    assert (type_, reason) == ("Normal", "ConfigChanged")
+    assert f"taken back from {manager}" in message
+    assert f.counter.kinds == ["Deployment"]
+
+
+def test_a_conflict_again_after_a_take_back_is_reported() -> None:
+    """An applier took the key between the GET and the forced apply: that 409 (from a
+    forced apply it cannot come; here scripted) is reported, never looped on."""
+    f = Fixture(configmap("a"))
+    f.workloads.put(stale(workload(volumes=["a"])))
+    f.client.fresh = _managed_fields("kubectl-rollout", "Update")
+    conflict = ApiError(409, "Conflict", "Apply failed with 1 conflict")
+    f.client.errors.extend([conflict, conflict])
+    assert not f.reconciler.reconcile("demo/web").written
+    assert [reason for *_, reason, _ in f.recorder.events] == ["RolloutConflict"]
+    assert len(f.client.patches) == 2
+
+
 def test_a_workload_deleted_meanwhile_is_no_error() -> None:
     f = Fixture(configmap("a"))
-    f.workloads.put(workload(volumes=["a"]))
+    f.workloads.put(stale(workload(volumes=["a"])))
     f.client.errors.append(ApiError(404, "NotFound", "gone"))
     result = f.reconciler.reconcile("demo/web")
     assert not result.written
@@ -331,7 +429,7 @@ def test_a_workload_deleted_meanwhile_is_no_error() -> None:
 @pytest.mark.parametrize("status", [500, 429, 403], ids=["500", "429", "403"])
 def test_other_errors_are_raised_for_a_rate_limited_retry(status: int) -> None:
     f = Fixture(configmap("a"))
-    f.workloads.put(workload(volumes=["a"]))
+    f.workloads.put(stale(workload(volumes=["a"])))
     f.client.errors.append(ApiError(status, "x", "failed"))
     with pytest.raises(ApiError):
         f.reconciler.reconcile("demo/web")
@@ -354,9 +452,32 @@ def test_after_a_restart_every_referenced_bundle_is_named() -> None:
     assert "ConfigBundle(s) one, two changed" in message
 
 
+def test_a_release_and_a_take_back_are_named_as_such_not_as_changes() -> None:
+    """A released ConfigMap leaves the digest, one taken back joins it again: the Event
+    names what happened to which ConfigMap, and no bundle as changed."""
+    a, b = configmap("a", bundle="one"), configmap("b", bundle="two")
+    f = Fixture(a, b)
+    f.workloads.put(stale(workload(volumes=["a", "b"])))
+    f.converge()
+    f.recorder.events.clear()
+    f.change(configmap("b", managed=False))  # released: no longer managed
+    f.clock.step(1.0)
+    f.converge()
+    ((_, _, _, _, released),) = f.recorder.events
+    assert released.startswith("ConfigMap(s) b no longer managed by cbop;")
+    assert "changed" not in released
+    f.recorder.events.clear()
+    f.change(b)  # taken back, content as before
+    f.clock.step(1.0)
+    f.converge()
+    ((_, _, _, _, taken),) = f.recorder.events
+    assert taken.startswith("ConfigMap(s) b now managed by ConfigBundle(s) two;")
+    assert "changed" not in taken
+
+
 def test_each_kind_writes_its_own_resource_and_metric_label() -> None:
     f = Fixture(configmap("a"), resource=STATEFULSETS)
-    f.workloads.put(workload(volumes=["a"]))
+    f.workloads.put(stale(workload(volumes=["a"])))
     assert f.reconciler.reconcile("demo/web").written
     ((plural, _, _, body, _),) = f.client.patches
     assert (plural, body["kind"]) == ("statefulsets", "StatefulSet")
@@ -370,7 +491,7 @@ def test_the_prometheus_counter_has_every_kind_from_zero() -> None:
     metrics = RolloutMetrics(registry)
     f = Fixture(configmap("a"))
     f.reconciler._observer = metrics
-    f.workloads.put(workload(volumes=["a"]))
+    f.workloads.put(stale(workload(volumes=["a"])))
     f.reconciler.reconcile("demo/web")
 
     def value(kind: str) -> float | None:

@@ -2,8 +2,9 @@
 
 A Deployment, StatefulSet or DaemonSet labelled ``cbop.dev/rollout: "true"`` gets the
 pod template annotation ``cbop.dev/config-hash``, a digest of the cbop-managed
-ConfigMaps its pod template references; a new digest makes the workload's own
-controller roll it (docs/rollout.md). Modules:
+ConfigMaps its pod template references, when their content changes; a new digest
+makes the workload's own controller roll it. The label ``cbop.dev/config-baseline``
+records the content its pods run with (docs/rollout.md). Modules:
 
 - :mod:`.decision`: pure; references, the digest, the decision, the apply body.
 - :mod:`.index`: pure; the workload informer's ConfigMap index.
@@ -14,11 +15,13 @@ controller roll it (docs/rollout.md). Modules:
 from cbop.rollout.decision import (
     ANNOTATION_CONFIG_HASH,
     FIELD_MANAGER,
+    LABEL_CONFIG_BASELINE,
     LABEL_ROLLOUT,
     ROLLOUT_SELECTOR,
     Action,
     Decision,
     apply_body,
+    baseline,
     config_digest,
     decide,
     referenced_configmaps,
@@ -36,6 +39,7 @@ __all__ = [
     "ANNOTATION_CONFIG_HASH",
     "CONFIGMAP_INDEX",
     "FIELD_MANAGER",
+    "LABEL_CONFIG_BASELINE",
     "LABEL_ROLLOUT",
     "ROLLOUT_SELECTOR",
     "Action",
@@ -45,6 +49,7 @@ __all__ = [
     "RolloutReconciler",
     "RolloutResult",
     "apply_body",
+    "baseline",
     "config_digest",
     "configmap_mapper",
     "decide",

@@ -14,17 +14,27 @@ says so). The act layer (:mod:`cbop.rollout.reconcile`) performs what they decid
   hash is the reconciler's own :func:`cbop.reconciler.desired.content_hash` of the data
   and binaryData as they are in the cluster (what pods read), so it equals the
   ConfigMap's ``cbop.dev/content-hash`` annotation whenever the ConfigMap is in sync.
-- :func:`decide`: none, skip (paused Deployment) or apply, in that order of checks:
-  not opted in or being deleted -> none; no managed reference -> none (the annotation,
-  if any, stays: removing it would roll the workload for nothing); digest equal to the
-  annotation -> none; paused Deployment -> skip; else apply.
-- :func:`apply_body`: the server-side apply body that sets only that annotation.
+- :func:`baseline`: the configuration the workload's pods run with, as far as cbop
+  knows: the workload label ``cbop.dev/config-baseline`` (the first 40 hex digits of a
+  digest), which cbop writes when it first sees the workload and with every rollout;
+  for a workload cbop rolled before that label existed, the template annotation.
+  The template annotation alone cannot serve: ``kubectl rollout undo`` brings back an
+  old one while the pods it starts read today's content.
+- :func:`decide`: none, record, skip (paused Deployment) or apply, in that order of
+  checks: not opted in or being deleted -> none; no managed reference -> none (the
+  annotation, if any, stays: removing it would roll the workload for nothing); no
+  baseline yet -> record (pods that start after the content exists already read it,
+  so opting in is no reason to roll); digest equal to the baseline -> none; paused
+  Deployment -> skip; else apply.
+- :func:`apply_body`: the server-side apply body that sets only the baseline label and,
+  to roll, that annotation.
 """
 
 from __future__ import annotations
 
 import enum
 import hashlib
+import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -39,18 +49,26 @@ from cbop.reconciler.desired import (
 
 __all__ = [
     "ANNOTATION_CONFIG_HASH",
+    "BASELINE_DIGITS",
     "FIELD_MANAGER",
+    "LABEL_CONFIG_BASELINE",
     "LABEL_ROLLOUT",
     "ROLLOUT_SELECTOR",
     "Action",
     "Decision",
+    "FieldOwner",
     "ManagedConfigMap",
     "apply_body",
+    "baseline",
+    "baseline_value",
     "config_digest",
     "current_digest",
     "decide",
+    "in_last_applied",
     "is_managed",
     "managed_references",
+    "may_take_back",
+    "other_owners",
     "referenced_configmaps",
 ]
 
@@ -60,6 +78,14 @@ LABEL_ROLLOUT: Final = "cbop.dev/rollout"
 ROLLOUT_SELECTOR: Final = f"{LABEL_ROLLOUT}=true"
 #: Pod template annotation cbop writes; a new value makes the workload's controller roll.
 ANNOTATION_CONFIG_HASH: Final = "cbop.dev/config-hash"
+#: Workload label holding the baseline: the digest of the configuration the workload's
+#: pods run with, cut to :data:`BASELINE_DIGITS` hex digits (a label value holds at most
+#: 63 characters). A label, not an annotation: a Deployment's annotations are copied to
+#: its ReplicaSets, so writing one bumps the Deployment's generation; labels of the
+#: three kinds do not.
+LABEL_CONFIG_BASELINE: Final = "cbop.dev/config-baseline"
+#: Hex digits of the digest kept in the baseline label (160 bits).
+BASELINE_DIGITS: Final = 40
 #: Field manager of the server-side apply (its own, apart from the ConfigMap writes).
 FIELD_MANAGER: Final = "cbop-rollout"
 
@@ -67,9 +93,15 @@ _CONTAINER_LISTS: Final = ("initContainers", "containers", "ephemeralContainers"
 
 
 class Action(enum.StrEnum):
-    """What the rollout reconcile does to the workload."""
+    """What the rollout reconcile does to the workload.
+
+    NONE: nothing. RECORD: write the baseline label only (a label write does not touch
+    the pod template, so nothing rolls). SKIP: a paused Deployment, reported. APPLY:
+    write the annotation and the baseline, which rolls the workload.
+    """
 
     NONE = "none"
+    RECORD = "record"
     SKIP = "skip"
     APPLY = "apply"
 
@@ -98,6 +130,7 @@ class Decision:
         digest: the digest the annotation should carry (``""`` when there is no managed
             reference).
         current: the annotation's value now (``""`` when absent).
+        baseline: the workload's baseline (:func:`baseline`; ``""`` when it has none).
         configmaps: the managed ConfigMaps the digest covers, sorted by name.
         message: a sentence for the user (for SKIP: the Event message).
     """
@@ -105,6 +138,7 @@ class Decision:
     action: Action
     digest: str = ""
     current: str = ""
+    baseline: str = ""
     configmaps: tuple[ManagedConfigMap, ...] = ()
     message: str = ""
 
@@ -211,6 +245,30 @@ def current_digest(workload: Mapping[str, Any]) -> str:
     return str((meta.get("annotations") or {}).get(ANNOTATION_CONFIG_HASH, ""))
 
 
+def baseline_value(digest: str) -> str:
+    """Return the baseline label's value for ``digest`` (``sha256:<hex>``).
+
+    That is its first :data:`BASELINE_DIGITS` hex digits.
+    """
+    return digest.removeprefix("sha256:")[:BASELINE_DIGITS]
+
+
+def baseline(workload: Mapping[str, Any]) -> str:
+    """Return the baseline of ``workload`` as :func:`baseline_value` gives it, ``""`` if none.
+
+    The label ``cbop.dev/config-baseline`` when set; else the pod template annotation
+    ``cbop.dev/config-hash`` (a workload that cbop rolled before it wrote the label:
+    its pods were started for that digest); else ``""``: cbop has not seen the workload
+    with a managed reference yet.
+    """
+    labels = (workload.get("metadata") or {}).get("labels") or {}
+    recorded = labels.get(LABEL_CONFIG_BASELINE)
+    if recorded:
+        return str(recorded)
+    current = current_digest(workload)
+    return baseline_value(current) if current else ""
+
+
 def decide(workload: Mapping[str, Any], configmaps: Mapping[str, Mapping[str, Any]]) -> Decision:
     """Decide whether to write ``workload``'s ``cbop.dev/config-hash`` annotation.
 
@@ -235,44 +293,160 @@ def decide(workload: Mapping[str, Any], configmaps: Mapping[str, Mapping[str, An
             Action.NONE, current=current, message="the pod template reads no managed ConfigMap"
         )
     digest = config_digest(managed)
-    if digest == current:
-        return Decision(Action.NONE, digest, current, managed)
+    known = baseline(workload)
+    if not known:
+        return Decision(
+            Action.RECORD,
+            digest,
+            current,
+            configmaps=managed,
+            message="first seen: its pods already read this content; the baseline is recorded",
+        )
+    if baseline_value(digest) == known:
+        return Decision(Action.NONE, digest, current, known, managed)
     if (workload.get("spec") or {}).get("paused"):
         bundles = ", ".join(sorted({cm.bundle for cm in managed}))
         return Decision(
             Action.SKIP,
             digest,
             current,
+            known,
             managed,
             message=(
                 f"the Deployment is paused; cbop rolls it for ConfigBundle(s) {bundles} "
                 "once it is resumed"
             ),
         )
-    return Decision(Action.APPLY, digest, current, managed)
+    return Decision(Action.APPLY, digest, current, known, managed)
 
 
 def apply_body(
-    workload: Mapping[str, Any], api_version: str, kind: str, digest: str
+    workload: Mapping[str, Any], api_version: str, kind: str, digest: str, *, roll: bool = True
 ) -> dict[str, Any]:
-    """Return the server-side apply body that sets only the config-hash annotation.
+    """Return the server-side apply body that sets the baseline and, to roll, the annotation.
 
     Args:
         workload: the workload (its ``metadata.name`` and ``namespace`` are used).
         api_version: e.g. ``"apps/v1"``.
         kind: ``Deployment``, ``StatefulSet`` or ``DaemonSet``.
-        digest: the annotation's value.
+        digest: the configuration digest (``sha256:<hex>``).
+        roll: also set the pod template annotation to ``digest`` (a rollout); False
+            records the baseline only (:attr:`Action.RECORD`, sent only while the
+            template has no annotation, so the apply never drops one this field
+            manager owns).
 
     Returns:
-        ``apiVersion``, ``kind``, ``metadata.name/namespace`` and
+        ``apiVersion``, ``kind``, ``metadata.name/namespace``, the label
+        ``cbop.dev/config-baseline`` and, with ``roll``,
         ``spec.template.metadata.annotations`` with the one key: the field manager that
-        sends it owns that key and nothing else, so other managers' fields are neither
+        sends it owns those keys and nothing else, so other managers' fields are neither
         claimed nor removed.
     """
     meta = workload["metadata"]
-    return {
+    body: dict[str, Any] = {
         "apiVersion": api_version,
         "kind": kind,
-        "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
-        "spec": {"template": {"metadata": {"annotations": {ANNOTATION_CONFIG_HASH: digest}}}},
+        "metadata": {
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "labels": {LABEL_CONFIG_BASELINE: baseline_value(digest)},
+        },
     }
+    if roll:
+        body["spec"] = {"template": {"metadata": {"annotations": {ANNOTATION_CONFIG_HASH: digest}}}}
+    return body
+
+
+#: The annotation kubectl's client-side apply keeps the applied manifest in.
+_LAST_APPLIED: Final = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+@dataclass(frozen=True, slots=True)
+class FieldOwner:
+    """Another field manager that owns the annotation or the baseline label.
+
+    Attributes:
+        manager: its field manager name (``kubectl-rollout``, ``argocd-controller``, ...).
+        operation: ``Apply`` (server-side apply) or ``Update`` (any other write).
+    """
+
+    manager: str
+    operation: str
+
+
+def _owns_ours(fields: Mapping[str, Any]) -> bool:
+    labels = ((fields.get("f:metadata") or {}).get("f:labels")) or {}
+    template = ((fields.get("f:spec") or {}).get("f:template") or {}).get("f:metadata") or {}
+    annotations = template.get("f:annotations") or {}
+    return f"f:{LABEL_CONFIG_BASELINE}" in labels or f"f:{ANNOTATION_CONFIG_HASH}" in annotations
+
+
+def other_owners(workload: Mapping[str, Any], field_manager: str) -> tuple[FieldOwner, ...]:
+    """Return the field managers other than ``field_manager`` owning cbop's two keys.
+
+    Args:
+        workload: the workload as the API server returns it, ``metadata.managedFields``
+            included (informer caches drop them).
+        field_manager: cbop's own field manager (``cbop-rollout``).
+
+    Returns:
+        One :class:`FieldOwner` per managedFields entry of another manager (or of the
+        same name with the Update operation) whose ``fieldsV1`` holds the annotation
+        ``cbop.dev/config-hash`` of the pod template or the label
+        ``cbop.dev/config-baseline``, in the object's order.
+    """
+    owners = []
+    for entry in (workload.get("metadata") or {}).get("managedFields") or ():
+        manager = str(entry.get("manager", ""))
+        operation = str(entry.get("operation", ""))
+        if manager == field_manager and operation == "Apply":
+            continue
+        if _owns_ours(entry.get("fieldsV1") or {}):
+            owners.append(FieldOwner(manager, operation))
+    return tuple(owners)
+
+
+def in_last_applied(workload: Mapping[str, Any]) -> bool:
+    """Whether kubectl's ``last-applied-configuration`` holds the annotation or the label.
+
+    True means a client-side ``kubectl apply`` (as Argo CD runs by default) applies that
+    key from a manifest, and would put its own value back on every sync. An annotation
+    that does not parse counts as not holding them.
+    """
+    annotations = (workload.get("metadata") or {}).get("annotations") or {}
+    raw = annotations.get(_LAST_APPLIED)
+    if not raw:
+        return False
+    try:
+        applied = json.loads(raw)
+    except ValueError:
+        return False
+    labels = _dig(applied, "metadata", "labels")
+    kept = _dig(applied, "spec", "template", "metadata", "annotations")
+    return LABEL_CONFIG_BASELINE in labels or ANNOTATION_CONFIG_HASH in kept
+
+
+def _dig(obj: Any, *path: str) -> Mapping[str, Any]:
+    """Return the mapping at ``path`` in parsed JSON, ``{}`` where any step is not one."""
+    for step in path:
+        obj = obj.get(step) if isinstance(obj, Mapping) else None
+    return obj if isinstance(obj, Mapping) else {}
+
+
+def may_take_back(workload: Mapping[str, Any], field_manager: str) -> bool:
+    """Whether cbop may apply its two keys with ``force`` after a 409 Conflict.
+
+    Yes when every other owner of them wrote them with a plain update (``operation:
+    Update``: ``kubectl rollout undo``, ``kubectl edit`` or ``annotate``, Helm, a
+    script) and no client-side apply keeps them in its manifest: such an owner does
+    not write them again by itself, so taking them back is no fight. No when a manager
+    server-side applies them, or kubectl's last-applied-configuration holds them: a
+    GitOps tool whose manifest carries the key would put its value back on every sync.
+
+    Args:
+        workload: the workload with ``metadata.managedFields`` (a fresh read).
+        field_manager: cbop's own field manager.
+    """
+    if in_last_applied(workload):
+        return False
+    return all(owner.operation == "Update" for owner in other_owners(workload, field_manager))

@@ -4,9 +4,13 @@
 StatefulSets or DaemonSets; one reconciler, and so one controller, per kind) by their
 ``namespace/name`` key. It reads the workload and the ConfigMaps it references from
 informer caches (listers), asks the pure :func:`cbop.rollout.decision.decide` what to do,
-and writes at most one server-side apply of the pod template annotation
-``cbop.dev/config-hash`` under its own field manager. A new value is what makes the
-workload's own controller roll it; an equal value means no request at all.
+and writes at most one server-side apply under its own field manager: the workload
+label ``cbop.dev/config-baseline`` alone when it first sees the workload (nothing
+rolls), or that label and the pod template annotation ``cbop.dev/config-hash`` when
+the content its pods read has changed since the baseline. A new annotation value is
+what makes the workload's own controller roll it; content equal to the baseline means
+no request at all, whatever the template annotation says (``kubectl rollout undo``
+brings back an old one).
 
 Coalescing: the ConfigMap watch's map function (:func:`configmap_mapper`) tells a
 :class:`ChangeCoalescer` when a ConfigMap a workload reads has changed. While changes
@@ -18,9 +22,14 @@ Error policy, as sample-controller's syncHandler:
 
 - workload gone from the cache (deleted, or its ``cbop.dev/rollout`` label removed) ->
   nothing;
-- 409 on the apply (without force: another field manager owns the annotation with
-  another value) -> a Warning Event naming the conflict, and no retry until the
-  workload's spec or the digest changes (cbop does not fight another owner);
+- 409 on the apply (without force: another field manager owns the annotation or the
+  label with another value) -> a fresh GET for the workload's ``managedFields``; when
+  every other owner wrote the keys with a plain update (``kubectl rollout undo``,
+  ``kubectl edit``, a script) and no client-side apply keeps them in its manifest, the
+  apply is sent again with force, which takes those two keys and nothing else
+  (:func:`cbop.rollout.decision.may_take_back`); otherwise a Warning Event naming the
+  conflict, and no retry until the workload's spec or the digest changes (cbop does
+  not fight a GitOps tool whose manifest holds the key);
 - 404 (deleted meanwhile) -> nothing;
 - anything else -> re-raised for a rate-limited retry.
 
@@ -39,7 +48,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Final, Literal, Protocol
 
 import cachetools
 import structlog
@@ -53,9 +62,13 @@ from cbop.rollout.decision import (
     FIELD_MANAGER,
     Action,
     Decision,
+    FieldOwner,
     ManagedConfigMap,
     apply_body,
+    config_digest,
     decide,
+    may_take_back,
+    other_owners,
     referenced_configmaps,
 )
 from cbop.rollout.index import CONFIGMAP_INDEX, configmap_index_value
@@ -100,7 +113,11 @@ class RolloutLister(Protocol):
 
 
 class RolloutClient(Protocol):
-    """The one API call the reconciler makes (satisfied by :class:`cbop.kube.KubeClient`)."""
+    """The API calls the reconciler makes (satisfied by :class:`cbop.kube.KubeClient`)."""
+
+    def get(self, res: Resource, namespace: str | None, name: str) -> dict[str, Any]:
+        """GET one object, ``managedFields`` included; raises ApiError (404, ...)."""
+        ...
 
     def patch(
         self,
@@ -135,6 +152,16 @@ class RolloutObserver(Protocol):
         ...
 
 
+#: The actions that write (the baseline alone, or a rollout).
+_WRITES: Final = frozenset({Action.RECORD, Action.APPLY})
+
+
+def _changed_part(changed: Sequence[ManagedConfigMap]) -> str:
+    bundles = ", ".join(sorted({cm.bundle for cm in changed}))
+    names = ", ".join(sorted(cm.name for cm in changed))
+    return f"ConfigBundle(s) {bundles} changed (ConfigMaps {names})"
+
+
 class _NoObserver:
     def rolled_out(self, kind: str) -> None:
         pass
@@ -148,7 +175,8 @@ class RolloutResult:
         key: the ``namespace/name`` reconciled.
         action: what was decided, or None when the workload is not in the cache.
         digest: the digest the annotation should carry (``""``: no managed reference).
-        written: whether the annotation was written (one apply request).
+        written: whether an apply was sent and answered (the baseline label, and for
+            APPLY the annotation too).
         requeue_after: seconds until the key should be looked at again (coalescing),
             or None.
         message: a one-line account of the outcome.
@@ -267,9 +295,11 @@ class RolloutReconciler:
         observer: metrics hooks (``cbop_rollouts_total``).
         coalescer: the coalescer the ConfigMap map function feeds (None: write at once).
         field_manager: the server-side apply field manager.
-        force: send ``force=true`` (take the annotation from another owner). False by
-            default, so cbop never fights a tool that owns the same field: a conflict
-            is reported instead (docs/rollout.md).
+        force: always send ``force=true`` (take the keys from any owner). False by
+            default: the apply goes without force, and only a conflict with owners
+            that wrote the keys with a plain update is answered with force, so cbop
+            never fights a tool that applies the same field: that conflict is reported
+            instead (docs/rollout.md).
         controller_name: the ``controller`` field of the log lines.
     """
 
@@ -348,7 +378,7 @@ class RolloutReconciler:
                 self._remember(workload, decision.configmaps)
             logger.debug("rollout: nothing to do", reason=decision.message or "in sync")
             return RolloutResult(key, Action.NONE, decision.digest, message=decision.message)
-        if decision.action is Action.APPLY and self._own_write_pending(key, workload, mark):
+        if decision.action in _WRITES and self._own_write_pending(key, workload, mark):
             self._settle(key, as_of)
             logger.debug("rollout: own apply not in the cache yet", digest=decision.digest)
             return RolloutResult(
@@ -379,7 +409,7 @@ class RolloutReconciler:
             if self._conflicts.get(key) == mark:
                 self._settle(key, as_of)
                 return RolloutResult(
-                    key, Action.APPLY, decision.digest, message="conflict reported; not retried"
+                    key, decision.action, decision.digest, message="conflict reported; not retried"
                 )
         return self._apply(key, workload, decision, as_of=as_of, mark=mark, logger=logger)
 
@@ -394,51 +424,84 @@ class RolloutReconciler:
         logger: Any,
     ) -> RolloutResult:
         meta = workload["metadata"]
+        roll = decision.action is Action.APPLY
         body = apply_body(
-            workload, self._resource.api_version, self._resource.kind, decision.digest
+            workload, self._resource.api_version, self._resource.kind, decision.digest, roll=roll
         )
+        took_back: tuple[FieldOwner, ...] = ()
         try:
-            applied = self._client.patch(
-                self._resource,
-                meta["namespace"],
-                meta["name"],
-                body,
-                patch_type="apply",
-                field_manager=self._field_manager,
-                force=self._force,
-            )
+            try:
+                applied = self._patch(meta, body, force=self._force)
+            except ApiError as err:
+                if not err.is_conflict or self._force:
+                    raise
+                took_back = self._may_take_back(meta, err)
+                applied = self._patch(meta, body, force=True)
         except ApiError as err:
             if err.is_not_found:
                 self._settle(key, as_of)
-                return RolloutResult(key, Action.APPLY, decision.digest, message="workload gone")
+                return RolloutResult(key, decision.action, decision.digest, message="workload gone")
             if err.is_conflict:
                 self._settle(key, as_of)
                 with self._lock:
                     self._conflicts[key] = mark
                 message = (
-                    f"cannot set {ANNOTATION_CONFIG_HASH}: another field manager owns it "
-                    f"({err.message}); cbop does not take it by force"
+                    f"cannot set {ANNOTATION_CONFIG_HASH}: {err.message}; cbop does not take it "
+                    "from a manager that applies it (docs/rollout.md)"
                 )
                 self._event(workload, "Warning", "RolloutConflict", message)
                 logger.warning("rollout: conflict", error=err.message)
-                return RolloutResult(key, Action.APPLY, decision.digest, message=message)
+                return RolloutResult(key, decision.action, decision.digest, message=message)
             raise
         self._settle(key, as_of)
         written_rv = str((applied.get("metadata") or {}).get("resourceVersion") or "")
         if written_rv:
             with self._lock:
                 self._applied[key] = (mark[0], decision.digest, written_rv)
-        changed = self._changed_bundles(workload, decision.configmaps)
+        if took_back:
+            managers = ", ".join(sorted({o.manager for o in took_back}))
+            logger.info("rollout: took the annotation back", managers=managers)
+        if not roll:
+            self._remember(workload, decision.configmaps)
+            logger.info("rollout: baseline recorded", digest=decision.digest)
+            return RolloutResult(
+                key, Action.RECORD, decision.digest, written=True, message=decision.message
+            )
+        message = self._describe(workload, decision.configmaps)
+        if took_back:
+            managers = ", ".join(sorted({o.manager for o in took_back}))
+            message += f" (taken back from {managers}, which wrote it with a plain update)"
         self._remember(workload, decision.configmaps)
         self._observer.rolled_out(self._resource.kind)
-        names = ", ".join(sorted({cm.name for cm in decision.configmaps if cm.bundle in changed}))
-        message = (
-            f"ConfigBundle(s) {', '.join(changed)} changed (ConfigMaps {names}); "
-            f"{ANNOTATION_CONFIG_HASH} set to {decision.digest}"
-        )
         self._event(workload, "Normal", "ConfigChanged", message)
-        logger.info("rollout: annotation written", digest=decision.digest, bundles=changed)
+        logger.info("rollout: annotation written", digest=decision.digest, message=message)
         return RolloutResult(key, Action.APPLY, decision.digest, written=True, message=message)
+
+    def _patch(self, meta: Mapping[str, Any], body: Any, *, force: bool) -> dict[str, Any]:
+        return self._client.patch(
+            self._resource,
+            meta["namespace"],
+            meta["name"],
+            body,
+            patch_type="apply",
+            field_manager=self._field_manager,
+            force=force,
+        )
+
+    def _may_take_back(self, meta: Mapping[str, Any], conflict: ApiError) -> tuple[FieldOwner, ...]:
+        """After a 409 on the apply: return the owners to take the keys from, or re-raise.
+
+        Reads the workload afresh (the caches drop ``managedFields``) and asks
+        :func:`cbop.rollout.decision.may_take_back`; re-raises ``conflict`` when a
+        manager that applies the keys owns them.
+
+        Raises:
+            ApiError: ``conflict`` (not to be taken), or the GET's own error.
+        """
+        fresh = self._client.get(self._resource, meta["namespace"], meta["name"])
+        if not may_take_back(fresh, self._field_manager):
+            raise conflict
+        return other_owners(fresh, self._field_manager)
 
     # -- bookkeeping -------------------------------------------------------------------
 
@@ -484,19 +547,38 @@ class RolloutReconciler:
         with self._lock:
             self._known[uid] = {cm.name: cm.content_hash for cm in managed}
 
-    def _changed_bundles(
-        self, workload: Mapping[str, Any], managed: Sequence[ManagedConfigMap]
-    ) -> list[str]:
-        """Return the bundles whose content differs from what was last seen, sorted.
+    def _describe(self, workload: Mapping[str, Any], managed: Sequence[ManagedConfigMap]) -> str:
+        """Return the Event message of a rollout: what changed since the last look, only.
 
-        All referenced bundles when nothing was seen (after a restart) or nothing differs.
+        Against the content hashes last seen for the workload (in memory): bundles
+        whose ConfigMap content changed, ConfigMaps that became managed (a new bundle,
+        a release taken back) and ConfigMaps no longer managed (a bundle deleted or
+        released). Nothing seen (after a restart of cbop): every referenced bundle.
         """
         with self._lock:
             known = self._known.get(str(workload["metadata"].get("uid", "")))
+        current = {cm.name: cm for cm in managed}
         if known is None:
-            return sorted({cm.bundle for cm in managed})
-        changed = {cm.bundle for cm in managed if known.get(cm.name) != cm.content_hash}
-        return sorted(changed or {cm.bundle for cm in managed})
+            parts = [_changed_part(managed)]
+        else:
+            changed = [
+                cm for cm in managed if cm.name in known and known[cm.name] != cm.content_hash
+            ]
+            added = [cm for cm in managed if cm.name not in known]
+            removed = sorted(name for name in known if name not in current)
+            parts = []
+            if changed:
+                parts.append(_changed_part(changed))
+            if added:
+                names = ", ".join(cm.name for cm in added)
+                bundles = ", ".join(sorted({cm.bundle for cm in added}))
+                parts.append(f"ConfigMap(s) {names} now managed by ConfigBundle(s) {bundles}")
+            if removed:
+                parts.append(f"ConfigMap(s) {', '.join(removed)} no longer managed by cbop")
+            if not parts:  # seen in sync, then a baseline written elsewhere: name them all
+                parts = [_changed_part(managed)]
+        digest = config_digest(managed)
+        return f"{'; '.join(parts)}; {ANNOTATION_CONFIG_HASH} set to {digest}"
 
     def _event(
         self,
