@@ -17,6 +17,7 @@ from typing import Any, Final
 
 __all__ = [
     "BY_NAMESPACE",
+    "CONFIGMAP_NAME_INDEX",
     "CONTROLLER_UID_INDEX",
     "ROLLOUT_CONFIGMAP_INDEX",
     "key_of",
@@ -30,6 +31,10 @@ BY_NAMESPACE: Final = "by_namespace"
 #: Name of the index from the UID of an object's controller owner to the object
 #: (``cbop.informers.index_by_controller_uid``).
 CONTROLLER_UID_INDEX: Final = "controller-uid"
+#: Name of the ConfigBundle cache's index from the key (``namespace/name``) of the
+#: ConfigMap a bundle keeps to the bundle
+#: (``cbop.controllers.configbundle.index_by_configmap_name``).
+CONFIGMAP_NAME_INDEX: Final = "configmap-name"
 #: Name of the rollout workload caches' index from each ConfigMap a pod template
 #: references (its key, ``namespace/name``) to the workload
 #: (``cbop.rollout.index_by_configmap``).

@@ -430,6 +430,43 @@ def test_name_taken_by_foreign_configmap_is_reported_then_taken_over(
     assert kube.get(CONFIGMAPS, namespace, "app-config")["data"] == {"a": "1"}
 
 
+def test_a_name_handed_from_one_bundle_to_another_is_taken_at_once(
+    kube: KubeClient, namespace: str, cbop: Callable[..., Operator]
+) -> None:
+    """Case 20: ``old`` keeps ConfigMap ``shared``; it is deleted and ``new``, naming
+    ``shared`` too, created at once. ``new`` waits in ConfigMapConflict while the old
+    ConfigMap exists (a foreign finalizer holds it here, so the race is never missed),
+    and is Ready moments after it is gone: cbop watches that ConfigMap, so its deletion
+    wakes ``new``, with no wait for the 15 s recheck."""
+    op = cbop()
+    create(kube, namespace, "old", {"configMapName": "shared", "data": {"v": "old"}})
+    converged(kube, namespace, "old")
+    kube.patch(
+        CONFIGMAPS, namespace, "shared", {"metadata": {"finalizers": ["test.cbop.dev/hold"]}}
+    )
+    kube.delete(CONFIGBUNDLES, namespace, "old")
+    create(kube, namespace, "new", {"configMapName": "shared", "data": {"v": "new"}})
+    cond = wait_for(
+        lambda: (c := condition(kube, namespace, "new")) and c["status"] == "False" and c,
+        20,
+        message="new: conflict while the old ConfigMap exists",
+    )
+    assert cond["reason"] == "ConfigMapConflict"
+    # As the garbage collector does (here at once, whether its informers have synced
+    # this CRD yet or not); the finalizer keeps the ConfigMap until it is removed.
+    kube.delete(CONFIGMAPS, namespace, "shared")
+    time.sleep(1.0)  # new's first conflict recheck is 15 s away
+    kube.patch(CONFIGMAPS, namespace, "shared", {"metadata": {"finalizers": None}})
+    released = time.monotonic()
+    converged(kube, namespace, "new", timeout=30)
+    took = time.monotonic() - released
+    # Far inside the 15 s recheck; typically well under a second.
+    assert took < 5.0, f"new took {took:.1f} s:\n{op.logs()[-3000:]}"
+    cm = kube.get(CONFIGMAPS, namespace, "shared")
+    assert cm["data"] == {"v": "new"}
+    assert [r["name"] for r in cm["metadata"]["ownerReferences"]] == ["new"]
+
+
 def test_size_limits(kube: KubeClient, namespace: str, cbop: Callable[..., Operator]) -> None:
     """Case 15: exactly 1 MiB works; one byte more is reported, not retried; 10,000 keys work."""
     op = cbop()

@@ -8,9 +8,12 @@ It owns three decisions and nothing else:
   ConfigMaps by (:func:`new_reconciler`);
 - **its key mapping**: a ConfigBundle event enqueues the bundle's key, a managed
   ConfigMap event the key of its controller owner when that is a ConfigBundle
-  (``for_`` / ``owns`` in :func:`setup`), and after a restart the listed bundles that
-  are not converged (:func:`cbop.reconciler.status.is_converged`) go ahead of those
-  that are;
+  (``for_`` / ``owns`` in :func:`setup`) and the keys of the bundles that keep a
+  ConfigMap of that name (:func:`bundles_naming`, through the
+  :data:`cbop.keys.CONFIGMAP_NAME_INDEX` index), so a bundle waiting on a name held by
+  another bundle's ConfigMap is retried as soon as that ConfigMap is deleted or
+  released; and after a restart the listed bundles that are not converged
+  (:func:`cbop.reconciler.status.is_converged`) go ahead of those that are;
 - **its reconciler**: :class:`cbop.reconciler.Reconciler`, built with the manager's
   (fenced) client and the shared listers.
 
@@ -20,23 +23,67 @@ It owns three decisions and nothing else:
 from __future__ import annotations
 
 import time
-from typing import Final
+from collections.abc import Callable, Mapping
+from typing import Any, Final
 
-from cbop.api import LABEL_MANAGED_BY, MANAGED_BY_VALUE
+from cbop.api import LABEL_MANAGED_BY, MANAGED_BY_VALUE, config_map_name_of
 from cbop.informers import MultiNamespaceLister, SharedInformerFactory, index_by_controller_uid
-from cbop.keys import CONTROLLER_UID_INDEX, object_key
+from cbop.keys import CONFIGMAP_NAME_INDEX, CONTROLLER_UID_INDEX, key_of, object_key
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS
 from cbop.reconciler import EventRecorder, Reconciler, Requeue, Result
 from cbop.reconciler.interfaces import Client, Observer
 from cbop.reconciler.status import is_converged
 from cbop.runtime import Builder, Controller, Scope
 
-__all__ = ["CONTROLLER_NAME", "MANAGED_SELECTOR", "new_reconciler", "reconcile_all", "setup"]
+__all__ = [
+    "CONTROLLER_NAME",
+    "MANAGED_SELECTOR",
+    "bundles_naming",
+    "index_by_configmap_name",
+    "new_reconciler",
+    "reconcile_all",
+    "setup",
+]
 
 #: The controller's name (metrics' ``controller`` label, the workqueue's name, logs).
 CONTROLLER_NAME: Final = "configbundle"
 #: The label selector of the ConfigMaps cbop watches: only those it manages.
 MANAGED_SELECTOR: Final = f"{LABEL_MANAGED_BY}={MANAGED_BY_VALUE}"
+
+
+def index_by_configmap_name(bundle: Mapping[str, Any]) -> list[str]:
+    """Index function of the ConfigBundle cache: the key of the ConfigMap ``bundle`` keeps.
+
+    Returns:
+        ``["namespace/configMapName"]`` (the bundle's name when ``configMapName`` is
+        unset), or ``[]`` when that name is invalid (the bundle keeps no ConfigMap).
+    """
+    name = config_map_name_of(bundle)
+    if name is None:
+        return []
+    return [key_of(bundle.get("metadata", {}).get("namespace"), name)]
+
+
+def bundles_naming(bundles: MultiNamespaceLister) -> Callable[[Mapping[str, Any]], list[str]]:
+    """Return the map function: a managed ConfigMap -> the bundles that keep its name.
+
+    Args:
+        bundles: the ConfigBundle lister, with the :data:`CONFIGMAP_NAME_INDEX` index.
+
+    Returns:
+        ``fn(configmap) -> ["namespace/name", ...]``, sorted. A ConfigMap cbop manages
+        that is deleted, or released (it then leaves the managed-ConfigMap cache, which
+        is a deletion to its handlers), wakes every bundle waiting on its name at once;
+        the owner's own key, also among them, is enqueued once (the workqueue
+        deduplicates). Lookups only: no API call.
+    """
+
+    def map_configmap(configmap: Mapping[str, Any]) -> list[str]:
+        meta = configmap.get("metadata") or {}
+        value = key_of(meta.get("namespace"), str(meta.get("name", "")))
+        return sorted(object_key(b) for b in bundles.by_index(CONFIGMAP_NAME_INDEX, value))
+
+    return map_configmap
 
 
 def new_reconciler(
@@ -59,7 +106,9 @@ def new_reconciler(
     """
     return Reconciler(
         client=client,
-        bundles=informers.lister(CONFIGBUNDLES),
+        bundles=informers.lister(
+            CONFIGBUNDLES, indexers={CONFIGMAP_NAME_INDEX: index_by_configmap_name}
+        ),
         configmaps=informers.lister(
             CONFIGMAPS,
             label_selector=MANAGED_SELECTOR,
@@ -96,10 +145,14 @@ def setup(
     reconciler = new_reconciler(
         manager.client, manager.informers, recorder=recorder, observer=observer
     )
+    bundles = manager.lister(
+        CONFIGBUNDLES, indexers={CONFIGMAP_NAME_INDEX: index_by_configmap_name}
+    )
     return (
         Builder(manager, CONTROLLER_NAME)
         .for_(CONFIGBUNDLES, converged=is_converged)
         .owns(CONFIGMAPS, label_selector=MANAGED_SELECTOR)
+        .watches(CONFIGMAPS, bundles_naming(bundles), label_selector=MANAGED_SELECTOR)
         .with_options(workers=workers, priority_queue=priority_queue)
         .complete(reconciler)
     )

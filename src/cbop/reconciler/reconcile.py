@@ -18,7 +18,9 @@ syncHandler:
   says so, no requeue: only a spec change (a new watch event) can fix it;
 - name taken by a ConfigMap cbop does not own -> status says so, and a recheck after
   ``conflict_recheck`` seconds (cbop does not watch ConfigMaps it does not manage, so
-  it cannot hear of the blocker's deletion otherwise);
+  it cannot hear of such a blocker's deletion otherwise; a blocker that is another
+  bundle's managed ConfigMap wakes the bundle as soon as it is deleted or released,
+  through the controller's key mapping);
 - 409 Conflict (lost an optimistic-concurrency race) -> :class:`Requeue`: a quiet,
   rate-limited retry from fresh cache state;
 - AlreadyExists on create (stale cache) -> a fresh GET, then decide again;
