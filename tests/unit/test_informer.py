@@ -23,6 +23,7 @@ from cbop.informers import (
     wait_for_cache_sync,
 )
 from cbop.kube import CONFIGMAPS, ApiError, ConnectionFailed, Resource
+from cbop.stop import StopSignal
 from cbop_testing.clock import FakeClock
 
 WAIT = 5.0  # real seconds; only guards against a hung test
@@ -553,7 +554,7 @@ def test_run_with_an_external_stop_event(harness_factory: Callable[..., Harness]
     h.fake.list_answers.put(page(cm("a", "1"), rv="3"))
     stream = FakeStream()
     h.fake.watch_answers.put(stream)
-    stop = threading.Event()
+    stop = StopSignal()
     runner = threading.Thread(target=h.informer.run, args=(stop,))
     runner.start()
     h.rec.wait(1)

@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry
 from cbop.kube import LEASES, ApiError, ConnectionFailed, KubeClient, Resource
 from cbop.leaderelection import ACQUIRE_JITTER_FACTOR, LeaderElector, micro_time
 from cbop.metrics.controller import LeaderElectionMetrics
+from cbop.stop import StopSignal
 from cbop_testing.clock import FakeClock
 
 NS = "cbop-system"
@@ -221,7 +222,7 @@ class Candidate:
     stopped: threading.Event = field(default_factory=threading.Event)
     started_thread: list[int] = field(default_factory=list)
     new_leaders: queue.Queue[str] = field(default_factory=queue.Queue)
-    stop: threading.Event = field(default_factory=threading.Event)
+    stop: StopSignal = field(default_factory=StopSignal)
     error: list[Exception] = field(default_factory=list)
     thread: threading.Thread | None = None
     may_acquire: Callable[[], str | None] | None = None
@@ -953,5 +954,5 @@ def test_run_cannot_run_twice_at_once(
     a = candidates()
     leading(a)
     with pytest.raises(RuntimeError, match="already running"):
-        a.elector.run(threading.Event())
+        a.elector.run(StopSignal())
     assert a.elector.is_leader()

@@ -36,6 +36,7 @@ from cbop.sharding import (
     shard_lease_name,
 )
 from cbop.shardrange import ShardRange
+from cbop.stop import StopSignal
 from cbop_testing.clock import FakeClock
 from tests.unit.test_leaderelection import LONG_AGO, NS, PATIENCE, FakeLeaseApi
 
@@ -274,7 +275,7 @@ class Driver:
             metrics=self.metrics,
             clock=self.clock,
         )
-        self.stop = threading.Event()
+        self.stop = StopSignal()
         self.thread = threading.Thread(target=self.coordinator.run, args=(self.stop,))
 
     def start(self) -> None:

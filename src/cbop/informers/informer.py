@@ -70,6 +70,7 @@ from cbop.kube import Resource
 from cbop.kube.jsonstream import paused_gc
 from cbop.locks import YieldingLock, condition
 from cbop.shardrange import ShardRange
+from cbop.stop import StopSignal
 
 __all__ = [
     "DEFAULT_RESYNC_PERIOD",
@@ -84,7 +85,6 @@ log = structlog.get_logger("cbop.informers")
 
 #: controller-runtime's default SyncPeriod: 10 hours, in seconds.
 DEFAULT_RESYNC_PERIOD: Final = defaults.RESYNC_PERIOD
-_STOP_POLL: Final = 0.2
 _JOIN_TIMEOUT: Final = 10.0
 
 
@@ -194,7 +194,7 @@ class SharedInformer:
         self._stopping = False
         self._reflector_thread: threading.Thread | None = None
         self._thread: threading.Thread | None = None
-        self._own_stop = threading.Event()
+        self._own_stop = StopSignal()
 
     # ------------------------------------------------------------------ public API
 
@@ -307,7 +307,7 @@ class SharedInformer:
         with self._lifecycle:
             if self._thread is not None and self._thread.is_alive():
                 raise RuntimeError(f"informer {self.name} is already running")
-            self._own_stop = threading.Event()
+            self._own_stop = StopSignal()
             self._thread = threading.Thread(
                 target=self.run, args=(self._own_stop,), name=f"informer-{self.name}", daemon=True
             )
@@ -326,8 +326,10 @@ class SharedInformer:
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
 
-    def run(self, stop: threading.Event) -> None:
+    def run(self, stop: StopSignal) -> None:
         """Run until ``stop`` is set: list, watch, and deliver events on this thread.
+
+        Setting ``stop`` wakes the processing loop and stops the reflector at once.
 
         Raises:
             RuntimeError: the informer is already running on another thread.
@@ -343,17 +345,15 @@ class SharedInformer:
             target=self._reflector.run, name=f"reflector-{self.name}", daemon=True
         )
         self._reflector_thread = reflector
-        waiter = threading.Thread(
-            target=self._await_stop, args=(stop,), name=f"stopper-{self.name}", daemon=True
-        )
         reflector.start()
-        waiter.start()
+        unregister = stop.on_set(self._begin_shutdown)
         try:
             self._process_loop()
         except Exception:
             self._log.exception("informer processing loop crashed")
             raise
         finally:
+            unregister()
             self._begin_shutdown()
             reflector.join(_JOIN_TIMEOUT)
             with self._lifecycle:
@@ -367,12 +367,6 @@ class SharedInformer:
         with self._cond:
             self._queue.clear()
         self._reflector.reset()
-
-    def _await_stop(self, stop: threading.Event) -> None:
-        while not stop.wait(_STOP_POLL):
-            if self._stopping or not self._running:
-                return
-        self._begin_shutdown()
 
     def _begin_shutdown(self) -> None:
         self._stopping = True

@@ -75,6 +75,7 @@ from cbop import defaults
 from cbop.clock import Clock, RealClock, wait_for
 from cbop.kube import LEASES, ApiError, KubeClient
 from cbop.leaderelection.metrics import NO_METRICS, LeaderMetrics
+from cbop.stop import StopSignal
 
 __all__ = [
     "ACQUIRE_JITTER_FACTOR",
@@ -100,9 +101,6 @@ _EXPIRY_SLACK: Final = 0.05
 #: ``leaseDurationSeconds`` written when the lease is released, so that candidates still
 #: honouring a duration wait as little as possible.
 RELEASED_LEASE_DURATION_SECONDS: Final = 1
-
-#: Real seconds between checks of the caller's stop event by the relay thread.
-_STOP_POLL_INTERVAL: Final = 0.05
 
 #: The shortest timeout, seconds, a Lease request is given while renewing.
 _MIN_REQUEST_TIMEOUT: Final = 0.5
@@ -261,8 +259,8 @@ class LeaderElector:
         # operation), so one hung request cannot use up the whole renew deadline.
         self._request_timeout = renew_deadline / 2
 
-        # The run loop waits on _wakeup (with the clock's deadlines); the stop relay
-        # thread notifies it when the caller's stop event is set.
+        # The run loop waits on _wakeup (with the clock's deadlines); the caller's stop
+        # signal notifies it when set.
         self._wakeup = threading.Condition(threading.Lock())
         # Guards _leading, _renewed_at and _running, read by is_leader() and
         # holds_lease() from any thread.
@@ -311,7 +309,7 @@ class LeaderElector:
             leading and renewed is not None and self._clock.now() < renewed + self._renew_deadline
         )
 
-    def run(self, stop: threading.Event) -> None:
+    def run(self, stop: StopSignal) -> None:
         """Take part in the election until leadership ends or ``stop`` is set.
 
         Blocks. Tries to acquire the lease every ``retry_period`` seconds (jittered up to
@@ -336,14 +334,7 @@ class LeaderElector:
             if self._running:
                 raise RuntimeError("LeaderElector.run is already running")
             self._running = True
-        finished = threading.Event()
-        relay = threading.Thread(
-            target=self._relay_stop,
-            args=(stop, finished),
-            name="cbop-leader-election-stop",
-            daemon=True,
-        )
-        relay.start()
+        unregister = stop.wake(self._wakeup)
         self._metrics.set_leading(False)
         try:
             if not self._acquire(stop):
@@ -357,13 +348,13 @@ class LeaderElector:
                 if self.is_leader():
                     self._end_leadership()
             finally:
-                finished.set()
+                unregister()
                 with self._state_lock:
                     self._running = False
 
     # ------------------------------------------------------------------ loops
 
-    def _acquire(self, stop: threading.Event) -> bool:
+    def _acquire(self, stop: StopSignal) -> bool:
         """Try until acquired (True) or ``stop`` is set (False), as client-go's ``acquire``."""
         log.info(
             "attempting to acquire the leader lease",
@@ -410,7 +401,7 @@ class LeaderElector:
             self._waiting_for = reason
         return not reason
 
-    def _renew(self, stop: threading.Event) -> _Ended:
+    def _renew(self, stop: StopSignal) -> _Ended:
         """Renew every ``retry_period`` until lost or stopped, as client-go's ``renew``.
 
         A round of attempts must succeed before ``renew_deadline`` seconds have passed
@@ -471,22 +462,10 @@ class LeaderElector:
         left = deadline - self._clock.now()
         return max(_MIN_REQUEST_TIMEOUT, min(left, max(left / 2, self._retry_period)))
 
-    def _wait(self, stop: threading.Event, deadline: float) -> bool:
+    def _wait(self, stop: StopSignal, deadline: float) -> bool:
         """Sleep on the clock until ``deadline``; return True early if ``stop`` is set."""
         with self._wakeup:
             return wait_for(self._clock, self._wakeup, stop.is_set, deadline=deadline)
-
-    def _relay_stop(self, stop: threading.Event, finished: threading.Event) -> None:
-        """Wake the run loop when ``stop`` is set; exit when :meth:`run` has finished.
-
-        ``threading.Event`` cannot notify our condition, and the clock's waits are on a
-        condition, so this thread translates one into the other.
-        """
-        while not finished.is_set():
-            if stop.wait(_STOP_POLL_INTERVAL):
-                with self._wakeup:
-                    self._wakeup.notify_all()
-                return
 
     # ------------------------------------------------------------------ transitions
 

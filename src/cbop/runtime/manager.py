@@ -54,6 +54,7 @@ from cbop.runtime.scope import Scope
 from cbop.runtime.shards import ShardScope
 from cbop.sharding import ShardedGroupCheck
 from cbop.shardrange import ShardRange
+from cbop.stop import StopSignal
 from cbop.workqueue import MetricsProvider
 
 __all__ = ["Coordinator", "LeaderElection", "Manager", "Sharding"]
@@ -82,7 +83,7 @@ class LeaderElection:
 class Coordinator(Protocol):
     """What the manager needs of a shard coordinator (``cbop.sharding.ShardCoordinator``)."""
 
-    def run(self, stop: threading.Event) -> None:
+    def run(self, stop: StopSignal) -> None:
         """Hold shards until ``stop`` is set; then release every held shard and return."""
         ...
 
@@ -157,7 +158,7 @@ class Manager(Scope):
         self.identity = identity
         self.shutdown_timeout = shutdown_timeout
         self.cache_sync_timeout = cache_sync_timeout
-        self.stop_event = threading.Event()
+        self.stop_event = StopSignal()
         self.sharding = sharding
         self._base_client = client
         self._setups: list[Callable[[Scope], object]] = []
@@ -167,7 +168,7 @@ class Manager(Scope):
         self.probes: ProbeServer | None = None
         self._cleanups: list[Callable[[float], object]] = []
         # Set only after the workers stopped, so the lease is released after the last write.
-        self._elector_stop = threading.Event()
+        self._elector_stop = StopSignal()
         self._started_at: float | None = None  # time.monotonic() when run() began
         self._lost_lease = threading.Event()
         self._sync_failed = False

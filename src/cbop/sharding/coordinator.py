@@ -59,13 +59,12 @@ from cbop.sharding.assign import decide
 from cbop.sharding.membership import Membership, shard_lease_name
 from cbop.sharding.metrics import NO_SHARD_METRICS, ShardEvent, ShardMetrics
 from cbop.shardrange import ShardRange
+from cbop.stop import StopSignal
 
 __all__ = ["ShardCoordinator", "ShardHandler"]
 
 log = structlog.get_logger("cbop.sharding")
 
-#: Real seconds between checks of the caller's stop event by the relay thread.
-_STOP_POLL_INTERVAL: Final = 0.05
 #: Seconds a tick waits past a Lease's local expiry (as the elector's slack).
 _EXPIRY_SLACK: Final = 0.05
 #: The shortest wait between ticks, as a fraction of the retry period.
@@ -109,7 +108,7 @@ class _Slot:
     """
 
     shard: ShardRange
-    stop: threading.Event = field(default_factory=threading.Event)
+    stop: StopSignal = field(default_factory=StopSignal)
     elector: LeaderElector | None = None
     thread: threading.Thread | None = None
     started: bool = False  # on_started_leading ran
@@ -230,7 +229,7 @@ class ShardCoordinator:
             elector = slot.elector if slot is not None and slot.told else None
         return elector is not None and elector.holds_lease()
 
-    def run(self, stop: threading.Event) -> None:
+    def run(self, stop: StopSignal) -> None:
         """Take part in the group until ``stop`` is set; then let go of everything.
 
         Blocks. Ticks every retry period (see the module docstring); API errors are
@@ -247,13 +246,7 @@ class ShardCoordinator:
                 raise RuntimeError("ShardCoordinator.run is already running")
             self._running = True
         self._announced = False
-        finished = threading.Event()
-        threading.Thread(
-            target=self._relay_stop,
-            args=(stop, finished),
-            name="cbop-shard-coordinator-stop",
-            daemon=True,
-        ).start()
+        unregister = stop.wake(self._wakeup)
         log.info(
             "joining the shard group",
             group=self._group,
@@ -278,7 +271,7 @@ class ShardCoordinator:
             try:
                 self._leave()
             finally:
-                finished.set()
+                unregister()
                 with self._lock:
                     self._running = False
 
@@ -572,11 +565,3 @@ class ShardCoordinator:
         self._membership.leave()
         self._metrics.set_held(0)
         log.info("left the shard group", group=self._group, identity=self._identity)
-
-    def _relay_stop(self, stop: threading.Event, finished: threading.Event) -> None:
-        """Wake the tick loop when ``stop`` is set; exit once :meth:`run` has finished."""
-        while not finished.is_set():
-            if stop.wait(_STOP_POLL_INTERVAL):
-                with self._wakeup:
-                    self._wakeup.notify_all()
-                return
