@@ -450,7 +450,6 @@ def test_a_new_shard_count_waits_for_the_old_one_and_a_single_leader_for_both(
                 client,
                 group=old.name,
                 namespace=namespace,
-                lease_duration=LEASE_DURATION,
                 request_timeout=RENEW_DEADLINE / 2,
                 clock=RealClock(),
             ),

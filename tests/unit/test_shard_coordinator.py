@@ -528,6 +528,31 @@ def test_a_dead_members_shard_is_taken_when_its_lease_expires_locally(
     assert api.holder(0) == "b"
 
 
+def test_metadata_writes_to_a_dead_members_leases_keep_nothing_alive(
+    api: FakeGroupApi, drivers: Callable[..., Driver]
+) -> None:
+    """Shard membership judges a Lease as the elector does: a label written to a dead
+    member's Leases (a new resourceVersion, the same record) restarts no expiry clock,
+    so its shard is taken one lease duration after its record last changed."""
+    api.member("dead")
+    api.shard(0, "dead")
+    d = drivers("b", 1)
+    d.start()
+    for i in range(10):  # someone labels the dead member's Leases every 2.5 s
+        d.advance(RETRY * 1.25)
+        for name in (member_lease_name(GROUP, "dead"), shard_lease_name(GROUP, 0)):
+            with api._lock:
+                meta = api.leases[(NS, name)]["metadata"]
+                meta["labels"] = {**meta["labels"], "touched": str(i)}
+                meta["resourceVersion"] = api._next_rv()
+        if d.handler.events():
+            break
+    assert d.handler.events() == [("acquired", 0)]
+    ((_, _, at),) = d.handler.calls
+    assert at < START + LEASE_DURATION + RETRY * 1.5
+    assert api.holder(0) == "b"
+
+
 def test_a_member_whose_membership_expired_keeps_its_valid_shard(
     api: FakeGroupApi, drivers: Callable[..., Driver]
 ) -> None:
@@ -684,7 +709,6 @@ def test_the_single_leaders_check_sees_a_held_shard_zero_by_the_local_clock(
         api,
         group=GROUP,
         namespace=NS,
-        lease_duration=LEASE_DURATION,
         request_timeout=1.0,
         clock=clock,
     )

@@ -5,6 +5,8 @@ Modules:
 - ``cbop.leaderelection.elector``: :class:`LeaderElector`, one candidate in an election
   on a ``coordination.k8s.io/v1`` Lease (timings, fencing, and where it departs from
   client-go are described there).
+- ``cbop.leaderelection.observer``: :class:`LeaseObserver`, the local-clock judgement of
+  a Lease's expiry that the elector and shard membership share (client-go's rule).
 - ``cbop.leaderelection.metrics``: :class:`LeaderMetrics`, the seam its metrics go
   through; the Prometheus implementation lives in ``cbop.metrics``.
 
@@ -20,6 +22,7 @@ from cbop.leaderelection.elector import (
     micro_time,
 )
 from cbop.leaderelection.metrics import NO_METRICS, LeaderMetrics
+from cbop.leaderelection.observer import LeaseObserver, Observation, lease_record
 
 __all__ = [
     "ACQUIRE_JITTER_FACTOR",
@@ -28,5 +31,8 @@ __all__ = [
     "RELEASED_LEASE_DURATION_SECONDS",
     "LeaderElector",
     "LeaderMetrics",
+    "LeaseObserver",
+    "Observation",
+    "lease_record",
     "micro_time",
 ]

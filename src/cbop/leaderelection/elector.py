@@ -75,6 +75,7 @@ from cbop import defaults
 from cbop.clock import Clock, RealClock, wait_for
 from cbop.kube import LEASES, ApiError, KubeClient
 from cbop.leaderelection.metrics import NO_METRICS, LeaderMetrics
+from cbop.leaderelection.observer import LeaseObserver
 from cbop.stop import StopSignal
 
 __all__ = [
@@ -275,8 +276,8 @@ class LeaderElector:
         self._attempt_deadline: float | None = None
         # Only the run() thread touches the rest.
         self._lease: dict[str, Any] | None = None  # last Lease object the server returned
-        self._observed_spec: dict[str, Any] | None = None  # its spec, as last seen to change
-        self._observed_time = 0.0  # clock time at which _observed_spec last changed
+        # Judges the Lease's record by the local clock, as shard membership does.
+        self._observer = LeaseObserver(self._clock)
         self._reported_leader = ""
 
     # ------------------------------------------------------------------ public
@@ -473,7 +474,7 @@ class LeaderElector:
         with self._state_lock:
             self._leading = True
         self._metrics.set_leading(True)
-        spec = self._observed_spec or {}
+        spec = self._seen_record()
         log.info(
             "acquired the leader lease",
             lease=self._describe(),
@@ -519,7 +520,7 @@ class LeaderElector:
         """
         now = _now_micro_time()
         if renewing and self._lease is not None and self._lease_valid():
-            spec = self._observed_spec or {}
+            spec = self._seen_record()
             try:
                 self._write(
                     self._lease,
@@ -559,7 +560,7 @@ class LeaderElector:
             return self._create(now)
 
         self._observe(lease)
-        old = self._observed_spec or {}
+        old = self._seen_record()
         holder = _holder(old)
         if holder != self._identity and (renewing or (holder and self._lease_valid())):
             log.debug("the leader lease is held", lease=self._describe(), holder=holder)
@@ -634,7 +635,7 @@ class LeaderElector:
             log.warning("cannot release the leader lease", lease=self._describe(), error=str(err))
             return
         self._observe(lease)
-        spec = self._observed_spec or {}
+        spec = self._seen_record()
         if _holder(spec) != self._identity:
             log.info(
                 "the leader lease is no longer ours; nothing to release",
@@ -680,26 +681,27 @@ class LeaderElector:
         self._observe(updated)
 
     def _observe(self, lease: Mapping[str, Any]) -> None:
-        """Remember ``lease``; restart the local expiry clock if its record changed."""
+        """Remember ``lease``; the observer restarts the expiry clock if its record changed."""
         self._lease = dict(lease)
-        raw = lease.get("spec")
-        spec = dict(raw) if isinstance(raw, Mapping) else {}
-        if spec != self._observed_spec:
-            self._observed_spec = spec
-            self._observed_time = self._clock.now()
+        self._observer.observe(self._lease_name, lease)
+
+    def _seen_record(self) -> Mapping[str, Any]:
+        """Return the Lease's record as last observed (``{}`` before any read)."""
+        seen = self._observer.last(self._lease_name)
+        return seen.record if seen is not None else {}
 
     def _observed_holder(self) -> str:
-        return _holder(self._observed_spec or {})
+        return _holder(self._seen_record())
 
     def _expires_in(self) -> float:
         """Seconds until the observed record expires on the local clock (<= 0: expired)."""
-        duration = _int_field(self._observed_spec or {}, "leaseDurationSeconds")
-        return self._observed_time + duration - self._clock.now()
+        seen = self._observer.last(self._lease_name)
+        return (seen.expiry if seen is not None else 0.0) - self._clock.now()
 
     def _lease_valid(self) -> bool:
         """Whether the observed record is unexpired on the local clock (client-go's isLeaseValid).
 
-        Uses the ``leaseDurationSeconds`` of the observed record, so a released lease
+        :class:`cbop.leaderelection.observer.LeaseObserver` judges it: a released lease
         (1 s) expires quickly and one without a duration has expired already.
         """
         return self._expires_in() > 0

@@ -193,7 +193,6 @@ class Manager(Scope):
                     client.with_limits(qps=0, burst=0, max_retries=0),
                     group=leader_election.lease_name,
                     namespace=leader_election.namespace,
-                    lease_duration=leader_election.lease_duration,
                     request_timeout=leader_election.renew_deadline / 2,
                     clock=RealClock(),
                 ),

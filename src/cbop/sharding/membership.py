@@ -7,11 +7,14 @@ once per tick. Every replica of a group renews a membership Lease of its own,
 ``cbop.dev/shard-group=<group>`` and ``cbop.dev/shard-role=member|shard``, so one
 label-selected LIST per tick reads the whole group.
 
-Liveness is judged by the local clock, as client-go judges a Lease: a Lease is live
-while less than its ``leaseDurationSeconds`` have passed since this process first saw
-its current ``resourceVersion`` (every renewal changes it). The server's ``renewTime``
-is never compared with the local wall clock, so clock skew between nodes does not
-matter. A Lease first seen is given a full duration, as client-go does.
+Liveness is judged by the local clock with the leader elector's own rule
+(:class:`cbop.leaderelection.LeaseObserver`, client-go's): a Lease is live while less
+than its ``leaseDurationSeconds`` have passed since this process last saw its record
+(its spec; every renewal changes ``renewTime``) change. A write to its metadata alone
+(a label) keeps no dead member alive; a Lease without a duration has expired. The
+server's ``renewTime`` is never compared with the local wall clock, so clock skew
+between nodes does not matter. A Lease first seen is given a full duration, as
+client-go does.
 
 Every membership Lease also announces its replica's shard count (the annotation
 ``cbop.dev/shards``). Replicas with different counts cut the namespaces differently
@@ -36,7 +39,7 @@ import structlog
 
 from cbop.clock import Clock
 from cbop.kube import LEASES, ApiError, KubeClient
-from cbop.leaderelection import RELEASED_LEASE_DURATION_SECONDS, micro_time
+from cbop.leaderelection import RELEASED_LEASE_DURATION_SECONDS, LeaseObserver, micro_time
 from cbop.sharding.assign import ShardState
 from cbop.shardrange import fnv1a64
 
@@ -139,32 +142,6 @@ def _meta(lease: Mapping[str, Any]) -> Mapping[str, Any]:
     return meta if isinstance(meta, Mapping) else {}
 
 
-def _judge(
-    lease: Mapping[str, Any],
-    previous: tuple[str, float] | None,
-    now: float,
-    default_duration: float,
-) -> tuple[tuple[str, float], float]:
-    """Judge one Lease by the local clock, as client-go's ``isLeaseValid``.
-
-    Args:
-        lease: the Lease as just read.
-        previous: ``(resourceVersion, first seen)`` recorded for it last time, if any.
-        now: the local clock's time (seconds).
-        default_duration: seconds assumed when it has no ``leaseDurationSeconds``.
-
-    Returns:
-        ``((resourceVersion, first seen), expiry)``: what to record for next time, and
-        the clock time at which the record expires unless it changes.
-    """
-    version = str(_meta(lease).get("resourceVersion", ""))
-    first_seen = previous[1] if previous is not None and previous[0] == version else now
-    duration = _spec(lease).get("leaseDurationSeconds")
-    if not isinstance(duration, int) or isinstance(duration, bool):
-        duration = default_duration
-    return (version, first_seen), first_seen + duration
-
-
 def _announced_shards(lease: Mapping[str, Any]) -> int | None:
     """Return the shard count a membership Lease announces, or None (absent or invalid)."""
     value = (_meta(lease).get("annotations") or {}).get(SHARDS_ANNOTATION)
@@ -225,7 +202,7 @@ class Membership:
         self._clock = clock
         self.lease_name = member_lease_name(group, identity)
         self._lease: dict[str, Any] | None = None  # own Lease as last written
-        self._seen: dict[str, tuple[str, float]] = {}  # name -> (resourceVersion, first seen)
+        self._observer = LeaseObserver(clock)
         self._shard_leases: dict[int, dict[str, Any]] = {}  # as last listed
         self._joined: tuple[str, str] | None = None  # own seniority, from the first Lease
 
@@ -332,7 +309,7 @@ class Membership:
             log.warning("cannot list the shard group's leases", group=self._group, error=str(err))
             return None
         now = self._clock.now()
-        seen: dict[str, tuple[str, float]] = {}
+        seen: set[str] = set()
         members: set[str] = set()
         shards = [ShardState()] * self._shards
         labelled: set[int] = set()
@@ -343,7 +320,8 @@ class Membership:
         for lease in listed.get("items") or ():
             meta = _meta(lease)
             name = str(meta.get("name", ""))
-            seen[name], expiry = _judge(lease, self._seen.get(name), now, self._lease_duration)
+            seen.add(name)
+            expiry = self._observer.observe(name, lease).expiry
             live = now < expiry
             role = (meta.get("labels") or {}).get(ROLE_LABEL)
             holder = _holder(lease)
@@ -381,7 +359,7 @@ class Membership:
             conflicts.append(
                 f"the single-leader Lease {self._namespace}/{self._group} is held by {single}"
             )
-        self._seen = seen
+        self._observer.retain(seen)
         return GroupView(
             frozenset(members),
             tuple(shards),
@@ -390,7 +368,7 @@ class Membership:
             "; ".join(conflicts) or None,
         )
 
-    def _single_leader(self, now: float, seen: dict[str, tuple[str, float]]) -> str | None:
+    def _single_leader(self, now: float, seen: set[str]) -> str | None:
         """GET the single-leader Lease ``<group>``; return its valid holder, ``""``, or None.
 
         ``""`` when it is missing, released or expired by the local clock; ``None``
@@ -407,9 +385,8 @@ class Membership:
                 error=str(err),
             )
             return None
-        seen[self._group], expiry = _judge(
-            lease, self._seen.get(self._group), now, self._lease_duration
-        )
+        seen.add(self._group)
+        expiry = self._observer.observe(self._group, lease).expiry
         holder = _holder(lease)
         return holder if holder and now < expiry else ""
 
@@ -548,9 +525,9 @@ class ShardedGroupCheck:
         client: API client with ``get`` on Leases in ``namespace``.
         group: the group's name (``--leader-election-id``).
         namespace: the Leases' namespace.
-        lease_duration: seconds assumed for a Lease without ``leaseDurationSeconds``.
         request_timeout: seconds each GET may take.
-        clock: the local monotonic clock validity is judged on.
+        clock: the local monotonic clock validity is judged on
+            (:class:`cbop.leaderelection.LeaseObserver`).
     """
 
     def __init__(
@@ -559,17 +536,15 @@ class ShardedGroupCheck:
         *,
         group: str,
         namespace: str,
-        lease_duration: float,
         request_timeout: float,
         clock: Clock,
     ) -> None:
         self._client = client
         self._group = group
         self._namespace = namespace
-        self._lease_duration = lease_duration
         self._timeout = request_timeout
         self._clock = clock
-        self._seen: dict[str, tuple[str, float]] = {}  # name -> (resourceVersion, first seen)
+        self._observer = LeaseObserver(clock)
 
     def __call__(self) -> str | None:
         """Return why the single leader must not acquire now, or None.
@@ -578,7 +553,7 @@ class ShardedGroupCheck:
         narrows the overlap of a shard-count change, and an API server that cannot be
         read will not grant the Lease either.
         """
-        seen: dict[str, tuple[str, float]] = {}
+        seen: set[str] = set()
         held: list[str] = []
         for index in range(_MAX_CHECKED_SHARDS):
             name = shard_lease_name(self._group, index)
@@ -587,16 +562,15 @@ class ShardedGroupCheck:
             except ApiError as err:
                 if not err.is_not_found:
                     log.debug("cannot read a shard lease", lease=name, error=str(err))
-                    self._seen = {}
+                    self._observer.retain(())
                     return None
                 break
-            seen[name], expiry = _judge(
-                lease, self._seen.get(name), self._clock.now(), self._lease_duration
-            )
+            seen.add(name)
+            expiry = self._observer.observe(name, lease).expiry
             holder = _holder(lease)
             if holder and self._clock.now() < expiry:
                 held.append(f"{name} by {holder}")
-        self._seen = seen
+        self._observer.retain(seen)
         if not held:
             return None
         return (
