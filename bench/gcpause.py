@@ -36,9 +36,9 @@ VARIANTS = ("default", "freeze")
 def measure(variant: str, bundles: int, passes: int) -> dict[str, Any]:
     """Run one variant in this process; return its figures."""
     from bench.reconcile import Lister, NoClient, converged
+    from cbop.configbundle import Reconciler
     from cbop.gcpolicy import freeze_caches
     from cbop.kube.jsonstream import intern_keys
-    from cbop.reconciler import Reconciler
 
     pairs = []
     for i in range(bundles):

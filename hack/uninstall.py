@@ -5,7 +5,7 @@ carries cbop's finalizer ``cbop.dev/orphan``, which a running cbop removes after
 released the bundle's ConfigMap; without cbop the bundle, and the CRD with it, would stay
 "deletion in progress" forever. So this script deletes the CRD, gives a running cbop
 ``--grace`` seconds, then releases what is still waiting itself, exactly as cbop does
-(``cbop.reconciler.decision.release_body``: the bundle's owner reference and cbop's
+(``cbop.configbundle.decision.release_body``: the bundle's owner reference and cbop's
 labels and annotations come off the ConfigMap, which keeps its content; then the
 finalizer comes off the bundle). Finalizers of others are never touched: if they still
 hold bundles at ``--timeout``, it names them, says how to proceed and exits 1.
@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from cbop.api import FINALIZER_ORPHAN, LABEL_BUNDLE
+from cbop.configbundle.decision import has_finalizer, release_body
+from cbop.configbundle.desired import is_controlled_by
 from cbop.kube import (
     CONFIGBUNDLES,
     CONFIGMAPS,
@@ -32,8 +34,6 @@ from cbop.kube import (
     ConnectionFailed,
     KubeClient,
 )
-from cbop.reconciler.decision import has_finalizer, release_body
-from cbop.reconciler.desired import is_controlled_by
 
 CRDS = CUSTOM_RESOURCE_DEFINITIONS
 CRD_NAME = "configbundles.cbop.dev"

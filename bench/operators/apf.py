@@ -36,8 +36,8 @@ from bench.operators import cluster
 from bench.operators.procs import Operator, cbop_revision
 from bench.operators.scenarios import CANARY, CANARY_INDEX, Bench, log, names_for
 from bench.operators.watch import Observer
+from cbop.api import content_hash
 from cbop.kube import CONFIGBUNDLES, ApiError, KubeClient, Resource
-from cbop.reconciler.desired import content_hash
 from cbop_testing.envtest.flowcontrol import (
     FLOW_SCHEMAS,
     PRIORITY_LEVELS,

@@ -14,9 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cbop.api import ANNOTATION_CONTENT_HASH, LABEL_BUNDLE, LABEL_MANAGED_BY, MANAGED_BY_VALUE
+from cbop.api import (
+    ANNOTATION_CONTENT_HASH,
+    LABEL_BUNDLE,
+    LABEL_MANAGED_BY,
+    MANAGED_BY_VALUE,
+    content_hash,
+)
 from cbop.kube import CONFIGBUNDLES, NAMESPACES, ApiError, KubeClient
-from cbop.reconciler.desired import content_hash
 
 REPO = Path(__file__).resolve().parents[2]
 CRD = REPO / "manifests" / "crd" / "cbop.dev_configbundles.yaml"

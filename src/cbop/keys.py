@@ -33,7 +33,7 @@ BY_NAMESPACE: Final = "by_namespace"
 CONTROLLER_UID_INDEX: Final = "controller-uid"
 #: Name of the ConfigBundle cache's index from the key (``namespace/name``) of the
 #: ConfigMap a bundle keeps to the bundle
-#: (``cbop.controllers.configbundle.index_by_configmap_name``).
+#: (``cbop.configbundle.controller.index_by_configmap_name``).
 CONFIGMAP_NAME_INDEX: Final = "configmap-name"
 #: Name of the rollout workload caches' index from each ConfigMap a pod template
 #: references (its key, ``namespace/name``) to the workload

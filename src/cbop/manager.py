@@ -4,8 +4,8 @@
 election, graceful shutdown, exit codes: see there) configured from the command line's
 :class:`Options`, plus what makes it cbop: the Prometheus registry and the ``/metrics``
 endpoint, the REST client, workqueue, controller and leader-election metrics, the Event
-recorder, the ConfigBundle controller (:mod:`cbop.controllers.configbundle`) and, with
-``--rollout``, the rollout controllers (:mod:`cbop.controllers.rollout`).
+recorder, the ConfigBundle controller (:mod:`cbop.configbundle.controller`) and, with
+``--rollout``, the rollout controllers (:mod:`cbop.rollout.controller`).
 
 With ``--shards N`` (N > 1) the controllers are set up once per held shard instead
 (:class:`cbop.runtime.ShardScope`, run by a :class:`cbop.sharding.ShardCoordinator`);
@@ -29,7 +29,8 @@ import structlog
 from prometheus_client import CollectorRegistry, start_http_server
 
 from cbop import defaults
-from cbop.controllers import configbundle, rollout
+from cbop.configbundle import EventLevel, EventRecorder
+from cbop.configbundle import controller as configbundle
 from cbop.health import parse_bind_address
 from cbop.informers import SharedInformerFactory
 from cbop.kube import CONFIGBUNDLES, KubeClient
@@ -47,7 +48,7 @@ from cbop.metrics.secure import CertSource, start_secure_metrics_server
 from cbop.metrics.sharding import PrometheusShardMetrics
 from cbop.metrics.shardobjects import ShardObjectsCollector
 from cbop.metrics.workqueue import PrometheusWorkqueueMetricsProvider
-from cbop.reconciler import EventLevel, EventRecorder
+from cbop.rollout import controller as rollout
 from cbop.runtime import Controller, Coordinator, LeaderElection, Scope, Sharding
 from cbop.runtime import Manager as RuntimeManager
 from cbop.sharding import ShardCoordinator
@@ -86,8 +87,8 @@ class Options:
             changes); False: the plain rate-limiting queue.
         identity: this candidate's identity (default: hostname plus a random suffix).
         events: which Events are written (``notable``, ``all``, ``none``; see
-            :class:`cbop.reconciler.EventRecorder`).
-        rollout: run the rollout controllers (:mod:`cbop.controllers.rollout`) and
+            :class:`cbop.configbundle.EventRecorder`).
+        rollout: run the rollout controllers (:mod:`cbop.rollout.controller`) and
             register ``cbop_rollouts_total``.
         shards: shards the bundles are spread over by namespace (``--shards``); 1: the
             single leader; more needs ``leader_elect``.

@@ -6,8 +6,8 @@ import copy
 from typing import Any
 
 from cbop.api import parse_spec
-from cbop.reconciler.decision import Decision, decide
-from cbop.reconciler.desired import render
+from cbop.configbundle.decision import Decision, decide
+from cbop.configbundle.desired import render
 
 UID = "11111111-2222-3333-4444-555555555555"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from cbop.reconciler.desired import content_hash
+from cbop.api import content_hash
 
 
 def configmap(

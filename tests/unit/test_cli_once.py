@@ -6,7 +6,7 @@ import pytest
 
 from cbop.api import Reason
 from cbop.cli import EXIT_NOT_READY, EXIT_OK, EXIT_PENDING, _table, exit_code
-from cbop.reconciler import Action, Result
+from cbop.configbundle import Action, Result
 
 READY = Result("demo/a", Action.NONE, ready="True", reason=Reason.SYNCED, config_map="a")
 PENDING = Result(

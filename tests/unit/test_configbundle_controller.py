@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from cbop.controllers import configbundle
+from cbop.configbundle import controller as configbundle
 from cbop.informers import SharedInformerFactory
 from cbop.keys import CONFIGMAP_NAME_INDEX
 from cbop.kube import CONFIGBUNDLES, KubeClient

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from cbop.configbundle import Action, Requeue, Result
 from cbop.informers import DeletedFinalStateUnknown
 from cbop.kube import ApiError, LeaseNotHeld
 from cbop.metrics.controller import PrometheusControllerMetricsProvider
-from cbop.reconciler import Action, Requeue, Result
 from cbop.runtime import Controller, EnqueueHandler, enqueue_controller_owner, enqueue_object
 from cbop.workqueue import LOW_PRIORITY, NORMAL_PRIORITY, PriorityQueue, RateLimitingQueue
 from cbop_testing.clock import FakeClock

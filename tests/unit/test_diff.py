@@ -6,7 +6,7 @@ import base64
 import hashlib
 from typing import Any
 
-from cbop.reconciler.diff import MAX_DIFF_BYTES, MAX_LINE_CHARS, configmap_diff, excerpt
+from cbop.configbundle.diff import MAX_DIFF_BYTES, MAX_LINE_CHARS, configmap_diff, excerpt
 
 
 def cm(data: dict[str, str], binary: dict[str, str] | None = None) -> dict[str, Any]:

@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from cbop.kube import ApiError, Resource
-from cbop.reconciler.events import (
+from cbop.configbundle.events import (
     AGGREGATE_MAX_EVENTS,
     SPAM_BURST,
     EventCorrelator,
     EventRecorder,
 )
+from cbop.kube import ApiError, Resource
 
 START = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from cbop.api import BundleSpec, SpecError, parse_spec
-from cbop.reconciler.decision import Action, decide
-from cbop.reconciler.memo import DecisionMemo
+from cbop.configbundle.decision import Action, decide
+from cbop.configbundle.memo import DecisionMemo
 
 from .bundles import bundle, synced_status, written
 

@@ -15,10 +15,10 @@ import pytest
 import structlog
 
 from cbop.api import parse_spec
+from cbop.configbundle import Action, Reconciler, Requeue
+from cbop.configbundle.decision import decide
+from cbop.configbundle.events import EventLevel, EventRecorder
 from cbop.kube import ApiError, ConnectionFailed, Resource
-from cbop.reconciler import Action, Reconciler, Requeue
-from cbop.reconciler.decision import decide
-from cbop.reconciler.events import EventLevel, EventRecorder
 
 from .bundles import bundle, synced_status, written
 
@@ -613,7 +613,7 @@ def test_a_writing_reconcile_keeps_its_spec_for_the_reconciles_its_watch_events_
     # The update's watch event: the healed ConfigMap, a new resourceVersion. Its
     # reconcile parses and renders nothing, and keeps its verdict for the next one.
     parsed: list[object] = []
-    monkeypatch.setattr("cbop.reconciler.memo.parse_spec", parsed.append)
+    monkeypatch.setattr("cbop.configbundle.memo.parse_spec", parsed.append)
     r._configmaps = FakeLister(_with_rv(cm, "778"))
     assert r.reconcile("demo/app").action is Action.NONE
     assert parsed == []
@@ -634,7 +634,7 @@ def test_a_resync_repeats_the_outcome_after_the_spec_and_desired_entries_were_ev
     r._memo._desired.clear()
     r._memo._synced.clear()
     parsed: list[object] = []
-    monkeypatch.setattr("cbop.reconciler.memo.parse_spec", parsed.append)
+    monkeypatch.setattr("cbop.configbundle.memo.parse_spec", parsed.append)
     for _ in range(3):
         assert r.reconcile("demo/app") == first
     assert parsed == []

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from cbop.api import ANNOTATION_CONTENT_HASH, SpecError, TooLargeError, parse_spec
-from cbop.reconciler.decision import Action, FinalizerChange
-from cbop.reconciler.desired import content_hash, in_sync
+from cbop.api import ANNOTATION_CONTENT_HASH, SpecError, TooLargeError, content_hash, parse_spec
+from cbop.configbundle.decision import Action, FinalizerChange
+from cbop.configbundle.desired import in_sync
 
 from .bundles import UID, bundle, decide_for, synced_status, written
 

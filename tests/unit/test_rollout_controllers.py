@@ -12,13 +12,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from cbop.controllers import configbundle, rollout
+from cbop.configbundle import controller as configbundle
 from cbop.informers import SharedInformerFactory
 from cbop.keys import CONTROLLER_UID_INDEX
 from cbop.kube import CONFIGMAPS, DAEMONSETS, DEPLOYMENTS, STATEFULSETS, KubeClient
 from cbop.manager import Manager as CbopManager
 from cbop.manager import Options
 from cbop.rollout import CONFIGMAP_INDEX, ROLLOUT_SELECTOR
+from cbop.rollout import controller as rollout
 from cbop.runtime import Manager
 from tests.unit.fakeapi import FakeApi
 

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from cbop.clock import RealClock
+from cbop.configbundle import EventRecorder
 from cbop.informers import Lister
 from cbop.kube import DEPLOYMENTS, STATEFULSETS, ApiError, KubeClient, Resource
 from cbop.metrics.rollout import RolloutMetrics
-from cbop.reconciler import EventRecorder
 from cbop.rollout import (
     ANNOTATION_CONFIG_HASH,
     CONFIGMAP_INDEX,

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from cbop.controllers import configbundle
+from cbop.configbundle import Action, Result
+from cbop.configbundle import controller as configbundle
 from cbop.informers import SharedInformerFactory
 from cbop.keys import key_of
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, KubeClient
-from cbop.reconciler import Action, Result
 from cbop.runtime import Builder, Manager
 from cbop.runtime import manager as runtime_manager
 from tests.unit.fakeapi import FakeApi

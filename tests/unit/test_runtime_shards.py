@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from cbop.configbundle import Action, Result
 from cbop.informers import SharedInformerFactory
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, KubeClient
 from cbop.manager import Manager as CbopManager
 from cbop.manager import Options
-from cbop.reconciler import Action, Result
 from cbop.runtime import (
     Builder,
     LeaderElection,

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from cbop.reconciler.status import is_converged
+from cbop.configbundle.status import is_converged
 
 
 def _bundle(

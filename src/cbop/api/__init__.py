@@ -6,6 +6,8 @@ validated view of a bundle's ``spec`` (:class:`BundleSpec`). It has no I/O and n
 Kubernetes client; the reconciler and the CLI build on it.
 """
 
+from cbop.api.content import content_hash, decode_binary, encode_binary
+from cbop.api.ownership import controller_reference, is_bundle_reference
 from cbop.api.spec import (
     BundleSpec,
     DeletionPolicy,
@@ -27,6 +29,7 @@ from cbop.api.types import (
     LABEL_BUNDLE,
     LABEL_MANAGED_BY,
     MANAGED_BY_VALUE,
+    MANAGED_SELECTOR,
     MAX_CONFIGMAP_BYTES,
     PLURAL,
     RESERVED_ANNOTATIONS,
@@ -48,6 +51,7 @@ __all__ = [
     "LABEL_BUNDLE",
     "LABEL_MANAGED_BY",
     "MANAGED_BY_VALUE",
+    "MANAGED_SELECTOR",
     "MAX_CONFIGMAP_BYTES",
     "PLURAL",
     "RESERVED_ANNOTATIONS",
@@ -59,5 +63,10 @@ __all__ = [
     "SpecError",
     "TooLargeError",
     "config_map_name_of",
+    "content_hash",
+    "controller_reference",
+    "decode_binary",
+    "encode_binary",
+    "is_bundle_reference",
     "parse_spec",
 ]

@@ -14,6 +14,9 @@ PLURAL: Final = "configbundles"
 #: Label every managed ConfigMap carries; cbop's ConfigMap informer selects on it.
 LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE: Final = "cbop"
+#: The server-side label selector of the ConfigMaps cbop manages (every controller that
+#: caches them selects on it, so they share one informer).
+MANAGED_SELECTOR: Final = f"{LABEL_MANAGED_BY}={MANAGED_BY_VALUE}"
 #: Label naming the bundle (same namespace) that a managed ConfigMap belongs to.
 LABEL_BUNDLE: Final = "cbop.dev/bundle"
 #: ``sha256:<hex>`` of the ConfigMap's data and binaryData, as written by cbop.

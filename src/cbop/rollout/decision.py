@@ -7,11 +7,11 @@ says so). The act layer (:mod:`cbop.rollout.reconcile`) performs what they decid
   DaemonSet's pod template reads (volumes, projected volume sources, ``envFrom``,
   ``env[].valueFrom``; in containers, init containers and ephemeral containers).
 - :func:`is_managed`: whether a ConfigMap is one cbop keeps (its managed-by label and a
-  controller owner reference to a ConfigBundle, as :mod:`cbop.reconciler.desired` writes
+  controller owner reference to a ConfigBundle, as :mod:`cbop.configbundle.desired` writes
   them). References to other ConfigMaps are ignored.
 - :func:`config_digest`: ``sha256:<hex>`` over the sorted (ConfigMap name, content hash)
   pairs, the value of the pod template annotation ``cbop.dev/config-hash``. The content
-  hash is the reconciler's own :func:`cbop.reconciler.desired.content_hash` of the data
+  hash is the reconciler's own :func:`cbop.configbundle.desired.content_hash` of the data
   and binaryData as they are in the cluster (what pods read), so it equals the
   ConfigMap's ``cbop.dev/content-hash`` annotation whenever the ConfigMap is in sync.
 - :func:`baseline`: the configuration the workload's pods run with, as far as cbop
@@ -39,8 +39,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from cbop.api import LABEL_MANAGED_BY, MANAGED_BY_VALUE
-from cbop.reconciler.desired import (
+from cbop.api import (
+    LABEL_MANAGED_BY,
+    MANAGED_BY_VALUE,
     content_hash,
     controller_reference,
     decode_binary,
@@ -184,7 +185,7 @@ def is_managed(configmap: Mapping[str, Any]) -> bool:
 
     True when it carries ``app.kubernetes.io/managed-by: cbop`` (what cbop's ConfigMap
     informer selects on) and a controller owner reference to a ConfigBundle (group and
-    kind; any version), both as :func:`cbop.reconciler.desired.render` writes them. A
+    kind; any version), both as :func:`cbop.configbundle.desired.render` writes them. A
     ConfigMap released with ``deletionPolicy: Orphan`` has neither.
     """
     labels = configmap.get("metadata", {}).get("labels") or {}

@@ -135,7 +135,7 @@ class RolloutClient(Protocol):
 
 
 class RolloutEvents(Protocol):
-    """Where Events go (satisfied by :class:`cbop.reconciler.EventRecorder`)."""
+    """Where Events go (satisfied by :class:`cbop.configbundle.EventRecorder`)."""
 
     def event(
         self, obj: Mapping[str, Any], type_: Literal["Normal", "Warning"], reason: str, message: str

@@ -17,7 +17,7 @@ After controller-runtime, in small pieces:
   runs one :class:`ShardScope` (:mod:`.shards`) per held shard;
 - :mod:`.metrics`: the controller's metrics seam (no Prometheus here).
 
-This package knows nothing of ConfigBundles (see ``cbop.controllers``) nor of Prometheus
+This package knows nothing of ConfigBundles (see ``cbop.configbundle``) nor of Prometheus
 (see ``cbop.metrics``); import-linter enforces both.
 """
 

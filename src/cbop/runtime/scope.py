@@ -1,7 +1,7 @@
 """A scope: what controllers are set up against (client, informers, metrics, controllers).
 
 As controller-runtime's ``cluster.Cluster`` beside its Manager: a setup function
-(``cbop.controllers.configbundle.setup``, ...) and the :class:`cbop.runtime.Builder`
+(``cbop.configbundle.controller.setup``, ...) and the :class:`cbop.runtime.Builder`
 need a client to write with, a shared informer factory to read from, the metrics
 providers, and somewhere to add the controllers they build. A :class:`Scope` holds
 exactly that. The :class:`cbop.runtime.Manager` is the scope of a single-leader process;

@@ -15,8 +15,6 @@ added is kept (case 9 of the field cases).
 
 from __future__ import annotations
 
-import base64
-import binascii
 import copy
 import hashlib
 from collections.abc import Iterable, Mapping
@@ -29,13 +27,14 @@ from cbop.api import (
     ANNOTATION_MANAGED_LABELS,
     ANNOTATION_RELEASED_BY,
     API_VERSION,
-    GROUP,
     KIND,
     LABEL_BUNDLE,
     LABEL_MANAGED_BY,
     MANAGED_BY_VALUE,
     BundleSpec,
 )
+from cbop.api.content import content_hash, decode_binary, encode_binary
+from cbop.api.ownership import controller_reference, is_bundle_reference
 
 JSON = dict[str, Any]
 
@@ -67,29 +66,6 @@ class DesiredConfigMap:
     content_hash: str
 
 
-def content_hash(data: Mapping[str, str], binary_data: Mapping[str, bytes]) -> str:
-    """Return ``sha256:<hex>`` over the content, with unambiguous framing.
-
-    Each entry is hashed as a section tag byte (``d`` for data, ``b`` for binaryData),
-    then the 8-byte big-endian length and bytes of the key, then of the value, in key
-    order. No two different contents share a byte stream, so equal hashes mean equal
-    content (up to SHA-256 collisions). The stream is hashed in one call (a ConfigMap
-    holds at most 1 MiB); the digest is stored on every managed ConfigMap, so the
-    stream must never change.
-    """
-    parts: list[bytes] = []
-    for key in sorted(data):
-        _frame(parts, b"d", key, data[key].encode("utf-8", "surrogatepass"))
-    for key in sorted(binary_data):
-        _frame(parts, b"b", key, binary_data[key])
-    return "sha256:" + hashlib.sha256(b"".join(parts)).hexdigest()
-
-
-def _frame(parts: list[bytes], tag: bytes, key: str, value: bytes) -> None:
-    raw_key = key.encode()
-    parts += (tag, len(raw_key).to_bytes(8, "big"), raw_key, len(value).to_bytes(8, "big"), value)
-
-
 def owner_reference(bundle: Mapping[str, Any]) -> JSON:
     """Return the controller owner reference (a dict) pointing at ``bundle``.
 
@@ -106,20 +82,6 @@ def owner_reference(bundle: Mapping[str, Any]) -> JSON:
         "controller": True,
         "blockOwnerDeletion": True,
     }
-
-
-def controller_reference(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """Return the owner reference with ``controller: true`` of ``obj``, or None."""
-    for ref in obj.get("metadata", {}).get("ownerReferences") or ():
-        if ref.get("controller"):
-            return ref  # type: ignore[no-any-return]
-    return None
-
-
-def is_bundle_reference(ref: Mapping[str, Any]) -> bool:
-    """Whether an owner reference points at a ConfigBundle (group and kind; any version)."""
-    group = str(ref.get("apiVersion", "")).partition("/")[0]
-    return group == GROUP and ref.get("kind") == KIND
 
 
 def is_controlled_by(obj: Mapping[str, Any], bundle: Mapping[str, Any]) -> bool:
@@ -188,19 +150,6 @@ def _overlay(
     out = {k: v for k, v in current.items() if k not in previously_managed}
     out.update(desired)
     return out
-
-
-def encode_binary(binary_data: Mapping[str, bytes]) -> dict[str, str]:
-    """Return ``binaryData`` as the API carries it: key -> standard base64 (with padding)."""
-    return {k: base64.b64encode(v).decode("ascii") for k, v in binary_data.items()}
-
-
-def decode_binary(binary_data: Mapping[str, str] | None) -> dict[str, bytes] | None:
-    """Decode a ConfigMap's ``binaryData``; None when any value is not valid base64."""
-    try:
-        return {k: base64.b64decode(v, validate=True) for k, v in (binary_data or {}).items()}
-    except (binascii.Error, ValueError):
-        return None
 
 
 def _managed_metadata(

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from cbop.controllers.configbundle import MANAGED_SELECTOR
+from cbop.api import MANAGED_SELECTOR
 from cbop.kube import CONFIGMAPS, DAEMONSETS, DEPLOYMENTS, STATEFULSETS, Resource
 from cbop.rollout import (
     CONFIGMAP_INDEX,

@@ -13,8 +13,8 @@ It owns three decisions and nothing else:
   :data:`cbop.keys.CONFIGMAP_NAME_INDEX` index), so a bundle waiting on a name held by
   another bundle's ConfigMap is retried as soon as that ConfigMap is deleted or
   released; and after a restart the listed bundles that are not converged
-  (:func:`cbop.reconciler.status.is_converged`) go ahead of those that are;
-- **its reconciler**: :class:`cbop.reconciler.Reconciler`, built with the manager's
+  (:func:`cbop.configbundle.status.is_converged`) go ahead of those that are;
+- **its reconciler**: :class:`cbop.configbundle.Reconciler`, built with the manager's
   (fenced) client and the shared listers.
 
 ``cbop --once`` uses :func:`new_reconciler` and :func:`reconcile_all` without a manager.
@@ -26,13 +26,13 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from cbop.api import LABEL_MANAGED_BY, MANAGED_BY_VALUE, config_map_name_of
+from cbop.api import MANAGED_SELECTOR, config_map_name_of
+from cbop.configbundle import EventRecorder, Reconciler, Requeue, Result
+from cbop.configbundle.interfaces import Client, Observer
+from cbop.configbundle.status import is_converged
 from cbop.informers import MultiNamespaceLister, SharedInformerFactory, index_by_controller_uid
 from cbop.keys import CONFIGMAP_NAME_INDEX, CONTROLLER_UID_INDEX, key_of, object_key
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS
-from cbop.reconciler import EventRecorder, Reconciler, Requeue, Result
-from cbop.reconciler.interfaces import Client, Observer
-from cbop.reconciler.status import is_converged
 from cbop.runtime import Builder, Controller, Scope
 
 __all__ = [
@@ -47,8 +47,6 @@ __all__ = [
 
 #: The controller's name (metrics' ``controller`` label, the workqueue's name, logs).
 CONTROLLER_NAME: Final = "configbundle"
-#: The label selector of the ConfigMaps cbop watches: only those it manages.
-MANAGED_SELECTOR: Final = f"{LABEL_MANAGED_BY}={MANAGED_BY_VALUE}"
 
 
 def index_by_configmap_name(bundle: Mapping[str, Any]) -> list[str]:
@@ -102,7 +100,7 @@ def new_reconciler(
             informers are requested from it (and the ConfigMaps' owner index added).
         recorder: where Events go (None: none).
         observer: the ConfigMap write metrics (None: none).
-        dry_run: see :class:`cbop.reconciler.Reconciler`.
+        dry_run: see :class:`cbop.configbundle.Reconciler`.
     """
     return Reconciler(
         client=client,

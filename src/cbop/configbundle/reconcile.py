@@ -1,11 +1,11 @@
 """The reconcile act layer: read from the caches, decide, write, report.
 
 Its seams (listers, client, metrics hooks) and :class:`Result` are in
-:mod:`cbop.reconciler.interfaces`; the dry-run account in :mod:`cbop.reconciler.dryrun`.
+:mod:`cbop.configbundle.interfaces`; the dry-run account in :mod:`cbop.configbundle.dryrun`.
 
 :class:`Reconciler` turns one ``namespace/name`` key into at most a handful of API
 writes. It reads the bundle and its ConfigMap from the informer caches (listers), asks
-the pure :func:`cbop.reconciler.decision.decide` what to do, performs it, and writes the
+the pure :func:`cbop.configbundle.decision.decide` what to do, performs it, and writes the
 bundle's status only when its content changes. It never mutates cached objects.
 
 Error policy (what the controller does with the outcome), as sample-controller's
@@ -46,16 +46,13 @@ from cbop.api import (
     Reason,
     SpecError,
     config_map_name_of,
+    content_hash,
 )
-from cbop.keys import split_key
-from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, ConnectionFailed
-from cbop.locks import YieldingLock
-from cbop.reconciler.decision import Action, Decision, FinalizerChange, decide
-from cbop.reconciler.desired import content_hash
-from cbop.reconciler.diff import configmap_diff
-from cbop.reconciler.dryrun import dry_run_account
-from cbop.reconciler.events import EventRecorder
-from cbop.reconciler.interfaces import (
+from cbop.configbundle.decision import Action, Decision, FinalizerChange, decide
+from cbop.configbundle.diff import configmap_diff
+from cbop.configbundle.dryrun import dry_run_account
+from cbop.configbundle.events import EventRecorder
+from cbop.configbundle.interfaces import (
     CONTROLLER_UID_INDEX,
     NO_OBSERVER,
     Client,
@@ -64,13 +61,16 @@ from cbop.reconciler.interfaces import (
     Requeue,
     Result,
 )
-from cbop.reconciler.memo import DecisionMemo, absent
-from cbop.reconciler.status import ConditionStatus, compute_status, status_equal
+from cbop.configbundle.memo import DecisionMemo, absent
+from cbop.configbundle.status import ConditionStatus, compute_status, status_equal
+from cbop.keys import split_key
+from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, ConnectionFailed
+from cbop.locks import YieldingLock
 
 #: Seconds a written status is remembered for stale cache reads (see Reconciler).
 _WRITTEN_STATUS_TTL = 300.0
 
-log = structlog.get_logger("cbop.reconciler")
+log = structlog.get_logger("cbop.configbundle")
 
 #: Reconcile ids: a random prefix per process and a counter (unique in the process's
 #: log, and far cheaper than a UUID per reconcile).

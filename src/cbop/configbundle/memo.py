@@ -18,7 +18,7 @@ A fourth cache holds, per bundle UID, the outcome of the bundle's last full reco
 when it wrote nothing (:meth:`DecisionMemo.noop`), with the resourceVersions of the
 bundle and of its ConfigMap it was computed from, and the ConfigMap's name: a resync
 that finds both unchanged returns that outcome without parsing, rendering or deciding
-again (see :class:`cbop.reconciler.Reconciler`). Objects without those fields (never
+again (see :class:`cbop.configbundle.Reconciler`). Objects without those fields (never
 the case for objects read from the API server) are not memoised.
 
 Each cache is an LRU, safe to share between reconcile threads; an entry of a deleted
@@ -49,9 +49,9 @@ from typing import Any
 import cachetools
 
 from cbop.api import BundleSpec, SpecError, parse_spec
+from cbop.configbundle.decision import Decision, decide
+from cbop.configbundle.desired import DesiredConfigMap, desired_configmap, in_sync
 from cbop.locks import YieldingLock
-from cbop.reconciler.decision import Decision, decide
-from cbop.reconciler.desired import DesiredConfigMap, desired_configmap, in_sync
 
 #: Default stored outcomes: room for this many converged bundles before a resync
 #: evicts entries it will need again.
@@ -191,7 +191,7 @@ class DecisionMemo:
     def desired(
         self, bundle: Mapping[str, Any], spec: BundleSpec, *, keep: bool = True
     ) -> DesiredConfigMap:
-        """Return :func:`cbop.reconciler.desired.desired_configmap` ``(bundle, spec)``.
+        """Return :func:`cbop.configbundle.desired.desired_configmap` ``(bundle, spec)``.
 
         ``spec`` must be the parsed spec of ``bundle`` (as :meth:`spec` returns it); one
         that had to be rendered is put into the working set only with ``keep``.
@@ -212,7 +212,7 @@ class DecisionMemo:
         *,
         keep: bool = True,
     ) -> Decision:
-        """Return :func:`cbop.reconciler.decision.decide` ``(bundle, spec, current)``.
+        """Return :func:`cbop.configbundle.decision.decide` ``(bundle, spec, current)``.
 
         The same decision, with the desired ConfigMap and the in-sync verdict looked up
         in the working set; what had to be computed is put into it only with ``keep``.

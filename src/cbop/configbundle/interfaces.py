@@ -1,6 +1,6 @@
 """The reconciler's seams and its result: what it reads, writes through, reports to, returns.
 
-This module owns the protocols :class:`cbop.reconciler.reconcile.Reconciler` is built
+This module owns the protocols :class:`cbop.configbundle.reconcile.Reconciler` is built
 on (:class:`Lister` over an informer cache, :class:`Client` for the API calls it
 makes, :class:`Observer` for its metrics hooks) and what one reconcile hands back to
 the controller (:class:`Result`, or :class:`Requeue` for a quiet retry). Tests build a
@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from cbop.api import Reason
+from cbop.configbundle.decision import Action
+from cbop.configbundle.status import ConditionStatus
 from cbop.keys import CONTROLLER_UID_INDEX
 from cbop.kube import Resource
-from cbop.reconciler.decision import Action
-from cbop.reconciler.status import ConditionStatus
 from cbop.runtime import Requeue
 
 __all__ = [
@@ -144,7 +144,7 @@ class Result:
         config_map: the ConfigMap's name, when known.
         requeue_after: seconds until the key should be looked at again, or None.
         diff: for dry runs, a unified diff of the ConfigMap (else ""), bounded in size
-            (see :func:`cbop.reconciler.diff.configmap_diff`).
+            (see :func:`cbop.configbundle.diff.configmap_diff`).
         pending: for dry runs, whether the reconcile would have written something (the
             ConfigMap, a stale ConfigMap's deletion, the Orphan finalizer, a release);
             ``ready``/``reason`` then say what the bundle would be once it is written.

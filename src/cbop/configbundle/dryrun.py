@@ -3,7 +3,7 @@
 This module owns :func:`dry_run_account`, which ``cbop --once --dry-run`` relies on to
 say what would be written (ConfigMap create, update or replace, deletions of ConfigMaps
 left under an old name, the Orphan finalizer) and what the bundle would be afterwards.
-The act layer (:mod:`cbop.reconciler.reconcile`) calls it; it performs nothing.
+The act layer (:mod:`cbop.configbundle.reconcile`) calls it; it performs nothing.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from cbop.api import FINALIZER_ORPHAN
-from cbop.reconciler.decision import Action, Decision, FinalizerChange
+from cbop.configbundle.decision import Action, Decision, FinalizerChange
 
 __all__ = ["dry_run_account"]
 

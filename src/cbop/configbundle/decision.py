@@ -2,7 +2,7 @@
 
 :func:`decide` looks at a bundle, its parsed spec (or the reason it cannot be parsed)
 and the ConfigMap that exists (or None), and returns a :class:`Decision`: what to write,
-if anything, and why. The act layer (:mod:`cbop.reconciler.reconcile`) performs it. The
+if anything, and why. The act layer (:mod:`cbop.configbundle.reconcile`) performs it. The
 order of the checks is the policy:
 
 1. A bundle being deleted gets no ConfigMap writes; only the Orphan finalizer's release
@@ -38,19 +38,19 @@ from cbop.api import (
     BundleSpec,
     DeletionPolicy,
     SpecError,
+    controller_reference,
+    is_bundle_reference,
 )
-from cbop.keys import object_key
-from cbop.reconciler.desired import (
+from cbop.configbundle.desired import (
     JSON,
     DesiredConfigMap,
     content_matches,
-    controller_reference,
     desired_configmap,
     in_sync,
-    is_bundle_reference,
     is_controlled_by,
     render,
 )
+from cbop.keys import object_key
 
 
 class Action(enum.StrEnum):
@@ -183,10 +183,10 @@ def decide(
         spec: its parsed spec, or the :class:`SpecError` parsing raised.
         current: the ConfigMap named by the spec as it exists, or None.
         desired_of: computes the desired ConfigMap (default
-            :func:`~cbop.reconciler.desired.desired_configmap`); a memoised equivalent
-            may be passed (:class:`cbop.reconciler.memo.DecisionMemo`).
+            :func:`~cbop.configbundle.desired.desired_configmap`); a memoised equivalent
+            may be passed (:class:`cbop.configbundle.memo.DecisionMemo`).
         synced: whether a ConfigMap is in sync with the desired one (default
-            :func:`~cbop.reconciler.desired.in_sync`), or a memoised equivalent.
+            :func:`~cbop.configbundle.desired.in_sync`), or a memoised equivalent.
 
     Returns:
         A :class:`Decision`; see the module docstring for the order of the rules.
