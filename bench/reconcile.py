@@ -36,10 +36,10 @@ from typing import Any
 from cbop.api import Reason, parse_spec
 from cbop.configbundle import Action, Reconciler
 from cbop.configbundle.decision import decide
-from cbop.configbundle.events import EventRecorder
 from cbop.configbundle.status import compute_status
 from cbop.kube.transport import decode_body, encode_body
 from cbop.logconfig import configure_logging
+from cbop.runtime.events import EventRecorder
 
 NOW = datetime.datetime(2026, 12, 1, tzinfo=datetime.UTC)
 

@@ -18,7 +18,7 @@ _FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^():]+)(?::\d+)?\)$")
 def package(path: str) -> str:
     """A coarse owner of a source file (py-spy prints paths relative to sys.path).
 
-    ``cbop/reconciler/reconcile.py`` -> ``cbop.configbundle``; ``urllib3/...`` -> ``urllib3``;
+    ``cbop/configbundle/reconcile.py`` -> ``cbop.configbundle``; ``urllib3/...`` -> ``urllib3``;
     a bare ``threading.py`` -> ``stdlib:threading``.
     """
     parts = path.split("/")

@@ -34,13 +34,14 @@ from typing import Any, NoReturn
 import structlog
 
 from cbop import __version__, defaults
-from cbop.configbundle import EVENT_LEVELS, EventRecorder, Result
+from cbop.configbundle import Result
 from cbop.configbundle import controller as configbundle
 from cbop.informers import SharedInformerFactory
 from cbop.keys import split_key
 from cbop.kube import CONFIGBUNDLES, ApiError, ConfigError, ConnectionFailed, KubeClient
 from cbop.logconfig import LEVELS, configure_logging
 from cbop.manager import Manager, Options
+from cbop.runtime.events import EVENT_LEVELS, EventRecorder
 
 log = structlog.get_logger("cbop.cli")
 

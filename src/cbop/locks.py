@@ -33,7 +33,9 @@ import time
 from types import TracebackType
 from typing import Any, Protocol, cast
 
-__all__ = ["SPINS", "SPIN_SECONDS", "YieldingLock", "condition"]
+import cachetools
+
+__all__ = ["SPINS", "SPIN_SECONDS", "YieldingLock", "absent", "condition"]
 
 #: Tries (each after giving up the GIL) before waiting for a taken lock.
 SPINS = 64
@@ -128,3 +130,22 @@ def condition(lock: YieldingLock) -> threading.Condition:
     sleep on locks of their own, so only the mutex itself yields.
     """
     return threading.Condition(cast(Any, lock))
+
+
+def absent(cache: cachetools.Cache[Any, Any], key: Any) -> bool:
+    """Whether ``key`` is not in ``cache``, asked without the lock that guards it.
+
+    For the fast path of a lookup that mostly misses (every bundle after a restart):
+    reconcile threads that take a shared lock several times per reconcile convoy on it
+    (measured: 10,000 cold reconciles on 4 threads cost twice the CPU of one thread,
+    with about 20,000 context switches against 10). A containment test reads the
+    cache's dict without reordering or expiring anything (``cachetools``'
+    ``__contains__``), which the interpreter's lock makes safe against a writer
+    holding ours; the answer may be out of date by the time it is used, so only use it
+    where a stale answer is harmless: a missed entry is computed again, and a key is
+    never reconciled by two threads at once, so the entry of the bundle at hand is not
+    being written by another thread. It relies on the GIL: without it (a free-threaded
+    build) a ``TTLCache`` being written can be seen with an entry whose expiry is not
+    set yet.
+    """
+    return key not in cache

@@ -29,7 +29,6 @@ import structlog
 from prometheus_client import CollectorRegistry, start_http_server
 
 from cbop import defaults
-from cbop.configbundle import EventLevel, EventRecorder
 from cbop.configbundle import controller as configbundle
 from cbop.health import parse_bind_address
 from cbop.informers import SharedInformerFactory
@@ -51,6 +50,7 @@ from cbop.metrics.workqueue import PrometheusWorkqueueMetricsProvider
 from cbop.rollout import controller as rollout
 from cbop.runtime import Controller, Coordinator, LeaderElection, Scope, Sharding
 from cbop.runtime import Manager as RuntimeManager
+from cbop.runtime.events import EventLevel, EventRecorder
 from cbop.sharding import ShardCoordinator
 from cbop.shardrange import ShardRange
 

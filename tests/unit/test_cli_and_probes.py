@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 
 from cbop.cli import build_parser, parse_duration
-from cbop.configbundle.events import SPAM_BURST, EventRecorder
 from cbop.health import ProbeServer, parse_bind_address
 from cbop.kube import ApiError, Resource
+from cbop.runtime.correlator import SPAM_BURST
+from cbop.runtime.events import EventRecorder
 
 
 @pytest.mark.parametrize(

@@ -9,13 +9,9 @@ from typing import Any
 
 import pytest
 
-from cbop.configbundle.events import (
-    AGGREGATE_MAX_EVENTS,
-    SPAM_BURST,
-    EventCorrelator,
-    EventRecorder,
-)
 from cbop.kube import ApiError, Resource
+from cbop.runtime.correlator import AGGREGATE_MAX_EVENTS, SPAM_BURST, EventCorrelator
+from cbop.runtime.events import EventRecorder
 
 START = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 

@@ -11,10 +11,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from cbop.cli import build_parser
-from cbop.configbundle.events import EventRecorder
 from cbop.kube import ApiError, KubeClient, LeaseNotHeld, Resource
 from cbop.manager import Manager, Options
 from cbop.metrics.controller import EventSinkCollector
+from cbop.runtime.events import EventRecorder
 
 OBJ = {
     "apiVersion": "cbop.dev/v1alpha1",

@@ -17,8 +17,8 @@ import structlog
 from cbop.api import parse_spec
 from cbop.configbundle import Action, Reconciler, Requeue
 from cbop.configbundle.decision import decide
-from cbop.configbundle.events import EventLevel, EventRecorder
 from cbop.kube import ApiError, ConnectionFailed, Resource
+from cbop.runtime.events import EventLevel, EventRecorder
 
 from .bundles import bundle, synced_status, written
 
@@ -136,7 +136,7 @@ def test_create_then_status_and_no_routine_event_by_default() -> None:
     result = r.reconcile("demo/app")
     assert result.action is Action.CREATE
     assert result.ready == "True"
-    assert r._recorder is not None
+    assert isinstance(r._recorder, EventRecorder)
     assert r._recorder.flush()
     assert client.writes() == [
         ("create", "configmaps", "app"),
@@ -161,7 +161,7 @@ def test_created_event_by_level(level: EventLevel, reasons: list[str]) -> None:
     client = FakeClient()
     r = reconciler(client, bundle(), events=level)
     assert r.reconcile("demo/app").action is Action.CREATE
-    assert r._recorder is not None
+    assert isinstance(r._recorder, EventRecorder)
     assert r._recorder.flush()
     assert event_reasons(client) == reasons
 
@@ -178,7 +178,7 @@ def test_drift_corrected_event_by_level(level: EventLevel, reasons: list[str]) -
     client = FakeClient()
     r = reconciler(client, b, cm, events=level)
     assert r.reconcile("demo/app").action is Action.UPDATE
-    assert r._recorder is not None
+    assert isinstance(r._recorder, EventRecorder)
     assert r._recorder.flush()
     assert event_reasons(client) == reasons
 
@@ -246,7 +246,7 @@ def test_released_configmap_is_taken_back_with_an_event() -> None:
     result = r.reconcile("demo/app")
     assert result.action is Action.UPDATE
     assert result.ready == "True"
-    assert r._recorder is not None
+    assert isinstance(r._recorder, EventRecorder)
     assert r._recorder.flush()
     events = [
         b for (v, res, _), b in zip(client.actions, client.bodies, strict=True) if res == "events"

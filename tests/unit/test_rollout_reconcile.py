@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from cbop.clock import RealClock
-from cbop.configbundle import EventRecorder
 from cbop.informers import Lister
 from cbop.kube import DEPLOYMENTS, STATEFULSETS, ApiError, KubeClient, Resource
 from cbop.metrics.rollout import RolloutMetrics
@@ -27,6 +26,8 @@ from cbop.rollout import (
     configmap_mapper,
     index_by_configmap,
 )
+from cbop.runtime import TerminalError
+from cbop.runtime.events import EventRecorder
 from cbop_testing.clock import FakeClock
 
 from .rollout_objects import configmap, rolled, with_annotation, with_baseline, workload
@@ -55,6 +56,17 @@ class FakeClient:
     def get(self, res: Resource, namespace: str | None, name: str) -> dict[str, Any]:
         self.gets.append((res.plural, str(namespace), name))
         return self.fresh
+
+    def create(self, res: Resource, namespace: str | None, body: Any, **kw: Any) -> dict[str, Any]:
+        raise AssertionError("the rollout never creates")
+
+    def update(
+        self, res: Resource, namespace: str | None, name: str, body: Any, *a: Any, **kw: Any
+    ) -> dict[str, Any]:
+        raise AssertionError("the rollout never updates")
+
+    def delete(self, res: Resource, namespace: str | None, name: str, **kw: Any) -> dict[str, Any]:
+        raise AssertionError("the rollout never deletes")
 
     def patch(
         self, res: Resource, namespace: str | None, name: str, body: Any, **kw: Any
@@ -89,7 +101,15 @@ class FakeRecorder:
     def __init__(self) -> None:
         self.events: list[tuple[str, str, str, str, str]] = []
 
-    def event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+    def event(
+        self,
+        obj: Mapping[str, Any],
+        type_: str,
+        reason: str,
+        message: str,
+        *,
+        routine: bool = False,
+    ) -> None:
         self.events.append((obj["kind"], obj["metadata"]["name"], type_, reason, message))
 
 
@@ -368,8 +388,8 @@ def test_a_conflict_with_an_applier_is_reported_and_not_retried_until_the_spec_c
     f.client.errors.append(
         ApiError(409, "Conflict", 'Apply failed with 1 conflict: conflict with "argocd-controller"')
     )
-    result = f.reconciler.reconcile("demo/web")
-    assert not result.written
+    with pytest.raises(TerminalError, match="argocd-controller"):
+        f.reconciler.reconcile("demo/web")
     ((_, _, type_, reason, message),) = f.recorder.events
     assert (type_, reason) == ("Warning", "RolloutConflict")
     assert "argocd-controller" in message
@@ -412,7 +432,8 @@ def test_a_conflict_again_after_a_take_back_is_reported() -> None:
     f.client.fresh = _managed_fields("kubectl-rollout", "Update")
     conflict = ApiError(409, "Conflict", "Apply failed with 1 conflict")
     f.client.errors.extend([conflict, conflict])
-    assert not f.reconciler.reconcile("demo/web").written
+    with pytest.raises(TerminalError):
+        f.reconciler.reconcile("demo/web")
     assert [reason for *_, reason, _ in f.recorder.events] == ["RolloutConflict"]
     assert len(f.client.patches) == 2
 

@@ -4,21 +4,17 @@ A controller package on the runtime, independent of every other controller packa
 (an import-linter contract). :mod:`.controller` wires it (its caches, key mapping and
 reconciler); pure parts (:mod:`.desired`, :mod:`.decision`, :mod:`.status`) decide;
 :mod:`.reconcile` acts through the API client (its seams and result in
-:mod:`.interfaces`, the dry-run account in :mod:`.dryrun`); :mod:`.events` records
-what was done.
+:mod:`.interfaces`, the dry-run account in :mod:`.dryrun`), recording Events through
+the runtime's recorder.
 """
 
 from cbop.configbundle.decision import Action, Decision, decide
-from cbop.configbundle.events import EVENT_LEVELS, EventLevel, EventRecorder
 from cbop.configbundle.interfaces import Requeue, Result
 from cbop.configbundle.reconcile import Reconciler
 
 __all__ = [
-    "EVENT_LEVELS",
     "Action",
     "Decision",
-    "EventLevel",
-    "EventRecorder",
     "Reconciler",
     "Requeue",
     "Result",

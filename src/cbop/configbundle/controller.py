@@ -27,13 +27,14 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from cbop.api import MANAGED_SELECTOR, config_map_name_of
-from cbop.configbundle import EventRecorder, Reconciler, Requeue, Result
+from cbop.configbundle import Reconciler, Requeue, Result
 from cbop.configbundle.interfaces import Client, Observer
 from cbop.configbundle.status import is_converged
 from cbop.informers import MultiNamespaceLister, SharedInformerFactory, index_by_controller_uid
 from cbop.keys import CONFIGMAP_NAME_INDEX, CONTROLLER_UID_INDEX, key_of, object_key
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS
-from cbop.runtime import Builder, Controller, Scope
+from cbop.runtime import Builder, Controller, Scope, reconcile_context
+from cbop.runtime.seams import EventSink
 
 __all__ = [
     "CONTROLLER_NAME",
@@ -88,7 +89,7 @@ def new_reconciler(
     client: Client,
     informers: SharedInformerFactory,
     *,
-    recorder: EventRecorder | None = None,
+    recorder: EventSink | None = None,
     observer: Observer | None = None,
     dry_run: bool = False,
 ) -> Reconciler:
@@ -115,14 +116,13 @@ def new_reconciler(
         recorder=recorder,
         observer=observer,
         dry_run=dry_run,
-        controller_name=CONTROLLER_NAME,
     )
 
 
 def setup(
     manager: Scope,
     *,
-    recorder: EventRecorder | None = None,
+    recorder: EventSink | None = None,
     observer: Observer | None = None,
     workers: int | None = None,
     priority_queue: bool | None = None,
@@ -162,7 +162,8 @@ def reconcile_all(
     """Reconcile every cached bundle once, in key order, on the calling thread.
 
     Used by ``cbop --once``. A lost race (409) is retried up to ``attempts`` times,
-    0.2 s, 0.4 s, ... apart.
+    0.2 s, 0.4 s, ... apart. Each reconcile runs in
+    :func:`cbop.runtime.reconcile_context`, as under a controller.
 
     Raises:
         Requeue: the race was lost ``attempts`` times.
@@ -172,7 +173,8 @@ def reconcile_all(
     for key in sorted(object_key(b) for b in bundles.list()):
         for attempt in range(attempts):
             try:
-                results.append(reconciler.reconcile(key))
+                with reconcile_context(CONTROLLER_NAME, key):
+                    results.append(reconciler.reconcile(key))
                 break
             except Requeue:
                 if attempt == attempts - 1:

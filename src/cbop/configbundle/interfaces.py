@@ -1,107 +1,35 @@
 """The reconciler's seams and its result: what it reads, writes through, reports to, returns.
 
-This module owns the protocols :class:`cbop.configbundle.reconcile.Reconciler` is built
-on (:class:`Lister` over an informer cache, :class:`Client` for the API calls it
-makes, :class:`Observer` for its metrics hooks) and what one reconcile hands back to
-the controller (:class:`Result`, or :class:`Requeue` for a quiet retry). Tests build a
-reconciler from fakes of these protocols and call it directly, as sample-controller's
-tests do.
+This module owns what :class:`cbop.configbundle.reconcile.Reconciler` adds to the
+runtime's seams (:class:`cbop.runtime.seams.Lister`, :class:`cbop.runtime.seams.Client`
+and :class:`cbop.runtime.seams.EventSink`, re-exported here): :class:`Observer` for its
+metrics hooks, and what one reconcile hands back to the controller (:class:`Result`,
+or :class:`Requeue` for a quiet retry). Tests build a reconciler from fakes of these
+protocols and call it directly, as sample-controller's tests do.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Final, Protocol
 
 from cbop.api import Reason
 from cbop.configbundle.decision import Action
 from cbop.configbundle.status import ConditionStatus
 from cbop.keys import CONTROLLER_UID_INDEX
-from cbop.kube import Resource
 from cbop.runtime import Requeue
+from cbop.runtime.seams import Client, EventSink, Lister
 
 __all__ = [
     "CONTROLLER_UID_INDEX",
     "NO_OBSERVER",
     "Client",
+    "EventSink",
     "Lister",
     "Observer",
     "Requeue",
     "Result",
 ]
-
-
-class Lister(Protocol):
-    """Read-only cache view the reconciler reads from (see :mod:`cbop.informers`)."""
-
-    def get(self, namespace: str | None, name: str) -> Mapping[str, Any] | None:
-        """Return the cached object or None."""
-        ...
-
-    def by_index(self, index_name: str, value: str) -> Sequence[Mapping[str, Any]]:
-        """Return cached objects whose index ``index_name`` yields ``value``."""
-        ...
-
-
-class Client(Protocol):
-    """The API calls the reconciler makes (satisfied by :class:`cbop.kube.KubeClient`)."""
-
-    def get(self, res: Resource, namespace: str | None, name: str) -> dict[str, Any]:
-        """GET one object; raises ApiError (``is_not_found``)."""
-        ...
-
-    def create(
-        self,
-        res: Resource,
-        namespace: str | None,
-        body: Mapping[str, Any],
-        *,
-        field_manager: str | None = None,
-        dry_run: bool = False,
-    ) -> dict[str, Any]:
-        """POST; raises ApiError (``is_already_exists``, ``is_invalid``)."""
-        ...
-
-    def update(
-        self,
-        res: Resource,
-        namespace: str | None,
-        name: str,
-        body: Mapping[str, Any],
-        subresource: str | None = None,
-        *,
-        field_manager: str | None = None,
-        dry_run: bool = False,
-    ) -> dict[str, Any]:
-        """PUT; raises ApiError (``is_conflict``, ``is_not_found``, ``is_invalid``)."""
-        ...
-
-    def patch(
-        self,
-        res: Resource,
-        namespace: str | None,
-        name: str,
-        body: Any,
-        *,
-        patch_type: str = "merge",
-        subresource: str | None = None,
-        field_manager: str | None = None,
-    ) -> dict[str, Any]:
-        """PATCH; raises ApiError."""
-        ...
-
-    def delete(
-        self,
-        res: Resource,
-        namespace: str | None,
-        name: str,
-        *,
-        preconditions: Mapping[str, str] | None = None,
-        dry_run: bool = False,
-    ) -> dict[str, Any]:
-        """DELETE; raises ApiError (``is_not_found``, ``is_conflict`` on preconditions)."""
-        ...
 
 
 class Observer(Protocol):

@@ -51,7 +51,7 @@ import cachetools
 from cbop.api import BundleSpec, SpecError, parse_spec
 from cbop.configbundle.decision import Decision, decide
 from cbop.configbundle.desired import DesiredConfigMap, desired_configmap, in_sync
-from cbop.locks import YieldingLock
+from cbop.locks import YieldingLock, absent
 
 #: Default stored outcomes: room for this many converged bundles before a resync
 #: evicts entries it will need again.
@@ -77,25 +77,6 @@ def _object_key(obj: Mapping[str, Any]) -> tuple[str, str] | None:
     if not isinstance(uid, str) or not uid or not isinstance(rv, str) or not rv:
         return None
     return uid, rv
-
-
-def absent(cache: cachetools.Cache[Any, Any], key: Any) -> bool:
-    """Whether ``key`` is not in ``cache``, asked without the lock that guards it.
-
-    For the fast path of a lookup that mostly misses (every bundle after a restart):
-    reconcile threads that take a shared lock several times per reconcile convoy on it
-    (measured: 10,000 cold reconciles on 4 threads cost twice the CPU of one thread,
-    with about 20,000 context switches against 10). A containment test reads the
-    cache's dict without reordering or expiring anything (``cachetools``'
-    ``__contains__``), which the interpreter's lock makes safe against a writer
-    holding ours; the answer may be out of date by the time it is used, so only use it
-    where a stale answer is harmless: a missed entry is computed again, and a key is
-    never reconciled by two threads at once, so the entry of the bundle at hand is not
-    being written by another thread. It relies on the GIL: without it (a free-threaded
-    build) a ``TTLCache`` being written can be seen with an entry whose expiry is not
-    set yet.
-    """
-    return key not in cache
 
 
 class DecisionMemo:

@@ -31,9 +31,7 @@ syncHandler:
 from __future__ import annotations
 
 import datetime
-import itertools
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -51,7 +49,6 @@ from cbop.api import (
 from cbop.configbundle.decision import Action, Decision, FinalizerChange, decide
 from cbop.configbundle.diff import configmap_diff
 from cbop.configbundle.dryrun import dry_run_account
-from cbop.configbundle.events import EventRecorder
 from cbop.configbundle.interfaces import (
     CONTROLLER_UID_INDEX,
     NO_OBSERVER,
@@ -61,28 +58,15 @@ from cbop.configbundle.interfaces import (
     Requeue,
     Result,
 )
-from cbop.configbundle.memo import DecisionMemo, absent
+from cbop.configbundle.memo import DecisionMemo
 from cbop.configbundle.status import ConditionStatus, compute_status, status_equal
-from cbop.keys import split_key
+from cbop.keys import object_key, split_key
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, ConnectionFailed
-from cbop.locks import YieldingLock
-
-#: Seconds a written status is remembered for stale cache reads (see Reconciler).
-_WRITTEN_STATUS_TTL = 300.0
+from cbop.locks import YieldingLock, absent
+from cbop.runtime.ownwrites import OwnWrites
+from cbop.runtime.seams import EventSink
 
 log = structlog.get_logger("cbop.configbundle")
-
-#: Reconcile ids: a random prefix per process and a counter (unique in the process's
-#: log, and far cheaper than a UUID per reconcile).
-_RECONCILE_ID_PREFIX = uuid.uuid4().hex[:6]
-_reconcile_ids = itertools.count(1)
-
-__all__ = ["CONTROLLER_UID_INDEX", "Reconciler", "Requeue", "Result"]
-
-
-def _reconcile_id() -> str:
-    """Return a fresh reconcile id for the log: the process's prefix and the next count."""
-    return f"{_RECONCILE_ID_PREFIX}{next(_reconcile_ids):06x}"
 
 
 class Reconciler:
@@ -100,7 +84,6 @@ class Reconciler:
         conflict_recheck: seconds between rechecks of a name taken by a foreign ConfigMap.
         now: wall clock for condition transition times.
         field_manager: the field manager name sent with writes.
-        controller_name: the ``controller`` field of every reconcile log line.
     """
 
     def __init__(
@@ -109,16 +92,14 @@ class Reconciler:
         client: Client,
         bundles: Lister,
         configmaps: Lister,
-        recorder: EventRecorder | None = None,
+        recorder: EventSink | None = None,
         observer: Observer | None = None,
         dry_run: bool = False,
         conflict_recheck: float = 15.0,
         now: Callable[[], datetime.datetime] | None = None,
         field_manager: str = "cbop",
-        controller_name: str = "configbundle",
     ) -> None:
         self._client = client
-        self._controller_name = controller_name
         self._bundles = bundles
         self._configmaps = configmaps
         self._recorder = recorder
@@ -134,15 +115,11 @@ class Reconciler:
             maxsize=100_000, ttl=4 * conflict_recheck
         )
         self._conflicts_lock = YieldingLock()
-        # The last status written per bundle UID, with the resourceVersion of the bundle
-        # it was computed from. A reconcile that still finds that resourceVersion in the
-        # cache (the watch event of the write is on its way) compares with what was
-        # written, so a stale read never writes the same status again with a new
-        # lastTransitionTime. Entries expire on their own; a newer read makes them moot.
-        self._written_status: cachetools.TTLCache[str, tuple[str, dict[str, Any]]] = (
-            cachetools.TTLCache(maxsize=100_000, ttl=_WRITTEN_STATUS_TTL)
-        )
-        self._written_status_lock = YieldingLock()
+        # The last status written per bundle. A reconcile that still finds the bundle
+        # as it was before the write in the cache (the watch event of the write is on
+        # its way) compares with what was written, so a stale read never writes the
+        # same status again with a new lastTransitionTime.
+        self._own_status: OwnWrites[dict[str, Any]] = OwnWrites()
         # Parsed specs, desired ConfigMaps and in-sync verdicts by (uid, generation) and
         # the ConfigMap's (uid, resourceVersion): a no-op reconcile recomputes none.
         self._memo = DecisionMemo()
@@ -170,10 +147,6 @@ class Reconciler:
             if unchanged is not None:
                 log.debug(
                     "reconciled",
-                    controller=self._controller_name,
-                    namespace=namespace,
-                    name=name,
-                    reconcile_id=_reconcile_id(),
                     action=Action.NONE.value,
                     ready=unchanged.ready,
                     reason=unchanged.reason.value if unchanged.reason else None,
@@ -185,12 +158,9 @@ class Reconciler:
         spec, known = self._memo.lookup(bundle)
         current = self._cached_configmap(bundle, spec)
         self._memo.forget_noop(bundle)
-        logger = log.bind(
-            controller=self._controller_name,
-            namespace=namespace,
-            name=name,
-            reconcile_id=_reconcile_id(),
-        )
+        # The controller binds controller, namespace, name and reconcile_id to every
+        # line of the reconcile (cbop.runtime.reconcile_context).
+        logger = log
         if current is None and isinstance(spec, BundleSpec) and self._known_conflict(key):
             current = self._fresh_configmap(namespace or "", spec.config_map_name)
         decision = self._memo.decide(bundle, spec, current, keep=known)
@@ -652,7 +622,7 @@ class Reconciler:
             return False
         meta = bundle["metadata"]
         try:
-            self._client.patch(
+            patched = self._client.patch(
                 CONFIGBUNDLES,
                 meta["namespace"],
                 meta["name"],
@@ -665,28 +635,20 @@ class Reconciler:
             if err.is_not_found:
                 return True  # deleted meanwhile; nothing to report to
             raise
-        uid, rv = meta.get("uid"), meta.get("resourceVersion")
-        if uid and rv:
-            with self._written_status_lock:
-                self._written_status[uid] = (rv, new_status)
+        self._own_status.record(object_key(bundle), bundle, patched, new_status)
         return True
 
     def _with_own_status(self, bundle: Mapping[str, Any]) -> Mapping[str, Any]:
         """Return ``bundle`` as it is once this reconciler's last status write lands.
 
-        That is ``bundle`` with the written status when the cached ``bundle`` is the very
-        version the write was computed from (the cache has not caught up with the write
-        yet); else ``bundle`` itself. Never mutates it.
+        That is ``bundle`` with the written status while the cache has not caught up with
+        the write (:class:`cbop.runtime.OwnWrites`); else ``bundle`` itself. Never
+        mutates it.
         """
-        meta = bundle["metadata"]
-        uid = meta.get("uid") or ""
-        if absent(self._written_status, uid):
+        written = self._own_status.pending(object_key(bundle), bundle)
+        if written is None:
             return bundle
-        with self._written_status_lock:
-            written = self._written_status.get(uid)
-        if written is None or written[0] != meta.get("resourceVersion"):
-            return bundle
-        return {**bundle, "status": written[1]}
+        return {**bundle, "status": written}
 
 
 class _RejectedError(ApiError):

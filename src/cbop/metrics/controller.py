@@ -107,7 +107,7 @@ class PrometheusControllerMetrics:
             result: families.reconcile_total.labels(controller, result) for result in RESULTS
         }
         self._reconcile_errors = families.reconcile_errors.labels(controller)
-        families.terminal_errors.labels(controller)  # exported as 0: nothing is terminal yet
+        self._terminal_errors = families.terminal_errors.labels(controller)
         self._panics = families.panics.labels(controller)
         self._reconcile_time = families.reconcile_time.labels(controller)
         self._max_concurrent = families.max_concurrent.labels(controller)
@@ -141,6 +141,10 @@ class PrometheusControllerMetrics:
     def reconcile_error(self) -> None:
         """Count one reconcile error."""
         self._reconcile_errors.inc()
+
+    def terminal_reconcile_error(self) -> None:
+        """Count one terminal error (``cbop.runtime.TerminalError``: not retried)."""
+        self._terminal_errors.inc()
 
     def panicked(self) -> None:
         """Count one panic (an unexpected exception in a reconcile)."""

@@ -8,8 +8,9 @@ named ``rollout-<kind>`` (``rollout-deployment``, ...) that owns three decisions
   :data:`cbop.rollout.CONFIGMAP_INDEX` index from referenced ConfigMap to workload; and
   the managed ConfigMaps, read through the very informer the ConfigBundle controller
   uses (same resource, scope and selector: the shared factory hands out one informer);
-- **its key mapping**: a workload event enqueues the workload's key (``for_``), a
-  managed ConfigMap event the keys of the workloads of that kind whose pod template
+- **its key mapping**: a workload event that changes its generation or labels
+  (:data:`WORKLOAD_CHANGED`) enqueues the workload's key (``for_``), a managed
+  ConfigMap event the keys of the workloads of that kind whose pod template
   references it (``watches`` with :func:`cbop.rollout.configmap_mapper`, which also
   feeds the controller's :class:`cbop.rollout.ChangeCoalescer`);
 - **its reconciler**: :class:`cbop.rollout.RolloutReconciler`, writing with the
@@ -33,10 +34,17 @@ from cbop.rollout import (
     configmap_mapper,
     index_by_configmap,
 )
-from cbop.rollout.reconcile import RolloutEvents
 from cbop.runtime import Builder, Controller, Scope
+from cbop.runtime.predicates import GENERATION_CHANGED, LABELS_CHANGED, any_of
+from cbop.runtime.seams import EventSink
 
-__all__ = ["WORKLOADS", "controller_name", "setup"]
+__all__ = ["WORKLOADS", "WORKLOAD_CHANGED", "controller_name", "setup"]
+
+#: The workload events a rollout reconcile can act on: a new generation (the pod
+#: template, ``paused``, a deletion begun) or new labels (opting in or out, the
+#: baseline). Status updates, which the workload's controller writes many times per
+#: rollout, and resyncs change neither and enqueue nothing.
+WORKLOAD_CHANGED: Final = any_of(GENERATION_CHANGED, LABELS_CHANGED)
 
 #: The workload kinds cbop rolls, one controller each.
 WORKLOADS: Final = (DEPLOYMENTS, STATEFULSETS, DAEMONSETS)
@@ -50,7 +58,7 @@ def controller_name(resource: Resource) -> str:
 def setup(
     manager: Scope,
     *,
-    recorder: RolloutEvents | None = None,
+    recorder: EventSink | None = None,
     observer: RolloutObserver | None = None,
     workers: int | None = None,
     priority_queue: bool | None = None,
@@ -90,7 +98,7 @@ def setup(
         )
         controllers.append(
             Builder(manager, name)
-            .for_(resource, label_selector=ROLLOUT_SELECTOR)
+            .for_(resource, label_selector=ROLLOUT_SELECTOR, predicates=(WORKLOAD_CHANGED,))
             .watches(
                 CONFIGMAPS,
                 configmap_mapper(workloads, coalescer),

@@ -28,8 +28,9 @@ Error policy, as sample-controller's syncHandler:
   ``kubectl edit``, a script) and no client-side apply keeps them in its manifest, the
   apply is sent again with force, which takes those two keys and nothing else
   (:func:`cbop.rollout.decision.may_take_back`); otherwise a Warning Event naming the
-  conflict, and no retry until the workload's spec or the digest changes (cbop does
-  not fight a GitOps tool whose manifest holds the key);
+  conflict, and :class:`cbop.runtime.TerminalError`: no retry until the workload's
+  spec or the digest changes (cbop does not fight a GitOps tool whose manifest holds
+  the key);
 - 404 (deleted meanwhile) -> nothing;
 - anything else -> re-raised for a rate-limited retry.
 
@@ -56,7 +57,6 @@ import structlog
 from cbop.clock import Clock, RealClock
 from cbop.keys import object_key, split_key
 from cbop.kube import ApiError, Resource
-from cbop.resourceversion import is_older
 from cbop.rollout.decision import (
     ANNOTATION_CONFIG_HASH,
     FIELD_MANAGER,
@@ -72,14 +72,14 @@ from cbop.rollout.decision import (
     referenced_configmaps,
 )
 from cbop.rollout.index import CONFIGMAP_INDEX, configmap_index_value
+from cbop.runtime.ownwrites import OwnWrites
+from cbop.runtime.reconcile import TerminalError
+from cbop.runtime.seams import Client, EventSink, Lister
 
 __all__ = [
     "DEFAULT_COALESCE_MAX_DELAY",
     "DEFAULT_COALESCE_WINDOW",
     "ChangeCoalescer",
-    "RolloutClient",
-    "RolloutEvents",
-    "RolloutLister",
     "RolloutObserver",
     "RolloutReconciler",
     "RolloutResult",
@@ -95,53 +95,6 @@ DEFAULT_COALESCE_MAX_DELAY = 10.0
 #: Workloads whose last seen ConfigMap content hashes are remembered (to name the
 #: bundles that changed in the Event).
 _KNOWN_ENTRIES = 100_000
-#: Seconds an own apply is remembered while the cache has not shown it (a bound on
-#: memory: a cache update newer than the apply makes the entry moot at once).
-_APPLIED_TTL = 300.0
-
-
-class RolloutLister(Protocol):
-    """Read-only cache view (satisfied by :class:`cbop.informers.Lister`)."""
-
-    def get(self, namespace: str | None, name: str) -> Mapping[str, Any] | None:
-        """Return the cached object or None."""
-        ...
-
-    def by_index(self, index_name: str, value: str) -> Sequence[Mapping[str, Any]]:
-        """Return cached objects whose index ``index_name`` yields ``value``."""
-        ...
-
-
-class RolloutClient(Protocol):
-    """The API calls the reconciler makes (satisfied by :class:`cbop.kube.KubeClient`)."""
-
-    def get(self, res: Resource, namespace: str | None, name: str) -> dict[str, Any]:
-        """GET one object, ``managedFields`` included; raises ApiError (404, ...)."""
-        ...
-
-    def patch(
-        self,
-        res: Resource,
-        namespace: str | None,
-        name: str,
-        body: Any,
-        *,
-        patch_type: str = "merge",
-        field_manager: str | None = None,
-        force: bool | None = None,
-    ) -> dict[str, Any]:
-        """PATCH (here: server-side apply); raises ApiError (``is_conflict``, ...)."""
-        ...
-
-
-class RolloutEvents(Protocol):
-    """Where Events go (satisfied by :class:`cbop.configbundle.EventRecorder`)."""
-
-    def event(
-        self, obj: Mapping[str, Any], type_: Literal["Normal", "Warning"], reason: str, message: str
-    ) -> None:
-        """Record one Event about ``obj``; never raises."""
-        ...
 
 
 class RolloutObserver(Protocol):
@@ -253,7 +206,7 @@ class ChangeCoalescer:
 
 
 def configmap_mapper(
-    workloads: RolloutLister, coalescer: ChangeCoalescer | None = None
+    workloads: Lister, coalescer: ChangeCoalescer | None = None
 ) -> Callable[[Mapping[str, Any]], list[str]]:
     """Return the map function of the ConfigMap watch: ConfigMap -> workload keys.
 
@@ -307,10 +260,10 @@ class RolloutReconciler:
         self,
         *,
         resource: Resource,
-        client: RolloutClient,
-        workloads: RolloutLister,
-        configmaps: RolloutLister,
-        recorder: RolloutEvents | None = None,
+        client: Client,
+        workloads: Lister,
+        configmaps: Lister,
+        recorder: EventSink | None = None,
         observer: RolloutObserver | None = None,
         coalescer: ChangeCoalescer | None = None,
         field_manager: str = FIELD_MANAGER,
@@ -339,9 +292,7 @@ class RolloutReconciler:
         self._paused: dict[str, tuple[str, int, str]] = {}
         # key -> (uid, digest, resourceVersion) of this reconciler's last apply, until
         # the cache holds that version or a newer one (see the module docstring).
-        self._applied: cachetools.TTLCache[str, tuple[str, str, str]] = cachetools.TTLCache(
-            maxsize=_KNOWN_ENTRIES, ttl=_APPLIED_TTL
-        )
+        self._applied: OwnWrites[str] = OwnWrites(maxsize=_KNOWN_ENTRIES)
 
     @property
     def resource(self) -> Resource:
@@ -355,6 +306,8 @@ class RolloutReconciler:
             The :class:`RolloutResult` (``requeue_after`` set while coalescing).
 
         Raises:
+            TerminalError: another manager applies the annotation (a 409 cbop does not
+                answer with force); reported in a ``RolloutConflict`` Event, not retried.
             ApiError, ConnectionFailed: a failed apply other than a conflict or a 404;
                 retry rate-limited.
         """
@@ -370,7 +323,9 @@ class RolloutReconciler:
             if cm is not None:
                 configmaps[cm_name] = cm
         decision = decide(workload, configmaps)
-        logger = log.bind(controller=self._controller_name, namespace=namespace, name=name)
+        # The controller binds controller, namespace, name and reconcile_id to every
+        # line of the reconcile (cbop.runtime.reconcile_context).
+        logger = log
         mark = self._mark(workload, decision.digest)
         if decision.action is Action.NONE:
             self._settle(key, as_of)
@@ -450,14 +405,11 @@ class RolloutReconciler:
                     "from a manager that applies it (docs/rollout.md)"
                 )
                 self._event(workload, "Warning", "RolloutConflict", message)
-                logger.warning("rollout: conflict", error=err.message)
-                return RolloutResult(key, decision.action, decision.digest, message=message)
+                # No retry until the workload's spec or the digest changes (the mark).
+                raise TerminalError(message) from err
             raise
         self._settle(key, as_of)
-        written_rv = str((applied.get("metadata") or {}).get("resourceVersion") or "")
-        if written_rv:
-            with self._lock:
-                self._applied[key] = (mark[0], decision.digest, written_rv)
+        self._applied.record(key, workload, applied, decision.digest)
         if took_back:
             managers = ", ".join(sorted({o.manager for o in took_back}))
             logger.info("rollout: took the annotation back", managers=managers)
@@ -513,23 +465,13 @@ class RolloutReconciler:
     def _own_write_pending(
         self, key: str, workload: Mapping[str, Any], mark: tuple[str, int, str]
     ) -> bool:
-        """Return whether ``mark``'s digest was applied to a newer version than the cached one.
+        """Return whether ``mark``'s digest was applied and the cache does not show it yet.
 
         True only when this reconciler's last apply for ``key`` went to the same
-        workload (uid) with the same digest and the cached resourceVersion is known to
-        be older than the one that apply returned. Once the cache holds that version or
-        a newer one (or the order cannot be told), the entry is dropped.
+        workload with the same digest and the cache is behind that apply
+        (:class:`cbop.runtime.OwnWrites`).
         """
-        uid, _, digest = mark
-        cached_rv = str((workload.get("metadata") or {}).get("resourceVersion") or "")
-        with self._lock:
-            applied = self._applied.get(key)
-            if applied is None:
-                return False
-            if applied[0] == uid and is_older(cached_rv, applied[2]):
-                return applied[1] == digest
-            del self._applied[key]
-        return False
+        return self._applied.pending(key, workload) == mark[2]
 
     def _settle(self, key: str, as_of: float) -> None:
         if self._coalescer is not None:
@@ -539,7 +481,7 @@ class RolloutReconciler:
         with self._lock:
             self._conflicts.pop(key, None)
             self._paused.pop(key, None)
-            self._applied.pop(key, None)
+        self._applied.forget(key)
         self._settle(key, float("inf"))
 
     def _remember(self, workload: Mapping[str, Any], managed: Sequence[ManagedConfigMap]) -> None:

@@ -36,7 +36,15 @@ from cbop.runtime.metrics import (
     ControllerMetricsProvider,
     NoopControllerMetrics,
 )
-from cbop.runtime.reconcile import Reconciler, Requeue, Result
+from cbop.runtime.ownwrites import OwnWrites
+from cbop.runtime.reconcile import (
+    Reconciler,
+    Requeue,
+    Result,
+    TerminalError,
+    new_reconcile_id,
+    reconcile_context,
+)
 from cbop.runtime.scope import Scope
 from cbop.runtime.shards import ScopeState, ShardScope
 
@@ -54,6 +62,7 @@ __all__ = [
     "Manager",
     "MapFunc",
     "NoopControllerMetrics",
+    "OwnWrites",
     "Reconciler",
     "Requeue",
     "Result",
@@ -61,6 +70,9 @@ __all__ = [
     "ScopeState",
     "ShardScope",
     "Sharding",
+    "TerminalError",
     "enqueue_controller_owner",
     "enqueue_object",
+    "new_reconcile_id",
+    "reconcile_context",
 ]

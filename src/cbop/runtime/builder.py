@@ -19,6 +19,7 @@ manager's client and the factory's listers (:meth:`Manager.lister`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -30,6 +31,7 @@ from cbop.runtime.handlers import (
     enqueue_controller_owner,
     enqueue_object,
 )
+from cbop.runtime.predicates import Predicate
 from cbop.runtime.reconcile import Reconciler
 from cbop.workqueue import PriorityQueue, RateLimiter, RateLimitingQueue
 
@@ -45,6 +47,7 @@ class _Watch:
     map_func: MapFunc
     label_selector: str | None
     converged: ConvergedFunc | None = None
+    predicates: tuple[Predicate, ...] = ()
 
 
 @dataclass
@@ -81,6 +84,7 @@ class Builder:
         *,
         label_selector: str | None = None,
         converged: ConvergedFunc | None = None,
+        predicates: Sequence[Predicate] = (),
     ) -> Builder:
         """Reconcile objects of ``resource``: each event enqueues the object's own key.
 
@@ -90,6 +94,8 @@ class Builder:
             converged: ``fn(obj) -> bool``, whether an object of the initial list
                 needs only a look; those it says are not go in at normal priority
                 instead of low (see :mod:`cbop.runtime.handlers`). None: all low.
+            predicates: events they refuse enqueue nothing
+                (:mod:`cbop.runtime.predicates`).
 
         Raises:
             ValueError: called twice.
@@ -98,15 +104,28 @@ class Builder:
             raise ValueError(f"controller {self._name}: for_ was already given {self._for}")
         self._for = resource
         self._options.watches.append(
-            _Watch(resource, enqueue_object, label_selector, converged=converged)
+            _Watch(
+                resource,
+                enqueue_object,
+                label_selector,
+                converged=converged,
+                predicates=tuple(predicates),
+            )
         )
         return self
 
-    def owns(self, resource: Resource, *, label_selector: str | None = None) -> Builder:
+    def owns(
+        self,
+        resource: Resource,
+        *,
+        label_selector: str | None = None,
+        predicates: Sequence[Predicate] = (),
+    ) -> Builder:
         """Watch dependents of ``resource``, mapped to their controller owner's key.
 
         Each event enqueues the key of the object's controller owner when that owner is
-        of the :meth:`for_` kind (group and kind compared, version ignored).
+        of the :meth:`for_` kind (group and kind compared, version ignored), unless
+        ``predicates`` refuse it.
 
         Raises:
             ValueError: :meth:`for_` was not called first.
@@ -115,14 +134,23 @@ class Builder:
         if owner is None:
             raise ValueError(f"controller {self._name}: owns needs for_ first")
         mapper = enqueue_controller_owner(owner.group, owner.kind)
-        self._options.watches.append(_Watch(resource, mapper, label_selector))
+        self._options.watches.append(
+            _Watch(resource, mapper, label_selector, predicates=tuple(predicates))
+        )
         return self
 
     def watches(
-        self, resource: Resource, map_func: MapFunc, *, label_selector: str | None = None
+        self,
+        resource: Resource,
+        map_func: MapFunc,
+        *,
+        label_selector: str | None = None,
+        predicates: Sequence[Predicate] = (),
     ) -> Builder:
-        """Watch ``resource``: each event enqueues the keys ``map_func`` returns."""
-        self._options.watches.append(_Watch(resource, map_func, label_selector))
+        """Watch ``resource``: each event ``predicates`` pass enqueues ``map_func``'s keys."""
+        self._options.watches.append(
+            _Watch(resource, map_func, label_selector, predicates=tuple(predicates))
+        )
         return self
 
     def with_options(
@@ -191,6 +219,11 @@ class Builder:
                 watch.resource, label_selector=watch.label_selector
             )
             for informer in informers.values():
-                controller.watch(informer, watch.map_func, converged=watch.converged)
+                controller.watch(
+                    informer,
+                    watch.map_func,
+                    converged=watch.converged,
+                    predicates=watch.predicates,
+                )
         manager.add(controller)
         return controller

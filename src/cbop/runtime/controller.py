@@ -12,7 +12,10 @@ only the latest state matters; the queue collapses a burst for one key into one
 reconcile, never runs the same key on two workers, and spaces out retries.
 
 The worker's outcome policy is controller-runtime's: an error -> ``add_rate_limited``; a
-requeue after a delay -> ``forget`` then ``add_after``; success -> ``forget``. Retries on
+terminal error (:class:`cbop.runtime.reconcile.TerminalError`) -> ``forget``, counted,
+not retried; a requeue after a delay -> ``forget`` then ``add_after``; success ->
+``forget``. Each reconcile runs in :func:`cbop.runtime.reconcile.reconcile_context`, so
+its log lines carry the controller, the key and a reconcile id. Retries on
 a priority queue keep the priority the key was handed out with. An unexpected exception
 (a bug) is logged with its traceback, counted as a panic, and retried like an error: it
 never kills the worker. An :class:`~cbop.kube.ApiError` is retried without a traceback
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 
 import structlog
 
@@ -39,7 +43,8 @@ from cbop.kube import ApiError, LeaseNotHeld
 from cbop.locks import YieldingLock
 from cbop.runtime.handlers import ConvergedFunc, EnqueueHandler, MapFunc
 from cbop.runtime.metrics import ControllerMetrics, NoopControllerMetrics
-from cbop.runtime.reconcile import Reconciler, Requeue
+from cbop.runtime.predicates import Predicate
+from cbop.runtime.reconcile import Reconciler, Requeue, TerminalError, reconcile_context
 from cbop.workqueue import RateLimitingQueue
 
 __all__ = ["DEFAULT_WEDGED_AFTER", "DEFAULT_WORKERS", "Controller"]
@@ -89,6 +94,8 @@ class Controller:
         self._wedged_after = wedged_after
         self._clock: Clock = clock or RealClock()
         self._threads: list[threading.Thread] = []
+        #: The informers the controller's sources come from (its caches), in watch order.
+        self.informers: list[SharedInformer] = []
         # Set by stop_workers(): workers take no further key, queued keys are dropped.
         self._stopping = threading.Event()
         # Worker thread ident -> clock time at which its current reconcile began.
@@ -101,16 +108,27 @@ class Controller:
         map_func: MapFunc,
         *,
         converged: ConvergedFunc | None = None,
+        predicates: Sequence[Predicate] = (),
     ) -> None:
         """Enqueue the keys ``map_func`` yields for every event of ``informer``.
 
         As controller-runtime's ``Controller.Watch``: the informer's initial list and
         unchanged updates go in at low priority (see :mod:`cbop.runtime.handlers`),
-        except listed objects that ``converged`` (when given) says are not.
+        except listed objects that ``converged`` (when given) says are not. Events the
+        ``predicates`` refuse enqueue nothing. The controller's caches are the informers
+        it watches: it starts once they all synced (:meth:`cache_synced`).
         """
         informer.add_event_handler(
-            EnqueueHandler(self.queue, map_func, synced=informer.has_synced, converged=converged)
+            EnqueueHandler(
+                self.queue,
+                map_func,
+                synced=informer.has_synced,
+                converged=converged,
+                predicates=predicates,
+            )
         )
+        if informer not in self.informers:
+            self.informers.append(informer)
 
     def start(self) -> None:
         """Start the worker threads; they run until :meth:`stop_workers` or :meth:`shutdown`."""
@@ -177,43 +195,12 @@ class Controller:
         metrics = self._metrics
         metrics.worker_started()
         started = time.monotonic()
-        outcome = "success"
-        fenced = False
         worker = threading.get_ident()
         with self._busy_lock:
             self._busy_since[worker] = self._clock.now()
         try:
-            result = self.reconciler.reconcile(key)
-        except LeaseNotHeld as err:
-            # Not leader any more: nothing may be written, nothing retried; the manager
-            # (told by the fence) stops the process.
-            outcome = "error"
-            fenced = True
-            log.warning(
-                "reconcile stopped: write fenced off",
-                controller=self.name,
-                key=key,
-                error=str(err),
-            )
-            self.stop_workers()
-        except Requeue:
-            # Lost an optimistic-concurrency race: retry from fresh cache state, quietly.
-            outcome = "requeue"
-            self.queue.add_rate_limited(key)
-        except ApiError:
-            # Already logged and reported in status by the reconciler; back off per key.
-            outcome = "error"
-            self.queue.add_rate_limited(key)
-        except Exception:  # a bug must not kill the worker
-            outcome = "error"
-            log.exception("reconcile panicked", controller=self.name, key=key)
-            metrics.panicked()
-            self.queue.add_rate_limited(key)
-        else:
-            self.queue.forget(key)
-            if result.requeue_after:
-                outcome = "requeue_after"
-                self.queue.add_after(key, result.requeue_after)
+            with reconcile_context(self.name, key):
+                outcome, fenced = self._reconcile(key)
         finally:
             with self._busy_lock:
                 self._busy_since.pop(worker, None)
@@ -223,3 +210,39 @@ class Controller:
         if outcome == "error":
             metrics.reconcile_error()
         return not fenced
+
+    def _reconcile(self, key: str) -> tuple[str, bool]:
+        """Reconcile ``key`` and requeue it per the outcome; return (outcome, fenced)."""
+        try:
+            result = self.reconciler.reconcile(key)
+        except LeaseNotHeld as err:
+            # Not leader any more: nothing may be written, nothing retried; the manager
+            # (told by the fence) stops the process.
+            log.warning("reconcile stopped: write fenced off", key=key, error=str(err))
+            self.stop_workers()
+            return "error", True
+        except Requeue:
+            # Lost an optimistic-concurrency race: retry from fresh cache state, quietly.
+            self.queue.add_rate_limited(key)
+            return "requeue", False
+        except TerminalError as err:
+            # Reported by the reconciler; no retry can fix it: only a new event brings
+            # the key back.
+            log.error("reconcile failed for good; not retried", key=key, error=str(err))
+            self._metrics.terminal_reconcile_error()
+            self.queue.forget(key)
+            return "error", False
+        except ApiError:
+            # Already logged and reported in status by the reconciler; back off per key.
+            self.queue.add_rate_limited(key)
+            return "error", False
+        except Exception:  # a bug must not kill the worker
+            log.exception("reconcile panicked", key=key)
+            self._metrics.panicked()
+            self.queue.add_rate_limited(key)
+            return "error", False
+        self.queue.forget(key)
+        if result.requeue_after:
+            self.queue.add_after(key, result.requeue_after)
+            return "requeue_after", False
+        return "success", False

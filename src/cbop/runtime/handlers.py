@@ -23,11 +23,12 @@ it was created before the initial list was read.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from cbop.informers import DeleteArg, DeletedFinalStateUnknown
 from cbop.keys import key_of, object_key
+from cbop.runtime.predicates import Predicate
 from cbop.workqueue import LOW_PRIORITY, PriorityQueue, RateLimitingQueue
 
 __all__ = [
@@ -89,6 +90,8 @@ class EnqueueHandler:
         synced: the informer's ``has_synced`` (None: every add is a real change).
         converged: for an object of the initial list, whether it is converged; those
             that are not go in at normal priority (None: every listed object is low).
+        predicates: an event enqueues keys only when every predicate passes it
+            (:mod:`cbop.runtime.predicates`); none by default.
 
     On an update, the keys of both the new and the old object are enqueued (a dependent
     whose owner changed wakes both owners). A tombstone is mapped through the last
@@ -102,8 +105,10 @@ class EnqueueHandler:
         *,
         synced: Callable[[], bool] | None = None,
         converged: ConvergedFunc | None = None,
+        predicates: Sequence[Predicate] = (),
     ) -> None:
         self._queue = queue
+        self._predicates = tuple(predicates)
         self._map = map_func
         self._synced = synced
         self._converged = converged
@@ -130,11 +135,15 @@ class EnqueueHandler:
 
         From the initial list they go in low, unless ``converged`` says it is not.
         """
+        if not all(p.create(obj) for p in self._predicates):
+            return
         listed = self._synced is not None and not self._synced()
         self._add(self._keys(obj), low=listed and (self._converged is None or self._converged(obj)))
 
     def on_update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
         """Enqueue the new object's keys (low if unchanged) and those only the old yields."""
+        if not all(p.update(old, new) for p in self._predicates):
+            return
         unchanged = old is new or _resource_version(old) == _resource_version(new)
         new_keys = self._keys(new)
         self._add(new_keys, low=unchanged)
@@ -143,6 +152,10 @@ class EnqueueHandler:
 
     def on_delete(self, obj: DeleteArg) -> None:
         """Enqueue the keys of a deleted object (tombstones included)."""
+        if self._predicates:
+            last = obj.obj if isinstance(obj, DeletedFinalStateUnknown) else obj
+            if last is not None and not all(p.delete(last) for p in self._predicates):
+                return
         self._add(self._keys(obj))
 
 

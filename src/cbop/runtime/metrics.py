@@ -47,6 +47,10 @@ class ControllerMetrics(Protocol):
         """Count one reconcile that ended in an error (``..._reconcile_errors_total``)."""
         ...
 
+    def terminal_reconcile_error(self) -> None:
+        """Count one terminal error (``..._terminal_reconcile_errors_total``)."""
+        ...
+
     def panicked(self) -> None:
         """Count one unexpected exception (``..._reconcile_panics_total``)."""
         ...
@@ -76,6 +80,9 @@ class NoopControllerMetrics:
         """Do nothing."""
 
     def reconcile_error(self) -> None:
+        """Do nothing."""
+
+    def terminal_reconcile_error(self) -> None:
         """Do nothing."""
 
     def panicked(self) -> None:
