@@ -9,8 +9,8 @@ Create: N new bundles (no status, no ConfigMap, each with its own UID so nothing
 memoised yet), each reconciled once, as the first reconcile after a create: parse, render,
 hash, the ConfigMap POST and the status PATCH. The client makes no HTTP exchange but does
 the transport's JSON work on each request: it encodes the body as the transport does
-(:func:`cbop.kube.transport.encode_body`) and decodes it back as the response
-(:func:`cbop.kube.transport.decode_body`), the API server answering with the object.
+(:func:`cbop.kube.codec.encode_body`) and decodes it back as the response
+(:func:`cbop.kube.codec.decode_body`), the API server answering with the object.
 
 Logging is configured as the operator's (JSON at info, to /dev/null). ``--profile FILE``
 writes a cProfile of one no-op pass (and FILE.create of one create pass).
@@ -37,7 +37,7 @@ from cbop.api import Reason, parse_spec
 from cbop.configbundle import Action, Reconciler
 from cbop.configbundle.decision import decide
 from cbop.configbundle.status import compute_status
-from cbop.kube.transport import decode_body, encode_body
+from cbop.kube.codec import decode_body, encode_body
 from cbop.logconfig import configure_logging
 from cbop.runtime.events import EventRecorder
 

@@ -28,8 +28,8 @@ from cbop.kube import (
     KubeClient,
     LeaseNotHeld,
 )
+from cbop.kube.codec import decode_body, encode_body, query_value
 from cbop.kube.config import load_in_cluster
-from cbop.kube.transport import decode_body, encode_body, query_value
 from cbop_testing.clock import FakeClock
 
 
@@ -164,7 +164,7 @@ def make_client(url: str, *, draws: tuple[float, ...] = (), **kwargs: Any) -> Ku
     configuration = k8s_client.Configuration(host=url)
     kwargs.setdefault("qps", 0)
     client = KubeClient.from_configuration(configuration, **kwargs)
-    client._transport._rng = Draws(*draws)
+    client._transport._retries.rng = Draws(*draws)
     return client
 
 
@@ -324,7 +324,7 @@ def test_retry_after_gives_up_after_max_retries(server_factory: Any) -> None:
     srv = server_factory(lambda seen: Reply(503, None, {"Retry-After": "1"}))
     clock = FakeClock()
     client = make_client(srv.url, clock=clock)
-    client._transport._max_retries = 2
+    client._transport._retries.max_retries = 2
     t, out = run_in_thread(lambda: client.get(CONFIGMAPS, "ns", "x"))
     for _ in range(2):
         assert clock.wait_for_waiter()
@@ -842,7 +842,7 @@ def test_exhausted_retries_warn_at_most_every_30_seconds(server_factory: Any) ->
     srv = server_factory(lambda seen: Reply(429, "Too many requests", {"Retry-After": "0"}))
     clock = FakeClock(0.0)
     client = make_client(srv.url, clock=clock)
-    client._transport._max_retries = 1
+    client._transport._retries.max_retries = 1
     with structlog.testing.capture_logs() as logs:
         for _ in range(3):
             with pytest.raises(ApiError):
@@ -1011,7 +1011,7 @@ def test_after_a_429_a_write_waits_for_a_seat_and_asks_the_fence_after_the_wait(
     clock = FakeClock(0.0)
     open_ = [True]
     client = make_client(srv.url, clock=clock)
-    client._transport._max_retries = 0
+    client._transport._retries.max_retries = 0
     fenced = client.with_fence(lambda: open_[0])
     with pytest.raises(ApiError):
         client.get(CONFIGMAPS, "ns", "busy")  # one in flight, turned away: limit 1

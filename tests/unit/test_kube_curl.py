@@ -15,7 +15,7 @@ from kubernetes import client as k8s_client
 
 from cbop.kube import CONFIGMAPS, ConnectionFailed, KubeClient
 from cbop.kube.curl import CurlError, CurlSession, CurlTimeoutError, curl_supports
-from cbop.kube.transport import is_timeout
+from cbop.kube.errors import is_timeout
 from tests.unit.test_kube_client import (  # the scripted server and its fixture
     FakeApiServer,
     Reply,

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from cbop.kube import jsonstream
+from cbop.kube.codec import decode_body
 from cbop.kube.jsonstream import StreamDecodeError, decode_list, intern_keys, paused_gc
-from cbop.kube.transport import decode_body
 
 
 def split(data: bytes, size: int) -> Iterator[bytes]:

@@ -7,13 +7,14 @@ import random
 import threading
 from typing import Any
 
-from cbop.informers.indexer import Indexer, IndexStaging
+from cbop.informers.indexer import Indexer
 from cbop.informers.reflector import (
     LIST_PAGE_SIZE,
     MIN_WATCH_TIMEOUT,
     Reflector,
     strip_managed_fields,
 )
+from cbop.informers.staging import IndexStaging
 from cbop.kube import CONFIGMAPS, ApiError
 from cbop_testing.clock import FakeClock
 from tests.unit.test_informer import WAIT, FakeListWatch, FakeStream, bookmark, cm, ev, page

@@ -6,8 +6,8 @@ selector) into an :class:`Indexer` and notifies :class:`ResourceEventHandler` s;
 (:class:`MultiNamespaceLister` over several namespaces); :class:`SharedInformerFactory`
 hands out one informer per resource, scope and selector, shared by every controller.
 Cached objects are shared parsed-JSON dicts that must never be mutated (see
-:mod:`cbop.informers.indexer` for the contract and the mutation detector that enforces
-it in tests).
+:mod:`cbop.informers.indexer` for the contract and :mod:`cbop.informers.mutation` for the
+detector that enforces it in tests).
 
 This package may import ``cbop.metrics``, ``cbop.workqueue``, ``cbop.kube``, ``cbop.api``,
 ``cbop.clock``, ``cbop.keys`` and ``cbop.tokenbucket``.
@@ -16,20 +16,13 @@ This package may import ``cbop.metrics``, ``cbop.workqueue``, ``cbop.kube``, ``c
 from cbop.informers.backoff import Backoff
 from cbop.informers.factory import SharedInformerFactory
 from cbop.informers.handlers import DeleteArg, FuncHandler, ResourceEventHandler
-from cbop.informers.indexer import (
-    BY_NAMESPACE,
-    CONTROLLER_UID_INDEX,
-    CacheMutationError,
-    DeletedFinalStateUnknown,
-    Indexer,
+from cbop.informers.indexer import Indexer
+from cbop.informers.indexfuncs import (
     IndexFunc,
-    Lister,
     index_by_controller_uid,
     index_by_label,
     index_by_namespace,
     matches_labels,
-    meta_namespace_key,
-    split_key,
 )
 from cbop.informers.informer import (
     DEFAULT_RESYNC_PERIOD,
@@ -39,8 +32,11 @@ from cbop.informers.informer import (
     strip_managed_fields,
     wait_for_cache_sync,
 )
-from cbop.informers.listers import MultiNamespaceLister
+from cbop.informers.listers import Lister, MultiNamespaceLister
+from cbop.informers.mutation import CacheMutationError
 from cbop.informers.problems import ListWatchProblem
+from cbop.informers.tombstone import DeletedFinalStateUnknown, meta_namespace_key
+from cbop.keys import BY_NAMESPACE, CONTROLLER_UID_INDEX, split_key
 
 __all__ = [
     "BY_NAMESPACE",

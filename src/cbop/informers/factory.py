@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from cbop.clock import Clock
-from cbop.informers.indexer import IndexFunc
+from cbop.informers.indexfuncs import IndexFunc
 from cbop.informers.informer import (
     DEFAULT_RESYNC_PERIOD,
     ListWatchClient,

@@ -7,7 +7,7 @@ which adapts plain callables (client-go's ``ResourceEventHandlerFuncs``).
 Objects passed to handlers are the cached objects (``Mapping[str, Any]`` decoded from
 JSON) and must not be mutated; see :mod:`cbop.informers.indexer`. ``on_delete`` receives
 either the object's final state or a
-:class:`~cbop.informers.indexer.DeletedFinalStateUnknown` tombstone.
+:class:`~cbop.informers.tombstone.DeletedFinalStateUnknown` tombstone.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from cbop.informers.indexer import DeletedFinalStateUnknown
+from cbop.informers.tombstone import DeletedFinalStateUnknown
 
 __all__ = ["DeleteArg", "FuncHandler", "ResourceEventHandler"]
 

@@ -50,13 +50,9 @@ from cbop import defaults
 from cbop.clock import Clock, RealClock
 from cbop.informers.backoff import Backoff
 from cbop.informers.handlers import ResourceEventHandler
-from cbop.informers.indexer import (
-    DeletedFinalStateUnknown,
-    Indexer,
-    IndexFunc,
-    IndexStaging,
-    Lister,
-)
+from cbop.informers.indexer import Indexer
+from cbop.informers.indexfuncs import IndexFunc
+from cbop.informers.listers import Lister
 from cbop.informers.problems import ListWatchProblem
 from cbop.informers.reflector import (
     LIST_PAGE_SIZE,
@@ -66,6 +62,8 @@ from cbop.informers.reflector import (
     Transform,
     strip_managed_fields,
 )
+from cbop.informers.staging import IndexStaging
+from cbop.informers.tombstone import DeletedFinalStateUnknown
 from cbop.kube import Resource
 from cbop.kube.jsonstream import paused_gc
 from cbop.locks import YieldingLock, condition

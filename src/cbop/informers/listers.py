@@ -1,10 +1,14 @@
-"""Listers over several informers: one read-only view of a resource across scopes.
+"""Listers: the read-only views of the informer cache that controllers read from.
 
-An operator restricted to some namespaces runs one informer per namespace (a list/watch
-in each), as controller-runtime's multi-namespace cache; :class:`MultiNamespaceLister`
-puts their :class:`~cbop.informers.indexer.Lister` s behind the same ``get``,
-``list`` and ``by_index`` a single lister offers. The objects are the cached ones: do
-not mutate them (see :mod:`cbop.informers.indexer`).
+This module owns :class:`Lister`, the view of one informer's
+:class:`~cbop.informers.indexer.Indexer` (as client-go's generated listers), and
+:class:`MultiNamespaceLister`, one view over several informers. An operator restricted
+to some namespaces runs one informer per namespace (a list/watch in each), as
+controller-runtime's multi-namespace cache; :class:`MultiNamespaceLister` puts their
+:class:`Lister` s behind the same ``get``, ``list`` and ``by_index`` a single lister
+offers. Informers hand out the first (:meth:`cbop.informers.SharedInformer.lister`),
+:class:`cbop.informers.SharedInformerFactory` the second. The objects are the cached
+ones: do not mutate them (see :mod:`cbop.informers.indexer`).
 """
 
 from __future__ import annotations
@@ -12,7 +16,66 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-__all__ = ["MultiNamespaceLister", "NamespaceLister"]
+from cbop.informers.indexer import Indexer
+from cbop.informers.indexfuncs import matches_labels
+from cbop.keys import BY_NAMESPACE
+
+__all__ = ["Lister", "MultiNamespaceLister", "NamespaceLister"]
+
+# Aliases for annotations inside a class whose ``list`` method shadows the builtin.
+_Objects = list[Mapping[str, Any]]
+_Strings = list[str]
+
+
+class Lister:
+    """A read-only view of an :class:`Indexer`, as client-go's generated listers.
+
+    Returned objects are the cached ones: never mutate them (``copy.deepcopy`` first).
+    """
+
+    def __init__(self, indexer: Indexer) -> None:
+        self._indexer = indexer
+
+    def get(self, namespace: str | None, name: str) -> Mapping[str, Any] | None:
+        """Return the object ``namespace/name`` or None (``namespace=None``: cluster-scoped)."""
+        return self._indexer.get(namespace, name)
+
+    def list(
+        self,
+        namespace: str | None = None,
+        label_selector: Mapping[str, str] | None = None,
+    ) -> _Objects:
+        """Return cached objects, optionally of one namespace and matching labels.
+
+        Args:
+            namespace: only this namespace (``None``: all namespaces); uses the
+                ``by_namespace`` index.
+            label_selector: equality selector; every ``key: value`` must be a label of
+                the object (``None``/empty: all).
+        """
+        objs = (
+            self._indexer.list()
+            if namespace is None
+            else self._indexer.by_index(BY_NAMESPACE, namespace)
+        )
+        if not label_selector:
+            return objs
+        return [o for o in objs if matches_labels(o, label_selector)]
+
+    def by_index(self, index_name: str, value: str) -> _Objects:
+        """Return the objects filed under ``value`` in index ``index_name``.
+
+        Raises:
+            KeyError: no such index.
+        """
+        return self._indexer.by_index(index_name, value)
+
+    def list_keys(self) -> _Strings:
+        """Return all cache keys."""
+        return self._indexer.list_keys()
+
+    def __len__(self) -> int:
+        return len(self._indexer)
 
 
 class NamespaceLister(Protocol):

@@ -10,7 +10,7 @@ each full list and each watch event through two callbacks:
   RV 0 and answer in one page, and both are handled. A ``continue`` token that expires
   mid-way (410) falls back to one unpaged list, as client-go's pager does. The body is
   decoded while it streams in (:mod:`cbop.kube.jsonstream`); each object is transformed
-  and indexed into an :class:`~cbop.informers.indexer.IndexStaging` as soon as it is
+  and indexed into an :class:`~cbop.informers.staging.IndexStaging` as soon as it is
   decoded, and the filled staging is handed over whole.
 * **Watch.** From the list's resourceVersion with ``allowWatchBookmarks=true`` and
   ``timeoutSeconds`` drawn uniformly from [300, 600). Every event, bookmarks included,
@@ -56,9 +56,11 @@ import structlog
 
 from cbop.clock import Clock
 from cbop.informers.backoff import Backoff
-from cbop.informers.indexer import Indexer, IndexStaging, meta_namespace_key
+from cbop.informers.indexer import Indexer
 from cbop.informers.problems import ListWatchProblem
 from cbop.informers.shardfilter import ShardFilter
+from cbop.informers.staging import IndexStaging
+from cbop.informers.tombstone import meta_namespace_key
 from cbop.kube import ApiError, Resource
 from cbop.shardrange import ShardRange
 

@@ -27,18 +27,13 @@ from typing import Any, Final, cast
 
 from cbop import defaults
 from cbop.clock import Clock, RealClock
+from cbop.kube.accounting import RequestHook, infer_verb_resource
+from cbop.kube.codec import encode_body
 from cbop.kube.config import DEFAULT_USER_AGENT, load_configuration, new_api_client
 from cbop.kube.jsonstream import ItemHook
 from cbop.kube.metrics import RestClientMetrics
 from cbop.kube.resources import Resource
-from cbop.kube.transport import (
-    MUTATING_VERBS,
-    RequestHook,
-    Transport,
-    WriteFence,
-    encode_body,
-    infer_verb_resource,
-)
+from cbop.kube.transport import MUTATING_VERBS, Transport, WriteFence
 from cbop.kube.watch import WatchStream
 
 __all__ = [

@@ -3,7 +3,8 @@
 This module owns the error model of the client adapter: :class:`ApiError` for every
 non-2xx answer of the API server (decoded from the ``metav1.Status`` body when there is
 one, as apimachinery's ``errors.FromObject``/``NewGenericServerResponse`` do),
-:class:`ConnectionFailed` for transport failures (no HTTP status), and
+:class:`ConnectionFailed` for transport failures (no HTTP status; the urllib3 and socket
+errors of :data:`TRANSPORT_ERRORS` become one through :func:`connection_failed`), and
 :class:`ConfigError` for a client that cannot be configured.
 """
 
@@ -14,16 +15,25 @@ import json
 import math
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
+
+import urllib3
 
 __all__ = [
+    "TRANSPORT_ERRORS",
     "ApiError",
     "ConfigError",
     "ConnectionFailed",
     "LeaseNotHeld",
+    "connection_failed",
+    "is_timeout",
     "parse_retry_after",
     "reason_for_code",
 ]
+
+#: Transport failures raised by urllib3 and the sockets under it. The generated REST
+#: layer turns TLS errors into ApiException(status=0).
+TRANSPORT_ERRORS: Final = (urllib3.exceptions.HTTPError, OSError)
 
 # The reason apimachinery assigns to a bare HTTP status when the body is not a Status
 # (k8s.io/apimachinery/pkg/api/errors NewGenericServerResponse).
@@ -259,6 +269,28 @@ class ConnectionFailed(ApiError):  # noqa: N818 - the name the callers use
     def __str__(self) -> str:
         # No HTTP status to show: "timed out: ..." or "connection failed: ...".
         return f"{'timed out' if self.timed_out else 'connection failed'}: {self.message}"
+
+
+def is_timeout(exc: BaseException) -> bool:
+    """Return whether a transport error is a connect or read timeout.
+
+    urllib3's ``NewConnectionError`` (connection refused, no route) subclasses its
+    ``ConnectTimeoutError`` for historical reasons; it is no timeout.
+    """
+    for err in (exc, getattr(exc, "reason", None)):
+        if isinstance(err, urllib3.exceptions.NewConnectionError):
+            return False
+        if isinstance(err, urllib3.exceptions.TimeoutError | TimeoutError):
+            return True
+    return False
+
+
+def connection_failed(exc: BaseException, what: str) -> ConnectionFailed:
+    """Wrap a transport exception (one of :data:`TRANSPORT_ERRORS`) as :class:`ConnectionFailed`.
+
+    ``timed_out`` is set for connect and read timeouts (:func:`is_timeout`).
+    """
+    return ConnectionFailed(f"{what}: {exc}", cause=exc, timed_out=is_timeout(exc))
 
 
 class LeaseNotHeld(Exception):  # noqa: N818 - a state, named as the lease's

@@ -13,8 +13,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Final, cast
 
-from cbop.kube.errors import ApiError, ConnectionFailed
-from cbop.kube.transport import TRANSPORT_ERRORS, connection_failed, decode_body
+from cbop.kube.codec import decode_body
+from cbop.kube.errors import TRANSPORT_ERRORS, ApiError, ConnectionFailed, connection_failed
 
 __all__ = ["WatchStream"]
 
@@ -27,7 +27,7 @@ class WatchStream(Iterator[dict[str, Any]]):
 
     Each item is the event dict as the API server sends it, ``{"type": "ADDED" |
     "MODIFIED" | "DELETED" | "BOOKMARK", "object": {...}}``; lines are split on ``\\n``
-    from the raw stream and decoded with :func:`cbop.kube.transport.decode_body` (no models).
+    from the raw stream and decoded with :func:`cbop.kube.codec.decode_body` (no models).
 
     Raises (from ``__next__``):
         ApiError: for an ``ERROR`` event, decoded from its ``Status`` object (as

@@ -15,6 +15,10 @@ imports ``prometheus_client`` (the layers below expose metric seams instead). Mo
   ``cbop_shard_transitions_total`` behind ``cbop.sharding.ShardMetrics``.
 - ``cbop.metrics.shardobjects``: ``ShardObjectsCollector``, ``cbop_shard_objects`` (objects
   cached per held shard and resource), read at scrape.
+- ``cbop.metrics.secure``: ``/metrics`` over HTTPS for the callers the API server
+  authorizes (``--metrics-secure``), built of ``cbop.metrics.delegatingauth`` (the
+  decision and its cache), ``cbop.metrics.reviews`` (TokenReviews and
+  SubjectAccessReviews) and ``cbop.metrics.servingcert`` (the serving certificate).
 """
 
 from cbop.metrics.controller import PrometheusControllerMetricsProvider

@@ -20,8 +20,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from cbop.informers import MultiNamespaceLister, SharedInformerFactory
-from cbop.informers.indexer import IndexFunc
+from cbop.informers import IndexFunc, MultiNamespaceLister, SharedInformerFactory
 from cbop.kube import KubeClient, Resource
 from cbop.runtime.controller import Controller
 from cbop.runtime.metrics import ControllerMetricsProvider
