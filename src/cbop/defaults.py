@@ -66,7 +66,7 @@ EVENTS: Final = "notable"
 #: lacks the ``apps`` rules their informers are refused, and the manager waits for
 #: every informer before any controller starts, so the ConfigBundle controller would
 #: wait too. The shipped manifests and Helm chart, whose RBAC has the rules, turn it on.
-ROLLOUT: Final = False
+ROLLOUT: Final = True
 
 # ----------------------------------------------------------------- leader election
 

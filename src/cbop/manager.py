@@ -48,9 +48,10 @@ from cbop.metrics.sharding import PrometheusShardMetrics
 from cbop.metrics.shardobjects import ShardObjectsCollector
 from cbop.metrics.workqueue import PrometheusWorkqueueMetricsProvider
 from cbop.rollout import controller as rollout
-from cbop.runtime import Controller, Coordinator, LeaderElection, Scope, Sharding
+from cbop.runtime import Controller, Coordinator, Hooks, LeaderElection, Scope, Sharding
 from cbop.runtime import Manager as RuntimeManager
 from cbop.runtime.events import EventLevel, EventRecorder
+from cbop.runtime.runnable import SERVERS
 from cbop.sharding import ShardCoordinator
 from cbop.shardrange import ShardRange
 
@@ -215,7 +216,15 @@ class Manager(RuntimeManager):
         # Every write of the reconciler and the Event sink goes through self.client
         # (sharded: the reconcilers write through their shard's client).
         self.recorder = EventRecorder(self.client, instance=options.identity, level=options.events)
+        # Flushed after each scope drains (its lease still held), closed on shutdown.
+        self.add_drain_hook(lambda seconds: self.recorder.flush(timeout=seconds))
         self.add_cleanup(lambda seconds: self.recorder.close(timeout=seconds))
+        self._metrics_server: socketserver.BaseServer | None = None
+        if self._metrics_address is not None:
+            self.add_runnable(
+                Hooks("metrics server", self._serve_metrics, lambda _: self._stop_metrics()),
+                SERVERS,
+            )
         #: The ConfigBundle controller (None when sharded: each shard has its own).
         self.controller: Controller | None = None
         self._write_metrics = ConfigMapWriteMetrics(self.registry)
@@ -228,7 +237,7 @@ class Manager(RuntimeManager):
         if sharding is not None:
             self.registry.register(
                 ShardObjectsCollector(
-                    lambda: {s.shard.index: s.object_counts() for s in self.shard_scopes()}
+                    lambda: {s.index: s.object_counts() for s in self.shard_scopes()}
                 )
             )
         if probe_address is not None:
@@ -299,25 +308,25 @@ class Manager(RuntimeManager):
         """Return the ConfigBundles in every scope's cache (every held shard's if sharded)."""
         return [bundle for scope in self.scopes() for bundle in scope.cached(CONFIGBUNDLES)]
 
-    def run(self) -> int:
-        """Serve ``/metrics``, then run the manager (:meth:`cbop.runtime.Manager.run`).
+    def _serve_metrics(self) -> None:
+        """Serve ``/metrics`` (HTTPS with ``--metrics-secure``); the ``servers`` group starts it.
 
-        Returns:
-            0 after a graceful stop; 1 when the lease was lost (or a write found the
-            fence closed) or caches never synced, with or without leader election.
+        Raises:
+            OSError: the address cannot be bound (the message names the flag and address).
         """
         opts = self.options
-        metrics_server: socketserver.BaseServer | None = None
-        if self._metrics_address is not None and opts.metrics_secure:
-            certs = CertSource(opts.metrics_cert_dir)
-            with _bind_errors("--metrics-bind-address", opts.metrics_bind_address):
-                metrics_server = start_secure_metrics_server(
-                    self._metrics_address, self.registry, self._review_client, certs
+        address = self._metrics_address
+        if address is None:
+            return
+        with _bind_errors("--metrics-bind-address", opts.metrics_bind_address):
+            if opts.metrics_secure:
+                certs = CertSource(opts.metrics_cert_dir)
+                self._metrics_server = start_secure_metrics_server(
+                    address, self.registry, self._review_client, certs
                 )
-        elif self._metrics_address is not None:
-            with _bind_errors("--metrics-bind-address", opts.metrics_bind_address):
-                metrics_server, _ = start_http_server(
-                    self._metrics_address[1], self._metrics_address[0], registry=self.registry
+            else:
+                self._metrics_server, _ = start_http_server(
+                    address[1], address[0], registry=self.registry
                 )
         log.info(
             "serving",
@@ -325,9 +334,9 @@ class Manager(RuntimeManager):
             metrics_secure=opts.metrics_secure,
             probes=opts.health_probe_bind_address,
         )
-        try:
-            return super().run()
-        finally:
-            if metrics_server is not None:
-                metrics_server.shutdown()
-                metrics_server.server_close()
+
+    def _stop_metrics(self) -> None:
+        server = self._metrics_server
+        if server is not None:
+            server.shutdown()
+            server.server_close()

@@ -237,6 +237,14 @@ _BASE_RULES: list[dict[str, Any]] = [
     {"apiGroups": ["cbop.dev"], "resources": ["configbundles/finalizers"], "verbs": ["update"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
 ]
+#: The rollout controllers' rules (``--rollout`` is on by default).
+_APPS_RULES: list[dict[str, Any]] = [
+    {
+        "apiGroups": ["apps"],
+        "resources": ["deployments", "statefulsets", "daemonsets"],
+        "verbs": ["get", "list", "watch", "patch"],
+    }
+]
 _CONFIGMAPS_WITHOUT_LIST = {
     "apiGroups": [""],
     "resources": ["configmaps"],
@@ -248,15 +256,15 @@ _CONFIGMAPS_ALL = {
 }
 
 
-def _user_without_configmap_list(
-    control_plane: ControlPlane, kube: KubeClient, namespace: str, user: str
+def _user_with_rules(
+    control_plane: ControlPlane,
+    kube: KubeClient,
+    namespace: str,
+    user: str,
+    rules: list[dict[str, Any]],
 ) -> Path:
-    """A user whose Role in ``namespace`` grants everything cbop needs but ``list`` (and
-    ``watch``) on configmaps."""
-    role = {
-        "metadata": {"name": "cbop"},
-        "rules": [*_BASE_RULES, _CONFIGMAPS_WITHOUT_LIST],
-    }
+    """A user whose Role in ``namespace`` grants ``rules``; return its kubeconfig."""
+    role = {"metadata": {"name": "cbop"}, "rules": rules}
     kube.create(ROLES, namespace, role)
     kube.create(
         ROLE_BINDINGS,
@@ -268,6 +276,15 @@ def _user_without_configmap_list(
         },
     )
     return control_plane.kubeconfig_for_user(user)
+
+
+def _user_without_configmap_list(
+    control_plane: ControlPlane, kube: KubeClient, namespace: str, user: str
+) -> Path:
+    """A user whose Role in ``namespace`` grants everything cbop needs but ``list`` (and
+    ``watch``) on configmaps."""
+    rules = [*_BASE_RULES, *_APPS_RULES, _CONFIGMAPS_WITHOUT_LIST]
+    return _user_with_rules(control_plane, kube, namespace, user, rules)
 
 
 def test_once_without_list_on_configmaps_names_the_403_at_once(
@@ -308,10 +325,40 @@ def test_operator_without_list_on_configmaps_is_not_ready_until_rbac_allows_it(
         assert all(r["reason"] == "Forbidden" and r["retry_in"] > 0 for r in lines)
         assert not _records(op, "backing off", "configmaps")  # one line per attempt
 
-        kube.patch(
-            ROLES, namespace, "cbop", {"rules": [*_BASE_RULES, _CONFIGMAPS_ALL]}, patch_type="merge"
-        )
+        rules = [*_BASE_RULES, *_APPS_RULES, _CONFIGMAPS_ALL]
+        kube.patch(ROLES, namespace, "cbop", {"rules": rules}, patch_type="merge")
         wait_for(lambda: _probe(op, "/readyz")[0] == 200, 90, message="/readyz 200 after RBAC")
         wait_for(lambda: ready(kube, namespace, "app"), 60, message="bundle Ready")
+    finally:
+        _stop(op)
+
+
+def test_without_the_apps_rules_bundles_are_reconciled_and_readyz_names_the_refusal(
+    control_plane: ControlPlane, kube: KubeClient, namespace: str, tmp_path: Path
+) -> None:
+    """Per-controller cache sync: with ``--rollout`` on (the default) and RBAC that lacks
+    the ``apps`` rules, the rollout controllers' lists are refused, yet the ConfigBundle
+    controller starts and reconciles; ``/readyz`` fails naming the refused list (so the
+    misconfiguration holds back a rolling upgrade); granting the rules makes it ready."""
+    path = _user_with_rules(
+        control_plane, kube, namespace, "no-apps", [*_BASE_RULES, _CONFIGMAPS_ALL]
+    )
+    kube.create(CONFIGBUNDLES, namespace, bundle("app", {"data": {"a": "1"}}))
+    op = Operator(path, [namespace], log_path=tmp_path / "cbop.log")
+    try:
+        wait_for(
+            lambda: ready(kube, namespace, "app"), 60, message="bundle Ready without apps RBAC"
+        )
+        body = _wait_not_ready(op, "deployments", "/readyz naming the refused deployments list")
+        assert f'forbidden to list deployments.apps in namespace "{namespace}" (403)' in body
+        assert f"informer deployments/{namespace}" in body
+        assert f"[+]informer configbundles/{namespace} ok" in body
+        assert _probe(op, "/healthz")[0] == 200
+        kube.create(CONFIGBUNDLES, namespace, bundle("second", {"data": {"b": "2"}}))
+        wait_for(lambda: ready(kube, namespace, "second"), 60, message="a new bundle Ready too")
+
+        rules = [*_BASE_RULES, *_APPS_RULES, _CONFIGMAPS_ALL]
+        kube.patch(ROLES, namespace, "cbop", {"rules": rules}, patch_type="merge")
+        wait_for(lambda: _probe(op, "/readyz")[0] == 200, 90, message="/readyz 200 after RBAC")
     finally:
         _stop(op)

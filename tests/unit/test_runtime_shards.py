@@ -30,7 +30,6 @@ from cbop.runtime import (
     Scope,
     ScopeState,
     Sharding,
-    ShardScope,
 )
 from cbop.shardrange import ShardRange
 from tests.unit.fakeapi import FakeApi
@@ -121,9 +120,9 @@ class _Harness:
         )
 
         def setup(scope: Scope) -> None:
-            assert isinstance(scope, ShardScope)
-            reconciler = _Gated(scope, self.log, write=scope.shard.index in write_in)
-            self.reconcilers[f"shard-{scope.shard.index}"] = reconciler
+            assert isinstance(scope, Scope)
+            reconciler = _Gated(scope, self.log, write=scope.index in write_in)
+            self.reconcilers[f"shard-{scope.index}"] = reconciler
             Builder(scope, "bundles").for_(CONFIGBUNDLES).with_options(workers=2).complete(
                 reconciler
             )
@@ -141,8 +140,8 @@ class _Harness:
         assert self.coordinator is not None
         return self.coordinator
 
-    def scope(self, index: int) -> ShardScope:
-        (found,) = [s for s in self.manager.shard_scopes() if s.shard.index == index]
+    def scope(self, index: int) -> Scope:
+        (found,) = [s for s in self.manager.shard_scopes() if s.index == index]
         return found
 
     def stop(self) -> int:
@@ -181,7 +180,7 @@ def test_each_acquired_shard_runs_its_own_controllers_on_its_own_objects(
     wait_until(lambda: sorted(zero.keys) == ["a/one", "a/two"] and one.keys == ["b/three"])
     assert list(harness.scope(0).controllers) == ["bundles-shard-0"]
     assert list(harness.scope(1).controllers) == ["bundles-shard-1"]
-    assert {s.shard.index: s.object_counts() for s in manager.shard_scopes()} == {
+    assert {s.index: s.object_counts() for s in manager.shard_scopes()} == {
         0: {"configbundles": 2},
         1: {"configbundles": 1},
     }
@@ -225,7 +224,7 @@ def test_release_returns_only_after_the_in_flight_reconcile_finished(
     assert harness.log == ["finished a/one", "released"]
     assert scope.state is ScopeState.RELEASED
     assert zero.keys.count("a/two") == 1, "a released shard took a key after intake stopped"
-    assert [s.shard.index for s in harness.manager.shard_scopes()] == [1]
+    assert [s.index for s in harness.manager.shard_scopes()] == [1]
     assert not any(informer.alive() for informer in scope.informers.informers)
     assert harness.stop() == 0
 
@@ -266,10 +265,10 @@ def test_a_write_through_a_closed_shard_fence_stops_only_that_shard(api: FakeApi
         harness.coord.acquire(1)
         wait_until(lambda: len(harness.reconcilers) == 2)
         zero = harness.reconcilers["shard-0"].scope
-        assert isinstance(zero, ShardScope)
+        assert isinstance(zero, Scope)
         wait_until(lambda: zero.state is ScopeState.LOST)
         assert zero.controllers["bundles-shard-0"].queue.shutting_down()
-        assert [s.shard.index for s in harness.manager.shard_scopes()] == [1]
+        assert [s.index for s in harness.manager.shard_scopes()] == [1]
         assert harness.scope(1).state in (ScopeState.SYNCING, ScopeState.RUNNING)
         assert not harness.manager.stop_event.is_set()
         # The coordinator's own notice of the loss afterwards changes nothing more.
@@ -293,12 +292,12 @@ def test_a_shard_stopped_by_a_late_renewal_restarts_when_its_fence_reopens(
         harness.coord.acquire(0)
         wait_until(lambda: "shard-0" in harness.reconcilers)
         first = harness.reconcilers["shard-0"].scope
-        assert isinstance(first, ShardScope)
+        assert isinstance(first, Scope)
         wait_until(lambda: first.state is ScopeState.LOST)
         assert list(harness.manager.shard_scopes()) == []
 
         harness.coord.fences[0] = True  # the elector renewed: the Lease is still ours
-        wait_until(lambda: [s.shard.index for s in harness.manager.shard_scopes()] == [0])
+        wait_until(lambda: [s.index for s in harness.manager.shard_scopes()] == [0])
         second = harness.scope(0)
         assert second is not first
         wait_until(lambda: second.state is ScopeState.RUNNING)

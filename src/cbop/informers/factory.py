@@ -211,8 +211,9 @@ class SharedInformerFactory:
         stop: threading.Event | None = None,
         wait_out_refusals: bool = False,
         poll: float = 0.1,
+        informers: Sequence[SharedInformer] | None = None,
     ) -> bool:
-        """Block until every informer has synced.
+        """Block until every informer (or every one of ``informers``) has synced.
 
         Args:
             timeout: seconds to wait at most; with ``wait_out_refusals``, seconds without
@@ -223,16 +224,17 @@ class SharedInformerFactory:
                 (404: the CRD is not installed; 403: see :meth:`refusals`); otherwise return
                 ``False`` as soon as one is (``cbop --once`` fails fast).
             poll: seconds between checks of ``stop`` and the refusals.
+            informers: wait for these only (a controller's own caches); None: all.
 
         Returns:
             ``True`` once synced; ``False`` on timeout, on ``stop``, or on a refusal.
         """
-        informers = self.informers
+        chosen = list(self.informers if informers is None else informers)
         deadline = time.monotonic() + timeout
-        while not wait_for_cache_sync(*informers, timeout=poll, poll=poll):
+        while not wait_for_cache_sync(*chosen, timeout=poll, poll=poll):
             if stop is not None and stop.is_set():
                 return False
-            if self.refusals():
+            if self.refusals(chosen):
                 if not wait_out_refusals:
                     return False
                 deadline = time.monotonic() + timeout
@@ -240,14 +242,17 @@ class SharedInformerFactory:
                 return False
         return True
 
-    def refusals(self) -> list[ListWatchProblem]:
+    def refusals(self, informers: Sequence[SharedInformer] | None = None) -> list[ListWatchProblem]:
         """Return the refused list/watch requests of informers not synced yet.
 
         A refusal (404: a CRD is not installed; 403: RBAC) needs a change in the
         cluster, not a retry; see :mod:`cbop.informers.problems`.
+
+        Args:
+            informers: look at these only; None: every informer of the factory.
         """
         out = []
-        for informer in self.informers:
+        for informer in self.informers if informers is None else informers:
             problem = informer.problem()
             if problem is not None and problem.refused and not informer.has_synced():
                 out.append(problem)

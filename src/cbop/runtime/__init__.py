@@ -3,18 +3,26 @@
 After controller-runtime, in small pieces:
 
 - :mod:`.reconcile`: the :class:`Reconciler` protocol (a key in, a :class:`Result` or an
-  exception out) and :class:`Requeue`;
-- :mod:`.handlers`: informer events -> workqueue keys (own key, controller owner's key,
-  any map function), with the priority-queue rules;
+  exception out), :class:`Requeue`, :class:`TerminalError`, and the reconcile context
+  (a reconcile id and the key bound to every log line);
+- :mod:`.seams`: the :class:`~cbop.runtime.seams.Lister`, ``Client`` and ``EventSink``
+  protocols every reconciler is built on; :mod:`.events` (with :mod:`.correlator`): the
+  one Event recorder; :mod:`.ownwrites`: :class:`OwnWrites`, a reconciler's own recent
+  writes until its cache shows them;
+- :mod:`.handlers` and :mod:`.predicates`: informer events -> workqueue keys (own key,
+  controller owner's key, any map function), filtered by predicates, with the
+  priority-queue rules;
 - :mod:`.controller`: a :class:`Controller`: a named workqueue, N workers, the outcome
   policy, liveness;
 - :mod:`.builder`: :class:`Builder`: "for this kind, owns that kind, watches X mapped by
-  fn" plus options, into a controller added to a manager;
-- :mod:`.scope`: :class:`Scope`: what controllers are set up against (client, informer
-  factory, metrics, controllers), as controller-runtime's ``cluster.Cluster``;
-- :mod:`.manager`: :class:`Manager`: the shared informer factory, probes, leader election
-  and shutdown; runs the controllers' workers only while leading; with ``--shards``
-  runs one :class:`ShardScope` (:mod:`.shards`) per held shard;
+  fn" plus options, into a controller added to a scope;
+- :mod:`.scope`: :class:`Scope`: caches, a fenced client and controllers with one life
+  (started once each controller's caches synced, drained on release, stopped at once
+  when lost), as controller-runtime's ``cluster.Cluster`` and leader-election group;
+- :mod:`.runnable`: runnables in ordered groups (servers, caches, others, leadership);
+  :mod:`.leadership`: where scopes come from (no election, the single leader, shards);
+- :mod:`.manager`: :class:`Manager`: the process: its groups, its scopes, one shutdown
+  path and the exit code;
 - :mod:`.metrics`: the controller's metrics seam (no Prometheus here).
 
 This package knows nothing of ConfigBundles (see ``cbop.configbundle``) nor of Prometheus
@@ -45,8 +53,8 @@ from cbop.runtime.reconcile import (
     new_reconcile_id,
     reconcile_context,
 )
-from cbop.runtime.scope import Scope
-from cbop.runtime.shards import ScopeState, ShardScope
+from cbop.runtime.runnable import Hooks, Runnable, RunnableGroup
+from cbop.runtime.scope import Scope, ScopeState
 
 __all__ = [
     "DEFAULT_WEDGED_AFTER",
@@ -58,6 +66,7 @@ __all__ = [
     "ConvergedFunc",
     "Coordinator",
     "EnqueueHandler",
+    "Hooks",
     "LeaderElection",
     "Manager",
     "MapFunc",
@@ -66,9 +75,10 @@ __all__ = [
     "Reconciler",
     "Requeue",
     "Result",
+    "Runnable",
+    "RunnableGroup",
     "Scope",
     "ScopeState",
-    "ShardScope",
     "Sharding",
     "TerminalError",
     "enqueue_controller_owner",

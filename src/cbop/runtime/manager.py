@@ -1,35 +1,43 @@
-"""The runtime manager: runs controllers with shared informers, probes and leader election.
+"""The runtime manager: one process lifecycle for controllers, caches, probes and leases.
 
-As controller-runtime's Manager, it owns the process lifecycle of a set of controllers:
-the shared informer factory (:attr:`Manager.informers`, one informer per resource and
-scope for every controller), the health probes, leader election, and shutdown. It starts
-the informers at once (a standby keeps warm caches), takes part in leader election when
-asked, starts the controllers' workers only while leading (or at once without leader
-election) once the caches have synced, and shuts down gracefully: on a stop request it
-stops intake and drops the queued keys (the successor lists everything anew), lets
-in-flight reconciles finish (bounded by ``shutdown_timeout``), runs the cleanups
-(:meth:`Manager.add_cleanup`), releases the lease so a successor takes over at once, and
-returns.
+As controller-runtime's Manager, it owns the life of a set of controllers. Everything it
+runs is a runnable in one of four ordered groups (:mod:`cbop.runtime.runnable`): the
+HTTP servers (probes; ``/metrics`` added by ``cbop.manager``), the shared informers
+(:attr:`Manager.informers`, one informer per resource and scope for every controller;
+started at once, so a standby keeps warm caches), the others (the Event sink's close,
+:meth:`Manager.add_cleanup`), and the leadership source
+(:mod:`cbop.runtime.leadership`). They start in that order; on a stop request they
+stop in reverse, on one shutdown path, and :meth:`Manager.run` returns the exit code.
 
-Under leader election every write goes through a fenced client (:attr:`Manager.client`,
-see ``KubeClient.with_fence``): a create, update, patch or delete is sent only while
-:meth:`cbop.leaderelection.LeaderElector.holds_lease` is true. Losing the lease, or a
-write finding the fence closed, is fatal: the workers stop taking keys at once, the
-queues are dropped, nothing is drained or released, and :meth:`Manager.run` returns 1 so
-that a restarted pod rejoins as a clean candidate (as controller-runtime skips its
-graceful shutdown when the lease is lost). Caches that never sync return 1 too.
+Controllers run in scopes (:class:`cbop.runtime.Scope`), fenced by a lease and started
+once their own caches synced. The manager is the scope of an unsharded process (its
+controllers are built at once with :meth:`Manager.add_setup`); with sharding
+(:class:`Sharding`, ``--shards N`` with N > 1) every acquired shard gets a scope of its
+own (its own informers holding only that shard, its own client fenced by that shard's
+Lease, its own controllers named ``<name>-shard-<i>``). Either way the leadership source
+calls the same three methods, :meth:`Manager.acquired`, :meth:`Manager.release` and
+:meth:`Manager.lost`, so fencing, starting once synced, draining and losing are written
+once:
 
-With sharding (:class:`Sharding`, ``--shards N`` with N > 1) the manager runs a shard
-coordinator instead of the single elector and is its ``ShardHandler``: setup functions
-registered with :meth:`Manager.add_setup` are run against a :class:`ShardScope` per
-acquired shard (own informers holding only that shard, own client fenced by that shard's
-Lease, own controllers named ``<name>-shard-<i>``); a released shard is drained, a lost
-one stopped at once, and the process carries on with its other shards. Only a stop
-request (every held shard released gracefully, exit 0) or caches that never sync (exit
-1) end it.
+- a graceful stop releases every held scope (intake stopped, queued keys dropped: the
+  successor lists everything anew; in-flight reconciles finish, bounded by
+  ``shutdown_timeout``; the Event sink flushed while the lease is still held), then the
+  lease is handed back so a successor takes over at once, and :meth:`Manager.run`
+  returns 0;
+- a lost lease, or a write finding a fence closed, stops that scope's workers at once
+  (nothing drained or released: the lease may be someone else's). Unsharded that ends
+  the process with exit code 1, so a restarted pod rejoins as a clean candidate (as
+  controller-runtime skips its graceful shutdown when the lease is lost); sharded the
+  process carries on with its other shards, and a shard whose fence reopens (a late
+  renewal, no other holder) is started anew;
+- caches that never sync (not refused: a refusal is waited out) and a failed shard
+  coordinator end the process with exit code 1.
 
-Metrics come in through seams (:mod:`cbop.runtime.metrics`, the workqueue's
-``MetricsProvider``); this package never imports Prometheus.
+Under leader election every write goes through a fenced client
+(``KubeClient.with_fence``): a create, update, patch or delete is sent only while the
+scope's lease is held by this process's clock. Metrics come in through seams
+(:mod:`cbop.runtime.metrics`, the workqueue's ``MetricsProvider``); this package never
+imports Prometheus.
 """
 
 from __future__ import annotations
@@ -38,7 +46,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Protocol
 
 import structlog
 
@@ -49,9 +56,19 @@ from cbop.health import ProbeServer
 from cbop.informers import SharedInformerFactory
 from cbop.kube import KubeClient
 from cbop.leaderelection import NO_METRICS, LeaderElector, LeaderMetrics
+from cbop.runtime.leadership import Coordinated, Coordinator, SingleLeader, Unelected
 from cbop.runtime.metrics import ControllerMetricsProvider
+from cbop.runtime.runnable import (
+    CACHES,
+    GROUP_ORDER,
+    LEADER_ELECTION,
+    OTHERS,
+    SERVERS,
+    Hooks,
+    Runnable,
+    RunnableGroup,
+)
 from cbop.runtime.scope import Scope
-from cbop.runtime.shards import ShardScope
 from cbop.sharding import ShardedGroupCheck
 from cbop.shardrange import ShardRange
 from cbop.stop import StopSignal
@@ -80,14 +97,6 @@ class LeaderElection:
     retry_period: float = 2.0
 
 
-class Coordinator(Protocol):
-    """What the manager needs of a shard coordinator (``cbop.sharding.ShardCoordinator``)."""
-
-    def run(self, stop: StopSignal) -> None:
-        """Hold shards until ``stop`` is set; then release every held shard and return."""
-        ...
-
-
 @dataclass(frozen=True)
 class Sharding:
     """Sharded operation (``--shards N``, N > 1): a shard coordinator and per-shard informers.
@@ -109,20 +118,22 @@ class Manager(Scope):
     """Runs controllers until stopped.
 
     Args:
-        client: the API client; reconcilers write through :attr:`client`.
+        client: the API client; reconcilers write through :attr:`client` (fenced by
+            the lease under leader election).
         informers: the shared informer factory every controller's informers come from
             (its scope is the manager's); the manager starts and stops it.
         identity: this process's identity (the Lease holder).
         leader_election: take part in leader election (None: lead at once).
         leader_metrics: ``leader_election_master_status`` hooks (optional).
         shutdown_timeout: seconds in-flight reconciles get on shutdown.
-        cache_sync_timeout: seconds to wait for the first lists; time while a list is
-            refused (CRD not installed, 403) does not count: that is waited out.
+        cache_sync_timeout: seconds a controller waits for its first lists; time while
+            a list is refused (CRD not installed, 403) does not count: that is waited
+            out.
         controller_metrics: creates each controller's metric hooks (optional).
         queue_metrics: the workqueues' metrics provider (optional; unnamed queues
             without it).
-        sharding: run shards instead of the single leader (None: today's single
-            leader); needs ``leader_election`` (whose timings the caller passes to the
+        sharding: run shards instead of the single leader (None: the single leader);
+            needs ``leader_election`` (whose timings the caller passes to the
             coordinator).
 
     Raises:
@@ -147,56 +158,97 @@ class Manager(Scope):
         if sharding is not None and leader_election is None:
             raise ValueError("sharding needs leader election")
         super().__init__(
-            # The client reconcilers write with: fenced by the lease under leader
-            # election. Sharded, only the Events go through it (each shard's writes go
-            # through the shard scope's client, fenced by the shard's Lease).
-            client.with_fence(self._fence) if leader_election and not sharding else client,
+            client,
             informers=informers,
             controller_metrics=controller_metrics,
             queue_metrics=queue_metrics,
+            # Sharded, only the Events go through the manager's own client (each shard's
+            # writes go through its scope's client, fenced by the shard's Lease).
+            fenced=leader_election is not None and sharding is None,
+            cache_sync_timeout=cache_sync_timeout,
+            on_failed=self._scope_failed,
+            on_fenced_off=self._fenced_off,
+            on_running=self._freeze_caches,
         )
         self.identity = identity
         self.shutdown_timeout = shutdown_timeout
-        self.cache_sync_timeout = cache_sync_timeout
         self.stop_event = StopSignal()
         self.sharding = sharding
         self._base_client = client
         self._setups: list[Callable[[Scope], object]] = []
-        self._shards: dict[int, ShardScope] = {}
+        self._shards: dict[int, Scope] = {}
         self._shards_lock = threading.Lock()
-        self._coordinator_thread: threading.Thread | None = None
         self.probes: ProbeServer | None = None
-        self._cleanups: list[Callable[[float], object]] = []
-        # Set only after the workers stopped, so the lease is released after the last write.
-        self._elector_stop = StopSignal()
+        self._drain_hooks: list[Callable[[float], object]] = []
         self._started_at: float | None = None  # time.monotonic() when run() began
-        self._lost_lease = threading.Event()
-        self._sync_failed = False
-        self._renew_deadline = leader_election.renew_deadline if leader_election else 0.0
+        self._exit_code = 0
+        self._lost = False
         self._retry_period = leader_election.retry_period if leader_election else 2.0
-        self._lease_duration = leader_election.lease_duration if leader_election else 0.0
+        self._groups = {name: RunnableGroup(name) for name in GROUP_ORDER}
+        self._groups[CACHES].add(
+            Hooks("shared informers", informers.start, lambda _: informers.shutdown())
+        )
         self.elector: LeaderElector | None = None
-        if leader_election is not None and sharding is None:
-            self.elector = LeaderElector(
-                client.with_limits(qps=0, burst=0, max_retries=0),
-                lease_name=leader_election.lease_name,
-                namespace=leader_election.namespace,
-                identity=identity,
-                lease_duration=leader_election.lease_duration,
-                renew_deadline=leader_election.renew_deadline,
-                retry_period=leader_election.retry_period,
-                on_started_leading=self._start_leading,
-                on_stopped_leading=self._stop_leading,
-                metrics=leader_metrics if leader_metrics is not None else NO_METRICS,
-                # Wait while a sharded group of the same id is at work (docs/sharding.md).
-                may_acquire=ShardedGroupCheck(
-                    client.with_limits(qps=0, burst=0, max_retries=0),
-                    group=leader_election.lease_name,
-                    namespace=leader_election.namespace,
-                    request_timeout=leader_election.renew_deadline / 2,
-                    clock=RealClock(),
-                ),
+        self._coordinated: Coordinated | None = None
+        # Stopped after the leadership source (the group stops in reverse): a shard the
+        # coordinator did not release in time is stopped at once.
+        self._groups[LEADER_ELECTION].add(
+            Hooks("shards left over", on_stop=lambda _: self._lose_leftover_shards())
+        )
+        leadership: Runnable
+        if sharding is not None and leader_election is not None:
+            self._coordinated = Coordinated(
+                sharding.coordinator(self),
+                on_failed=self._fail,
+                # Each held shard: its drain, then its elector's Lease release (bounded
+                # by the coordinator to a lease duration).
+                join_timeout=(shutdown_timeout + leader_election.lease_duration) * sharding.shards,
             )
+            leadership = self._coordinated
+        elif leader_election is not None:
+            single = SingleLeader(
+                self,
+                lambda started, stopped: self._elector(
+                    client, leader_election, leader_metrics, started, stopped
+                ),
+                join_timeout=leader_election.renew_deadline,
+            )
+            self.elector = single.elector
+            leadership = single
+        else:
+            leadership = Unelected(self)
+        self._groups[LEADER_ELECTION].add(leadership)
+
+    def _elector(
+        self,
+        client: KubeClient,
+        election: LeaderElection,
+        metrics: LeaderMetrics | None,
+        started: Callable[[], None],
+        stopped: Callable[[], None],
+    ) -> LeaderElector:
+        # Lease writes are never throttled, retried or fenced.
+        lease_client = client.with_limits(qps=0, burst=0, max_retries=0)
+        return LeaderElector(
+            lease_client,
+            lease_name=election.lease_name,
+            namespace=election.namespace,
+            identity=self.identity,
+            lease_duration=election.lease_duration,
+            renew_deadline=election.renew_deadline,
+            retry_period=election.retry_period,
+            on_started_leading=started,
+            on_stopped_leading=stopped,
+            metrics=metrics if metrics is not None else NO_METRICS,
+            # Wait while a sharded group of the same id is at work (docs/sharding.md).
+            may_acquire=ShardedGroupCheck(
+                lease_client,
+                group=election.lease_name,
+                namespace=election.namespace,
+                request_timeout=election.renew_deadline / 2,
+                clock=RealClock(),
+            ),
+        )
 
     # ------------------------------------------------------------------ wiring
 
@@ -204,12 +256,37 @@ class Manager(Scope):
         """Build controllers with ``setup(scope)`` in every scope the manager runs.
 
         Without sharding ``setup(self)`` runs at once (the manager is the only scope);
-        with sharding it runs against each shard's :class:`ShardScope` when the shard is
-        acquired (again after a shard was lost and acquired anew).
+        with sharding it runs against each shard's scope when the shard is acquired
+        (again after a shard was lost and acquired anew).
         """
         self._setups.append(setup)
         if self.sharding is None:
             setup(self)
+
+    def add_runnable(self, runnable: Runnable, group: str) -> None:
+        """Run ``runnable`` with the process, in ``group`` (:data:`GROUP_ORDER`).
+
+        Raises:
+            KeyError: no such group.
+        """
+        self._groups[group].add(runnable)
+
+    def add_cleanup(self, cleanup: Callable[[float], object]) -> None:
+        """Call ``cleanup(seconds)`` on shutdown (e.g. to close an Event sink).
+
+        It runs in the ``others`` group, after the leadership source stopped (every
+        scope drained and released) and before the informers and servers stop;
+        ``seconds`` is how long it may take: 0 after a lost lease, else at most 1.
+        """
+        self.add_runnable(Hooks("cleanup", on_stop=cleanup), OTHERS)
+
+    def add_drain_hook(self, hook: Callable[[float], object]) -> None:
+        """Call ``hook(seconds)`` whenever a scope has drained, before its lease goes back.
+
+        For the Event sink's flush: Events of the last reconciles are written while
+        the fence still lets them through. ``seconds`` is at most 1.
+        """
+        self._drain_hooks.append(hook)
 
     def scopes(self) -> list[Scope]:
         """Return the scopes whose caches serve the process now.
@@ -221,32 +298,26 @@ class Manager(Scope):
             return [self]
         return list(self.shard_scopes())
 
-    def shard_scopes(self) -> Iterator[ShardScope]:
+    def shard_scopes(self) -> Iterator[Scope]:
         """Yield the active (syncing or running) shard scopes, by shard index."""
         with self._shards_lock:
-            scopes = sorted(self._shards.values(), key=lambda scope: scope.shard.index)
+            scopes = sorted(self._shards.values(), key=lambda scope: scope.index)
         return (scope for scope in scopes if scope.active)
 
-    def add_cleanup(self, cleanup: Callable[[float], object]) -> None:
-        """Call ``cleanup(seconds)`` on shutdown (e.g. to flush an Event sink).
-
-        Cleanups run after the workers stopped and before the lease is released;
-        ``seconds`` is how long one may take: 0 after a lost lease, else at most 1.
-        """
-        self._cleanups.append(cleanup)
+    # ------------------------------------------------------------------ health
 
     def healthy(self) -> bool:
         """Liveness: every controller's workers and every informer's threads run.
 
         Never false for an API server outage (restarting would not end it);
-        :meth:`SharedInformerFactory.connected` reports that. With sharding: the
-        coordinator's thread runs and every held shard's workers and informers run.
+        :meth:`connected` reports that. With sharding: the coordinator's thread runs
+        and every held shard's workers and informers run.
         """
-        if self.sharding is not None:
-            thread = self._coordinator_thread
-            coordinating = thread is None or thread.is_alive() or self.stop_event.is_set()
+        if self._coordinated is not None:
+            coordinating = self._coordinated.running() or self.stop_event.is_set()
             return coordinating and all(scope.healthy() for scope in self.shard_scopes())
-        return all(c.healthy() for c in self.controllers.values()) and self.informers.alive()
+        workers = all(c.healthy() for c in self.controllers.values())
+        return workers and self.informers.alive()
 
     def connected(self) -> bool:
         """Readiness: every informer's watch of every scope is up (or down only briefly)."""
@@ -257,7 +328,7 @@ class Manager(Scope):
         if self.sharding is None:
             return self.informers.connection_states()
         return {
-            f"{name}@shard-{scope.shard.index}": up
+            f"{name}@shard-{scope.index}": up
             for scope in self.shard_scopes()
             for name, up in scope.informers.connection_states().items()
         }
@@ -265,12 +336,11 @@ class Manager(Scope):
     def _shards_ready(self) -> str | None:
         """Return why a sharded replica is not ready (``/readyz``), or None.
 
-        Ready: the coordinator runs and every held shard's caches synced.
-
-        A replica that holds no shard is ready (a standby).
+        Ready: the coordinator runs and every held shard's caches synced. A replica
+        that holds no shard is ready (a standby).
         """
-        thread = self._coordinator_thread
-        if thread is None or not thread.is_alive():
+        coordinated = self._coordinated
+        if coordinated is None or coordinated.thread is None or not coordinated.running():
             return "the shard coordinator is not running"
         for scope in self.shard_scopes():
             why = scope.not_ready()
@@ -279,12 +349,12 @@ class Manager(Scope):
         return None
 
     def bind_probes(self, address: tuple[str, int]) -> ProbeServer:
-        """Bind the ``/healthz`` and ``/readyz`` server (served from :meth:`run`).
+        """Bind the ``/healthz`` and ``/readyz`` server (served while :meth:`run` runs).
 
         Call it once every controller is added: ``/readyz`` gets one check per informer
         handed out so far (sharded: ``shards``, every held shard's caches synced) plus
-        ``informers-connected``; ``/healthz`` checks
-        ``informers-and-workers`` (:meth:`healthy`).
+        ``informers-connected``; ``/healthz`` checks ``informers-and-workers``
+        (:meth:`healthy`). The server is the first runnable of the ``servers`` group.
 
         Raises:
             OSError: the address cannot be bound.
@@ -294,206 +364,118 @@ class Manager(Scope):
             if self.sharding is not None
             else self.informers.readiness_checks()
         )
-        self.probes = ProbeServer(
+        probes = ProbeServer(
             address,
             liveness={"informers-and-workers": self.healthy},
             # An API server outage shows here (and in logs and metrics), not on
             # /healthz: restarting every replica would not end it.
             readiness={**readiness, "informers-connected": self.connected},
         )
-        return self.probes
+        self.probes = probes
+        self.add_runnable(Hooks("probes", probes.start, lambda _: probes.stop()), SERVERS)
+        return probes
 
-    # ------------------------------------------------------------------ leadership
+    # ------------------------------------------------------------------ scopes
 
-    def _fence(self) -> bool:
-        """Return whether a write may be sent: the fence of the writing client.
+    def acquired(self, shard: ShardRange | None, fence: Callable[[], bool] | None) -> None:
+        """Start the scope of ``shard`` (None: the process's own); return at once.
 
-        True while the elector holds the lease by its own clock. The first False also
-        ends the work as a lost lease does (a write that finds the fence closed means
-        the lease may be someone else's by now).
+        Unsharded, that is the manager itself: its controllers start as their caches
+        sync. Sharded, a new scope is built (informers of :attr:`Sharding.informers`,
+        a client fenced by ``fence``, every setup of :meth:`add_setup` run against it)
+        and started. The coordinator's ``ShardHandler``; also called by the single
+        leader and by a process without leader election.
+
+        Raises:
+            RuntimeError: a shard for an unsharded manager, or None for a sharded one.
         """
-        elector = self.elector
-        if elector is not None and elector.holds_lease():
-            return True
-        if not self._elector_stop.is_set():
-            # Not while releasing after a graceful stop: that closed the fence on purpose.
-            self._lose_lease("a write found the leader lease no longer valid")
-        return False
-
-    def _lose_lease(self, why: str) -> None:
-        """Stop every worker at once, drop the queues, and have :meth:`run` return 1."""
-        if self._lost_lease.is_set():
+        if shard is None:
+            if self.sharding is not None:
+                raise RuntimeError("a sharded manager has no scope of its own to start")
+            self.start(fence)
             return
-        self._lost_lease.set()
-        log.error(f"{why}; stopping at once so a fresh candidate can take over")
-        for controller in self.controllers.values():
-            controller.stop_workers()
-        self.stop_event.set()
+        self._start_shard(shard, fence, replacing=None)
 
-    def _start_leading(self) -> None:
-        log.info("became leader; starting workers", identity=self.identity)
-        self._start_workers_once_synced()
+    def release(self, shard: ShardRange | None) -> None:
+        """Hand the scope of ``shard`` over gracefully; blocks while it drains.
 
-    def _stop_leading(self) -> None:
-        if self._elector_stop.is_set():
-            return  # released on request, after the workers stopped
-        self._lose_lease("lost the leader lease")
-
-    def _start_workers_once_synced(self) -> None:
-        """Wait for the caches, then start every controller's workers.
-
-        A missing CRD or RBAC not applied yet (GitOps tools apply manifests in any
-        order) is waited out, not ended in a restart loop: the informers retry with
-        backoff and /readyz names what is missing. The timeout only counts while
-        nothing is refused. Caches that do not sync stop the manager (exit 1).
+        Stops intake, lets in-flight reconciles finish (at most ``shutdown_timeout``
+        seconds), runs the drain hooks (the Event sink's flush), stops the scope's own
+        informers, then returns: the leadership source hands the lease back after that.
         """
-        synced = self.informers.wait_for_cache_sync(
-            self.cache_sync_timeout, stop=self.stop_event, wait_out_refusals=True
-        )
-        if self.stop_event.is_set():
+        if shard is None:
+            self.stop(self.shutdown_timeout, self._drained)
             return
-        if not synced:
-            giving_up = "; giving up leadership" if self.elector is not None else ""
-            log.error(f"caches did not sync in time{giving_up}", timeout=self.cache_sync_timeout)
-            self._sync_failed = True
-            self.stop_event.set()
+        with self._shards_lock:
+            scope = self._shards.get(shard.index)
+        if scope is None:
             return
-        # Full collections stop rescanning the synced caches. Right after the start
-        # (no wait for leadership) nothing worth a collection was made since
-        # freeze_startup(), and skipping it brings the first reconcile closer.
-        started = self._started_at
-        fresh = started is not None and time.monotonic() - started < FRESH_START_SECONDS
-        freeze_caches(collect=not fresh)
-        for controller in self.controllers.values():
-            controller.start()
+        scope.stop(self.shutdown_timeout, self._drained)
+        with self._shards_lock:
+            if self._shards.get(shard.index) is scope:
+                del self._shards[shard.index]
 
-    # ------------------------------------------------------------------ run
+    def lost(self, shard: ShardRange | None) -> None:
+        """Stop the scope of ``shard`` at once (no drain).
 
-    def run(self) -> int:
-        """Run until :attr:`stop_event` is set; return the process exit code.
-
-        Returns:
-            0 after a graceful stop; 1 when the lease was lost (or a write found the
-            fence closed) or caches never synced, with or without leader election.
-            Sharded: 0 after a graceful stop (a lost shard does not end the process);
-            1 when a shard's caches never synced or the coordinator failed.
+        Unsharded, the process then stops with exit code 1; sharded it carries on.
         """
-        if self.probes is not None:
-            self.probes.start()
-        if self.sharding is not None:
-            return self._run_sharded(self.sharding)
-        log.info(
-            "starting",
-            namespaces=[ns for ns in self.informers.scopes if ns] or "all",
-            controllers={name: c.workers for name, c in self.controllers.items()},
-            leader_elect=self.elector is not None,
-        )
-        freeze_startup()
-        self._started_at = time.monotonic()
-        self.informers.start()
-        elector_thread = None
-        if self.elector is not None:
-            elector_thread = threading.Thread(
-                target=self.elector.run,
-                args=(self._elector_stop,),
-                name="cbop-leader-election",
-                daemon=True,
-            )
-            elector_thread.start()
-        else:
-            self._start_workers_once_synced()
-        self.stop_event.wait()
-        self._shutdown()
-        self._elector_stop.set()
-        if elector_thread is not None:
-            elector_thread.join(self._renew_deadline)
-        if self.probes is not None:
-            self.probes.stop()
-        code = 1 if self._lost_lease.is_set() or self._sync_failed else 0
-        log.info("stopped", exit_code=code)
-        return code
-
-    def _shutdown(self) -> None:
-        """Stop the controllers and the informers, then run the cleanups."""
-        if self._lost_lease.is_set():
-            # No drain and no release: the fence refuses every write anyway, and the
-            # lease may already be someone else's.
-            log.info("stopping without a drain after losing the leader lease")
-            for controller in self.controllers.values():
-                controller.shutdown(0.0)
-            self.informers.shutdown()
-            for cleanup in self._cleanups:
-                cleanup(0.0)
+        if shard is None:
+            self._lose_process("lost the leader lease")
             return
-        log.info("shutting down", timeout=self.shutdown_timeout)
-        finished = self.shutdown_controllers(self.shutdown_timeout)
-        if not finished:
-            log.warning("in-flight reconciles did not finish in time")
-        self.informers.shutdown()
-        # Cleanups are best effort (Events): a second at most, then release.
-        for cleanup in self._cleanups:
-            cleanup(min(1.0, self.shutdown_timeout))
+        with self._shards_lock:
+            scope = self._shards.pop(shard.index, None)
+        if scope is not None:
+            scope.lose("lost the shard lease")
 
-    # ------------------------------------------------------------------ sharding
-
-    def _run_sharded(self, sharding: Sharding) -> int:
-        """Run the shard coordinator until stopped; see :meth:`run`."""
-        log.info(
-            "starting sharded",
-            shards=sharding.shards,
-            namespaces=[ns for ns in self.informers.scopes if ns] or "all",
-            identity=self.identity,
-        )
-        coordinator = sharding.coordinator(self)
-        failed = threading.Event()
-
-        def coordinate() -> None:
-            try:
-                coordinator.run(self._elector_stop)
-            except Exception:
-                log.exception("the shard coordinator failed")
-                failed.set()
-                self.stop_event.set()
-
-        thread = threading.Thread(target=coordinate, name="cbop-shard-coordinator", daemon=True)
-        self._coordinator_thread = thread
-        thread.start()
-        self.stop_event.wait()
-        log.info("shutting down; releasing every held shard", timeout=self.shutdown_timeout)
-        # The coordinator releases each held shard (drained, bounded by the shutdown
-        # timeout) before it releases the shard's Lease, then returns.
-        self._elector_stop.set()
-        # Each held shard: its drain, then its elector's Lease release (bounded by the
-        # coordinator to a lease duration); the thread is a daemon past this bound.
-        thread.join((self.shutdown_timeout + self._lease_duration) * sharding.shards)
+    def _lose_leftover_shards(self) -> None:
         with self._shards_lock:
             leftover = list(self._shards.values())
             self._shards.clear()
         for scope in leftover:
             scope.lose("stopping with the shard still held")
-        for cleanup in self._cleanups:
-            cleanup(min(1.0, self.shutdown_timeout))
-        if self.probes is not None:
-            self.probes.stop()
-        code = 1 if failed.is_set() or self._sync_failed else 0
-        log.info("stopped", exit_code=code)
-        return code
 
-    def acquired(self, shard: ShardRange, fence: Callable[[], bool]) -> None:
-        """Start work on ``shard`` (the coordinator's ``ShardHandler``; returns at once).
+    def _drained(self, seconds: float) -> None:
+        for hook in self._drain_hooks:
+            hook(seconds)
 
-        Creates the shard's :class:`ShardScope` (informers of
-        :attr:`Sharding.informers`, a client fenced by ``fence``), runs every setup
-        function of :meth:`add_setup` against it, and starts it: informers now, workers
-        once its caches synced.
+    def _lose_process(self, why: str) -> None:
+        """Stop the process's scope at once and end the process with exit code 1."""
+        self.lose(why)
+        self._lost = True
+        self._fail(why)
 
-        Raises:
-            RuntimeError: the manager is not sharded.
+    def _fenced_off(self, scope: Scope) -> None:
+        """End the process (exit 1): a write found the process's fence closed."""
+        self._lost = True
+        self._fail("a write found the leader lease no longer valid")
+
+    def _scope_failed(self, scope: Scope, why: str) -> None:
+        """Stop the process (exit 1): a controller's caches never synced."""
+        self._fail(why)
+
+    def _fail(self, why: str) -> None:
+        """Stop the process with exit code 1 (idempotent; the first reason is logged)."""
+        if self._exit_code == 0:
+            log.error(f"{why}; stopping")
+        self._exit_code = 1
+        self.stop_event.set()
+
+    def _freeze_caches(self, scope: Scope) -> None:
+        """Freeze the synced caches once every controller of the process's scope runs.
+
+        Full collections then stop rescanning them. Right after the start (no wait for
+        leadership) nothing worth a collection was made since ``freeze_startup()``, and
+        skipping it brings the first reconcile closer. Not for shard scopes: a scope
+        refers to itself (its client's fence), and a frozen cycle is never collected,
+        so every shard handed over would keep its caches alive.
         """
-        self._start_shard(shard, fence, replacing=None)
+        started = self._started_at
+        fresh = started is not None and time.monotonic() - started < FRESH_START_SECONDS
+        freeze_caches(collect=not fresh)
 
     def _start_shard(
-        self, shard: ShardRange, fence: Callable[[], bool], *, replacing: ShardScope | None
+        self, shard: ShardRange, fence: Callable[[], bool] | None, *, replacing: Scope | None
     ) -> bool:
         """Build and start a scope for ``shard``; return whether it started.
 
@@ -502,16 +484,19 @@ class Manager(Scope):
         sharding = self.sharding
         if sharding is None:
             raise RuntimeError("acquired() needs a sharded manager")
-        scope = ShardScope(
-            shard,
-            client=self._base_client,
-            fence=fence,
+        scope = Scope(
+            self._base_client,
             informers=sharding.informers(shard),
-            cache_sync_timeout=self.cache_sync_timeout,
-            on_sync_failed=self._shard_sync_failed,
-            on_fenced_off=lambda lost: self._restart_when_fence_reopens(lost, fence),
             controller_metrics=self.controller_metrics,
             queue_metrics=self.queue_metrics,
+            name_suffix=f"-shard-{shard.index}",
+            shard=shard,
+            fenced=True,
+            owns_informers=True,
+            cache_sync_timeout=self.cache_sync_timeout,
+            on_failed=self._scope_failed,
+            # A shard whose write found its fence closed is started anew once it reopens.
+            on_fenced_off=lambda lost: self._restart_when_fence_reopens(lost, fence),
         )
         for setup in self._setups:
             setup(scope)
@@ -522,63 +507,88 @@ class Manager(Scope):
             self._shards[shard.index] = scope
         if stale is not None:
             stale.lose("the shard was acquired anew")
-        scope.start()
+        log.info("shard acquired; starting its informers", shard=str(shard))
+        scope.start(fence)
         return True
 
-    def _restart_when_fence_reopens(self, lost: ShardScope, fence: Callable[[], bool]) -> None:
+    def _restart_when_fence_reopens(self, lost: Scope, fence: Callable[[], bool] | None) -> None:
         """Start the shard anew once its fence is open again, after a write found it closed.
 
         Not when the coordinator lost, released or re-acquired the shard meanwhile (then
         ``lost`` is no longer the shard's scope). A closed fence does not mean the Lease
         is gone: a renewal that came late (a slow API server) closes it until the shard's
-        elector renews again. The elector renews
-        with the resourceVersion it read, so an open fence afterwards means no other
-        replica held the Lease in between; a Lease taken by another makes the elector
-        stop, and the coordinator then calls :meth:`lost`. Polls every retry period on a
-        daemon thread until one of those happens or the manager stops.
+        elector renews again. The elector renews with the resourceVersion it read, so an
+        open fence afterwards means no other replica held the Lease in between; a Lease
+        taken by another makes the elector stop, and the coordinator then calls
+        :meth:`lost`. Checks every retry period on a daemon thread until one of those
+        happens or the manager stops.
         """
-        period = self._retry_period
+        shard = lost.shard
+        if shard is None or fence is None:
+            return
 
         def watch() -> None:
-            while not self.stop_event.wait(period):
+            while not self.stop_event.wait(self._retry_period):
                 with self._shards_lock:
-                    if self._shards.get(lost.shard.index) is not lost:
+                    if self._shards.get(shard.index) is not lost:
                         return
                 if fence():
-                    if self._start_shard(lost.shard, fence, replacing=lost):
-                        log.info(
-                            "the shard lease is held again; shard restarted", shard=str(lost.shard)
-                        )
+                    if self._start_shard(shard, fence, replacing=lost):
+                        log.info("the shard lease is held again; shard restarted", shard=str(shard))
                     return
 
         threading.Thread(
-            target=watch, name=f"cbop-shard-{lost.shard.index}-refence", daemon=True
+            target=watch, name=f"cbop-shard-{shard.index}-refence", daemon=True
         ).start()
 
-    def release(self, shard: ShardRange) -> None:
-        """Hand ``shard`` over gracefully (``ShardHandler``); blocks while it drains.
+    # ------------------------------------------------------------------ run
 
-        Stops the shard's intake, lets in-flight reconciles finish (at most
-        ``shutdown_timeout`` seconds), stops its informers, then returns: the
-        coordinator releases the shard's Lease after that.
+    def run(self) -> int:
+        """Run until :attr:`stop_event` is set; return the process exit code.
+
+        Starts the groups in order (servers, caches, others, leadership), waits for the
+        stop request, and stops them in reverse.
+
+        Returns:
+            0 after a graceful stop; 1 when the lease was lost (or a write found the
+            fence closed), caches never synced, or the shard coordinator failed.
+            Sharded, a lost shard does not end the process.
+
+        Raises:
+            Exception: a runnable failed to start (an address that cannot be bound);
+                what had started is stopped first.
         """
-        with self._shards_lock:
-            scope = self._shards.get(shard.index)
-        if scope is None:
-            return
-        scope.release(self.shutdown_timeout)
-        with self._shards_lock:
-            if self._shards.get(shard.index) is scope:
-                del self._shards[shard.index]
+        log.info(
+            "starting",
+            namespaces=[ns for ns in self.informers.scopes if ns] or "all",
+            controllers={name: c.workers for name, c in self.controllers.items()},
+            shards=self.sharding.shards if self.sharding else 1,
+            leader_elect=self.elector is not None or self.sharding is not None,
+            identity=self.identity,
+        )
+        freeze_startup()
+        self._started_at = time.monotonic()
+        started: list[RunnableGroup] = []
+        try:
+            for name in GROUP_ORDER:
+                group = self._groups[name]
+                started.append(group)
+                group.start()
+        except BaseException:
+            self._stop_groups(started)
+            raise
+        self.stop_event.wait()
+        self._stop_groups(started)
+        code = self._exit_code
+        log.info("stopped", exit_code=code)
+        return code
 
-    def lost(self, shard: ShardRange) -> None:
-        """Stop ``shard``'s work at once (``ShardHandler``): no drain; the process carries on."""
-        with self._shards_lock:
-            scope = self._shards.pop(shard.index, None)
-        if scope is not None:
-            scope.lose("lost the shard lease")
-
-    def _shard_sync_failed(self, scope: ShardScope) -> None:
-        """Stop the process (exit 1) when a shard's caches never synced, as unsharded."""
-        self._sync_failed = True
-        self.stop_event.set()
+    def _stop_groups(self, groups: list[RunnableGroup]) -> None:
+        if self._lost:
+            # No drain and no release: the fence refuses every write anyway, and the
+            # lease may already be someone else's.
+            log.info("stopping without a drain after losing the leader lease")
+        else:
+            log.info("shutting down", timeout=self.shutdown_timeout)
+        for group in reversed(groups):
+            group.stop(0.0 if self._lost else min(1.0, self.shutdown_timeout))
