@@ -42,6 +42,7 @@ from cbop.sharding import (
     shard_lease_name,
 )
 from cbop.shardrange import ShardRange
+from cbop.stop import StopSignal
 from cbop_testing.envtest import ControlPlane
 
 from .harness import wait_for
@@ -217,7 +218,7 @@ class Group:
             retry_period=RETRY_PERIOD,
             handler=recorder,
         )
-        stop = threading.Event()
+        stop = StopSignal()
         thread = threading.Thread(target=coordinator.run, args=(stop,), name=name, daemon=True)
         replica = Replica(name, coordinator, recorder, client, stop, thread)
         self.replicas[name] = replica
@@ -434,7 +435,7 @@ def test_a_new_shard_count_waits_for_the_old_one_and_a_single_leader_for_both(
     FIGURES.setdefault("shard_count_change_gap_s", []).append(first_acquire - last_release)
 
     led_at: list[float] = []
-    single_stop = threading.Event()
+    single_stop = StopSignal()
     with KubeClient.from_config(kubeconfig=kubeconfig, qps=0) as client:
         single = LeaderElector(
             client,
