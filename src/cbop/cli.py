@@ -36,11 +36,13 @@ import structlog
 from cbop import __version__, defaults
 from cbop.configbundle import Result
 from cbop.configbundle import controller as configbundle
+from cbop.controllers import CONTROLLERS
 from cbop.informers import SharedInformerFactory
 from cbop.keys import split_key
 from cbop.kube import CONFIGBUNDLES, ApiError, ConfigError, ConnectionFailed, KubeClient
 from cbop.logconfig import LEVELS, configure_logging
-from cbop.manager import Manager, Options
+from cbop.manager import Manager, Options, enabled_controllers
+from cbop.runtime.definition import ControllerDefinition
 from cbop.runtime.events import EVENT_LEVELS, EventRecorder
 
 log = structlog.get_logger("cbop.cli")
@@ -169,8 +171,12 @@ def _env_default(parser: argparse.ArgumentParser, action: argparse.Action) -> An
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(
+    definitions: Sequence[ControllerDefinition] = CONTROLLERS,
+) -> argparse.ArgumentParser:
     """Return the argument parser, with the environment applied.
+
+    ``definitions``: the controllers whose flags it offers (default: the registry).
 
     Precedence, as most CLIs: a flag on the command line beats its ``CBOP_*`` variable,
     which beats the built-in default. A repeatable flag given on the command line
@@ -247,13 +253,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="Events to write: notable (drift corrected, replaced, adopted, deleted, "
         "orphaned, warnings), all (also Created/Updated), none",
     )
-    flag(
-        "rollout",
-        defaults.ROLLOUT,
-        action="store_true",
-        help="roll Deployments, StatefulSets and DaemonSets labelled cbop.dev/rollout=true "
-        "when the managed ConfigMaps they read change (needs get/list/watch/patch on them)",
-    )
+    # Each controller's own flags (cbop.controllers: the registry).
+    for definition in definitions:
+        for option in definition.flags:
+            if isinstance(option.default, bool):
+                flag(option.name, option.default, action="store_true", help=option.help)
+            else:
+                flag(option.name, option.default, type=type(option.default), help=option.help)
     flag(
         "metrics-bind-address",
         defaults.METRICS_BIND_ADDRESS,
@@ -357,17 +363,23 @@ def pool_size(args: argparse.Namespace) -> int:
     One per open watch and one per concurrent reconcile, for every shard a replica may
     hold (all ``--shards`` of them, when it is the only one), plus a few for Leases and
     Events; at least 16. Each informer (one per resource and ``--namespace``) holds a
-    watch; ConfigBundles and managed ConfigMaps, plus three workload kinds with
-    ``--rollout``, each kind's controller with ``--workers`` workers. A pool that is too
-    small opens and drops a connection per request beyond it (urllib3's "Connection pool
-    is full" warning).
+    watch: the resources the enabled controllers declare (shared ones once); each of
+    their controllers has ``--workers`` workers. A pool that is too small opens and
+    drops a connection per request beyond it (urllib3's "Connection pool is full"
+    warning).
     """
-    kinds = 2 + (3 if args.rollout else 0)
-    controllers = 1 + (3 if args.rollout else 0)
+    enabled = enabled_controllers(controller_settings(args))
+    kinds = len({resource for d in enabled for resource in d.resources})
+    controllers = sum(d.controllers for d in enabled)
     scopes = len(args.namespaces or [None])
     per_shard: int = kinds * scopes + controllers * args.workers
     shards: int = args.shards
     return max(16, per_shard * shards + 4)
+
+
+def controller_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """Return the controllers' flag values from parsed ``args``, by flag ``dest``."""
+    return {option.dest: getattr(args, option.dest) for d in CONTROLLERS for option in d.flags}
 
 
 def _connect(args: argparse.Namespace) -> KubeClient:
@@ -559,7 +571,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 read_timeout=args.watch_read_timeout,
                 priority_queue=args.priority_queue,
                 events=args.events,
-                rollout=args.rollout,
+                settings=controller_settings(args),
                 shards=args.shards,
             ),
         )

@@ -1,14 +1,17 @@
-"""cbop's manager: the runtime manager with Prometheus metrics and the ConfigBundle controller.
+"""cbop's process: the runtime manager with Prometheus metrics and every enabled controller.
 
-:class:`Manager` is :class:`cbop.runtime.Manager` (shared informers, probes, leader
-election, graceful shutdown, exit codes: see there) configured from the command line's
-:class:`Options`, plus what makes it cbop: the Prometheus registry and the ``/metrics``
-endpoint, the REST client, workqueue, controller and leader-election metrics, the Event
-recorder, the ConfigBundle controller (:mod:`cbop.configbundle.controller`) and, with
-``--rollout``, the rollout controllers (:mod:`cbop.rollout.controller`).
+:class:`Manager` is :class:`cbop.runtime.Manager` (runnables in ordered groups, scopes,
+leader election, graceful shutdown, exit codes: see there) configured from the command
+line's :class:`Options`, plus what makes it cbop: the Prometheus registry and the
+``/metrics`` server (a runnable of the ``servers`` group), the REST client, workqueue,
+controller and leader-election metrics, the Event recorder (flushed when a scope has
+drained, closed on shutdown), and the controllers of the registry
+(:data:`cbop.controllers.CONTROLLERS`): each enabled definition is installed once
+(``install(context)``, its metrics) and its setup runs against every scope. Nothing here
+names a controller.
 
-With ``--shards N`` (N > 1) the controllers are set up once per held shard instead
-(:class:`cbop.runtime.ShardScope`, run by a :class:`cbop.sharding.ShardCoordinator`);
+With ``--shards N`` (N > 1) the controllers are set up once per held shard instead (a
+:class:`cbop.runtime.Scope` per shard, acquired by a :class:`cbop.sharding.ShardCoordinator`);
 the Event recorder, ``/metrics``, the probes and the collectors stay per process and read
 every held shard (``cbop_configbundles`` sums over them; ``cbop_shard_objects`` counts
 each).
@@ -23,33 +26,30 @@ import socketserver
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import structlog
 from prometheus_client import CollectorRegistry, start_http_server
 
 from cbop import defaults
-from cbop.configbundle import controller as configbundle
+from cbop.controllers import CONTROLLERS
 from cbop.health import parse_bind_address
 from cbop.informers import SharedInformerFactory
-from cbop.kube import CONFIGBUNDLES, KubeClient
+from cbop.kube import KubeClient, Resource
 from cbop.metrics.controller import (
-    BundleReadinessCollector,
-    ConfigMapWriteMetrics,
     EventSinkCollector,
     InformerConnectedCollector,
     LeaderElectionMetrics,
     PrometheusControllerMetricsProvider,
 )
 from cbop.metrics.restclient import PrometheusRestClientMetrics
-from cbop.metrics.rollout import RolloutMetrics
 from cbop.metrics.secure import CertSource, start_secure_metrics_server
 from cbop.metrics.sharding import PrometheusShardMetrics
 from cbop.metrics.shardobjects import ShardObjectsCollector
 from cbop.metrics.workqueue import PrometheusWorkqueueMetricsProvider
-from cbop.rollout import controller as rollout
-from cbop.runtime import Controller, Coordinator, Hooks, LeaderElection, Scope, Sharding
+from cbop.runtime import Coordinator, Hooks, LeaderElection, Sharding
 from cbop.runtime import Manager as RuntimeManager
+from cbop.runtime.definition import Context, ControllerDefinition, PolicyRule
 from cbop.runtime.events import EventLevel, EventRecorder
 from cbop.runtime.runnable import SERVERS
 from cbop.sharding import ShardCoordinator
@@ -58,6 +58,25 @@ from cbop.shardrange import ShardRange
 log = structlog.get_logger("cbop.manager")
 
 _SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+#: The cluster-wide rules the process needs whatever controllers run (the controllers'
+#: own are in their definitions; the Lease rules of leader election are a namespaced
+#: Role of their own, manifests/rbac/leader_election_role.yaml).
+PROCESS_RBAC: Final = (
+    PolicyRule(("",), ("events",), ("create", "patch"), "the Event recorder"),
+    PolicyRule(
+        ("authentication.k8s.io",),
+        ("tokenreviews",),
+        ("create",),
+        "--metrics-secure: who scrapes /metrics",
+    ),
+    PolicyRule(
+        ("authorization.k8s.io",),
+        ("subjectaccessreviews",),
+        ("create",),
+        "--metrics-secure: whether the scraper may get /metrics",
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -89,8 +108,8 @@ class Options:
         identity: this candidate's identity (default: hostname plus a random suffix).
         events: which Events are written (``notable``, ``all``, ``none``; see
             :class:`cbop.configbundle.EventRecorder`).
-        rollout: run the rollout controllers (:mod:`cbop.rollout.controller`) and
-            register ``cbop_rollouts_total``.
+        settings: the controllers' flag values by :attr:`cbop.runtime.definition.Flag.dest`
+            (``{"rollout": True}``); missing ones take their defaults.
         shards: shards the bundles are spread over by namespace (``--shards``); 1: the
             single leader; more needs ``leader_elect``.
     """
@@ -114,7 +133,7 @@ class Options:
     priority_queue: bool = True
     identity: str = field(default_factory=lambda: f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}")
     events: EventLevel = defaults.EVENTS
-    rollout: bool = defaults.ROLLOUT
+    settings: Mapping[str, Any] = field(default_factory=dict)
     shards: int = defaults.SHARDS
 
 
@@ -150,6 +169,9 @@ class Manager(RuntimeManager):
         client: the shared API client.
         options: see :class:`Options`.
         registry: Prometheus registry (a fresh one by default).
+        definitions: the controllers it may run (default: the registry,
+            :data:`cbop.controllers.CONTROLLERS`); those their settings enable are
+            installed and set up in every scope.
 
     Raises:
         ValueError: from the constructor, for a bad bind address or leader-election
@@ -167,6 +189,7 @@ class Manager(RuntimeManager):
         options: Options,
         *,
         registry: CollectorRegistry | None = None,
+        definitions: Sequence[ControllerDefinition] = CONTROLLERS,
     ) -> None:
         self.options = options
         self.registry = registry or CollectorRegistry()
@@ -225,12 +248,19 @@ class Manager(RuntimeManager):
                 Hooks("metrics server", self._serve_metrics, lambda _: self._stop_metrics()),
                 SERVERS,
             )
-        #: The ConfigBundle controller (None when sharded: each shard has its own).
-        self.controller: Controller | None = None
-        self._write_metrics = ConfigMapWriteMetrics(self.registry)
-        self._rollout_metrics = RolloutMetrics(self.registry) if options.rollout else None
-        self.add_setup(self._setup_controllers)
-        self.registry.register(BundleReadinessCollector(self._cached_bundles))
+        settings = {**ControllerDefinition.settings_of(definitions), **options.settings}
+        context = Context(
+            settings=settings,
+            workers=options.workers,
+            priority_queue=options.priority_queue,
+            recorder=self.recorder,
+            registry=self.registry,
+            cached=self._cached,
+        )
+        #: The controller definitions this process runs (enabled by their settings).
+        self.definitions = enabled_controllers(settings, definitions)
+        for definition in self.definitions:
+            self.add_setup(definition.install(context))
         recorder = self.recorder
         self.registry.register(EventSinkCollector(lambda: (recorder.dropped, recorder.failed)))
         self.registry.register(InformerConnectedCollector(self.connection_states))
@@ -283,30 +313,9 @@ class Manager(RuntimeManager):
             coordinator=coordinator,
         )
 
-    def _setup_controllers(self, scope: Scope) -> None:
-        """Add the ConfigBundle (and, with ``--rollout``, the rollout) controllers to ``scope``."""
-        opts = self.options
-        controller = configbundle.setup(
-            scope,
-            recorder=self.recorder,
-            observer=self._write_metrics,
-            workers=opts.workers,
-            priority_queue=opts.priority_queue,
-        )
-        if scope is self:
-            self.controller = controller
-        if self._rollout_metrics is not None:
-            rollout.setup(
-                scope,
-                recorder=self.recorder,
-                observer=self._rollout_metrics,
-                workers=opts.workers,
-                priority_queue=opts.priority_queue,
-            )
-
-    def _cached_bundles(self) -> list[Mapping[str, Any]]:
-        """Return the ConfigBundles in every scope's cache (every held shard's if sharded)."""
-        return [bundle for scope in self.scopes() for bundle in scope.cached(CONFIGBUNDLES)]
+    def _cached(self, resource: Resource) -> list[Mapping[str, Any]]:
+        """Return the objects of ``resource`` in every scope's cache (every held shard's)."""
+        return [obj for scope in self.scopes() for obj in scope.cached(resource)]
 
     def _serve_metrics(self) -> None:
         """Serve ``/metrics`` (HTTPS with ``--metrics-secure``); the ``servers`` group starts it.
@@ -340,3 +349,17 @@ class Manager(RuntimeManager):
         if server is not None:
             server.shutdown()
             server.server_close()
+
+
+def enabled_controllers(
+    settings: Mapping[str, Any], definitions: Sequence[ControllerDefinition] = CONTROLLERS
+) -> tuple[ControllerDefinition, ...]:
+    """Return the definitions whose ``enabled`` holds for ``settings`` (defaults filled in).
+
+    Args:
+        settings: flag values by :attr:`cbop.runtime.definition.Flag.dest`; missing
+            ones take their flag's default.
+        definitions: the registry (default: :data:`cbop.controllers.CONTROLLERS`).
+    """
+    full = {**ControllerDefinition.settings_of(definitions), **settings}
+    return tuple(d for d in definitions if d.enabled(full))

@@ -135,9 +135,19 @@ def test_more_than_one_shard_without_leader_election_is_a_usage_error(
 @pytest.mark.parametrize(
     ("argv", "size"),
     [
-        ([], 16),
-        (["--namespace=a", "--namespace=b", "--workers=8"], 16),
-        (["--shards=2", "--leader-elect"] + [f"--namespace=n{i}" for i in range(10)], 52),
+        # The rollout is on by default: 5 resources watched, 4 controllers.
+        ([], 5 + 4 * 4 + 4),
+        (["--no-rollout"], 16),
+        (["--namespace=a", "--namespace=b", "--workers=8"], 5 * 2 + 4 * 8 + 4),
+        (
+            ["--shards=2", "--leader-elect"] + [f"--namespace=n{i}" for i in range(10)],
+            2 * (5 * 10 + 4 * 4) + 4,
+        ),
+        (
+            ["--shards=3", "--leader-elect", "--no-rollout"]
+            + [f"--namespace=n{i}" for i in range(10)],
+            3 * (2 * 10 + 4) + 4,
+        ),
         (["--shards=3", "--leader-elect", "--rollout"], 3 * (5 + 4 * 4) + 4),
     ],
 )

@@ -164,6 +164,7 @@ def test_a_leader_whose_caches_never_sync_gives_up_and_exits_1(
             metrics_bind_address="0",
             health_probe_bind_address="0",
             cache_sync_timeout=0.0,
+            settings={"rollout": False},
         ),
     )
     started: list[bool] = []
@@ -175,7 +176,8 @@ def test_a_leader_whose_caches_never_sync_gives_up_and_exits_1(
 
     monkeypatch.setattr(manager.informers, "wait_for_cache_sync", never_synced)
     monkeypatch.setattr(manager.informers, "start", lambda: None)
-    monkeypatch.setattr(manager.controller, "start", lambda: started.append(True))
+    controller = manager.controllers["configbundle"]
+    monkeypatch.setattr(controller, "start", lambda: started.append(True))
     assert manager.run() == 1
     assert synced == [False], "the sync is waited for once leading"
     assert started == []

@@ -75,7 +75,7 @@ def test_cbop_manager_runs_the_rollout_only_with_the_flag(enabled: bool) -> None
             namespaces=("a",),
             metrics_bind_address="0",
             health_probe_bind_address="0",
-            rollout=enabled,
+            settings={"rollout": enabled},
         ),
     )
     rollouts = {"rollout-deployment", "rollout-statefulset", "rollout-daemonset"}

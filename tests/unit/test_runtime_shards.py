@@ -354,7 +354,7 @@ def test_cbop_with_shards_sets_up_controllers_per_shard_only() -> None:
     assert manager.sharding is not None
     assert manager.sharding.shards == 2
     assert manager.elector is None
-    assert (manager.controller, manager.controllers, manager.informers.informers) == (None, {}, [])
+    assert (manager.controllers, manager.informers.informers) == ({}, [])
     names = {metric.name for metric in registry.collect()}
     assert {"cbop_shard_objects", "cbop_shards_held", "cbop_configbundles"} <= names
     assert "leader_election_master_status" not in names

@@ -33,14 +33,18 @@ from cbop.configbundle.status import is_converged
 from cbop.informers import MultiNamespaceLister, SharedInformerFactory, index_by_controller_uid
 from cbop.keys import CONFIGMAP_NAME_INDEX, CONTROLLER_UID_INDEX, key_of, object_key
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS
+from cbop.metrics.controller import BundleReadinessCollector, ConfigMapWriteMetrics
 from cbop.runtime import Builder, Controller, Scope, reconcile_context
+from cbop.runtime.definition import Context, ControllerDefinition, PolicyRule, SetupFunc
 from cbop.runtime.seams import EventSink
 
 __all__ = [
     "CONTROLLER_NAME",
+    "DEFINITION",
     "MANAGED_SELECTOR",
     "bundles_naming",
     "index_by_configmap_name",
+    "install",
     "new_reconciler",
     "reconcile_all",
     "setup",
@@ -181,3 +185,55 @@ def reconcile_all(
                     raise
                 time.sleep(0.2 * (attempt + 1))
     return results
+
+
+def install(context: Context) -> SetupFunc:
+    """Install the ConfigBundle controller in a process; return its per-scope setup.
+
+    Registers ``cbop_configmap_writes_total``, ``cbop_drift_corrections_total`` and
+    ``cbop_configbundles{ready}`` (read from every scope's cache at scrape time).
+    """
+    observer = ConfigMapWriteMetrics(context.registry)
+    context.registry.register(BundleReadinessCollector(lambda: context.cached(CONFIGBUNDLES)))
+
+    def setup_scope(scope: Scope) -> Controller:
+        return setup(
+            scope,
+            recorder=context.recorder,
+            observer=observer,
+            workers=context.workers,
+            priority_queue=context.priority_queue,
+        )
+
+    return setup_scope
+
+
+#: The ConfigBundle controller as the process sees it (flags, informers, RBAC, install).
+DEFINITION: Final = ControllerDefinition(
+    name=CONTROLLER_NAME,
+    summary="keeps a managed ConfigMap equal to each ConfigBundle",
+    install=install,
+    resources=(CONFIGBUNDLES, CONFIGMAPS),
+    controllers=1,
+    rbac=(
+        PolicyRule(
+            ("cbop.dev",),
+            ("configbundles",),
+            ("get", "list", "watch", "patch"),
+            "the informer and fresh reads; patch adds and removes the orphan finalizer",
+        ),
+        PolicyRule(("cbop.dev",), ("configbundles/status",), ("get", "update", "patch"), "status"),
+        PolicyRule(
+            ("cbop.dev",),
+            ("configbundles/finalizers",),
+            ("update",),
+            "blockOwnerDeletion on the owner reference (OwnerReferencesPermissionEnforcement)",
+        ),
+        PolicyRule(
+            ("",),
+            ("configmaps",),
+            ("get", "list", "watch", "create", "update", "patch", "delete"),
+            "the managed ConfigMaps",
+        ),
+    ),
+)

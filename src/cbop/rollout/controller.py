@@ -23,8 +23,10 @@ from __future__ import annotations
 
 from typing import Final
 
+from cbop import defaults
 from cbop.api import MANAGED_SELECTOR
 from cbop.kube import CONFIGMAPS, DAEMONSETS, DEPLOYMENTS, STATEFULSETS, Resource
+from cbop.metrics.rollout import RolloutMetrics
 from cbop.rollout import (
     CONFIGMAP_INDEX,
     ROLLOUT_SELECTOR,
@@ -35,10 +37,11 @@ from cbop.rollout import (
     index_by_configmap,
 )
 from cbop.runtime import Builder, Controller, Scope
+from cbop.runtime.definition import Context, ControllerDefinition, Flag, PolicyRule, SetupFunc
 from cbop.runtime.predicates import GENERATION_CHANGED, LABELS_CHANGED, any_of
 from cbop.runtime.seams import EventSink
 
-__all__ = ["WORKLOADS", "WORKLOAD_CHANGED", "controller_name", "setup"]
+__all__ = ["DEFINITION", "WORKLOADS", "WORKLOAD_CHANGED", "controller_name", "install", "setup"]
 
 #: The workload events a rollout reconcile can act on: a new generation (the pod
 #: template, ``paused``, a deletion begun) or new labels (opting in or out, the
@@ -108,3 +111,51 @@ def setup(
             .complete(reconciler)
         )
     return controllers
+
+
+def install(context: Context) -> SetupFunc:
+    """Install the rollout controllers in a process; return their per-scope setup.
+
+    Registers ``cbop_rollouts_total{kind}`` (every kind from 0).
+    """
+    metrics = RolloutMetrics(context.registry)
+
+    def setup_scope(scope: Scope) -> list[Controller]:
+        return setup(
+            scope,
+            recorder=context.recorder,
+            observer=metrics,
+            workers=context.workers,
+            priority_queue=context.priority_queue,
+        )
+
+    return setup_scope
+
+
+#: The rollout controllers as the process sees them (flags, informers, RBAC, install).
+DEFINITION: Final = ControllerDefinition(
+    name="rollout",
+    summary="rolls labelled workloads when the managed ConfigMaps they read change",
+    install=install,
+    flags=(
+        Flag(
+            "rollout",
+            defaults.ROLLOUT,
+            "roll Deployments, StatefulSets and DaemonSets labelled cbop.dev/rollout=true "
+            "when the managed ConfigMaps they read change (needs get/list/watch/patch on them)",
+        ),
+    ),
+    enabled=lambda settings: bool(settings.get("rollout")),
+    resources=(CONFIGMAPS, *WORKLOADS),
+    controllers=len(WORKLOADS),
+    rbac=(
+        PolicyRule(
+            ("apps",),
+            ("deployments", "statefulsets", "daemonsets"),
+            ("get", "list", "watch", "patch"),
+            "the opted-in workloads; patch is the server-side apply of the annotation "
+            "and the baseline label",
+        ),
+        PolicyRule(("",), ("configmaps",), ("get", "list", "watch"), "the managed ConfigMaps"),
+    ),
+)

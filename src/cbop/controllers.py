@@ -1,0 +1,20 @@
+"""The registry of the controllers cbop runs: one line per controller package.
+
+The command line (its flags), the process (which controllers it installs and sets up
+in every scope), the connection pool's size and the RBAC check all read
+:data:`CONTROLLERS`; nothing else in ``cbop.cli`` or ``cbop.manager`` names a
+controller. See docs/writing-a-controller.md.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from cbop.configbundle.controller import DEFINITION as CONFIGBUNDLE
+from cbop.rollout.controller import DEFINITION as ROLLOUT
+from cbop.runtime.definition import ControllerDefinition
+
+__all__ = ["CONTROLLERS"]
+
+#: Every controller package, in the order they are set up in a scope.
+CONTROLLERS: Final[tuple[ControllerDefinition, ...]] = (CONFIGBUNDLE, ROLLOUT)
