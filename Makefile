@@ -71,10 +71,11 @@ dev: venv binaries $(if $(WITH_NODE),image node-binaries) ## control plane, CRD,
 run: venv ## cbop against the current kubeconfig (CBOP_ARGS=...)
 	$(VENV)/bin/cbop $(CBOP_ARGS)
 
-# A local control plane (etcd, kube-apiserver, kube-controller-manager) for development,
-# detached so it outlives make; prints `export KUBECONFIG=...` (also in
-# $(DEV_CLUSTER_DIR)/env). Already running: reuses it and says so. WITH_NODE=1 adds a
-# kubelet node with cbop:dev loaded. See docs/control-plane.md.
+# A local control plane (etcd, kube-apiserver, kube-controller-manager with its default
+# controllers) for development, detached so it outlives make; prints `export
+# KUBECONFIG=...` (also in $(DEV_CLUSTER_DIR)/env). Already running: reuses it and says
+# so. WITH_NODE=1 adds a kubelet node with cbop:dev loaded (kubectl logs and exec work).
+# See docs/control-plane.md.
 dev-cluster: venv binaries $(if $(WITH_NODE),image node-binaries) ## this checkout's control plane, in the background (WITH_NODE=1: plus a node)
 	@$(ENVTEST) start --detach $(if $(WITH_NODE),--with-node)
 

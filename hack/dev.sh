@@ -79,7 +79,8 @@ if [[ -n "${WITH_NODE:-}" ]]; then
   echo "cbop runs as two pods on node $("$kubectl" get nodes -o name); in another shell:"
   echo "  export KUBECONFIG=$KUBECONFIG"
   echo "  $kubectl -n cbop-system get pods,lease"
-  echo "Their logs follow (the API server cannot reach the kubelet, so not kubectl logs)."
+  echo "  $kubectl -n cbop-system logs deployment/cbop    # kubectl exec works too"
+  echo "Their logs follow (from the node's container log files)."
   echo "Ctrl-C stops the node and the control plane."
   tail -F "$state/node/pod-logs"/cbop-system_*/manager/*.log || true
   exit 0

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography import x509
 from kubernetes import client, watch
 from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
@@ -322,6 +323,23 @@ def test_user_certificate_kubeconfig_carries_user_and_groups(
     )
     # RBAC's authorizer cache follows the binding within moments.
     wait_until(lambda: _can_list_configmaps(core, namespace), 10)
+
+
+def test_a_control_plane_without_nodes_has_no_way_to_kubelets(
+    control_plane: ControlPlane, api_client: client.ApiClient
+) -> None:
+    with pytest.raises(ControlPlaneError, match="was not made for nodes"):
+        _ = control_plane.cluster_egress_socket
+    assert not (control_plane.workdir / "egress-selector.yaml").exists()
+    bindings = client.RbacAuthorizationV1Api(api_client).list_cluster_role_binding()
+    assert not [b for b in bindings.items if b.role_ref.name == "system:kubelet-api-admin"]
+    # Certificates from the cluster CA are still issued, for whatever a test serves.
+    pair = control_plane.issue_certificate("svc", client=False, server=True, dns_names=["svc"])
+    cert = x509.load_pem_x509_certificate(pair.cert_pem)
+    cert.verify_directly_issued_by(
+        x509.load_pem_x509_certificate(control_plane.ca_path.read_bytes())
+    )
+    assert cert.subject.rfc4514_string() == "CN=svc"
 
 
 def _can_list_configmaps(core: client.CoreV1Api, namespace: str) -> bool:

@@ -1,5 +1,6 @@
-"""The developer make targets as a new user runs them: `make dev`, `make uninstall`, and
-cbop's own errors for an address it cannot listen on.
+"""The developer make targets as a new user runs them: `make dev`, `make dev-cluster` (with
+and without a node), `make uninstall`, and cbop's own errors for an address it cannot
+listen on.
 
 Each test that needs a cluster of its own (make dev starts one; make uninstall deletes the
 CRD) starts a detached control plane in a temporary state directory, as `make
@@ -8,7 +9,9 @@ dev-cluster` does, and stops it afterwards.
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -19,15 +22,21 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from cbop.api import FINALIZER_ORPHAN, LABEL_BUNDLE, LABEL_MANAGED_BY
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, KubeClient
-from cbop_testing.envtest import process
+from cbop_testing.envtest import find_binaries, process
 
 from .fixtures import CRDS
 from .harness import REPO, bundle, error_lines, free_port, run_cli, wait_for
+from .images import BUILD_TIMEOUT
 
 DEV = REPO / "hack" / "dev.sh"
 CRD_NAME = "configbundles.cbop.dev"
@@ -303,3 +312,218 @@ def test_warm_binaries_are_never_rebuilt() -> None:
             check=False,
         )
         assert result.returncode == 0, result.stderr
+
+
+# --------------------------------------------- the dev cluster behaves like a cluster
+
+
+class _Kubectl:
+    """kubectl against one kubeconfig, as a user runs it."""
+
+    def __init__(self, kubeconfig: Path) -> None:
+        self.base = [str(find_binaries().kubectl), f"--kubeconfig={kubeconfig}"]
+
+    def __call__(self, *args: str, stdin: str | None = None, timeout: float = 120.0) -> str:
+        result = subprocess.run(
+            [*self.base, *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
+        return result.stdout
+
+    def items(self, *args: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = json.loads(self("get", *args, "-o", "json"))["items"]
+        return items
+
+
+def _owned_by(items: list[dict[str, Any]], kind: str, name: str) -> list[dict[str, Any]]:
+    return [
+        item
+        for item in items
+        if any(
+            ref["kind"] == kind and ref["name"] == name and ref.get("controller")
+            for ref in item["metadata"].get("ownerReferences") or []
+        )
+    ]
+
+
+def _deployment(name: str, **template_spec: Any) -> str:
+    labels = {"app": name}
+    return json.dumps(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": name, "labels": {"cbop.dev/rollout": "true"}},
+            "spec": {
+                "replicas": 2,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": name,
+                                "image": "cbop:dev",
+                                "imagePullPolicy": "Never",
+                                **template_spec,
+                            }
+                        ]
+                    },
+                },
+            },
+        }
+    )
+
+
+def _signing_request(user: str) -> str:
+    """A CertificateSigningRequest (JSON) for a client certificate of ``user``."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    csr = (
+        x509.CertificateSigningRequestBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, user)]))
+        .sign(key, hashes.SHA256())
+    )
+    pem = csr.public_bytes(serialization.Encoding.PEM)
+    return json.dumps(
+        {
+            "apiVersion": "certificates.k8s.io/v1",
+            "kind": "CertificateSigningRequest",
+            "metadata": {"name": user},
+            "spec": {
+                "request": base64.b64encode(pem).decode(),
+                "signerName": "kubernetes.io/kube-apiserver-client",
+                "usages": ["client auth"],
+            },
+        }
+    )
+
+
+#: Error lines kube-controller-manager may log without anything being wrong: one at every
+#: start (component-base reads an unset metric-label allow-list manifest), and conflicts
+#: that a controller retries from a fresh read.
+_HARMLESS_KCM_ERRORS = ("The manifest file is empty, ignoring.", "the object has been modified")
+
+
+def test_the_dev_cluster_runs_kube_controller_managers_default_controllers(
+    tmp_path: Path,
+) -> None:
+    """What docs/rollout.md has a new user try: a Deployment gets a ReplicaSet, a new pod
+    template (cbop's rollout) a second one, a Job a pod, an approved CSR its certificate.
+    No node: the pods stay Pending."""
+    state = tmp_path / "dev"
+    with _dev_cluster(state) as kubeconfig:
+        kubectl = _Kubectl(kubeconfig)
+        kubectl("apply", "-f", "-", stdin=_deployment("web"))
+        (first,) = wait_for(
+            lambda: _owned_by(kubectl.items("replicasets"), "Deployment", "web"),
+            60,
+            message="a ReplicaSet of the Deployment",
+        )
+        rs = first["metadata"]["name"]
+        pods = wait_for(
+            lambda: (p := _owned_by(kubectl.items("pods"), "ReplicaSet", rs)) and len(p) == 2 and p,
+            60,
+            message="two pods of the ReplicaSet",
+        )
+        assert {p["status"]["phase"] for p in pods} == {"Pending"}
+
+        # What cbop's rollout writes: a pod template annotation. A new ReplicaSet rolls it.
+        annotation = {"cbop.dev/config-hash": "sha256:" + "0" * 64}
+        patch = {"spec": {"template": {"metadata": {"annotations": annotation}}}}
+        kubectl("patch", "deployment", "web", "--type=merge", "-p", json.dumps(patch))
+        rolled = wait_for(
+            lambda: [
+                r
+                for r in _owned_by(kubectl.items("replicasets"), "Deployment", "web")
+                if r["spec"]["template"]["metadata"].get("annotations") == annotation
+            ],
+            60,
+            message="a second ReplicaSet with the new pod template",
+        )
+        assert rolled[0]["metadata"]["name"] != rs
+
+        kubectl("create", "job", "once", "--image=cbop:dev", "--", "cbop", "--version")
+        wait_for(
+            lambda: _owned_by(kubectl.items("pods"), "Job", "once"), 60, message="the Job's pod"
+        )
+
+        kubectl("apply", "-f", "-", stdin=_signing_request("carol"))
+        kubectl("certificate", "approve", "carol")
+
+        def issued() -> bytes:
+            csr = json.loads(kubectl("get", "csr", "carol", "-o", "json"))
+            return base64.b64decode(csr.get("status", {}).get("certificate", ""))
+
+        cert = x509.load_pem_x509_certificate(wait_for(issued, 60, message="a signed CSR"))
+        info = json.loads((state / "info.json").read_text())
+        ca = x509.load_pem_x509_certificate((Path(info["workdir"]) / "pki" / "ca.crt").read_bytes())
+        cert.verify_directly_issued_by(ca)
+        assert cert.subject.rfc4514_string() == "CN=carol"
+
+        log = Path(info["logs"]["kube-controller-manager"]).read_text()
+        assert "--controllers=* " in log, "not kube-controller-manager's default set"
+        errors = [
+            line
+            for line in log.splitlines()
+            if line.startswith("E") and not any(h in line for h in _HARMLESS_KCM_ERRORS)
+        ]
+        assert not errors, "\n".join(errors)
+
+
+@pytest.mark.timeout(BUILD_TIMEOUT + 900)
+def test_make_dev_cluster_with_a_node_serves_kubectl_logs_and_exec(tmp_path: Path) -> None:
+    """`make dev-cluster WITH_NODE=1` as docs/control-plane.md has a user run it; the API
+    server reaches the kubelet in the node's network namespace for logs and exec."""
+    state = tmp_path / "dev"
+    env = _env()
+    try:
+        started = _make(
+            "dev-cluster", "WITH_NODE=1", f"DEV_CLUSTER_DIR={state}", env=env, timeout=1500
+        )
+        assert started.returncode == 0, started.stdout + started.stderr
+        kubectl = _Kubectl(state / "kubeconfig")
+        script = "import time; print('hello from the dev cluster', flush=True); time.sleep(3600)"
+        kubectl("apply", "-f", "-", stdin=_deployment("echo", command=["python3", "-c", script]))
+        kubectl("rollout", "status", "deployment/echo", "--timeout=180s", timeout=200)
+
+        pods = [
+            p["metadata"]["name"]
+            for p in kubectl.items("pods", "-l", "app=echo")
+            if not p["metadata"].get("deletionTimestamp")
+        ]
+        assert len(pods) == 2, pods
+        for name in pods:
+            wait_for(
+                functools.partial(kubectl, "logs", name),
+                30,
+                message=f"kubectl logs {name}",
+            )
+            assert kubectl("logs", name) == "hello from the dev cluster\n"
+            version = kubectl("exec", name, "--", "cbop", "--version")
+            assert version.startswith("cbop "), version
+            reversed_ = kubectl(
+                "exec",
+                "-i",
+                name,
+                "--",
+                "python3",
+                "-c",
+                "import sys; print(sys.stdin.read()[::-1])",
+                stdin="stdin reaches the container",
+            )
+            assert reversed_ == "reniatnoc eht sehcaer nidts\n"
+    finally:
+        info = (
+            json.loads(info_file.read_text()) if (info_file := state / "info.json").exists() else {}
+        )
+        stopped = _make("dev-cluster-down", f"DEV_CLUSTER_DIR={state}", env=env, timeout=180)
+        assert stopped.returncode == 0, stopped.stderr
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True)
+    node = info.get("node", {})
+    assert node, "the dev cluster ran no node"
+    assert not process.processes_mentioning(str(state)), "processes left after dev-cluster-down"
+    assert not [line for line in netns.stdout.splitlines() if node["name"] in line]

@@ -246,6 +246,38 @@ def test_one_pod_holds_the_lease_and_reconciles_a_bundle(deployed: Cluster) -> N
     wait_until(lambda: _configmap_data(deployed, "first-cm") == {"key": "v1"}, WAIT, "a CM")
 
 
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_kubectl_logs_and_exec_reach_the_pods_through_the_api_server(deployed: Cluster) -> None:
+    """kube-apiserver dials the kubelet inside the node's namespace (its egress proxy),
+    authenticated by its kubelet client certificate and authorized by the kubelet."""
+    for pod in deployed.ready_pods():
+        name = pod["metadata"]["name"]
+        logs = deployed.kubectl("logs", "-n", NAMESPACE, name, "-c", "manager")
+        # What the kubelet wrote to the container's log file, line by line.
+        written = deployed.node.pod_log(NAMESPACE, name, "manager")
+        assert logs.splitlines(), f"no log from {name}"
+        assert all(line in written for line in logs.splitlines()[:20])
+        version = deployed.kubectl(
+            "exec", "-n", NAMESPACE, name, "-c", "manager", "--", "cbop", "--version"
+        )
+        assert version.startswith("cbop "), version
+        echoed = deployed.kubectl(
+            "exec",
+            "-i",
+            "-n",
+            NAMESPACE,
+            name,
+            "-c",
+            "manager",
+            "--",
+            "python3",
+            "-c",
+            "import sys; print(sys.stdin.read().upper())",
+            stdin="through the api server",
+        )
+        assert echoed == "THROUGH THE API SERVER\n"
+
+
 def _create_bundle(cluster: Cluster, name: str, data: dict[str, str]) -> None:
     cluster.kubectl("create", "namespace", "apps", check=False)
     bundle = {

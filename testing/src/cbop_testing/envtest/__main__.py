@@ -9,9 +9,15 @@ copied to ``<state-dir>/kubeconfig``, the line ``export KUBECONFIG=...`` is writ
 ``start --detach`` on a running state directory reuses it (exit 0, it says so), or with
 ``--fail-if-running`` exits 4 and leaves it alone.
 
+The control plane runs kube-controller-manager's default controller set (``*``,
+:data:`~cbop_testing.envtest.components.DEV_CLUSTER_CONTROLLERS`), so Deployments make
+ReplicaSets and Jobs make Pods as on any cluster; the e2e harness's
+:class:`~cbop_testing.envtest.ControlPlane` keeps a smaller set by default.
+
 ``start --with-node`` also runs a :class:`~cbop_testing.envtest.node.Node` (kubelet and
 containerd) with the podman image ``localhost/cbop:dev`` loaded (``make image``); its
-work directory is ``<state-dir>/node`` (container logs in ``node/pod-logs``).
+work directory is ``<state-dir>/node`` (container logs in ``node/pod-logs``); ``kubectl
+logs`` and ``kubectl exec`` reach its pods through the API server.
 
 The state directory defaults to ``${XDG_CACHE_HOME:-~/.cache}/cbop/dev-cluster``;
 ``make dev-cluster`` / ``make dev-cluster-down`` / ``make dev`` pass ``--state-dir``
@@ -35,6 +41,7 @@ from types import FrameType
 
 from cbop_testing.envtest import process
 from cbop_testing.envtest.binaries import repo_root
+from cbop_testing.envtest.components import DEV_CLUSTER_CONTROLLERS
 from cbop_testing.envtest.controlplane import ControlPlane
 from cbop_testing.envtest.errors import EnvtestError
 from cbop_testing.envtest.node import Node
@@ -126,7 +133,9 @@ def _run_foreground(files: _Files, timeout: float, *, with_node: bool = False) -
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, _raise_stop)
     files.pid.write_text(f"{os.getpid()}\n", encoding="utf-8")
-    control_plane = ControlPlane(workdir=files.workdir, for_nodes=with_node)
+    control_plane = ControlPlane(
+        workdir=files.workdir, for_nodes=with_node, controllers=DEV_CLUSTER_CONTROLLERS
+    )
     node: Node | None = None
     try:
         control_plane.start(timeout=timeout)

@@ -4,8 +4,10 @@
 components; this module says what they are: etcd, kube-apiserver and
 kube-controller-manager with the flags that make them a small cluster on loopback
 (client-certificate authentication, RBAC, the ServiceAccount token signer, an optional
-audit log, and for a node the Node authorizer and NodeRestriction), and the PKI they share
-(one CA signing the serving certificate and every client certificate), and the requests
+audit log, and for a node the Node authorizer, NodeRestriction and the way to the
+kubelets), which controllers run (the harness's lean set, the dev cluster's ``*``), and
+the PKI they share (one CA signing the serving certificate and every client
+certificate), and the requests
 that tell whether a component is ready (etcd's ``/health``, the ``/readyz`` and
 ``/healthz`` of the others) or drive etcd directly (its JSON gRPC gateway).
 """
@@ -27,8 +29,12 @@ from cbop_testing.envtest.errors import ControlPlaneError
 from cbop_testing.envtest.pki import CertificateAuthority, new_signing_key_pem
 
 __all__ = [
+    "CLUSTER_EGRESS_SOCKET",
     "COMPONENTS",
     "DEFAULT_CONTROLLERS",
+    "DEV_CLUSTER_CONTROLLERS",
+    "KUBELET_API_ADMIN_BINDING",
+    "KUBELET_CLIENT_USER",
     "KUBERNETES_SERVICE_IP",
     "NODE_CONTROLLERS",
     "REQUIRED_ADMISSION_PLUGIN",
@@ -41,22 +47,41 @@ __all__ = [
     "etcd_command",
     "etcd_healthy",
     "https_ok",
+    "https_post_json",
+    "with_node_controllers",
+    "write_egress_selector_config",
     "write_pki",
 ]
 
 #: Component names, in start order; keys of :meth:`ControlPlane.log_paths`.
 COMPONENTS: Final[tuple[str, ...]] = ("etcd", "kube-apiserver", "kube-controller-manager")
 
-#: kube-controller-manager controllers run by default: owner-reference garbage
-#: collection, namespace deletion, the ``default`` ServiceAccount in each namespace, and
-#: tokens for legacy service-account token Secrets. (Names as ``--controllers`` takes
-#: them; kube-controller-manager also accepts its older aliases.)
+#: kube-controller-manager controllers a :class:`ControlPlane` runs by default (the e2e
+#: harness): owner-reference garbage collection, namespace deletion, the ``default``
+#: ServiceAccount in each namespace, and tokens for legacy service-account token Secrets.
+#: Nothing else acts on what the tests create, so each test sees only the writes it
+#: expects. (Names as ``--controllers`` takes them; kube-controller-manager also accepts
+#: its older aliases.)
 DEFAULT_CONTROLLERS: Final[tuple[str, ...]] = (
     "garbage-collector-controller",
     "namespace-controller",
     "serviceaccount-controller",
     "serviceaccount-token-controller",
 )
+
+#: kube-controller-manager controllers of the developer cluster (``make dev-cluster``,
+#: ``make dev``): ``*``, kube-controller-manager's own default set, so it behaves like a
+#: cluster (Deployments make ReplicaSets, ReplicaSets and Jobs make Pods, CronJobs make
+#: Jobs, CertificateSigningRequests are signed). Nothing is excluded; what ``*`` starts
+#: and cannot use here skips itself with one informational log line at start-up:
+#: ``node-ipam-controller`` (no ``--allocate-node-cidrs``: a node's pod addresses come
+#: from its CNI configuration, :data:`~cbop_testing.envtest.nodeconfig.POD_SUBNET`), the
+#: cloud-provider controllers (``service-lb``, ``node-route``, ``cloud-node-lifecycle``:
+#: no cloud), and those behind feature gates that are off. ``bootstrap-signer`` and
+#: ``token-cleaner`` (kubeadm's bootstrap tokens) and ``selinux-warning`` are off by
+#: default and not part of ``*``. The certificate signer gets the cluster CA
+#: (``--cluster-signing-cert-file``), as kubeadm and kind give it.
+DEV_CLUSTER_CONTROLLERS: Final[tuple[str, ...]] = ("*",)
 
 #: An audit policy (for ``ControlPlane(audit_policy=...)``) that records who wrote what:
 #: every create, update, patch and delete of ConfigBundles (and their status),
@@ -105,6 +130,43 @@ NODE_CONTROLLERS: Final[tuple[str, ...]] = (
     "node-lifecycle-controller",
 )
 _SERVICE_ACCOUNT_ISSUER: Final = "https://kubernetes.default.svc.cluster.local"
+#: kube-apiserver's user name towards kubelets (``logs``, ``exec``, ``port-forward``): the
+#: CN of ``pki/kubelet-client.crt``, as kubeadm names that certificate. A kubelet
+#: authorizes it by a SubjectAccessReview; :data:`KUBELET_API_ADMIN_BINDING` grants it.
+KUBELET_CLIENT_USER: Final = "kube-apiserver-kubelet-client"
+#: The ClusterRoleBinding a control plane made for nodes creates: the bootstrap
+#: ClusterRole ``system:kubelet-api-admin`` (every kubelet API) for
+#: :data:`KUBELET_CLIENT_USER`, no more.
+KUBELET_API_ADMIN_BINDING: Final = {
+    "apiVersion": "rbac.authorization.k8s.io/v1",
+    "kind": "ClusterRoleBinding",
+    "metadata": {"name": "cbop-envtest:kube-apiserver-kubelet-client"},
+    "roleRef": {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "system:kubelet-api-admin",
+    },
+    "subjects": [
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": KUBELET_CLIENT_USER}
+    ],
+}
+#: File name, in a control plane's work directory, of the Unix socket through which
+#: kube-apiserver opens its connections to nodes and pods (the egress selector's
+#: ``cluster`` traffic, as HTTP CONNECT requests): a node's
+#: :mod:`~cbop_testing.envtest.egressproxy` listens there.
+CLUSTER_EGRESS_SOCKET: Final = "cluster-egress.sock"
+
+
+def with_node_controllers(controllers: Sequence[str]) -> tuple[str, ...]:
+    """Return ``controllers`` plus those of :data:`NODE_CONTROLLERS` it does not run yet.
+
+    With ``*`` the list already runs them (unless it disables one by ``-<name>``, which
+    then stays disabled); otherwise each missing one is appended.
+    """
+    wanted = tuple(controllers)
+    if "*" in wanted:
+        return wanted
+    return wanted + tuple(c for c in NODE_CONTROLLERS if c not in wanted)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,10 +186,13 @@ class Ports:
 def write_pki(workdir: Path) -> CertificateAuthority:
     """Write a fresh CA and the certificates and keys every component needs to ``pki/``.
 
-    Files (mode 0600): ``ca.crt``; ``serving.crt``/``serving.key`` (kube-apiserver and
+    Files (mode 0600): ``ca.crt`` and ``ca.key`` (also kube-controller-manager's
+    certificate signer); ``serving.crt``/``serving.key`` (kube-apiserver and
     kube-controller-manager: ``localhost``, the ``kubernetes`` Service's names,
     127.0.0.1, ::1 and :data:`KUBERNETES_SERVICE_IP`); ``admin.crt``/``admin.key``
-    (CN=admin, O=system:masters); ``service-account.key``/``.pub`` (the token signer).
+    (CN=admin, O=system:masters); ``kubelet-client.crt``/``.key`` (kube-apiserver
+    towards kubelets, CN= :data:`KUBELET_CLIENT_USER`, no group);
+    ``service-account.key``/``.pub`` (the token signer).
 
     Returns:
         The CA, which also issues later client certificates.
@@ -150,9 +215,13 @@ def write_pki(workdir: Path) -> CertificateAuthority:
         ip_addresses=("127.0.0.1", "::1", KUBERNETES_SERVICE_IP),
     )
     admin = ca.issue("admin", ("system:masters",))
+    kubelet_client = ca.issue(KUBELET_CLIENT_USER)
     sa_private, sa_public = new_signing_key_pem()
     files = {
         "ca.crt": ca.cert_pem,
+        "ca.key": ca.key_pem,
+        "kubelet-client.crt": kubelet_client.cert_pem,
+        "kubelet-client.key": kubelet_client.key_pem,
         "serving.crt": serving.cert_pem,
         "serving.key": serving.key_pem,
         "admin.crt": admin.cert_pem,
@@ -208,6 +277,10 @@ def apiserver_command(
         ports: The components' ports.
         for_nodes: Node authorizer, NodeRestriction and the ServiceAccount admission
             plugin (pods get their token volume); without, ServiceAccount admission is off.
+            Also the way to the kubelets: its client certificate towards them
+            (``pki/kubelet-client.crt``), their serving certificates checked against the
+            CA, their ``InternalIP`` dialled first, through the egress selector
+            configuration :func:`write_egress_selector_config` writes (it must exist).
         audit: The audit flags (:func:`audit_flags`).
         feature_gates: ``--feature-gates`` (gate name -> enabled); none when empty. A
             ``--feature-gates`` flag in ``extra`` is merged over it by kube-apiserver.
@@ -229,6 +302,7 @@ def apiserver_command(
         f"--service-account-issuer={_SERVICE_ACCOUNT_ISSUER}",
         f"--service-account-key-file={pki / 'service-account.pub'}",
         f"--service-account-signing-key-file={pki / 'service-account.key'}",
+        *(_kubelet_flags(workdir) if for_nodes else []),
         *(
             [f"--enable-admission-plugins={REQUIRED_ADMISSION_PLUGIN},NodeRestriction"]
             if for_nodes
@@ -245,6 +319,49 @@ def apiserver_command(
         *audit,
         *extra,
     ]
+
+
+def _kubelet_flags(workdir: Path) -> list[str]:
+    pki = workdir / "pki"
+    return [
+        f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}",
+        f"--kubelet-client-key={pki / 'kubelet-client.key'}",
+        f"--kubelet-certificate-authority={pki / 'ca.crt'}",
+        # As kind: the node's address, not its name, which no resolver knows.
+        "--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
+        f"--egress-selector-config-file={workdir / 'egress-selector.yaml'}",
+    ]
+
+
+def write_egress_selector_config(workdir: Path) -> Path:
+    """Write ``egress-selector.yaml``: ``cluster`` traffic by HTTP CONNECT over a Unix socket.
+
+    kube-apiserver then opens every connection to a kubelet or a pod (``logs``,
+    ``exec``, ``port-forward``, the ``proxy`` subresources) by a ``CONNECT
+    <address>:<port>`` request on ``workdir/`` :data:`CLUSTER_EGRESS_SOCKET`, where a
+    node's :mod:`~cbop_testing.envtest.egressproxy` listens inside the node's network
+    namespace. Its own etcd (``etcd``) and loopback (``controlplane``) connections stay
+    direct.
+
+    Returns:
+        The configuration file's path.
+    """
+    path = workdir / "egress-selector.yaml"
+    config = {
+        "apiVersion": "apiserver.k8s.io/v1beta1",
+        "kind": "EgressSelectorConfiguration",
+        "egressSelections": [
+            {
+                "name": "cluster",
+                "connection": {
+                    "proxyProtocol": "HTTPConnect",
+                    "transport": {"uds": {"udsName": str(workdir / CLUSTER_EGRESS_SOCKET)}},
+                },
+            }
+        ],
+    }
+    path.write_text(json.dumps(config, indent=2), encoding="utf-8")
+    return path
 
 
 def controller_manager_command(
@@ -275,6 +392,10 @@ def controller_manager_command(
         f"--controllers={','.join(controllers)}",
         f"--service-account-private-key-file={pki / 'service-account.key'}",
         f"--root-ca-file={pki / 'ca.crt'}",
+        # The certificatesigningrequest-signing controller (when it runs) signs approved
+        # CSRs with the cluster CA, as on kubeadm and kind.
+        f"--cluster-signing-cert-file={pki / 'ca.crt'}",
+        f"--cluster-signing-key-file={pki / 'ca.key'}",
         "--use-service-account-credentials=false",
         # Namespace deletion walks every resource type; don't let client-side
         # throttling stretch it.
@@ -327,6 +448,34 @@ def https_ok(url: str, pki: Path, timeout: float = 2.0) -> bool:
             return bool(response.status == 200)
     except urllib.error.HTTPError:
         return False
+
+
+def https_post_json(url: str, pki: Path, body: Mapping[str, Any], timeout: float = 10.0) -> None:
+    """POST ``body`` as JSON to ``url`` with the admin client certificate of ``pki``.
+
+    Creates an object on kube-apiserver (its CA trusted).
+
+    Raises:
+        ControlPlaneError: No answer, or an answer other than 201 (a 409 included).
+    """
+    context = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    context.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
+            status = response.status
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode(errors="replace")
+        raise ControlPlaneError(f"POST {url} answered {exc.code}: {detail}") from exc
+    except (OSError, ssl.SSLError) as exc:
+        raise ControlPlaneError(f"POST {url} failed: {exc}") from exc
+    if status != 201:
+        raise ControlPlaneError(f"POST {url} answered {status}, not 201")
 
 
 def etcd_call(etcd_url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:

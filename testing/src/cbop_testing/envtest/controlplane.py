@@ -3,15 +3,22 @@
 Like controller-runtime's envtest it runs the real binaries on loopback with throwaway
 state, but it also runs kube-controller-manager (garbage collector, namespace
 controller, service accounts), so owner-reference garbage collection and namespace
-deletion behave as on a cluster. There are no nodes and no kubelet: pods never run.
+deletion behave as on a cluster. By default (``controllers=``) only those run; the
+developer cluster runs kube-controller-manager's default set (``*``). There are no nodes
+and no kubelet unless ``for_nodes=True`` and a :class:`~cbop_testing.envtest.node.Node`
+joins: without one, pods never run.
 
 Layout of the work directory (all components log there)::
 
-    pki/            CA, serving and admin client certificates, service-account key
+    pki/            CA (its key too: the CSR signer's), serving and admin client
+                    certificates, kube-apiserver's kubelet client certificate,
+                    service-account key
     etcd/           etcd data (``--unsafe-no-fsync``)
     logs/           etcd.log, kube-apiserver.log, kube-controller-manager.log,
                     audit.log (JSON lines, when an audit policy is given)
     audit-policy.yaml  the audit policy, when one is given
+    egress-selector.yaml, cluster-egress.sock
+                    for nodes: how kube-apiserver reaches kubelets (egressproxy)
     kubeconfig      admin (CN=admin, O=system:masters), client-certificate auth
     kubeconfigs/    kubeconfigs issued by kubeconfig_for_user / _for_service_account
 
@@ -43,9 +50,10 @@ from typing import IO, Any, Final, Self
 from cbop_testing.envtest import process
 from cbop_testing.envtest.binaries import Binaries, find_binaries
 from cbop_testing.envtest.components import (
+    CLUSTER_EGRESS_SOCKET,
     COMPONENTS,
     DEFAULT_CONTROLLERS,
-    NODE_CONTROLLERS,
+    KUBELET_API_ADMIN_BINDING,
     REQUIRED_ADMISSION_PLUGIN,
     Ports,
     apiserver_command,
@@ -55,6 +63,9 @@ from cbop_testing.envtest.components import (
     etcd_command,
     etcd_healthy,
     https_ok,
+    https_post_json,
+    with_node_controllers,
+    write_egress_selector_config,
     write_pki,
 )
 from cbop_testing.envtest.errors import (
@@ -63,7 +74,7 @@ from cbop_testing.envtest.errors import (
     ControlPlaneStartError,
 )
 from cbop_testing.envtest.kubeconfig import request_service_account_token, write_kubeconfig
-from cbop_testing.envtest.pki import CertificateAuthority
+from cbop_testing.envtest.pki import CertificateAuthority, KeyPair
 
 __all__ = ["ControlPlane"]
 
@@ -117,8 +128,13 @@ class ControlPlane:
         for_nodes: Prepare for kubelets (:class:`cbop_testing.envtest.node.Node`): the
             ServiceAccount admission plugin (pods get their projected token volume), the
             Node authorizer and NodeRestriction (kubelets act as ``system:node:<name>``,
-            as on a kubeadm cluster), and :data:`NODE_CONTROLLERS`. Off by default:
-            without a node, pods never run.
+            as on a kubeadm cluster), and :data:`NODE_CONTROLLERS` (unless
+            ``controllers`` has ``*``, which runs them). And the way from kube-apiserver
+            to the kubelets, for ``kubectl logs``/``exec``: a client certificate
+            (:data:`KUBELET_CLIENT_USER`, bound to ``system:kubelet-api-admin``), the
+            kubelets' serving certificates checked against the CA, and connections
+            through :attr:`cluster_egress_socket`. Off by default: without a node, pods
+            never run.
         sharded_list_and_watch: kube-apiserver's ``ShardedListAndWatch`` feature gate
             (alpha in 1.36, off upstream by default; KEP-5866): lists and watches honour
             ``shardSelector``. On by default here; off, the parameter is ignored, as by
@@ -150,9 +166,8 @@ class ControlPlane:
         self._binaries = binaries
         self._requested_workdir = workdir
         self._extra_apiserver_flags = tuple(extra_apiserver_flags)
-        self._controllers = tuple(controllers) + (
-            tuple(c for c in NODE_CONTROLLERS if c not in controllers) if for_nodes else ()
-        )
+        self.controllers = with_node_controllers(controllers) if for_nodes else tuple(controllers)
+        """kube-controller-manager's ``--controllers``: ``controllers``, plus the node ones."""
         self.for_nodes = for_nodes
         """Whether this control plane was made for kubelets (the ``for_nodes`` argument)."""
         self._extra_kcm_flags = tuple(extra_controller_manager_flags)
@@ -239,6 +254,26 @@ class ControlPlane:
         """
         self._require_running()
         return f"http://127.0.0.1:{self._etcd_port}"
+
+    @property
+    def cluster_egress_socket(self) -> Path:
+        """The Unix socket through which kube-apiserver connects to nodes and pods.
+
+        A control plane made ``for_nodes`` sends every connection to a kubelet or a pod
+        (``kubectl logs``, ``exec``, ``port-forward``) there as an HTTP ``CONNECT``
+        request (egress selector ``cluster``); a
+        :class:`~cbop_testing.envtest.node.Node` serves it from inside its network
+        namespace (:mod:`~cbop_testing.envtest.egressproxy`). Its path must stay below
+        108 bytes.
+
+        Raises:
+            ControlPlaneNotRunningError: Not started.
+            ControlPlaneError: Not made ``for_nodes``.
+        """
+        workdir = self._require_running()
+        if not self.for_nodes:
+            raise ControlPlaneError(f"{self!r} was not made for nodes")
+        return workdir / CLUSTER_EGRESS_SOCKET
 
     @property
     def ca_path(self) -> Path:
@@ -340,7 +375,15 @@ class ControlPlane:
             workdir = self._requested_workdir.resolve()
             workdir.mkdir(parents=True, exist_ok=True)
             # Leftovers of an earlier run in a kept directory must not be reused.
-            for stale in ("etcd", "pki", "logs", "kubeconfigs", "kubeconfig"):
+            for stale in (
+                "etcd",
+                "pki",
+                "logs",
+                "kubeconfigs",
+                "kubeconfig",
+                "egress-selector.yaml",
+                CLUSTER_EGRESS_SOCKET,
+            ):
                 target = workdir / stale
                 if target.is_dir():
                     shutil.rmtree(target)
@@ -370,6 +413,8 @@ class ControlPlane:
         self._spawn("etcd")
         self._wait("etcd", deadline, self._etcd_ready)
 
+        if self.for_nodes:
+            write_egress_selector_config(workdir)
         self._commands["kube-apiserver"] = apiserver_command(
             binaries,
             workdir,
@@ -389,9 +434,21 @@ class ControlPlane:
             client_key_pem=(pki / "admin.key").read_bytes(),
         )
         self._wait("kube-apiserver", deadline, self._apiserver_ready)
+        if self.for_nodes:
+            # Bootstrap RBAC is in place once /readyz answers 200.
+            try:
+                https_post_json(
+                    f"{self.api_url}/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+                    pki,
+                    KUBELET_API_ADMIN_BINDING,
+                )
+            except ControlPlaneError as exc:
+                raise ControlPlaneStartError(
+                    f"granting kube-apiserver access to kubelets failed: {exc}"
+                ) from exc
 
         self._commands["kube-controller-manager"] = controller_manager_command(
-            binaries, workdir, ports, self._controllers, self._extra_kcm_flags
+            binaries, workdir, ports, self.controllers, self._extra_kcm_flags
         )
         self._spawn("kube-controller-manager")
         self._wait("kube-controller-manager", deadline, self._kcm_ready)
@@ -637,6 +694,44 @@ class ControlPlane:
             user=user,
             client_cert_pem=pair.cert_pem,
             client_key_pem=pair.key_pem,
+        )
+
+    def issue_certificate(
+        self,
+        common_name: str,
+        organizations: Sequence[str] = (),
+        *,
+        client: bool = True,
+        server: bool = False,
+        dns_names: Sequence[str] = (),
+        ip_addresses: Sequence[str] = (),
+    ) -> KeyPair:
+        """Issue a certificate signed by this control plane's CA (a kubelet's, say).
+
+        Args:
+            common_name: Subject CN (a client's user name).
+            organizations: Subject O values (a client's groups).
+            client: Allow TLS client authentication.
+            server: Allow TLS server authentication.
+            dns_names: Subject alternative DNS names.
+            ip_addresses: Subject alternative IP addresses.
+
+        Returns:
+            The PEM certificate and its PEM key; nothing is written.
+
+        Raises:
+            ControlPlaneNotRunningError: Not started.
+        """
+        self._require_running()
+        ca = self._ca
+        assert ca is not None
+        return ca.issue(
+            common_name,
+            tuple(organizations),
+            client=client,
+            server=server,
+            dns_names=tuple(dns_names),
+            ip_addresses=tuple(ip_addresses),
         )
 
     def kubeconfig_for_service_account(

@@ -17,6 +17,15 @@ configuration uses). There is no kube-proxy: other Services are not routed.
 :meth:`Node.forward_to_node` relays a host loopback port to a port inside the namespace
 (for a Prometheus running there, say).
 
+The other way, kube-apiserver reaches the kubelet (``kubectl logs``, ``exec``) as on a
+cluster whose control plane has no route to its nodes: through its egress selector. An
+HTTP CONNECT proxy (:mod:`~cbop_testing.envtest.egressproxy`) runs inside the namespace
+and listens on the control plane's
+:attr:`~cbop_testing.envtest.controlplane.ControlPlane.cluster_egress_socket`; the API
+server dials the node's ``InternalIP`` through it, presents its kubelet client
+certificate and checks the kubelet's serving certificate, which the node has the
+control plane's CA issue for its name and address.
+
 Host settings the kubelet changes: it sets ``vm.overcommit_memory``, ``kernel.panic``,
 ``kernel.panic_on_oops`` and related sysctls (its ``protectKernelDefaults: false``
 behaviour). They are shared by every node on the machine
@@ -38,7 +47,8 @@ Layout of the work directory::
     containerd/  containerd's root and state; containerd.toml; cni/ (the CNI config)
     kubelet/     the kubelet's root directory; kubelet.yaml, its configuration
     pod-logs/    container logs, <namespace>_<pod>_<uid>/<container>/<n>.log
-    logs/        containerd.log, kubelet.log, kube-scheduler.log, relay logs
+    logs/        containerd.log, kubelet.log, kube-scheduler.log, egress-proxy.log,
+                 relay logs
 """
 
 from __future__ import annotations
@@ -51,6 +61,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -66,7 +77,12 @@ from cbop_testing.envtest.components import KUBERNETES_SERVICE_IP
 from cbop_testing.envtest.controlplane import ControlPlane
 from cbop_testing.envtest.errors import BinariesUnavailableError, NodeError
 from cbop_testing.envtest.kernelsettings import KernelSettings
-from cbop_testing.envtest.nodeconfig import NODE_IP, write_containerd_config, write_kubelet_config
+from cbop_testing.envtest.nodeconfig import (
+    NODE_IP,
+    POD_SUBNET,
+    write_containerd_config,
+    write_kubelet_config,
+)
 from cbop_testing.envtest.nodehost import (
     COMMAND_TIMEOUT,
     kill_cgroup_tree,
@@ -283,6 +299,7 @@ class Node:
         self._kernel_settings.acquire()
         self._make_netns()
         self._relay_apiserver()
+        self._serve_cluster_egress(deadline)
 
         began = time.monotonic()
         config = write_containerd_config(workdir, pause_image=self._pause_image, network=self.netns)
@@ -319,8 +336,13 @@ class Node:
             ],
         )
         kubeconfig = self._cp.kubeconfig_for_user(f"system:node:{self.name}", ("system:nodes",))
+        serving_cert, serving_key = self._write_serving_certificate()
         kubelet_config = write_kubelet_config(
-            workdir, client_ca=self._cp.ca_path, cgroup_root=self.cgroup_root
+            workdir,
+            client_ca=self._cp.ca_path,
+            cgroup_root=self.cgroup_root,
+            serving_cert=serving_cert,
+            serving_key=serving_key,
         )
         make_cgroup_root(self.name)
         self._spawn(
@@ -492,6 +514,51 @@ class Node:
             in_netns=True,
         )
 
+    def _serve_cluster_egress(self, deadline: float) -> None:
+        """Run the proxy through which kube-apiserver reaches the kubelet and the pods.
+
+        It listens on the control plane's :attr:`~ControlPlane.cluster_egress_socket`
+        from inside the namespace and dials only the node's address and its pods'.
+        """
+        sock = self._cp.cluster_egress_socket
+        self._spawn(
+            "egress-proxy",
+            self.in_netns(
+                sys.executable,
+                "-m",
+                "cbop_testing.envtest.egressproxy",
+                f"--socket={sock}",
+                f"--allow={NODE_IP}/32",
+                f"--allow={POD_SUBNET}",
+            ),
+        )
+
+        def listening() -> bool:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                probe.connect(str(sock))
+            return True
+
+        self._wait("egress-proxy", deadline, listening)
+
+    def _write_serving_certificate(self) -> tuple[Path, Path]:
+        """Write the kubelet's serving certificate (node name and address, cluster CA)."""
+        pki = self.workdir / "kubelet" / "pki"
+        pki.mkdir(mode=0o700, parents=True, exist_ok=True)
+        pair = self._cp.issue_certificate(
+            f"system:node:{self.name}",
+            ("system:nodes",),
+            client=False,
+            server=True,
+            dns_names=(self.name,),
+            ip_addresses=(NODE_IP,),
+        )
+        paths = (pki / "kubelet-serving.crt", pki / "kubelet-serving.key")
+        for path, data in zip(paths, (pair.cert_pem, pair.key_pem), strict=True):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+        return paths
+
     def forward_to_node(self, address: str, port: int) -> int:
         """Relay a new host loopback port to ``address:port`` inside the node's namespace.
 
@@ -533,8 +600,8 @@ class Node:
     def pod_log(self, namespace: str, pod: str, container: str) -> str:
         """Return the current log of a container of a pod on this node ('' when none).
 
-        The API server cannot reach the kubelet inside the namespace (``kubectl logs``
-        does not work); the kubelet's log files are read directly.
+        The kubelet's log files are read directly (CRI format: time, stream, tag and the
+        line), without the API server; ``kubectl logs`` shows the same lines.
         """
         logs = self.workdir / "pod-logs"
         texts = []

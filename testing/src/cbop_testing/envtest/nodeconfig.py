@@ -93,13 +93,22 @@ state = '{state / "state"}'
     return state / "containerd.toml"
 
 
-def write_kubelet_config(workdir: Path, *, client_ca: Path, cgroup_root: str) -> Path:
+def write_kubelet_config(
+    workdir: Path,
+    *,
+    client_ca: Path,
+    cgroup_root: str,
+    serving_cert: Path,
+    serving_key: Path,
+) -> Path:
     """Write the kubelet's ``KubeletConfiguration`` to ``kubelet/kubelet.yaml``; return it.
 
     Webhook authentication and authorization (client certificates from ``client_ca``),
-    serving on :data:`NODE_IP`, containerd's socket in ``workdir``, the cgroupfs driver
-    under ``cgroup_root`` with cgroup v1 allowed, and image garbage collection and disk
-    eviction set so that loaded images and pods stay on a shared machine's disk.
+    serving on :data:`NODE_IP` with ``serving_cert`` and ``serving_key`` (PEM files; a
+    certificate kube-apiserver verifies against the cluster CA), containerd's socket in
+    ``workdir``, the cgroupfs driver under ``cgroup_root`` with cgroup v1 allowed, and
+    image garbage collection and disk eviction set so that loaded images and pods stay
+    on a shared machine's disk.
     """
     kubelet = workdir / "kubelet"
     config = {
@@ -112,6 +121,8 @@ def write_kubelet_config(workdir: Path, *, client_ca: Path, cgroup_root: str) ->
         },
         "authorization": {"mode": "Webhook"},
         "address": NODE_IP,
+        "tlsCertFile": str(serving_cert),
+        "tlsPrivateKeyFile": str(serving_key),
         "readOnlyPort": 0,
         "healthzBindAddress": "127.0.0.1",
         "containerRuntimeEndpoint": f"unix://{workdir / 'containerd.sock'}",
