@@ -275,6 +275,8 @@ class Operator:
                 f"--health-probe-bind-address={probe}",
                 f"--resync-period={resync or 36000:g}s",
                 "--log-format=json",
+                # The peers do the ConfigBundle job only: so does cbop here.
+                "--no-rollout",
                 *limits,
                 *extra_args,
             ]
