@@ -41,7 +41,7 @@ from cbop.informers import SharedInformerFactory
 from cbop.keys import split_key
 from cbop.kube import CONFIGBUNDLES, ApiError, ConfigError, ConnectionFailed, KubeClient
 from cbop.logconfig import LEVELS, configure_logging
-from cbop.manager import Manager, Options, enabled_controllers
+from cbop.manager import Manager, Options, enabled_controllers, options_error
 from cbop.runtime.definition import ControllerDefinition
 from cbop.runtime.events import EVENT_LEVELS, EventRecorder
 
@@ -539,8 +539,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.dry_run and not args.once:
         parser.error("--dry-run only works with --once")
-    if args.shards > 1 and not args.leader_elect:
-        parser.error(f"--shards {args.shards} needs --leader-elect (each shard has a Lease)")
+    refused = options_error(args.shards, leader_elect=args.leader_elect)
+    if refused is not None:
+        parser.error(refused)
     configure_logging(args.log_level, args.log_format)
     log.debug(
         "effective configuration",

@@ -197,8 +197,9 @@ class Manager(RuntimeManager):
             self._metrics_address = parse_bind_address(options.metrics_bind_address)
         with _bind_errors("--health-probe-bind-address", options.health_probe_bind_address):
             probe_address = parse_bind_address(options.health_probe_bind_address)
-        if options.shards > 1 and not options.leader_elect:
-            raise ValueError(f"--shards {options.shards} needs --leader-elect")
+        refused = options_error(options.shards, leader_elect=options.leader_elect)
+        if refused is not None:
+            raise ValueError(refused)
         leader_election = None
         if options.leader_elect:
             namespace = options.leader_election_namespace or pod_namespace()
@@ -349,6 +350,18 @@ class Manager(RuntimeManager):
         if server is not None:
             server.shutdown()
             server.server_close()
+
+
+def options_error(shards: int, *, leader_elect: bool) -> str | None:
+    """Return why these settings cannot run together, or None: the one home of the rule.
+
+    More than one shard needs leader election: each shard is held through a Lease. The
+    command line asks before it connects (a usage error, exit 2); :class:`Manager`
+    asks again for callers that build :class:`Options` themselves.
+    """
+    if shards > 1 and not leader_elect:
+        return f"--shards {shards} needs --leader-elect (each shard has a Lease)"
+    return None
 
 
 def enabled_controllers(
