@@ -50,6 +50,19 @@ SHORT_TIMINGS = (
     "--leader-election-retry-period=1s",
 )
 FIGURES: dict[str, list[float]] = {}
+#: The short timings' lease duration and retry period (seconds).
+SHORT_LEASE, SHORT_RETRY = 6.0, 1.0
+#: What a failover may take beyond the lease running out: the standby's acquire attempts
+#: come every retry period jittered by up to 1.5x (cbop.leaderelection), and on this
+#: 2-core machine the standby's thread and the audit log's timestamps may lag by a
+#: scheduling delay; 3 s covers both.
+FAILOVER_MARGIN = 3.0
+
+
+def failover_bound(fault_seconds: float = 0.0) -> float:
+    """The longest a failover may take with the short timings: the fault itself, a
+    lease duration, one jittered retry period, and the margin."""
+    return fault_seconds + SHORT_LEASE + 1.5 * SHORT_RETRY + FAILOVER_MARGIN
 
 
 @pytest.fixture(scope="module")
@@ -312,13 +325,16 @@ def _fault_rounds(
     rounds: int,
     label: str,
     inject: Callable[[Cluster], float],
+    *,
     failover: Callable[[Cluster, float], float] | None = None,
+    fault_seconds: Callable[[float], float] = lambda began: 0.0,
 ) -> None:
     """Two replicas, 20 bundles; per round: settle, inject the fault, change every bundle.
 
     ``inject`` returns the time the fault began; ``failover`` (default: the next Lease
-    acquisition) the time leadership was whole again. Replicas that exited are replaced
-    after each round.
+    acquisition) the time leadership was whole again, which must come within
+    :func:`failover_bound` of ``fault_seconds(began)`` (how long the fault itself
+    lasted). Replicas that exited are replaced after each round.
     """
     _create_bundles(cluster.kube, cluster.namespace, 20, "0")
     cluster.start_replica()
@@ -331,6 +347,8 @@ def _fault_rounds(
             set_spec(cluster.kube, cluster.namespace, f"le-{i}", {"data": {"k": str(n + 1)}})
         whole = cluster.acquired_after(began).at if failover is None else failover(cluster, began)
         _record(label, whole - began)
+        bound = failover_bound(fault_seconds(began))
+        assert whole - began <= bound, f"{label}: failover took {whole - began:.1f} s > {bound} s"
         _settle(cluster, 20, str(n + 1))
         # A replica that stopped leading exits (code 1), but not at once: count it as
         # live meanwhile and the next round would start with a single replica.
@@ -403,7 +421,9 @@ def test_api_server_paused_past_the_renew_deadline(
             cluster.control.resume_apiserver()
         return paused
 
-    _fault_rounds(cluster_factory(), 2, "API server paused 7 s (6/4/1 s)", pause)
+    _fault_rounds(
+        cluster_factory(), 2, "API server paused 7 s (6/4/1 s)", pause, fault_seconds=lambda _: 7
+    )
 
 
 def test_one_slow_renewal_does_not_cost_the_lease(
@@ -450,7 +470,14 @@ def test_api_server_restart(cluster_factory: Callable[..., Cluster]) -> None:
         at: float = wait_for(first, 60, interval=0.2, message="a leader after the restart")
         return at
 
-    _fault_rounds(cluster_factory(), 2, "API server restart (6/4/1 s)", restart, renewed)
+    _fault_rounds(
+        cluster_factory(),
+        2,
+        "API server restart (6/4/1 s)",
+        restart,
+        failover=renewed,
+        fault_seconds=lambda began: back[-1] - began,
+    )
 
 
 def test_caches_that_never_sync_exit_1(namespace: str) -> None:

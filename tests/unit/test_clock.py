@@ -56,9 +56,16 @@ class TestRealClock:
         thread.join(JOIN)
         assert results == [True]
 
-    def test_non_positive_sleep_returns(self) -> None:
+    def test_non_positive_sleep_returns_without_sleeping(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        slept: list[float] = []
+        monkeypatch.setattr("cbop.clock.time.sleep", slept.append)
         RealClock().sleep(0)
         RealClock().sleep(-1)
+        assert slept == []
+        RealClock().sleep(0.25)
+        assert slept == [0.25]
 
 
 class TestFakeClockTime:

@@ -7,6 +7,7 @@ import json
 import queue
 import random
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -625,6 +626,23 @@ def test_silent_watch_times_out(server_factory: Any) -> None:
     release.set()
 
 
+def blocked_reading(thread: threading.Thread, timeout: float = 5.0) -> bool:
+    """Wait (up to ``timeout`` s) until ``thread`` is blocked inside a socket read.
+
+    Read from the thread's own stack (``sys._current_frames``), so the test knows the
+    reader is in ``recv`` before it closes the stream, instead of sleeping and hoping.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and thread.is_alive():
+        frame = sys._current_frames().get(thread.ident or -1)
+        while frame is not None:
+            if frame.f_code.co_name in ("readinto", "recv_into", "_safe_read", "read_chunked"):
+                return True
+            frame = frame.f_back
+        time.sleep(0.005)  # polls the other thread's stack; not a timing assumption
+    return False
+
+
 def test_watch_close_from_another_thread_unblocks_the_reader(server_factory: Any) -> None:
     release = threading.Event()
     srv = server_factory(
@@ -634,8 +652,7 @@ def test_watch_close_from_another_thread_unblocks_the_reader(server_factory: Any
     stream = client.watch(CONFIGMAPS, resource_version="1", timeout_seconds=60, read_timeout=30)
     assert next(stream)["type"] == "ADDED"
     t, out = run_in_thread(lambda: list(stream))
-    time.sleep(0.2)  # let the reader block in recv()
-    assert t.is_alive()
+    assert blocked_reading(t), "the reader never blocked in a socket read"
     stream.close()
     t.join(5)
     assert not t.is_alive()
