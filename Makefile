@@ -41,7 +41,9 @@ tools: ## install promtool (Debian's prometheus) when missing
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
 	  else echo "promtool is missing: install Debian's prometheus package" >&2; exit 1; fi; }
 
-test: venv binaries tools ## unit and e2e tests (PYTEST_ARGS=...)
+# Lint first: a broken contract, a type error or a format slip fails in a minute,
+# before the half-hour of tests.
+test: venv lint binaries tools ## lint, then unit and e2e tests (PYTEST_ARGS=...)
 	$(PY) -m pytest tests $(PYTEST_ARGS)
 
 test-unit: venv ## unit tests only
