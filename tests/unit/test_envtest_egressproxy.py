@@ -10,6 +10,7 @@ import contextlib
 import ipaddress
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -162,6 +163,10 @@ def test_a_connection_closed_without_a_request_is_not_logged(
     # A later connection's line is the first: the probe left none.
     conn, _ = _connect(sock, f"CONNECT 127.0.0.1:{echo_port} HTTP/1.1\r\n\r\n".encode())
     conn.close()
+    # The proxy writes its "200" line once the answer is sent: wait for it.
+    deadline = time.monotonic() + TIMEOUT
+    while not lines and time.monotonic() < deadline:
+        time.sleep(0.001)  # polls the proxy thread's output; not a timing assumption
     assert lines == [f"CONNECT 127.0.0.1:{echo_port}: 200"]
 
 

@@ -1,7 +1,13 @@
-"""The reconcile act layer: read from the caches, decide, write, report.
+"""The reconcile act layer's entry point: read from the caches, decide, act, log the outcome.
 
+This module owns :class:`Reconciler`, which the ConfigBundle controller
+(:mod:`cbop.configbundle.controller`) and ``cbop --once`` call with one key at a time.
 Its seams (listers, client, metrics hooks) and :class:`Result` are in
 :mod:`cbop.configbundle.interfaces`; the dry-run account in :mod:`cbop.configbundle.dryrun`.
+What it performs is in the modules it is built on: the ConfigMap writes and their
+recovery in :mod:`cbop.configbundle.writes`, the finalizer and the Orphan release in
+:mod:`cbop.configbundle.release`, status, Events and refusals in
+:mod:`cbop.configbundle.report`.
 
 :class:`Reconciler` turns one ``namespace/name`` key into at most a handful of API
 writes. It reads the bundle and its ConfigMap from the informer caches (listers), asks
@@ -38,15 +44,8 @@ from typing import Any
 import cachetools
 import structlog
 
-from cbop.api import (
-    FINALIZER_ORPHAN,
-    BundleSpec,
-    Reason,
-    SpecError,
-    config_map_name_of,
-    content_hash,
-)
-from cbop.configbundle.decision import Action, Decision, FinalizerChange, decide
+from cbop.api import BundleSpec, SpecError, config_map_name_of
+from cbop.configbundle.decision import Action, Decision, decide
 from cbop.configbundle.diff import configmap_diff
 from cbop.configbundle.dryrun import dry_run_account
 from cbop.configbundle.interfaces import (
@@ -59,17 +58,21 @@ from cbop.configbundle.interfaces import (
     Result,
 )
 from cbop.configbundle.memo import DecisionMemo
-from cbop.configbundle.status import ConditionStatus, compute_status, status_equal
-from cbop.keys import object_key, split_key
-from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, ConnectionFailed
+from cbop.configbundle.release import FinalizerWrites
+from cbop.configbundle.report import RejectedError
+from cbop.configbundle.writes import GIVE_UP, ConfigMapWrites
+from cbop.keys import split_key
+from cbop.kube import ApiError
 from cbop.locks import YieldingLock, absent
 from cbop.runtime.ownwrites import OwnWrites
 from cbop.runtime.seams import EventSink
 
+__all__ = ["Reconciler"]
+
 log = structlog.get_logger("cbop.configbundle")
 
 
-class Reconciler:
+class Reconciler(ConfigMapWrites, FinalizerWrites):
     """Reconciles one ConfigBundle key at a time; safe to call from many threads.
 
     Args:
@@ -103,7 +106,7 @@ class Reconciler:
         self._bundles = bundles
         self._configmaps = configmaps
         self._recorder = recorder
-        self._observer: Observer = observer or NO_OBSERVER
+        self._observer = observer or NO_OBSERVER
         self._dry_run = dry_run
         self._conflict_recheck = conflict_recheck
         self._now = now or (lambda: datetime.datetime.now(datetime.UTC))
@@ -119,7 +122,7 @@ class Reconciler:
         # as it was before the write in the cache (the watch event of the write is on
         # its way) compares with what was written, so a stale read never writes the
         # same status again with a new lastTransitionTime.
-        self._own_status: OwnWrites[dict[str, Any]] = OwnWrites()
+        self._own_status = OwnWrites()
         # Parsed specs, desired ConfigMaps and in-sync verdicts by (uid, generation) and
         # the ConfigMap's (uid, resourceVersion): a no-op reconcile recomputes none.
         self._memo = DecisionMemo()
@@ -166,7 +169,7 @@ class Reconciler:
         decision = self._memo.decide(bundle, spec, current, keep=known)
         try:
             result = self._act(key, bundle, spec, decision, keep=not known)
-        except _RejectedError as err:
+        except RejectedError as err:
             # The API server refused the ConfigMap in a way no retry can fix (a label
             # value it rejects, a request body over its limit): a spec problem, reported
             # like one, and not retried until the spec changes.
@@ -254,22 +257,6 @@ class Reconciler:
             else:
                 self._conflicts.pop(key, None)
 
-    def _cached_configmap(
-        self, bundle: Mapping[str, Any], spec: BundleSpec | SpecError
-    ) -> Mapping[str, Any] | None:
-        if not isinstance(spec, BundleSpec):
-            return None
-        return self._configmaps.get(bundle["metadata"]["namespace"], spec.config_map_name)
-
-    def _fresh_configmap(self, namespace: str, name: str) -> Mapping[str, Any] | None:
-        """GET the ConfigMap from the API server, bypassing a cache that may be stale."""
-        try:
-            return self._client.get(CONFIGMAPS, namespace, name)
-        except ApiError as err:
-            if err.is_not_found:
-                return None
-            raise
-
     # -- act ------------------------------------------------------------------------
 
     def _act(
@@ -302,7 +289,7 @@ class Reconciler:
                 if attempts > 2:  # a fresh read once, then give up
                     raise
                 fresh = self._recover(namespace, spec, decision, err)
-                if fresh is _GIVE_UP:
+                if fresh is GIVE_UP:
                     raise
                 current = fresh if isinstance(fresh, Mapping) else None
                 decision = decide(bundle, spec, current)
@@ -357,312 +344,3 @@ class Reconciler:
             # The watch events of its writes bring the bundle back within seconds.
             self._memo.keep(bundle, spec, decision)
         return result
-
-    def _write_configmap(self, namespace: str, decision: Decision) -> None:
-        action, body = decision.action, decision.body
-        if body is None or action not in (Action.CREATE, Action.UPDATE, Action.REPLACE):
-            return
-        name = body["metadata"]["name"]
-        common: dict[str, Any] = {"field_manager": self._field_manager, "dry_run": self._dry_run}
-        if action is Action.CREATE:
-            self._client.create(CONFIGMAPS, namespace, body, **common)
-            self._count("create")
-        elif action is Action.UPDATE:
-            self._client.update(CONFIGMAPS, namespace, name, body, **common)
-            self._count("update")
-        else:
-            self._client.delete(
-                CONFIGMAPS,
-                namespace,
-                name,
-                preconditions=decision.precondition,
-                dry_run=self._dry_run,
-            )
-            self._count("delete")
-            if not self._dry_run:
-                self._client.create(CONFIGMAPS, namespace, body, **common)
-                self._count("create")
-
-    def _recover(
-        self,
-        namespace: str,
-        spec: BundleSpec | SpecError,
-        decision: Decision,
-        err: ApiError,
-    ) -> Mapping[str, Any] | object | None:
-        """Decide whether a failed write can be retried from a fresh read.
-
-        Returns the freshly read ConfigMap (or None when it is gone) to decide again
-        with, or ``_GIVE_UP`` to re-raise ``err``. 409 Conflict becomes :class:`Requeue`.
-        """
-        assert isinstance(spec, BundleSpec)
-        name = spec.config_map_name
-        if err.is_conflict:
-            raise Requeue(f"ConfigMap {namespace}/{name} changed while being written") from err
-        if err.is_already_exists or err.is_not_found:
-            # The cache was stale: a ConfigMap appeared (ours or someone's) or vanished.
-            return self._fresh_configmap(namespace, name)
-        if err.is_invalid and decision.action is Action.UPDATE and "immutable" in err.message:
-            # Someone made the ConfigMap immutable after our cache saw it.
-            return self._fresh_configmap(namespace, name)
-        if err.is_invalid:
-            raise _RejectedError(err.message) from err
-        if err.is_request_entity_too_large:
-            size = f"{err.request_bytes:,}-byte " if err.request_bytes is not None else ""
-            raise _RejectedError(
-                f"the API server refused the {size}request writing ConfigMap {name} as too "
-                f"large ({err.status} {err.message or err.reason}); split the bundle or "
-                "shrink its values",
-                Reason.CONFIGMAP_TOO_LARGE,
-            ) from err
-        if err.status in _UNRETRYABLE_STATUSES:
-            raise _RejectedError(
-                f"the API server refused the request writing ConfigMap {name}: "
-                f"{err.status} {err.message or err.reason}"
-            ) from err
-        return _GIVE_UP
-
-    def _delete_stale(self, bundle: Mapping[str, Any], decision: Decision) -> list[str]:
-        """Delete ConfigMaps this bundle controls under a name it no longer declares.
-
-        Returns the names of those ConfigMaps (in a dry run: that would be deleted).
-        """
-        if decision.desired is None:
-            return []
-        uid = bundle["metadata"]["uid"]
-        names: list[str] = []
-        for cm in self._configmaps.by_index(CONTROLLER_UID_INDEX, uid):
-            cm_meta = cm["metadata"]
-            if cm_meta["name"] == decision.desired.name:
-                continue
-            names.append(cm_meta["name"])
-            if self._dry_run:
-                continue
-            try:
-                self._client.delete(
-                    CONFIGMAPS,
-                    cm_meta["namespace"],
-                    cm_meta["name"],
-                    preconditions={"uid": cm_meta["uid"]},
-                )
-                self._count("delete")
-                self._event(
-                    bundle,
-                    "Normal",
-                    "Deleted",
-                    f"deleted ConfigMap {cm_meta['name']}: spec.configMapName is now "
-                    f"{decision.desired.name}",
-                )
-            except ApiError as err:
-                if not (err.is_not_found or err.is_conflict):
-                    raise
-        return names
-
-    def _set_finalizer(
-        self, bundle: Mapping[str, Any], change: FinalizerChange
-    ) -> Mapping[str, Any]:
-        meta = bundle["metadata"]
-        finalizers = [f for f in meta.get("finalizers") or () if f != FINALIZER_ORPHAN]
-        if change is FinalizerChange.ADD:
-            finalizers.append(FINALIZER_ORPHAN)
-        patch = {"metadata": {"finalizers": finalizers, "resourceVersion": meta["resourceVersion"]}}
-        try:
-            return self._client.patch(
-                CONFIGBUNDLES,
-                meta["namespace"],
-                meta["name"],
-                patch,
-                patch_type="merge",
-                field_manager=self._field_manager,
-            )
-        except ApiError as err:
-            if err.is_conflict:
-                raise Requeue("bundle changed while its finalizer was being set") from err
-            if err.is_not_found and change is FinalizerChange.REMOVE:
-                # Already gone: a previous reconcile removed the last finalizer and the
-                # cache has not seen the deletion yet. Nothing is left to do.
-                return bundle
-            raise
-
-    def _release(self, key: str, bundle: Mapping[str, Any], decision: Decision) -> Result:
-        """For deletionPolicy Orphan: let go of the ConfigMap, then drop the finalizer."""
-        meta = bundle["metadata"]
-        if self._dry_run:
-            return Result(
-                key,
-                Action.RELEASE,
-                message=f"would release the ConfigMap and remove the {FINALIZER_ORPHAN} "
-                f"finalizer: {decision.message}",
-                pending=True,
-            )
-        if decision.body is not None:
-            name = decision.body["metadata"]["name"]
-            try:
-                self._client.update(
-                    CONFIGMAPS,
-                    meta["namespace"],
-                    name,
-                    decision.body,
-                    field_manager=self._field_manager,
-                )
-                self._count("update")
-            except ApiError as err:
-                if err.is_conflict:
-                    raise Requeue("ConfigMap changed while being released") from err
-                if not err.is_not_found:
-                    raise
-            self._event(bundle, "Normal", "Orphaned", decision.message)
-        self._set_finalizer(bundle, FinalizerChange.REMOVE)
-        return Result(key, Action.RELEASE, message=decision.message)
-
-    # -- reporting ------------------------------------------------------------------
-
-    def _outcome(self, decision: Decision) -> tuple[ConditionStatus, Reason, str, float | None]:
-        desired = decision.desired
-        if decision.action is Action.INVALID:
-            assert decision.error is not None
-            return "False", decision.error.reason, decision.error.message, None
-        if decision.action is Action.SUSPENDED:
-            return "Unknown", Reason.SUSPENDED, decision.message, None
-        if decision.action is Action.CONFLICT:
-            return "False", Reason.CONFIGMAP_CONFLICT, decision.message, self._conflict_recheck
-        assert desired is not None
-        keys = len(desired.data) + len(desired.binary_data)
-        return (
-            "True",
-            Reason.SYNCED,
-            f"ConfigMap {desired.name} matches the spec "
-            f"({keys} {'key' if keys == 1 else 'keys'}, {desired.content_hash})",
-            None,
-        )
-
-    def _record_action(self, bundle: Mapping[str, Any], decision: Decision) -> None:
-        action = decision.action
-        if action is Action.NONE:
-            return
-        if decision.adopted:
-            self._event(bundle, "Normal", "Adopted", decision.message)
-        elif action in (Action.CREATE, Action.UPDATE, Action.REPLACE) and decision.drift:
-            self._observer.drift_corrected()
-            self._event(bundle, "Normal", "DriftCorrected", decision.message)
-        elif action is Action.CREATE:
-            self._event(bundle, "Normal", "Created", decision.message, routine=True)
-        elif action is Action.UPDATE:
-            self._event(bundle, "Normal", "Updated", decision.message, routine=True)
-        elif action is Action.REPLACE:
-            self._event(bundle, "Normal", "Replaced", decision.message)
-        elif action is Action.CONFLICT:
-            self._event(bundle, "Warning", Reason.CONFIGMAP_CONFLICT.value, decision.message)
-        elif action is Action.INVALID and decision.error is not None:
-            self._event(bundle, "Warning", decision.error.reason.value, decision.message)
-
-    def _event(
-        self,
-        bundle: Mapping[str, Any],
-        type_: Any,
-        reason: str,
-        message: str,
-        *,
-        routine: bool = False,
-    ) -> None:
-        """Record an Event; ``routine`` ones (what the spec asked for) only at ``--events all``."""
-        if self._recorder is not None and not self._dry_run:
-            self._recorder.event(bundle, type_, reason, message, routine=routine)
-
-    def _count(self, operation: str) -> None:
-        if not self._dry_run:
-            self._observer.configmap_write(operation)
-
-    def _report_error(
-        self, bundle: Mapping[str, Any], spec: BundleSpec | SpecError, err: ApiError
-    ) -> None:
-        """Best effort: say in status why the reconcile failed; never mask ``err``."""
-        if isinstance(err, ConnectionFailed):
-            message = f"a write got no answer from the API server: {err}"
-        else:
-            message = f"the API server refused a write: {err.message or err.reason}"
-        try:
-            self._write_status(bundle, spec, "False", Reason.RECONCILE_ERROR, message)
-        except ApiError as status_err:
-            log.debug("status not written", error=str(status_err))
-
-    def _write_status(
-        self,
-        bundle: Mapping[str, Any],
-        spec: BundleSpec | SpecError,
-        ready: ConditionStatus,
-        reason: Reason,
-        message: str,
-        *,
-        desired_hash: str | None = None,
-    ) -> bool:
-        """Write ``status`` if its content changed; return whether a write was sent.
-
-        ``desired_hash`` is the content hash the decision already computed; it is
-        computed here only when the decision had no desired ConfigMap (a suspended
-        bundle, an error path), so a resync hashes up to 1 MiB of content once, not twice.
-        """
-        if self._dry_run:
-            return False
-        bundle = self._with_own_status(bundle)
-        valid = spec if isinstance(spec, BundleSpec) else None
-        if valid is not None and desired_hash is None:
-            desired_hash = content_hash(valid.data, valid.binary_data)
-        new_status = compute_status(
-            bundle,
-            ready=ready,
-            reason=reason,
-            message=message,
-            config_map_name=valid.config_map_name if valid else config_map_name_of(bundle),
-            content_hash=desired_hash if valid else None,
-            key_count=valid.key_count if valid else None,
-            now=self._now(),
-        )
-        if status_equal(bundle.get("status"), new_status):
-            return False
-        meta = bundle["metadata"]
-        try:
-            patched = self._client.patch(
-                CONFIGBUNDLES,
-                meta["namespace"],
-                meta["name"],
-                {"status": new_status},
-                patch_type="merge",
-                subresource="status",
-                field_manager=self._field_manager,
-            )
-        except ApiError as err:
-            if err.is_not_found:
-                return True  # deleted meanwhile; nothing to report to
-            raise
-        self._own_status.record(object_key(bundle), bundle, patched, new_status)
-        return True
-
-    def _with_own_status(self, bundle: Mapping[str, Any]) -> Mapping[str, Any]:
-        """Return ``bundle`` as it is once this reconciler's last status write lands.
-
-        That is ``bundle`` with the written status while the cache has not caught up with
-        the write (:class:`cbop.runtime.OwnWrites`); else ``bundle`` itself. Never
-        mutates it.
-        """
-        written = self._own_status.pending(object_key(bundle), bundle)
-        if written is None:
-            return bundle
-        return {**bundle, "status": written}
-
-
-class _RejectedError(ApiError):
-    """The API server refused the ConfigMap for good: report ``condition_reason``, no retry."""
-
-    def __init__(self, message: str, condition_reason: Reason = Reason.INVALID_SPEC) -> None:
-        super().__init__(422, "Invalid", message)
-        self.condition_reason = condition_reason
-
-
-#: Refusals of a ConfigMap write that the same request can never overcome: 400 Bad
-#: Request and 415 Unsupported Media Type (413 and 422 have their own messages). 403
-#: is not among them: RBAC is often granted after the operator starts.
-_UNRETRYABLE_STATUSES = frozenset({400, 415})
-
-
-_GIVE_UP = object()

@@ -11,6 +11,10 @@ typed/dynamic clients over its ``rest`` package). It is built from three parts:
   (:meth:`KubeClient.set_metrics`);
 * :mod:`cbop.kube.watch`: the :class:`WatchStream` a watch returns.
 
+The verbs themselves are in the two bases of :class:`KubeClient`:
+:class:`cbop.kube.reads.ReadVerbs` (get, list, watch) and
+:class:`cbop.kube.writes.WriteVerbs` (create, update, patch, delete).
+
 Requests go through ``kubernetes.client.ApiClient`` (configuration loading, TLS,
 authentication, the urllib3 pool) but bodies are plain JSON: requests take dicts,
 responses are ``json.loads`` of the body. No generated model is built on any path, which
@@ -23,18 +27,18 @@ is thread-safe; its per-host pool keeps up to ``pool_size`` idle connections.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final, cast
+from typing import Any, cast
 
 from cbop import defaults
 from cbop.clock import Clock, RealClock
 from cbop.kube.accounting import RequestHook, infer_verb_resource
 from cbop.kube.codec import encode_body
 from cbop.kube.config import DEFAULT_USER_AGENT, load_configuration, new_api_client
-from cbop.kube.jsonstream import ItemHook
 from cbop.kube.metrics import RestClientMetrics
-from cbop.kube.resources import Resource
+from cbop.kube.reads import ReadVerbs
 from cbop.kube.transport import MUTATING_VERBS, Transport, WriteFence
 from cbop.kube.watch import WatchStream
+from cbop.kube.writes import PATCH_CONTENT_TYPES, WriteVerbs
 
 __all__ = [
     "DEFAULT_USER_AGENT",
@@ -47,16 +51,8 @@ __all__ = [
     "encode_body",
 ]
 
-#: ``patch_type`` -> ``Content-Type`` of a PATCH request.
-PATCH_CONTENT_TYPES: Final[Mapping[str, str]] = {
-    "merge": "application/merge-patch+json",
-    "json": "application/json-patch+json",
-    "strategic": "application/strategic-merge-patch+json",
-    "apply": "application/apply-patch+yaml",
-}
 
-
-class KubeClient:
+class KubeClient(ReadVerbs, WriteVerbs):
     """A thread-safe Kubernetes API client that speaks raw JSON (dicts in, dicts out).
 
     Build one with :meth:`from_config`, or wrap a configured
@@ -301,340 +297,3 @@ class KubeClient:
             content_type=content_type,
             timeout=timeout,
         )
-
-    # ----------------------------------------------------------------- verbs
-
-    @staticmethod
-    def _resource_name(res: Resource, subresource: str | None) -> str:
-        return f"{res.plural}/{subresource}" if subresource else res.plural
-
-    def get(
-        self, res: Resource, namespace: str | None, name: str, *, timeout: float | None = 30.0
-    ) -> dict[str, Any]:
-        """GET one object; returns it as a dict.
-
-        Raises:
-            ApiError: ``is_not_found`` when it does not exist; other API errors.
-            ConnectionFailed: no answer.
-        """
-        return self._transport.call(
-            "get", res.plural, "GET", res.path(namespace, name), timeout=timeout
-        )
-
-    def list(
-        self,
-        res: Resource,
-        namespace: str | None = None,
-        *,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-        limit: int | None = None,
-        continue_: str | None = None,
-        resource_version: str | None = None,
-        resource_version_match: str | None = None,
-        timeout: float | None = 60.0,
-        item_hook: ItemHook | None = None,
-        shard_selector: str | None = None,
-    ) -> dict[str, Any]:
-        """LIST a collection (one page); returns the list dict.
-
-        The body is decoded item by item while it arrives (:mod:`cbop.kube.jsonstream`):
-        the raw body is never held whole, each item may be reduced by ``item_hook``
-        before the next is decoded, and object keys are shared between items. The cyclic garbage
-        collector is paused while decoding.
-
-        The result has ``metadata.resourceVersion`` (the list's RV), ``metadata.continue``
-        when more pages follow, and ``items`` (each item lacks ``kind``/``apiVersion``, as
-        the API server sends them).
-
-        Args:
-            res: the collection.
-            namespace: ``None`` lists across all namespaces.
-            label_selector: label selector string (``"a=b,c!=d"``).
-            field_selector: field selector string (``"metadata.name=x"``).
-            limit: page size; the API server ignores it for ``resource_version="0"``
-                when served from the watch cache.
-            continue_: the previous page's ``metadata.continue``.
-            resource_version: ``"0"`` (any, possibly cached), ``""``/``None``
-                (consistent), or a specific RV.
-            resource_version_match: ``"NotOlderThan"`` or ``"Exact"``.
-            timeout: seconds for the connection and for each socket read.
-            item_hook: ``hook(item) -> item`` applied to each element of ``items`` as
-                soon as it is decoded (e.g. to drop fields); its result is kept.
-            shard_selector: the ``shardSelector`` query parameter (KEP-5866, e.g.
-                :meth:`cbop.shardrange.ShardRange.selector`); send it with every page. A
-                kube-apiserver 1.36 with the ``ShardedListAndWatch`` gate on returns only
-                the objects in the range (built-in resources echo the selector in
-                ``metadata.shardInfo``, custom resources do not); with the gate off (its
-                default) or an older server, the parameter is ignored and everything is
-                returned.
-
-        Raises:
-            ApiError: ``is_gone`` for an expired continue token or a compacted RV.
-            ConnectionFailed: no answer.
-        """
-        query: dict[str, str | int | bool] = {}
-        if label_selector:
-            query["labelSelector"] = label_selector
-        if field_selector:
-            query["fieldSelector"] = field_selector
-        if limit is not None:
-            query["limit"] = limit
-        if continue_:
-            query["continue"] = continue_
-        if resource_version is not None and resource_version != "":
-            query["resourceVersion"] = resource_version
-        if resource_version_match:
-            query["resourceVersionMatch"] = resource_version_match
-        if shard_selector:
-            query["shardSelector"] = shard_selector
-        return self._transport.call(
-            "list",
-            res.plural,
-            "GET",
-            res.path(namespace),
-            query=query,
-            timeout=timeout,
-            stream_items=True,
-            item_hook=item_hook,
-        )
-
-    def create(
-        self,
-        res: Resource,
-        namespace: str | None,
-        body: Mapping[str, Any],
-        *,
-        field_manager: str | None = None,
-        dry_run: bool = False,
-        timeout: float | None = 30.0,
-    ) -> dict[str, Any]:
-        """POST a new object; returns the created object.
-
-        ``kind``/``apiVersion`` are filled in from ``res`` when missing.
-
-        Raises:
-            ApiError: ``is_already_exists``, ``is_invalid``, ``is_forbidden``, ...
-            ConnectionFailed: no answer.
-        """
-        obj = dict(body)
-        obj.setdefault("apiVersion", res.api_version)
-        obj.setdefault("kind", res.kind)
-        return self._transport.call(
-            "create",
-            res.plural,
-            "POST",
-            res.path(namespace),
-            query=_write_query(field_manager, dry_run),
-            body=obj,
-            timeout=timeout,
-        )
-
-    def update(
-        self,
-        res: Resource,
-        namespace: str | None,
-        name: str,
-        body: Mapping[str, Any],
-        subresource: str | None = None,
-        *,
-        field_manager: str | None = None,
-        dry_run: bool = False,
-        timeout: float | None = 30.0,
-    ) -> dict[str, Any]:
-        """PUT a whole object (optimistic concurrency via ``metadata.resourceVersion``).
-
-        Raises:
-            ApiError: ``is_conflict`` for a stale resourceVersion, ``is_not_found``,
-                ``is_invalid``, ...
-            ConnectionFailed: no answer.
-        """
-        obj = dict(body)
-        obj.setdefault("apiVersion", res.api_version)
-        obj.setdefault("kind", res.kind)
-        return self._transport.call(
-            "update",
-            self._resource_name(res, subresource),
-            "PUT",
-            res.path(namespace, name, subresource),
-            query=_write_query(field_manager, dry_run),
-            body=obj,
-            timeout=timeout,
-        )
-
-    def patch(
-        self,
-        res: Resource,
-        namespace: str | None,
-        name: str,
-        body: Any,
-        *,
-        patch_type: str = "merge",
-        subresource: str | None = None,
-        field_manager: str | None = None,
-        force: bool | None = None,
-        dry_run: bool = False,
-        timeout: float | None = 30.0,
-    ) -> dict[str, Any]:
-        """PATCH an object; returns the patched object.
-
-        Args:
-            res: the collection.
-            namespace: the object's namespace (``None`` if cluster-scoped).
-            name: the object's name.
-            body: a dict (merge, strategic, apply) or a list of operations (json).
-            patch_type: ``merge`` (RFC 7386), ``json`` (RFC 6902), ``strategic``, or
-                ``apply`` (server-side apply; needs ``field_manager``, default ``cbop``).
-            subresource: e.g. ``"status"``.
-            field_manager: ``fieldManager`` query parameter.
-            force: server-side apply ``force`` (take ownership of conflicting fields).
-            dry_run: validate and admit, but do not persist (``dryRun=All``).
-            timeout: seconds for the connection and for each socket read.
-
-        Raises:
-            ValueError: unknown ``patch_type``.
-            ApiError: ``is_not_found``, ``is_conflict`` (apply conflicts),
-                ``is_invalid``, ...
-            ConnectionFailed: no answer.
-        """
-        try:
-            content_type = PATCH_CONTENT_TYPES[patch_type]
-        except KeyError:
-            raise ValueError(
-                f"unknown patch_type {patch_type!r}; one of {sorted(PATCH_CONTENT_TYPES)}"
-            ) from None
-        if patch_type == "apply" and field_manager is None:
-            field_manager = "cbop"
-        query = _write_query(field_manager, dry_run)
-        if force is not None:
-            query["force"] = force
-        return self._transport.call(
-            "patch",
-            self._resource_name(res, subresource),
-            "PATCH",
-            res.path(namespace, name, subresource),
-            query=query,
-            body=body,
-            content_type=content_type,
-            timeout=timeout,
-        )
-
-    def delete(
-        self,
-        res: Resource,
-        namespace: str | None,
-        name: str,
-        *,
-        preconditions: Mapping[str, str] | None = None,
-        propagation_policy: str | None = None,
-        grace_period_seconds: int | None = None,
-        dry_run: bool = False,
-        timeout: float | None = 30.0,
-    ) -> dict[str, Any]:
-        """DELETE an object with ``DeleteOptions``.
-
-        Args:
-            res: the collection.
-            namespace: the object's namespace (``None`` if cluster-scoped).
-            name: the object's name.
-            preconditions: ``{"uid": ..., "resourceVersion": ...}``; a mismatch is a 409.
-            propagation_policy: ``Foreground``, ``Background`` or ``Orphan``.
-            grace_period_seconds: ``gracePeriodSeconds`` of the DeleteOptions.
-            dry_run: validate, but do not delete (``dryRun=All``).
-            timeout: seconds for the connection and for each socket read.
-
-        Returns:
-            The object (being deleted, e.g. with finalizers) or a ``Status``.
-
-        Raises:
-            ApiError: ``is_not_found``, ``is_conflict`` (precondition failed), ...
-            ConnectionFailed: no answer.
-        """
-        options: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1"}
-        if preconditions:
-            options["preconditions"] = dict(preconditions)
-        if propagation_policy:
-            options["propagationPolicy"] = propagation_policy
-        if grace_period_seconds is not None:
-            options["gracePeriodSeconds"] = grace_period_seconds
-        if dry_run:
-            options["dryRun"] = ["All"]
-        return self._transport.call(
-            "delete",
-            res.plural,
-            "DELETE",
-            res.path(namespace, name),
-            body=options,
-            timeout=timeout,
-        )
-
-    def watch(
-        self,
-        res: Resource,
-        namespace: str | None = None,
-        *,
-        resource_version: str,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-        timeout_seconds: int,
-        allow_bookmarks: bool = True,
-        read_timeout: float,
-        shard_selector: str | None = None,
-    ) -> WatchStream:
-        """Open a WATCH stream from ``resource_version``.
-
-        Not rate limited (as client-go does not throttle watch streams), counted as
-        ``("watch", plural)``. Non-2xx answers are not retried here: the caller owns
-        the backoff.
-
-        Args:
-            res: the collection.
-            namespace: ``None`` watches across all namespaces.
-            label_selector: label selector string.
-            field_selector: field selector string.
-            resource_version: start after this RV (``"0"``/``""``: any/most recent state,
-                preceded by synthetic ADDED events).
-            timeout_seconds: the server ends the watch after this many seconds.
-            allow_bookmarks: ask for BOOKMARK events (about one a minute from a real
-                API server) that carry only ``metadata.resourceVersion``.
-            read_timeout: seconds without a single byte after which the stream is
-                declared dead (``ConnectionFailed(timed_out=True)``); set it above the
-                longest expected silence (bookmark interval).
-            shard_selector: the ``shardSelector`` query parameter, as :meth:`list`: with
-                the gate on, only events of objects in the range arrive (bookmarks
-                always do); with it off, the parameter is ignored.
-
-        Returns:
-            A :class:`WatchStream` (an iterator of event dicts; close it when done).
-
-        Raises:
-            ApiError: non-2xx answer (``is_gone`` for a compacted RV, ``retry_after`` set
-                on 429).
-            ConnectionFailed: no answer.
-        """
-        query: dict[str, str | int | bool] = {
-            "watch": True,
-            "resourceVersion": resource_version,
-            "timeoutSeconds": int(timeout_seconds),
-        }
-        if allow_bookmarks:
-            query["allowWatchBookmarks"] = True
-        if label_selector:
-            query["labelSelector"] = label_selector
-        if field_selector:
-            query["fieldSelector"] = field_selector
-        if shard_selector:
-            query["shardSelector"] = shard_selector
-        response = self._transport.open_watch(
-            res.plural, res.path(namespace), query, read_timeout=read_timeout
-        )
-        return WatchStream(response)
-
-
-def _write_query(field_manager: str | None, dry_run: bool) -> dict[str, str | int | bool]:
-    query: dict[str, str | int | bool] = {}
-    if field_manager:
-        query["fieldManager"] = field_manager
-    if dry_run:
-        query["dryRun"] = "All"
-    return query

@@ -1,27 +1,13 @@
 """Lease-based leader election, after client-go's ``tools/leaderelection`` with a LeaseLock.
 
-This module owns :class:`LeaderElector`. The manager builds one when ``--leader-elect``
-is given and runs it in its own thread; the elector calls the manager back when this
-process starts and stops leading, and reports to a
+This module owns :class:`LeaderElector`: one candidate's acquire and renew loops, its
+leadership state and its write fence. The manager builds one when ``--leader-elect`` is
+given and runs it in its own thread (the shard coordinator, one per shard); the elector
+calls the manager back when this process starts and stops leading, and reports to a
 :class:`cbop.leaderelection.metrics.LeaderMetrics` (Prometheus is plugged in from
-``cbop.metrics``, which this package never imports).
-
-The lock is a ``coordination.k8s.io/v1`` Lease whose spec is the election record:
-``holderIdentity``, ``leaseDurationSeconds``, ``acquireTime``, ``renewTime`` (MicroTime,
-RFC 3339 with microseconds, UTC) and ``leaseTransitions``. Every write is an update that
-carries the ``resourceVersion`` last read, so two candidates can never both succeed: the
-loser gets ``409 Conflict`` (or ``AlreadyExists`` when both try to create the Lease).
-
-As in client-go, a candidate never trusts the server's ``renewTime``: it measures expiry
-on its own monotonic clock from the moment it last saw the record change, against the
-``leaseDurationSeconds`` written in that record. Clock skew between nodes therefore does
-not matter; only clock *rates* do.
-
-Timeline with controller-runtime's defaults (lease 15 s, renew deadline 10 s, retry 2 s):
-a candidate tries every 2 to 3 s (2 s jittered by up to 0.5x); the leader renews every
-2 s; if renewals keep failing until 10 s after the last successful one began, the leader
-gives up, before any other candidate can see the lease expire (15 s after it saw that
-renewal land).
+``cbop.metrics``, which this package never imports). Its reads and writes of the Lease
+go through :class:`cbop.leaderelection.lock.LeaseLock`; its timings follow
+:mod:`cbop.leaderelection.timing`.
 
 Fencing: :meth:`LeaderElector.holds_lease` says whether this candidate may still write,
 by its own monotonic clock: it leads and the last successful acquire or renewal *began*
@@ -31,12 +17,8 @@ from the moment it saw that renewal land, which is later, so the gap between the
 was paused (SIGSTOP, a stalled VM) wakes with the check failing, whatever its threads
 were about to do; the manager hands it to the API client as a write fence.
 
-Renewal requests get timeouts bounded by the time left before the renew deadline, and
-never all of it while a retry still fits (half the time left, at least one retry
-period), as client-go bounds each try by the renew context's deadline: one slow
-answer from the API server does not cost the lease.
-
-Where cbop departs from client-go, and why:
+Where cbop departs from client-go, and why (the Lease lock's own departure is
+described in :mod:`cbop.leaderelection.lock`):
 
 * Acquire attempts are jittered by up to ``ACQUIRE_JITTER_FACTOR`` (0.5), not 1.2, of
   the retry period, so a successor takes a released lease within 1.5 retry periods.
@@ -54,10 +36,6 @@ Where cbop departs from client-go, and why:
   start of the current round of attempts, so that leading ends exactly when the write
   fence (:meth:`LeaderElector.holds_lease`) closes.
 * The Lease is released only after the write fence was closed.
-* A Lease deleted by hand is not taken over at once: a candidate that last saw another
-  holder in it waits until that record expires by its own clock, as for an unrenewed
-  Lease (client-go creates a missing Lease at once, so its old holder and the creator
-  may both lead until the old holder's next renewal fails).
 """
 
 from __future__ import annotations
@@ -65,19 +43,26 @@ from __future__ import annotations
 import enum
 import random
 import threading
-from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
-from typing import Any, Final
+from collections.abc import Callable
 
 import structlog
 
 from cbop import defaults
 from cbop.clock import Clock, RealClock, wait_for
-from cbop.kube import LEASES, ApiError, KubeClient
+from cbop.kube import KubeClient
+from cbop.leaderelection.lock import Attempt, LeaseLock
 from cbop.leaderelection.metrics import NO_METRICS, LeaderMetrics
-from cbop.leaderelection.observer import LeaseObserver
+from cbop.leaderelection.record import RELEASED_LEASE_DURATION_SECONDS, int_field, micro_time
+from cbop.leaderelection.timing import (
+    ACQUIRE_JITTER_FACTOR,
+    EXPIRY_SLACK,
+    JITTER_FACTOR,
+    check_timings,
+    renewal_request_timeout,
+)
 from cbop.stop import StopSignal
 
+# The timing constants and the record format used to live here: still importable.
 __all__ = [
     "ACQUIRE_JITTER_FACTOR",
     "JITTER_FACTOR",
@@ -88,71 +73,12 @@ __all__ = [
 
 log = structlog.get_logger("cbop.leaderelection")
 
-#: client-go's ``leaderelection.JitterFactor``, used in the timing rule
-#: ``renew_deadline > JITTER_FACTOR x retry_period``.
-JITTER_FACTOR: Final = 1.2
-#: The largest extra fraction of ``retry_period`` a candidate waits between acquire
-#: attempts: waits fall in [retry, 1.5 x retry). client-go jitters by ``JITTER_FACTOR``
-#: (up to 2.2 x); the smaller spread bounds the failover after a release (at most
-#: 3 s with the default 2 s retry period) while still spreading the candidates out.
-ACQUIRE_JITTER_FACTOR: Final = 0.5
-#: Seconds a candidate waits past a lease's local expiry before trying to take it.
-_EXPIRY_SLACK: Final = 0.05
-
-#: ``leaseDurationSeconds`` written when the lease is released, so that candidates still
-#: honouring a duration wait as little as possible.
-RELEASED_LEASE_DURATION_SECONDS: Final = 1
-
-#: The shortest timeout, seconds, a Lease request is given while renewing.
-_MIN_REQUEST_TIMEOUT: Final = 0.5
-
-
-def micro_time(when: datetime) -> str:
-    """Format ``when`` as a Kubernetes ``MicroTime``: ``2024-05-01T12:00:00.123456Z``.
-
-    Args:
-        when: an aware datetime; it is converted to UTC.
-
-    Raises:
-        ValueError: ``when`` is naive (no time zone).
-    """
-    if when.tzinfo is None:
-        raise ValueError("micro_time needs an aware datetime")
-    return f"{when.astimezone(UTC):%Y-%m-%dT%H:%M:%S.%f}Z"
-
-
-def _now_micro_time() -> str:
-    """Return the current wall-clock time as a ``MicroTime`` string."""
-    return micro_time(datetime.now(UTC))
-
-
-class _Attempt(enum.Enum):
-    """The outcome of one try at acquiring or renewing the lease."""
-
-    #: The Lease now names this candidate, written with a fresh renewTime.
-    SUCCEEDED = "succeeded"
-    #: The API call failed (connection, 409, 5xx, ...): try again later.
-    FAILED = "failed"
-    #: The Lease names someone else: held and unexpired (acquiring), or simply not
-    #: this candidate any more (renewing).
-    HELD = "held"
-
 
 class _Ended(enum.Enum):
     """Why the renew loop returned."""
 
     STOPPED = "stopped"
     LOST = "lost"
-
-
-def _holder(spec: Mapping[str, Any]) -> str:
-    holder = spec.get("holderIdentity")
-    return holder if isinstance(holder, str) else ""
-
-
-def _int_field(spec: Mapping[str, Any], name: str) -> int:
-    value = spec.get(name)
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 class LeaderElector:
@@ -216,34 +142,12 @@ class LeaderElector:
         release_on_cancel: bool = True,
         may_acquire: Callable[[], str | None] | None = None,
     ) -> None:
-        if not (lease_duration > 0 and renew_deadline > 0 and retry_period > 0):
-            raise ValueError(
-                "lease duration, renew deadline and retry period must all be positive; got "
-                f"{lease_duration}, {renew_deadline}, {retry_period}"
-            )
-        if lease_duration <= renew_deadline:
-            raise ValueError(
-                f"lease duration ({lease_duration}s) must be greater than the renew deadline "
-                f"({renew_deadline}s)"
-            )
-        if renew_deadline <= JITTER_FACTOR * retry_period:
-            raise ValueError(
-                f"renew deadline ({renew_deadline}s) must be greater than {JITTER_FACTOR} x "
-                f"the retry period ({retry_period}s)"
-            )
-        if lease_duration < 1:
-            raise ValueError(
-                f"lease duration ({lease_duration}s) must be at least 1s: the Lease stores "
-                "whole seconds"
-            )
+        check_timings(lease_duration, renew_deadline, retry_period)
         for what, value in (("lease name", lease_name), ("namespace", namespace)):
             if not value:
                 raise ValueError(f"the {what} must not be empty")
         if not identity:
             raise ValueError("the candidate identity must not be empty")
-        self._client = client
-        self._lease_name = lease_name
-        self._namespace = namespace
         self._identity = identity
         self._lease_duration = lease_duration
         self._renew_deadline = renew_deadline
@@ -275,9 +179,16 @@ class LeaderElector:
         # timeout of each Lease request is bounded by it.
         self._attempt_deadline: float | None = None
         # Only the run() thread touches the rest.
-        self._lease: dict[str, Any] | None = None  # last Lease object the server returned
-        # Judges the Lease's record by the local clock, as shard membership does.
-        self._observer = LeaseObserver(self._clock)
+        self._lease_lock = LeaseLock(
+            client,
+            lease_name=lease_name,
+            namespace=namespace,
+            identity=identity,
+            lease_duration=lease_duration,
+            clock=self._clock,
+            metrics=metrics,
+            request_timeout=self._request_timeout_now,
+        )
         self._reported_leader = ""
 
     # ------------------------------------------------------------------ public
@@ -359,16 +270,16 @@ class LeaderElector:
         """Try until acquired (True) or ``stop`` is set (False), as client-go's ``acquire``."""
         log.info(
             "attempting to acquire the leader lease",
-            lease=self._describe(),
+            lease=self._lease_lock.describe(),
             identity=self._identity,
         )
         while not stop.is_set():
             began = self._clock.now()
-            attempt: _Attempt | None = None
+            attempt: Attempt | None = None
             if self._acquire_allowed():
-                attempt = self._try_acquire_or_renew(renewing=False)
+                attempt = self._lease_lock.try_acquire_or_renew(renewing=False)
                 self._maybe_report_transition()
-                if attempt is _Attempt.SUCCEEDED:
+                if attempt is Attempt.SUCCEEDED:
                     with self._state_lock:
                         self._renewed_at = began
                     return True
@@ -381,8 +292,8 @@ class LeaderElector:
             # Only when this attempt found the Lease held: after a failed request, or
             # while ``may_acquire`` holds it back, the candidate waits the full period
             # (an expiry long past would otherwise make it retry every 50 ms).
-            if attempt is _Attempt.HELD:
-                wait = min(wait, max(self._expires_in(), 0.0) + _EXPIRY_SLACK)
+            if attempt is Attempt.HELD:
+                wait = min(wait, max(self._lease_lock.expires_in(), 0.0) + EXPIRY_SLACK)
             if self._wait(stop, self._clock.now() + wait):
                 return False
         return False
@@ -394,11 +305,14 @@ class LeaderElector:
             if reason:
                 log.warning(
                     "not acquiring the leader lease for now",
-                    lease=self._describe(),
+                    lease=self._lease_lock.describe(),
                     reason=reason,
                 )
             else:
-                log.info("no reason to wait any more for the leader lease", lease=self._describe())
+                log.info(
+                    "no reason to wait any more for the leader lease",
+                    lease=self._lease_lock.describe(),
+                )
             self._waiting_for = reason
         return not reason
 
@@ -423,23 +337,23 @@ class LeaderElector:
                         log.error(
                             "could not renew the leader lease within the renew deadline; "
                             "leadership lost",
-                            lease=self._describe(),
+                            lease=self._lease_lock.describe(),
                             renew_deadline=self._renew_deadline,
                             late=round(began - deadline, 3),
                         )
                         return _Ended.LOST
                     self._attempt_deadline = deadline
-                    attempt = self._try_acquire_or_renew(renewing=True)
+                    attempt = self._lease_lock.try_acquire_or_renew(renewing=True)
                     self._maybe_report_transition()
-                    if attempt is _Attempt.SUCCEEDED:
+                    if attempt is Attempt.SUCCEEDED:
                         with self._state_lock:
                             self._renewed_at = began
                         break
-                    if attempt is _Attempt.HELD:
+                    if attempt is Attempt.HELD:
                         log.error(
                             "the leader lease names another holder; leadership lost",
-                            lease=self._describe(),
-                            holder=self._observed_holder() or None,
+                            lease=self._lease_lock.describe(),
+                            holder=self._lease_lock.holder() or None,
                         )
                         return _Ended.LOST
                     # A failed attempt that already took a retry period (a timeout) is
@@ -453,15 +367,13 @@ class LeaderElector:
         """Seconds one Lease request may take now.
 
         Acquiring: ``renew_deadline / 2``. Renewing: half the time left before the renew
-        deadline, but at least one retry period (and ``_MIN_REQUEST_TIMEOUT``), and never
-        more than the time left, so a slow answer can still arrive and a timed-out
-        attempt still leaves room for a retry on a fresh connection.
+        deadline, but at least one retry period (see
+        :func:`cbop.leaderelection.timing.renewal_request_timeout`).
         """
         deadline = self._attempt_deadline
         if deadline is None:
             return self._request_timeout
-        left = deadline - self._clock.now()
-        return max(_MIN_REQUEST_TIMEOUT, min(left, max(left / 2, self._retry_period)))
+        return renewal_request_timeout(deadline - self._clock.now(), self._retry_period)
 
     def _wait(self, stop: StopSignal, deadline: float) -> bool:
         """Sleep on the clock until ``deadline``; return True early if ``stop`` is set."""
@@ -474,12 +386,12 @@ class LeaderElector:
         with self._state_lock:
             self._leading = True
         self._metrics.set_leading(True)
-        spec = self._seen_record()
+        spec = self._lease_lock.seen_record()
         log.info(
             "acquired the leader lease",
-            lease=self._describe(),
+            lease=self._lease_lock.describe(),
             identity=self._identity,
-            transitions=_int_field(spec, "leaseTransitions"),
+            transitions=int_field(spec, "leaseTransitions"),
         )
         threading.Thread(
             target=self._on_started_leading, name="cbop-leader-started", daemon=True
@@ -490,221 +402,29 @@ class LeaderElector:
             self._leading = False
             self._renewed_at = None
         self._metrics.set_leading(False)
-        log.info("stopped leading", lease=self._describe(), identity=self._identity)
+        log.info("stopped leading", lease=self._lease_lock.describe(), identity=self._identity)
         self._on_stopped_leading()
 
     def _maybe_report_transition(self) -> None:
         """Report a holder different from the last one reported (client-go's namesake)."""
-        holder = self._observed_holder()
+        holder = self._lease_lock.holder()
         if holder == self._reported_leader:
             return
         self._reported_leader = holder
         if not holder:
             return
-        log.info("new leader observed", lease=self._describe(), leader=holder)
+        log.info("new leader observed", lease=self._lease_lock.describe(), leader=holder)
         callback = self._on_new_leader
         if callback is not None:
             threading.Thread(
                 target=callback, args=(holder,), name="cbop-leader-new", daemon=True
             ).start()
 
-    # ------------------------------------------------------------------ the lock
-
-    def _try_acquire_or_renew(self, *, renewing: bool) -> _Attempt:
-        """Make one attempt at writing this candidate into the Lease.
-
-        As client-go's ``tryAcquireOrRenew``: a leader first updates optimistically from
-        the Lease it last wrote; otherwise (or on any error) the Lease is read, created
-        if missing, and updated only if it is free, expired by the local clock, or
-        already ours. Renewing, a Lease that names anyone else is not taken (``HELD``).
-        """
-        now = _now_micro_time()
-        if renewing and self._lease is not None and self._lease_valid():
-            spec = self._seen_record()
-            try:
-                self._write(
-                    self._lease,
-                    self._record(
-                        acquire_time=spec.get("acquireTime") or now,
-                        renew_time=now,
-                        transitions=_int_field(spec, "leaseTransitions"),
-                    ),
-                )
-            except ApiError as err:
-                log.debug(
-                    "optimistic lease renewal failed; reading the lease",
-                    lease=self._describe(),
-                    error=str(err),
-                )
-            else:
-                return _Attempt.SUCCEEDED
-
-        try:
-            lease = self._client.get(
-                LEASES, self._namespace, self._lease_name, timeout=self._request_timeout_now()
-            )
-        except ApiError as err:
-            if not err.is_not_found:
-                log.warning("cannot read the leader lease", lease=self._describe(), error=str(err))
-                return _Attempt.FAILED
-            holder = self._observed_holder()
-            if not renewing and holder not in ("", self._identity) and self._lease_valid():
-                # A deleted Lease is not a released one: its holder may still be working
-                # until the record it last wrote expires by our clock.
-                log.debug(
-                    "the leader lease is missing but was held recently; waiting for it to expire",
-                    lease=self._describe(),
-                    holder=holder,
-                )
-                return _Attempt.HELD
-            return self._create(now)
-
-        self._observe(lease)
-        old = self._seen_record()
-        holder = _holder(old)
-        if holder != self._identity and (renewing or (holder and self._lease_valid())):
-            log.debug("the leader lease is held", lease=self._describe(), holder=holder)
-            return _Attempt.HELD
-        if holder == self._identity:
-            if renewing:
-                # The optimistic renewal above was not possible or failed: count it, as
-                # client-go's leader_election_slowpath_total does.
-                self._metrics.slowpath_exercised()
-            record = self._record(
-                acquire_time=old.get("acquireTime") or now,
-                renew_time=now,
-                transitions=_int_field(old, "leaseTransitions"),
-            )
-        else:
-            record = self._record(
-                acquire_time=now,
-                renew_time=now,
-                transitions=_int_field(old, "leaseTransitions") + 1,
-            )
-        try:
-            self._write(lease, record)
-        except ApiError as err:
-            if err.is_conflict:
-                log.debug(
-                    "another candidate updated the leader lease first",
-                    lease=self._describe(),
-                )
-            else:
-                log.warning(
-                    "cannot update the leader lease", lease=self._describe(), error=str(err)
-                )
-            return _Attempt.FAILED
-        return _Attempt.SUCCEEDED
-
-    def _create(self, now: str) -> _Attempt:
-        body = {
-            "apiVersion": LEASES.api_version,
-            "kind": LEASES.kind,
-            "metadata": {"name": self._lease_name, "namespace": self._namespace},
-            "spec": self._record(acquire_time=now, renew_time=now, transitions=0),
-        }
-        try:
-            created = self._client.create(
-                LEASES, self._namespace, body, timeout=self._request_timeout_now()
-            )
-        except ApiError as err:
-            if err.is_already_exists:
-                log.debug("another candidate created the leader lease", lease=self._describe())
-            else:
-                log.warning(
-                    "cannot create the leader lease", lease=self._describe(), error=str(err)
-                )
-            return _Attempt.FAILED
-        self._observe(created)
-        return _Attempt.SUCCEEDED
-
     def _release(self) -> None:
-        """Hand the lease back: empty holder, 1 s duration (client-go's ``release``).
+        """Close the write fence, then hand the lease back (see :meth:`LeaseLock.release`).
 
-        Reads the Lease first and writes only if it still names this candidate, with the
-        resourceVersion just read, so a successor's record is never overwritten. The
-        write fence is closed first: no write of this process may follow the release.
+        No write of this process may follow the release.
         """
         with self._state_lock:
             self._renewed_at = None
-        try:
-            lease = self._client.get(
-                LEASES, self._namespace, self._lease_name, timeout=self._request_timeout_now()
-            )
-        except ApiError as err:
-            log.warning("cannot release the leader lease", lease=self._describe(), error=str(err))
-            return
-        self._observe(lease)
-        spec = self._seen_record()
-        if _holder(spec) != self._identity:
-            log.info(
-                "the leader lease is no longer ours; nothing to release",
-                lease=self._describe(),
-                holder=_holder(spec) or None,
-            )
-            return
-        now = _now_micro_time()
-        record = {
-            "holderIdentity": "",
-            "leaseDurationSeconds": RELEASED_LEASE_DURATION_SECONDS,
-            "acquireTime": now,
-            "renewTime": now,
-            "leaseTransitions": _int_field(spec, "leaseTransitions"),
-        }
-        try:
-            self._write(lease, record)
-        except ApiError as err:
-            log.warning("cannot release the leader lease", lease=self._describe(), error=str(err))
-            return
-        log.info("released the leader lease", lease=self._describe(), identity=self._identity)
-
-    def _record(self, *, acquire_time: str, renew_time: str, transitions: int) -> dict[str, Any]:
-        """Return a Lease spec naming this candidate (client-go's LeaderElectionRecord)."""
-        return {
-            "holderIdentity": self._identity,
-            "leaseDurationSeconds": int(self._lease_duration),
-            "acquireTime": acquire_time,
-            "renewTime": renew_time,
-            "leaseTransitions": transitions,
-        }
-
-    def _write(self, lease: Mapping[str, Any], spec: dict[str, Any]) -> None:
-        """Update ``lease`` (keeping its metadata, hence resourceVersion) with ``spec``.
-
-        Raises:
-            ApiError: ``is_conflict`` when the Lease changed since it was read.
-        """
-        body = {**lease, "spec": spec}
-        updated = self._client.update(
-            LEASES, self._namespace, self._lease_name, body, timeout=self._request_timeout_now()
-        )
-        self._observe(updated)
-
-    def _observe(self, lease: Mapping[str, Any]) -> None:
-        """Remember ``lease``; the observer restarts the expiry clock if its record changed."""
-        self._lease = dict(lease)
-        self._observer.observe(self._lease_name, lease)
-
-    def _seen_record(self) -> Mapping[str, Any]:
-        """Return the Lease's record as last observed (``{}`` before any read)."""
-        seen = self._observer.last(self._lease_name)
-        return seen.record if seen is not None else {}
-
-    def _observed_holder(self) -> str:
-        return _holder(self._seen_record())
-
-    def _expires_in(self) -> float:
-        """Seconds until the observed record expires on the local clock (<= 0: expired)."""
-        seen = self._observer.last(self._lease_name)
-        return (seen.expiry if seen is not None else 0.0) - self._clock.now()
-
-    def _lease_valid(self) -> bool:
-        """Whether the observed record is unexpired on the local clock (client-go's isLeaseValid).
-
-        :class:`cbop.leaderelection.observer.LeaseObserver` judges it: a released lease
-        (1 s) expires quickly and one without a duration has expired already.
-        """
-        return self._expires_in() > 0
-
-    def _describe(self) -> str:
-        return f"{self._namespace}/{self._lease_name}"
+        self._lease_lock.release()

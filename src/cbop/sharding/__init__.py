@@ -6,7 +6,11 @@ Modules:
   share of the shard Leases and tells a :class:`ShardHandler` when to start, drain or
   drop a shard's work.
 - ``cbop.sharding.assign``: the pure balancing decision (no client, no threads).
-- ``cbop.sharding.membership``: membership Leases and the one LIST per tick.
+- ``cbop.sharding.membership``: this replica's membership Lease and the upkeep of the
+  shard Leases; ``cbop.sharding.view``: the group as one LIST per tick shows it;
+  ``cbop.sharding.leases``: the names, labels and annotations of the group's Leases.
+- ``cbop.sharding.check``: :class:`ShardedGroupCheck`, which keeps a single leader
+  from acquiring while a sharded group of its id is at work.
 - ``cbop.sharding.metrics``: :class:`ShardMetrics`, the seam its metrics go through;
   the Prometheus implementation lives in ``cbop.metrics.sharding``.
 
@@ -16,15 +20,15 @@ pure layers below them, never Prometheus or ``cbop.metrics``; the runtime builds
 """
 
 from cbop.sharding.assign import Decision, ShardState, decide
+from cbop.sharding.check import ShardedGroupCheck
 from cbop.sharding.coordinator import ShardCoordinator, ShardHandler
-from cbop.sharding.membership import (
+from cbop.sharding.leases import (
     GROUP_LABEL,
     JOINED_ANNOTATION,
     MEMBER_ROLE,
     ROLE_LABEL,
     SHARD_ROLE,
     SHARDS_ANNOTATION,
-    ShardedGroupCheck,
     member_lease_name,
     shard_lease_name,
 )

@@ -56,7 +56,8 @@ from cbop.clock import Clock, RealClock, wait_for
 from cbop.kube import ApiError, KubeClient
 from cbop.leaderelection import ACQUIRE_JITTER_FACTOR, JITTER_FACTOR, LeaderElector
 from cbop.sharding.assign import decide
-from cbop.sharding.membership import Membership, shard_lease_name
+from cbop.sharding.leases import shard_lease_name
+from cbop.sharding.membership import Membership
 from cbop.sharding.metrics import NO_SHARD_METRICS, ShardEvent, ShardMetrics
 from cbop.shardrange import ShardRange
 from cbop.stop import StopSignal

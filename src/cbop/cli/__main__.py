@@ -1,0 +1,7 @@
+"""``python -m cbop.cli``: the same as the ``cbop`` command."""
+
+import sys
+
+from cbop.cli import main
+
+sys.exit(main())
