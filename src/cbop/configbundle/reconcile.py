@@ -304,7 +304,9 @@ class Reconciler(ConfigMapWrites, FinalizerWrites):
             diff = configmap_diff(current, decision.body) if decision.body is not None else ""
             after = "Ready" if ready == "True" else reason.value
             message, pending = dry_run_account(decision, message, stale, after)
-        assert isinstance(spec, BundleSpec) or decision.action is Action.INVALID
+        if not isinstance(spec, BundleSpec) and decision.action is not Action.INVALID:
+            # A bug, not bad input: the decision acted on a spec that did not parse.
+            raise RuntimeError(f"decided {decision.action.value} for an invalid spec of {key}")
         wrote_status = self._write_status(
             bundle,
             spec,

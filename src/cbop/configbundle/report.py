@@ -51,13 +51,15 @@ class ReconcileReports:
     def _outcome(self, decision: Decision) -> tuple[ConditionStatus, Reason, str, float | None]:
         desired = decision.desired
         if decision.action is Action.INVALID:
-            assert decision.error is not None
+            if decision.error is None:
+                raise RuntimeError("an INVALID decision without its error (a bug)")
             return "False", decision.error.reason, decision.error.message, None
         if decision.action is Action.SUSPENDED:
             return "Unknown", Reason.SUSPENDED, decision.message, None
         if decision.action is Action.CONFLICT:
             return "False", Reason.CONFIGMAP_CONFLICT, decision.message, self._conflict_recheck
-        assert desired is not None
+        if desired is None:
+            raise RuntimeError(f"a {decision.action.value} decision without a desired ConfigMap")
         keys = len(desired.data) + len(desired.binary_data)
         return (
             "True",

@@ -90,7 +90,8 @@ class ConfigMapWrites(ReconcileReports):
         Returns the freshly read ConfigMap (or None when it is gone) to decide again
         with, or ``GIVE_UP`` to re-raise ``err``. 409 Conflict becomes :class:`Requeue`.
         """
-        assert isinstance(spec, BundleSpec)
+        if not isinstance(spec, BundleSpec):
+            raise RuntimeError("a write failed for a spec that did not parse (a bug)") from err
         name = spec.config_map_name
         if err.is_conflict:
             raise Requeue(f"ConfigMap {namespace}/{name} changed while being written") from err

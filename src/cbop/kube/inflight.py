@@ -195,7 +195,8 @@ class InflightLimit:
                 self._cond.notify_all()
 
     def _grow_slow_start(self) -> None:
-        assert self._limit is not None
+        if self._limit is None:
+            raise RuntimeError("slow start grew a limit that is not set")
         self._limit += 1
         if self._limit >= self._ceiling:
             self._limit = None

@@ -153,7 +153,8 @@ class RetryAfter:
         ``[0, RETRY_AFTER_JITTER)`` times the capped ``Retry-After`` (as client-go's
         ``wait.Jitter``), spreads the retries of requests turned away together.
         """
-        assert error.retry_after is not None
+        if error.retry_after is None:
+            raise ValueError(f"{error} carries no Retry-After to wait for")
         asked = min(error.retry_after, MAX_RETRY_AFTER)
         wait = asked * (1.0 + RETRY_AFTER_JITTER * self.rng.random())
         log.debug(

@@ -137,7 +137,8 @@ class CertSource:
             raise OSError(f"--metrics-cert-dir {cert_dir}: {err}") from err
 
     def _stat(self) -> tuple[tuple[int, int], ...]:
-        assert self._files is not None
+        if self._files is None:
+            raise RuntimeError("the certificate files were not read yet")
         return tuple((s.st_mtime_ns, s.st_ino) for s in (p.stat() for p in self._files))
 
     def context(self) -> ssl.SSLContext:

@@ -413,7 +413,8 @@ class ShardCoordinator:
         slot.thread.start()
 
     def _run_elector(self, slot: _Slot) -> None:
-        assert slot.elector is not None
+        if slot.elector is None:
+            raise RuntimeError(f"shard {slot.shard} has no elector to run")
         try:
             slot.elector.run(slot.stop)
         except Exception:
@@ -464,7 +465,8 @@ class ShardCoordinator:
         self._metrics.transition(slot.shard.index, ShardEvent.LOST)
 
     def _acquired(self, slot: _Slot) -> None:
-        assert slot.elector is not None
+        if slot.elector is None:
+            raise RuntimeError(f"shard {slot.shard} was acquired without an elector")
         with self._lock:
             slot.told = True
         log.info("acquired shard", group=self._group, shard=str(slot.shard))
@@ -480,8 +482,8 @@ class ShardCoordinator:
 
     def _release(self, slot: _Slot) -> None:
         """Drain ``slot``'s shard through the handler, then hand its Lease back."""
-        assert slot.elector is not None
-        assert slot.thread is not None
+        if slot.elector is None or slot.thread is None:
+            raise RuntimeError(f"shard {slot.shard} has no running elector to release")
         slot.letting_go = True
         told = slot.told
         if told:
