@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help all venv binaries tools test test-unit test-e2e lint fmt dev dev-cluster \
+.PHONY: help all venv binaries tools test test-unit test-e2e lint crds fmt dev dev-cluster \
         dev-cluster-down run install uninstall deploy undeploy bench clean
 
 .DEFAULT_GOAL := all
@@ -90,6 +90,10 @@ lint: venv ## ruff format check, ruff, mypy strict, import-linter, hadolint
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/hadolint --config .hadolint.yaml Dockerfile
+
+# The CRDs of manifests/crd/ and charts/cbop/crds/ are written from hack/crds/.
+crds: venv ## write the CRDs from their sources in hack/crds/
+	$(PY) hack/gen-crds.py
 
 fmt: venv ## ruff format and ruff --fix
 	$(VENV)/bin/ruff format src testing tests bench hack

@@ -46,7 +46,7 @@ def served(i: int) -> dict[str, Any]:
         {
             "manager": "kubectl",
             "operation": "Update",
-            "apiVersion": "cbop.dev/v1alpha1",
+            "apiVersion": "cbop.dev/v1beta1",
             "time": "2026-12-03T10:00:00Z",
             "fieldsType": "FieldsV1",
             "fieldsV1": {"f:spec": {".": {}, "f:data": {".": {}, "f:a": {}}}},
@@ -54,7 +54,7 @@ def served(i: int) -> dict[str, Any]:
         {
             "manager": "cbop",
             "operation": "Update",
-            "apiVersion": "cbop.dev/v1alpha1",
+            "apiVersion": "cbop.dev/v1beta1",
             "time": "2026-12-03T10:00:01Z",
             "fieldsType": "FieldsV1",
             "fieldsV1": {"f:status": {".": {}, "f:conditions": {}}},

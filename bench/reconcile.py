@@ -82,7 +82,7 @@ def new_bundle(i: int, namespace: str = "bench", uid_prefix: str = "0") -> dict[
         "annotations": {"owner": "bench@example.com"},
     }
     return {
-        "apiVersion": "cbop.dev/v1alpha1",
+        "apiVersion": "cbop.dev/v1beta1",
         "kind": "ConfigBundle",
         "metadata": {
             "name": name,

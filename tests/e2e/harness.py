@@ -67,7 +67,7 @@ def free_port() -> int:
 
 def bundle(name: str, spec: Mapping[str, Any], **metadata: Any) -> dict[str, Any]:
     return {
-        "apiVersion": "cbop.dev/v1alpha1",
+        "apiVersion": "cbop.dev/v1beta1",
         "kind": "ConfigBundle",
         "metadata": {"name": name, **metadata},
         "spec": dict(spec),

@@ -175,7 +175,7 @@ def test_bundle_over_256_kib_needs_server_side_apply(
 ) -> None:
     # What the README says under "Bundles over 256 KiB".
     big = {
-        "apiVersion": "cbop.dev/v1alpha1",
+        "apiVersion": "cbop.dev/v1beta1",
         "kind": "ConfigBundle",
         "metadata": {"name": "big", "namespace": NAMESPACE},
         "spec": {"data": {"blob": "x" * 300_000}},

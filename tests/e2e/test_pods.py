@@ -281,7 +281,7 @@ def test_kubectl_logs_and_exec_reach_the_pods_through_the_api_server(deployed: C
 def _create_bundle(cluster: Cluster, name: str, data: dict[str, str]) -> None:
     cluster.kubectl("create", "namespace", "apps", check=False)
     bundle = {
-        "apiVersion": "cbop.dev/v1alpha1",
+        "apiVersion": "cbop.dev/v1beta1",
         "kind": "ConfigBundle",
         "metadata": {"name": name, "namespace": "apps"},
         "spec": {"configMapName": f"{name}-cm", "data": data},
@@ -324,7 +324,7 @@ RESTRICTED_CONTAINER = {
 def _rollout_objects(greeting: str) -> list[dict[str, Any]]:
     """A ConfigBundle and a Deployment labelled for rollout that reads its ConfigMap."""
     bundle = {
-        "apiVersion": "cbop.dev/v1alpha1",
+        "apiVersion": "cbop.dev/v1beta1",
         "kind": "ConfigBundle",
         "metadata": {"name": "greeting", "namespace": ROLLOUT_NAMESPACE},
         "spec": {"configMapName": "greeting-cm", "data": {"greeting": greeting}},

@@ -70,7 +70,7 @@ def kubectl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kubectl]:
 
 def bundle(namespace: str, name: str) -> str:
     body: dict[str, Any] = {
-        "apiVersion": "cbop.dev/v1alpha1",
+        "apiVersion": "cbop.dev/v1beta1",
         "kind": "ConfigBundle",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {"configMapName": name, "data": {"k": "v"}},

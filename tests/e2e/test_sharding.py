@@ -518,7 +518,7 @@ def test_three_replicas_converge_3000_bundles_a_third_each(
     expected = fleet.expected_per_shard()
     for s in range(SHARDS):
         query = urllib.parse.urlencode({"shardSelector": ShardRange.of(s, SHARDS).selector()})
-        for path in ("/apis/cbop.dev/v1alpha1/configbundles", "/api/v1/configmaps"):
+        for path in ("/apis/cbop.dev/v1beta1/configbundles", "/api/v1/configmaps"):
             listing = json.loads(raw_get(group.kube, f"{path}?{query}"))
             mine = [i for i in listing["items"] if i["metadata"]["namespace"] in fleet.namespaces]
             assert len(mine) == expected[s], path

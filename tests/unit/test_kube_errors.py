@@ -116,10 +116,10 @@ def test_resource_paths() -> None:
     assert CONFIGMAPS.api_version == "v1"
     assert CONFIGMAPS.path() == "/api/v1/configmaps"
     assert CONFIGMAPS.path("ns", "cm") == "/api/v1/namespaces/ns/configmaps/cm"
-    assert CONFIGBUNDLES.api_version == "cbop.dev/v1alpha1"
+    assert CONFIGBUNDLES.api_version == "cbop.dev/v1beta1"
     assert (
         CONFIGBUNDLES.path("a", "b", "status")
-        == "/apis/cbop.dev/v1alpha1/namespaces/a/configbundles/b/status"
+        == "/apis/cbop.dev/v1beta1/namespaces/a/configbundles/b/status"
     )
     assert (
         LEASES.path("kube-system") == "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases"

@@ -29,7 +29,7 @@ def test_missing_configmap_is_created_with_owner_reference_and_labels() -> None:
     }
     assert meta["ownerReferences"] == [
         {
-            "apiVersion": "cbop.dev/v1alpha1",
+            "apiVersion": "cbop.dev/v1beta1",
             "kind": "ConfigBundle",
             "name": "app",
             "uid": UID,
@@ -543,3 +543,24 @@ def test_render_never_mutates_the_cached_object() -> None:
     snapshot = copy.deepcopy(cm)
     decide_for(b, cm)
     assert cm == snapshot
+
+
+def test_an_owner_reference_written_as_v1alpha1_is_kept_and_needs_no_write() -> None:
+    """After the upgrade to v1beta1, a ConfigMap that 0.1.0 made (its owner reference
+    naming cbop.dev/v1alpha1) is in sync: an upgrade rewrites no ConfigMap, and any
+    write keeps the old reference as it is (the garbage collector resolves it)."""
+    b = bundle({"data": {"a": "1"}})
+    current = written(b)
+    current["metadata"]["ownerReferences"][0]["apiVersion"] = "cbop.dev/v1alpha1"
+    assert decide_for(b, current).action is Action.NONE
+    changed = decide_for(bundle({"data": {"a": "2"}}, generation=2), current)
+    assert changed.action is Action.UPDATE
+    assert changed.body is not None
+    assert changed.body["metadata"]["ownerReferences"] == current["metadata"]["ownerReferences"]
+    # A reference that is not a blocking controller reference to it is replaced.
+    loose = dict(current["metadata"]["ownerReferences"][0], blockOwnerDeletion=False)
+    current["metadata"]["ownerReferences"] = [loose]
+    fixed = decide_for(b, current)
+    assert fixed.action is Action.UPDATE
+    assert fixed.body is not None
+    assert fixed.body["metadata"]["ownerReferences"][0]["apiVersion"] == "cbop.dev/v1beta1"

@@ -1,4 +1,4 @@
-"""The ConfigBundle API (``cbop.dev/v1alpha1``): names, spec parsing and validation.
+"""The ConfigBundle API (``cbop.dev/v1beta1``; ``v1alpha1`` deprecated): names, spec parsing.
 
 This package owns the contract between users and cbop: the group, version and kind,
 the label and annotation keys cbop puts on the ConfigMaps it manages, and the typed,
@@ -23,6 +23,7 @@ from cbop.api.types import (
     ANNOTATION_RELEASED_BY,
     API_VERSION,
     CONDITION_READY,
+    DEPRECATED_VERSIONS,
     FINALIZER_ORPHAN,
     GROUP,
     KIND,
@@ -45,6 +46,7 @@ __all__ = [
     "ANNOTATION_RELEASED_BY",
     "API_VERSION",
     "CONDITION_READY",
+    "DEPRECATED_VERSIONS",
     "FINALIZER_ORPHAN",
     "GROUP",
     "KIND",

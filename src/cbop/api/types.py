@@ -6,8 +6,13 @@ import enum
 from typing import Final
 
 GROUP: Final = "cbop.dev"
-VERSION: Final = "v1alpha1"
+#: The storage version, and the version cbop reads, writes and names in owner
+#: references. ``v1alpha1`` is served too, deprecated, with the same schema
+#: (docs/api-versions.md).
+VERSION: Final = "v1beta1"
 API_VERSION: Final = f"{GROUP}/{VERSION}"
+#: Versions still served for old clients and manifests, deprecated.
+DEPRECATED_VERSIONS: Final = ("v1alpha1",)
 KIND: Final = "ConfigBundle"
 PLURAL: Final = "configbundles"
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from collections.abc import Sequence
 from types import FrameType
@@ -17,6 +18,7 @@ import structlog
 
 from cbop.cli.connect import connect
 from cbop.cli.exits import fail
+from cbop.cli.migrate import COMMAND, migrate_main
 from cbop.cli.once import run_once
 from cbop.cli.parser import build_parser, controller_settings
 from cbop.logconfig import configure_logging
@@ -40,9 +42,15 @@ def _install_signal_handlers(stop: threading.Event) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``cbop`` / ``python -m cbop``; returns the exit code."""
+    """Entry point of ``cbop`` / ``python -m cbop``; returns the exit code.
+
+    ``cbop migrate-storage ...`` runs :func:`cbop.cli.migrate.migrate_main` instead.
+    """
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words[:1] == [COMMAND]:
+        return migrate_main(words[1:])
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(words)
     if args.dry_run and not args.once:
         parser.error("--dry-run only works with --once")
     refused = options_error(args.shards, leader_elect=args.leader_elect)

@@ -88,7 +88,8 @@ def build_parser(
         description=(
             "The ConfigBundle operator: keeps a managed ConfigMap equal to each "
             "ConfigBundle. Every flag can also be set as CBOP_<FLAG> in the environment; "
-            "a flag on the command line wins."
+            "a flag on the command line wins. `cbop migrate-storage --help`: rewrite stored "
+            "objects in the storage version after an upgrade."
         ),
     )
 

@@ -174,12 +174,32 @@ def _managed_metadata(
         if r.get("uid") != desired.owner_reference["uid"]
         and not (r.get("controller") and is_bundle_reference(r))
     ]
-    refs.append(dict(desired.owner_reference))
+    refs.append(_kept_reference(desired.owner_reference, cur_meta))
     return (
         _overlay(cur_labels, desired.labels, managed_labels),
         _overlay(cur_annotations, desired.annotations, managed_annotations),
         refs,
     )
+
+
+def _kept_reference(wanted: Mapping[str, Any], cur_meta: Mapping[str, Any]) -> JSON:
+    """Return the reference to write: an existing one to the same bundle, or ``wanted``.
+
+    A reference that names the same bundle (uid, name, kind and group) as the
+    controller, with ``blockOwnerDeletion``, is kept whatever its version: one written
+    as ``cbop.dev/v1alpha1`` before the upgrade stays as it is (the garbage collector
+    resolves any served version), so an upgrade rewrites no ConfigMap.
+    """
+    for ref in cur_meta.get("ownerReferences") or ():
+        if (
+            ref.get("uid") == wanted["uid"]
+            and ref.get("name") == wanted["name"]
+            and is_bundle_reference(ref)
+            and ref.get("controller") is True
+            and ref.get("blockOwnerDeletion") is True
+        ):
+            return dict(ref)
+    return dict(wanted)
 
 
 def render(desired: DesiredConfigMap, current: Mapping[str, Any] | None) -> JSON:

@@ -48,7 +48,7 @@ _WS: Final = re.compile(r"[ \t\n\r]*")
 _FILL: Final = 256 * 1024
 #: The opening of an item up to its first key that is not ``apiVersion`` or ``kind``,
 #: with the values of those two, e.g. ``{"metadata":`` for a ConfigMap and
-#: ``{"apiVersion":"cbop.dev/v1alpha1","kind":"ConfigBundle","metadata":`` for a custom
+#: ``{"apiVersion":"cbop.dev/v1beta1","kind":"ConfigBundle","metadata":`` for a custom
 #: resource. The values make the boundary marker specific: nested objects such as
 #: ``managedFields`` entries and owner references also begin with ``{"apiVersion":``,
 #: and a marker that matched them would make most batch attempts fail.

@@ -74,7 +74,7 @@ class Resource:
 
         Returns:
             e.g. ``/api/v1/namespaces/ns/configmaps/name`` or
-            ``/apis/cbop.dev/v1alpha1/configbundles``.
+            ``/apis/cbop.dev/v1beta1/configbundles``.
 
         Raises:
             ValueError: a namespace given for a cluster-scoped resource, a subresource
@@ -111,7 +111,7 @@ CUSTOM_RESOURCE_DEFINITIONS = Resource(
 )
 #: Core v1 Namespaces (cluster-scoped).
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
-#: cbop.dev/v1alpha1 ConfigBundles, cbop's own custom resource.
+#: cbop.dev ConfigBundles (the storage version, v1beta1), cbop's own custom resource.
 CONFIGBUNDLES = Resource(
     api_types.GROUP, api_types.VERSION, api_types.PLURAL, api_types.KIND, namespaced=True
 )

@@ -1,0 +1,213 @@
+"""Storage migration: rewrite every stored object of cbop's CRDs in their storage version.
+
+This module owns :func:`migrate_storage`, which ``cbop migrate-storage``
+(:mod:`cbop.cli.migrate`) runs, usually as a Job after an upgrade. When a CRD gains a
+new storage version (``cbop.dev/v1beta1`` after 0.1.0's ``v1alpha1``), etcd still holds
+the objects written before in the old one, and the CRD's ``status.storedVersions``
+lists both. A version may only be dropped from ``spec.versions`` once no object is
+stored in it, and only ``storedVersions`` says whether one might be (kubewarden#899,
+external-secrets#4662). So, for each CRD, as the kube-storage-version-migrator does:
+
+1. if ``storedVersions`` already names the storage version alone, nothing is done;
+2. else every object is read and written back unchanged with an update carrying its
+   resourceVersion: the API server encodes it in the storage version, so an object
+   stored in an old version gets a new resourceVersion and one stored in the current
+   version is a no-op (the API server skips a write that changes no byte). A lost race
+   (409, cbop or someone else wrote meanwhile) reads the object again and retries; an
+   object deleted meanwhile is skipped. No spec changes (the body is the object as
+   read), no status is written (an update of the main resource leaves it alone), and no
+   other object is touched;
+3. only when every object was rewritten or is gone, ``status.storedVersions`` is set to
+   the storage version alone.
+
+Running it twice, or while cbop reconciles, is safe: step 2 is a no-op for objects
+already migrated and races are retried; step 3 happens once nothing old remains.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from cbop.api import GROUP
+from cbop.kube import CUSTOM_RESOURCE_DEFINITIONS, ApiError, KubeClient, Resource
+
+__all__ = ["ATTEMPTS", "CrdMigration", "MigrationError", "migrate_storage"]
+
+#: Tries per object when its update keeps losing optimistic-concurrency races.
+ATTEMPTS: Final = 5
+#: Objects per LIST page.
+_PAGE: Final = 500
+
+
+class MigrationError(Exception):
+    """The migration of a CRD could not finish (its ``storedVersions`` stay as they were)."""
+
+
+@dataclass
+class CrdMigration:
+    """What :func:`migrate_storage` did for one CRD.
+
+    Attributes:
+        crd: the CRD's name.
+        storage_version: the version objects are stored in now.
+        stored_before: ``status.storedVersions`` before.
+        stored_after: ``status.storedVersions`` after (the same when nothing was due).
+        rewritten: objects whose update produced a new resourceVersion.
+        unchanged: objects whose update was a no-op (already stored in the version).
+        gone: objects deleted between the list and their update.
+        failed: ``namespace/name: error`` of objects that could not be written.
+    """
+
+    crd: str
+    storage_version: str
+    stored_before: list[str]
+    stored_after: list[str]
+    rewritten: int = 0
+    unchanged: int = 0
+    gone: int = 0
+    failed: list[str] = field(default_factory=list)
+
+    @property
+    def needed(self) -> bool:
+        """Whether old versions were listed as stored when the run began."""
+        return self.stored_before != [self.storage_version]
+
+    def summary(self) -> str:
+        """One line for people: what was found and done."""
+        if not self.needed:
+            return f"{self.crd}: stored as {self.storage_version} only; nothing to do"
+        line = (
+            f"{self.crd}: rewrote {self.rewritten} objects in {self.storage_version} "
+            f"({self.unchanged} already were, {self.gone} gone meanwhile); storedVersions "
+            f"{self.stored_before} -> {self.stored_after}"
+        )
+        if self.failed:
+            line += f"; {len(self.failed)} could not be written, storedVersions kept"
+        return line
+
+
+def _resource(crd: dict[str, Any], version: str) -> Resource:
+    spec = crd["spec"]
+    return Resource(
+        spec["group"],
+        version,
+        spec["names"]["plural"],
+        spec["names"]["kind"],
+        namespaced=spec.get("scope") == "Namespaced",
+    )
+
+
+def _storage_version(crd: dict[str, Any]) -> str:
+    for version in crd["spec"].get("versions") or ():
+        if version.get("storage"):
+            return str(version["name"])
+    raise MigrationError(f"{crd['metadata']['name']} has no storage version")
+
+
+def _rewrite(client: KubeClient, res: Resource, obj: dict[str, Any], out: CrdMigration) -> None:
+    """Write ``obj`` back as read; retry lost races from a fresh read."""
+    meta = obj["metadata"]
+    namespace, name = meta.get("namespace"), meta["name"]
+    for _ in range(ATTEMPTS):
+        body = {**obj, "apiVersion": res.api_version, "kind": res.kind}
+        try:
+            written = client.update(res, namespace, name, body, field_manager="cbop-migrate")
+        except ApiError as err:
+            if err.is_not_found:
+                out.gone += 1
+                return
+            if not err.is_conflict:
+                out.failed.append(f"{namespace + '/' if namespace else ''}{name}: {err}")
+                return
+            try:
+                obj = client.get(res, namespace, name)
+            except ApiError as again:
+                if again.is_not_found:
+                    out.gone += 1
+                    return
+                raise
+            meta = obj["metadata"]
+            continue
+        if written["metadata"].get("resourceVersion") == meta.get("resourceVersion"):
+            out.unchanged += 1
+        else:
+            out.rewritten += 1
+        return
+    out.failed.append(f"{namespace + '/' if namespace else ''}{name}: {ATTEMPTS} lost races")
+
+
+def _trim(client: KubeClient, name: str, storage: str) -> list[str]:
+    """Set the CRD's ``status.storedVersions`` to ``[storage]``; return what it holds."""
+    for _ in range(ATTEMPTS):
+        crd = client.get(CUSTOM_RESOURCE_DEFINITIONS, None, name)
+        status = dict(crd.get("status") or {})
+        status["storedVersions"] = [storage]
+        try:
+            updated = client.update(
+                CUSTOM_RESOURCE_DEFINITIONS,
+                None,
+                name,
+                {**crd, "status": status},
+                "status",
+                field_manager="cbop-migrate",
+            )
+        except ApiError as err:
+            if err.is_conflict:
+                continue
+            raise
+        return list((updated.get("status") or {}).get("storedVersions") or [])
+    raise MigrationError(f"{name}: storedVersions not updated after {ATTEMPTS} lost races")
+
+
+def migrate_storage(
+    client: KubeClient,
+    names: list[str] | None = None,
+    *,
+    progress: Callable[[str], object] | None = None,
+) -> list[CrdMigration]:
+    """Migrate the stored objects of cbop's CRDs (see the module docstring).
+
+    Args:
+        client: an API client allowed to list and update the CRDs' objects, get and list
+            CustomResourceDefinitions and update their ``status``.
+        names: the CRDs to migrate (``configbundles.cbop.dev``, ...); None: every CRD
+            of group ``cbop.dev``.
+        progress: called with a line per CRD once it is done (None: silent).
+
+    Returns:
+        One :class:`CrdMigration` per CRD, in name order. A CRD with objects that could
+        not be written keeps its ``storedVersions`` (see :attr:`CrdMigration.failed`).
+
+    Raises:
+        ApiError, ConnectionFailed: a CRD could not be read, listed or updated.
+        MigrationError: a CRD has no storage version, or its status kept losing races.
+    """
+    if names is None:
+        listed = client.list(CUSTOM_RESOURCE_DEFINITIONS, None)["items"]
+        crds = [c for c in listed if c["spec"]["group"] == GROUP]
+    else:
+        crds = [client.get(CUSTOM_RESOURCE_DEFINITIONS, None, n) for n in names]
+    results = []
+    for crd in sorted(crds, key=lambda c: str(c["metadata"]["name"])):
+        name = str(crd["metadata"]["name"])
+        storage = _storage_version(crd)
+        stored = list((crd.get("status") or {}).get("storedVersions") or [])
+        out = CrdMigration(name, storage, stored, stored)
+        if out.needed:
+            res = _resource(crd, storage)
+            continue_token: str | None = None
+            while True:
+                page = client.list(res, None, limit=_PAGE, continue_=continue_token)
+                for obj in page.get("items") or ():
+                    _rewrite(client, res, obj, out)
+                continue_token = (page.get("metadata") or {}).get("continue") or None
+                if not continue_token:
+                    break
+            if not out.failed:
+                out.stored_after = _trim(client, name, storage)
+        results.append(out)
+        if progress is not None:
+            progress(out.summary())
+    return results

@@ -1,0 +1,38 @@
+"""Example objects that use every field of cbop's API, for tests that must cover them all.
+
+:data:`FULL_CONFIGBUNDLE_SPEC` sets every property of a ConfigBundle's ``spec``: the
+version round-trip tests write it through one served version and read it back through
+another, so a field that one version would lose cannot go unnoticed. A unit test
+(``tests/unit/test_crds.py``) fails when the CRD's schema gains a property this example
+does not set.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+__all__ = ["FULL_CONFIGBUNDLE_SPEC", "configbundle"]
+
+#: A valid ConfigBundle spec with every field set (none at its default).
+FULL_CONFIGBUNDLE_SPEC: Final[dict[str, Any]] = {
+    "configMapName": "every-field",
+    "data": {"app.properties": "level=info\n", "greeting": "héllo"},
+    "binaryData": {"blob.bin": "//4AgA=="},
+    "labels": {"team": "platform"},
+    "annotations": {"example.com/owner": "platform"},
+    "immutable": True,
+    "deletionPolicy": "Orphan",
+    "suspend": True,
+}
+
+
+def configbundle(
+    name: str, namespace: str, spec: dict[str, Any], *, version: str = "v1beta1"
+) -> dict[str, Any]:
+    """Return a ConfigBundle of ``cbop.dev/<version>`` named ``namespace/name``."""
+    return {
+        "apiVersion": f"cbop.dev/{version}",
+        "kind": "ConfigBundle",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": dict(spec),
+    }

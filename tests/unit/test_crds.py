@@ -1,0 +1,70 @@
+"""The CRDs: written from one source, every served version with the very same schema.
+
+Conversion strategy None changes ``apiVersion`` alone, so "nothing is lost through
+either version" holds exactly when every served version has the same schema: these
+tests pin that, field for field, and pin the versions cbop itself uses.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from cbop.api import API_VERSION, DEPRECATED_VERSIONS, GROUP, VERSION
+from cbop.kube import CONFIGBUNDLES
+from cbop_testing.apiexamples import FULL_CONFIGBUNDLE_SPEC
+
+REPO = Path(__file__).resolve().parents[2]
+CRDS = sorted((REPO / "manifests" / "crd").glob("*.yaml"))
+
+
+def _crd(path: Path) -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return loaded
+
+
+def test_the_crds_are_written_from_their_sources() -> None:
+    result = subprocess.run(
+        [sys.executable, str(REPO / "hack" / "gen-crds.py"), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    for path in CRDS:
+        assert (REPO / "charts" / "cbop" / "crds" / path.name).read_text() == path.read_text()
+
+
+@pytest.mark.parametrize("path", CRDS, ids=lambda p: p.name)
+def test_every_served_version_has_the_same_schema_and_one_is_stored(path: Path) -> None:
+    spec = _crd(path)["spec"]
+    assert spec["group"] == GROUP
+    assert spec["conversion"] == {"strategy": "None"}
+    versions = spec["versions"]
+    assert all(v["served"] for v in versions)
+    assert [v["name"] for v in versions if v["storage"]] == [VERSION]
+    first = versions[0]
+    for version in versions[1:]:
+        for part in ("schema", "subresources", "additionalPrinterColumns"):
+            assert version.get(part) == first.get(part), f"{version['name']}: {part}"
+    deprecated = [v["name"] for v in versions if v.get("deprecated")]
+    assert deprecated == list(DEPRECATED_VERSIONS)
+    for version in versions:
+        if version.get("deprecated"):
+            assert f"use {API_VERSION}" in version["deprecationWarning"]
+
+
+def test_cbop_reads_and_writes_the_storage_version() -> None:
+    assert CONFIGBUNDLES.api_version == f"{GROUP}/{VERSION}" == API_VERSION
+
+
+def test_the_full_example_sets_every_field_of_the_spec() -> None:
+    """The version round trip (tests/e2e/test_api_versions.py) covers every field."""
+    (path,) = [p for p in CRDS if p.name == "cbop.dev_configbundles.yaml"]
+    schema = _crd(path)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert set(FULL_CONFIGBUNDLE_SPEC) == set(schema["properties"]["spec"]["properties"])
