@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from cbop import __version__
 from tests.e2e.helm import BUILD_TIMEOUT, CHART, REPO, helm_binary
 
 
@@ -27,9 +28,12 @@ def _render(*values: str) -> list[dict[str, Any]]:
 
 
 def _kustomize() -> list[dict[str, Any]]:
+    """What ``kubectl apply -k manifests/`` and then ``-k manifests/migrate/`` install:
+    the chart holds both (the second as its post-upgrade hook)."""
     objects = []
     for path in sorted((REPO / "manifests").rglob("*.yaml")):
-        if path.parent.name in {"rbac", "manifests"} and path.name != "kustomization.yaml":
+        wanted = path.parent.name in {"rbac", "manifests", "migrate"}
+        if wanted and path.name != "kustomization.yaml":
             objects += [o for o in yaml.safe_load_all(path.read_text()) if o]
     return objects
 
@@ -61,7 +65,7 @@ def test_the_chart_renders_what_the_kustomize_manifests_hold() -> None:
     for field in ("args", "env", "ports", "livenessProbe", "readinessProbe", "resources",
                   "securityContext", "volumeMounts"):  # fmt: skip
         assert got[field] == container[field], field
-    assert got["image"] == "cbop:0.1.0"
+    assert got["image"] == f"cbop:{__version__}"
     assert rendered["securityContext"] == pod["securityContext"]
     assert chart["Deployment", "cbop"]["spec"]["replicas"] == 2
 
