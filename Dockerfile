@@ -38,4 +38,10 @@ COPY --from=builder /opt/cbop /opt/cbop
 # runAsNonRoot without an /etc/passwd entry.
 USER 65532:65532
 EXPOSE 8080 8081
+# VERSION is src/cbop/__init__.py's (hack/image/build.sh passes hack/version.py's).
+ARG VERSION=unknown
+LABEL org.opencontainers.image.title="cbop" \
+      org.opencontainers.image.description="The ConfigBundle operator: keeps a managed ConfigMap equal to its ConfigBundle." \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.licenses="Apache-2.0"
 ENTRYPOINT ["cbop"]

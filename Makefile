@@ -20,8 +20,10 @@ help: ## list the targets
 all: lint test ## lint, then every test
 
 # cbop and, apart from it, its test support (testing/: the local control plane and node,
-# the fake clock), which the cbop wheel and the image never contain.
-$(VENV)/.installed: pyproject.toml testing/pyproject.toml
+# the fake clock), which the cbop wheel and the image never contain. Both take their
+# version from src/cbop/__init__.py (hack/version.py): a new version reinstalls them, so
+# the installed metadata says the same.
+$(VENV)/.installed: pyproject.toml testing/pyproject.toml src/cbop/__init__.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]' -e ./testing

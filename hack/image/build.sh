@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `make image`: builds the Dockerfile with podman, tagged cbop:<version> (pyproject.toml)
-# and cbop:dev. Installs podman, buildah, runc and mmdebstrap from Debian when missing.
+# `make image`: builds the Dockerfile with podman, tagged cbop:<version> (hack/version.py,
+# also the image's OCI version label) and cbop:dev. Installs podman, buildah, runc and mmdebstrap from Debian when missing.
 #
 # BASE_IMAGE (environment): `local` (the default) builds on the Debian base that
 # hack/image/base.sh makes without any registry; any other value is passed to the
@@ -15,12 +15,13 @@ repo="$(cd "$here/../.." && pwd)"
 export CONTAINERS_CONF="${CONTAINERS_CONF:-$here/containers.conf}"
 "$repo/hack/apt-tools.sh" podman=podman buildah=buildah runc=runc mmdebstrap=mmdebstrap
 
-version="$(sed -nE 's/^version = "([^"]+)"$/\1/p' "$repo/pyproject.toml" | head -n1)"
+version="$(python3 "$repo/hack/version.py")"
 base="${BASE_IMAGE:-local}"
 if [[ "$base" == local ]]; then
   base="$("$here/base.sh")"
 fi
-args=(--network host --build-arg "BASE_IMAGE=$base" --tag "cbop:$version" --tag cbop:dev)
+args=(--network host --build-arg "BASE_IMAGE=$base" --build-arg "VERSION=$version"
+      --tag "cbop:$version" --tag cbop:dev)
 ca="${CBOP_BUILD_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}"
 if [[ -s "$ca" ]]; then
   args+=(--secret "id=ca-bundle,src=$ca")

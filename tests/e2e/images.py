@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import subprocess
 from pathlib import Path
+
+from cbop import __version__
 
 REPO = Path(__file__).resolve().parents[2]
 CONTAINERS_CONF = REPO / "hack" / "image" / "containers.conf"
@@ -27,10 +28,8 @@ def podman_env() -> dict[str, str]:
 
 
 def cbop_version() -> str:
-    """Return the version in pyproject.toml (the image's ``cbop:<version>`` tag)."""
-    match = re.search(r'^version = "([^"]+)"$', (REPO / "pyproject.toml").read_text(), re.M)
-    assert match is not None
-    return match.group(1)
+    """Return ``cbop.__version__`` (the image's ``cbop:<version>`` tag, hack/version.py)."""
+    return __version__
 
 
 def _run(*command: str, timeout: float) -> str:

@@ -28,6 +28,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
+from cbop import __version__
 from cbop.kube import CONFIGMAPS, CUSTOM_RESOURCE_DEFINITIONS, ApiError, KubeClient, Resource
 from cbop.metrics.controller import (
     BundleReadinessCollector,
@@ -149,7 +150,7 @@ def test_apply_installs_every_object_and_is_idempotent(
     pod_spec = deployment["spec"]["template"]["spec"]
     (container,) = pod_spec["containers"]
     assert deployment["spec"]["replicas"] == 2
-    assert container["image"] == "cbop:0.1.0"
+    assert container["image"] == f"cbop:{__version__}"
     assert pod_spec["serviceAccountName"] == "cbop"
     assert pod_spec["terminationGracePeriodSeconds"] == 40
     assert "--leader-elect" in container["args"]

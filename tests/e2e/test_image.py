@@ -47,6 +47,11 @@ def test_the_image_runs_cbop_as_non_root_with_a_read_only_root(image: str) -> No
     config = json.loads(_podman("image", "inspect", image).stdout)[0]["Config"]
     assert config["User"] == "65532:65532"
     assert config["Entrypoint"] == ["cbop"]
+    labels = config["Labels"]
+    assert labels["org.opencontainers.image.version"] == cbop_version()
+    assert labels["org.opencontainers.image.title"] == "cbop"
+    assert labels["org.opencontainers.image.licenses"] == "Apache-2.0"
+    assert labels["org.opencontainers.image.description"]
     # As the Deployment runs it: read-only root, no capabilities, no privilege escalation.
     locked = ["--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges"]
     version = _podman("run", "--rm", *locked, image, "--version")
