@@ -267,13 +267,15 @@ def test_roles_grant_exactly_what_cbop_uses(kubectl: Kubectl) -> None:
     # The editor and viewer roles are for people (tests/e2e/test_security.py): they grant
     # nothing but ConfigBundles and are bound to nobody here.
     user_roles = {
-        ("ClusterRole", "cbop-configbundle-editor"),
-        ("ClusterRole", "cbop-configbundle-viewer"),
+        ("ClusterRole", "cbop-configbundle-editor"): "configbundles",
+        ("ClusterRole", "cbop-configbundle-viewer"): "configbundles",
+        ("ClusterRole", "cbop-clusterconfigbundle-editor"): "clusterconfigbundles",
+        ("ClusterRole", "cbop-clusterconfigbundle-viewer"): "clusterconfigbundles",
     }
-    for key in user_roles:
+    for key, kind in user_roles.items():
         assert {(g, r) for g, r, _ in _grants(roles.pop(key))} <= {
-            ("cbop.dev", "configbundles"),
-            ("cbop.dev", "configbundles/status"),
+            ("cbop.dev", kind),
+            ("cbop.dev", f"{kind}/status"),
         }
     # For scrapers of --metrics-secure's /metrics: that one URL, nothing else.
     assert roles.pop(("ClusterRole", "cbop-metrics-reader"))["rules"] == [
