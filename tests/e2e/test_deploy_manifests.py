@@ -233,6 +233,12 @@ EXPECTED_CLUSTER_GRANTS = {
     *(("cbop.dev", "configbundles", v) for v in ("get", "list", "watch", "patch")),
     *(("cbop.dev", "configbundles/status", v) for v in ("get", "update", "patch")),
     ("cbop.dev", "configbundles/finalizers", "update"),
+    # ClusterConfigBundles: their stamped ConfigBundles, the kind itself, namespaces.
+    *(("cbop.dev", "configbundles", v) for v in ("create", "update", "delete")),
+    *(("cbop.dev", "clusterconfigbundles", v) for v in ("get", "list", "watch")),
+    *(("cbop.dev", "clusterconfigbundles/status", v) for v in ("get", "update", "patch")),
+    ("cbop.dev", "clusterconfigbundles/finalizers", "update"),
+    *(("", "namespaces", v) for v in ("get", "list", "watch")),
     *(
         ("", "configmaps", v)
         for v in ("get", "list", "watch", "create", "update", "patch", "delete")
@@ -341,9 +347,19 @@ CAN_I = [
     CanI(True, "list", "configbundles.cbop.dev", None, None),
     CanI(True, "watch", "configbundles.cbop.dev", None, None),
     CanI(True, "patch", "configbundles.cbop.dev", None, "default"),
-    CanI(False, "update", "configbundles.cbop.dev", None, "default"),
-    CanI(False, "create", "configbundles.cbop.dev", None, "default"),
-    CanI(False, "delete", "configbundles.cbop.dev", None, "default"),
+    # The stamps of ClusterConfigBundles (docs/cluster-bundles.md).
+    CanI(True, "update", "configbundles.cbop.dev", None, "default"),
+    CanI(True, "create", "configbundles.cbop.dev", None, "default"),
+    CanI(True, "delete", "configbundles.cbop.dev", None, "default"),
+    CanI(False, "deletecollection", "configbundles.cbop.dev", None, "default"),
+    CanI(True, "watch", "clusterconfigbundles.cbop.dev", None, None),
+    CanI(False, "create", "clusterconfigbundles.cbop.dev", None, None),
+    CanI(False, "update", "clusterconfigbundles.cbop.dev", None, None),
+    CanI(True, "update", "clusterconfigbundles.cbop.dev", "status", None),
+    CanI(True, "update", "clusterconfigbundles.cbop.dev", "finalizers", None),
+    CanI(True, "list", "namespaces", None, None),
+    CanI(False, "update", "namespaces", None, None),
+    CanI(False, "create", "namespaces", None, None),
     CanI(True, "update", "configbundles.cbop.dev", "status", "default"),
     CanI(True, "patch", "configbundles.cbop.dev", "status", "default"),
     CanI(True, "update", "configbundles.cbop.dev", "finalizers", "default"),
