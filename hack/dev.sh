@@ -68,7 +68,8 @@ fi
 export KUBECONFIG="$state/kubeconfig"
 
 "$kubectl" apply -f manifests/crd/
-"$kubectl" wait --for condition=established --timeout=60s crd/configbundles.cbop.dev
+"$kubectl" wait --for condition=established --timeout=60s crd/configbundles.cbop.dev \
+  crd/clusterconfigbundles.cbop.dev
 "$kubectl" apply -k manifests/samples/
 if [[ -n "${WITH_NODE:-}" ]]; then
   KUBECTL="$kubectl" IMG=cbop:dev hack/deploy.sh

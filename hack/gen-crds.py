@@ -8,6 +8,10 @@ full CRD, every version with that very schema, conversion strategy ``None``, to
 share one schema convert by changing ``apiVersion`` alone, so no field is ever lost
 through any of them (docs/api-versions.md).
 
+A schema node ``{"$ref": "<source>#<dotted.path>"}`` is replaced by a copy of the node
+at that path in the other source's ``openAPIV3Schema``, with the ref's other keys laid
+over it: the ClusterConfigBundle's ``spec.template`` is the ConfigBundle's ``spec``.
+
 Usage: ``hack/gen-crds.py`` writes the files; ``hack/gen-crds.py --check`` writes
 nothing and exits 1 naming every file that differs from what it would write.
 """
@@ -31,11 +35,47 @@ HEADER = (
 )
 
 
-def render(source: dict[str, Any]) -> dict[str, Any]:
-    """Return the CRD of one source document (see the module docstring).
+def resolve(node: Any, sources: dict[str, dict[str, Any]]) -> Any:
+    """Return ``node`` with every ``$ref`` replaced (see the module docstring).
+
+    Args:
+        node: a schema node (parsed YAML).
+        sources: source file name -> parsed source document.
 
     Raises:
-        ValueError: the source lacks a storage version, or lists it as deprecated.
+        ValueError: a ref names an unknown source or a path that is not there.
+    """
+    if isinstance(node, list):
+        return [resolve(item, sources) for item in node]
+    if not isinstance(node, dict):
+        return node
+    if "$ref" not in node:
+        return {key: resolve(value, sources) for key, value in node.items()}
+    name, _, path = str(node["$ref"]).partition("#")
+    if name not in sources:
+        raise ValueError(f"$ref {node['$ref']}: no source {name}")
+    target: Any = sources[name]["version"]["schema"]["openAPIV3Schema"]
+    for part in path.split("."):
+        if not isinstance(target, dict) or part not in target:
+            raise ValueError(f"$ref {node['$ref']}: no {part!r} there")
+        target = target[part]
+    out = resolve(copy.deepcopy(target), sources)
+    out.update({k: resolve(v, sources) for k, v in node.items() if k != "$ref"})
+    return out
+
+
+def render(
+    source: dict[str, Any], sources: dict[str, dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """Return the CRD of one source document (see the module docstring).
+
+    Args:
+        source: the parsed source document.
+        sources: every source by file name, for ``$ref`` (None: no refs allowed).
+
+    Raises:
+        ValueError: the source lacks a storage version, or lists it as deprecated, or a
+            ``$ref`` does not resolve.
     """
     storage = source.get("storageVersion")
     deprecated: dict[str, str] = source.get("deprecatedVersions") or {}
@@ -49,7 +89,7 @@ def render(source: dict[str, Any]) -> dict[str, Any]:
         if name in deprecated:
             version["deprecated"] = True
             version["deprecationWarning"] = deprecated[name]
-        version.update(copy.deepcopy(source["version"]))
+        version.update(resolve(copy.deepcopy(source["version"]), sources or {}))
         versions.append(version)
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
@@ -62,9 +102,11 @@ def render(source: dict[str, Any]) -> dict[str, Any]:
 def rendered() -> dict[Path, str]:
     """Return output path -> file text for every source."""
     out: dict[Path, str] = {}
-    for path in sorted(SOURCES.glob("*.yaml")):
+    paths = sorted(SOURCES.glob("*.yaml"))
+    sources = {path.name: yaml.safe_load(path.read_text(encoding="utf-8")) for path in paths}
+    for path in paths:
         text = HEADER.format(source=path.name) + yaml.safe_dump(
-            render(yaml.safe_load(path.read_text(encoding="utf-8"))),
+            render(sources[path.name], sources),
             sort_keys=False,
             width=100,
             allow_unicode=True,

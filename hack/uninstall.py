@@ -1,5 +1,7 @@
 """`make uninstall`: delete the ConfigBundle CRD without ever hanging.
 
+The ClusterConfigBundle CRD goes first (nothing holds it), then the ConfigBundle CRD.
+
 Deleting the CRD deletes every ConfigBundle. A bundle with ``deletionPolicy: Orphan``
 carries cbop's finalizer ``cbop.dev/orphan``, which a running cbop removes after it has
 released the bundle's ConfigMap; without cbop the bundle, and the CRD with it, would stay
@@ -37,6 +39,7 @@ from cbop.kube import (
 
 CRDS = CUSTOM_RESOURCE_DEFINITIONS
 CRD_NAME = "configbundles.cbop.dev"
+CLUSTER_CRD_NAME = "clusterconfigbundles.cbop.dev"
 FIELD_MANAGER = "cbop-uninstall"
 
 Bundle = Mapping[str, Any]
@@ -116,6 +119,22 @@ def _release(kube: KubeClient, bundle: Bundle) -> list[str]:
     return released
 
 
+def _delete_cluster_bundles(kube: KubeClient) -> None:
+    """Delete the ClusterConfigBundle CRD first, if installed, without waiting.
+
+    ClusterConfigBundles carry no finalizer, so their CRD goes at once; their stamped
+    ConfigBundles go with the ConfigBundle CRD next (or with garbage collection before
+    that), their Orphan ConfigMaps released as any bundle's.
+    """
+    try:
+        kube.delete(CRDS, None, CLUSTER_CRD_NAME, propagation_policy="Background")
+    except ApiError as err:
+        if err.is_not_found:
+            return
+        raise
+    _say(f"deleting CRD {CLUSTER_CRD_NAME} and every ClusterConfigBundle")
+
+
 def uninstall(kube: KubeClient, *, grace: float, timeout: float) -> int:
     """Delete the CRD and wait for it to go; return the exit status (0 gone, 1 blocked).
 
@@ -124,6 +143,7 @@ def uninstall(kube: KubeClient, *, grace: float, timeout: float) -> int:
         grace: seconds a running cbop gets to release Orphan bundles itself.
         timeout: seconds to wait for the CRD to be gone.
     """
+    _delete_cluster_bundles(kube)
     try:
         kube.get(CRDS, None, CRD_NAME)
     except ApiError as err:

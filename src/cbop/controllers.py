@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from cbop.clusterbundle.controller import DEFINITION as CLUSTER_BUNDLES
 from cbop.configbundle.controller import DEFINITION as CONFIGBUNDLE
 from cbop.rollout.controller import DEFINITION as ROLLOUT
 from cbop.runtime.definition import ControllerDefinition
@@ -17,4 +18,8 @@ from cbop.runtime.definition import ControllerDefinition
 __all__ = ["CONTROLLERS"]
 
 #: Every controller package, in the order they are set up in a scope.
-CONTROLLERS: Final[tuple[ControllerDefinition, ...]] = (CONFIGBUNDLE, ROLLOUT)
+CONTROLLERS: Final[tuple[ControllerDefinition, ...]] = (
+    CONFIGBUNDLE,
+    ROLLOUT,
+    CLUSTER_BUNDLES,
+)

@@ -68,6 +68,12 @@ EVENTS: Final = "notable"
 #: wait too. The shipped manifests and Helm chart, whose RBAC has the rules, turn it on.
 ROLLOUT: Final = True
 
+# ------------------------------------------------------------------ cluster bundles
+
+#: Run the ClusterConfigBundle controller (docs/cluster-bundles.md). It waits for its
+#: own caches only, so without its RBAC (or its CRD) the other controllers run as usual.
+CLUSTER_BUNDLES: Final = True
+
 # ----------------------------------------------------------------- leader election
 
 #: Name of the Lease.

@@ -234,6 +234,12 @@ EXPECTED_CLUSTER_GRANTS = {
     *(("cbop.dev", "configbundles", v) for v in ("get", "list", "watch", "patch")),
     *(("cbop.dev", "configbundles/status", v) for v in ("get", "update", "patch")),
     ("cbop.dev", "configbundles/finalizers", "update"),
+    # ClusterConfigBundles: their stamped ConfigBundles, the kind itself, namespaces.
+    *(("cbop.dev", "configbundles", v) for v in ("create", "update", "delete")),
+    *(("cbop.dev", "clusterconfigbundles", v) for v in ("get", "list", "watch")),
+    *(("cbop.dev", "clusterconfigbundles/status", v) for v in ("get", "update", "patch")),
+    ("cbop.dev", "clusterconfigbundles/finalizers", "update"),
+    *(("", "namespaces", v) for v in ("get", "list", "watch")),
     *(
         ("", "configmaps", v)
         for v in ("get", "list", "watch", "create", "update", "patch", "delete")
@@ -268,13 +274,15 @@ def test_roles_grant_exactly_what_cbop_uses(kubectl: Kubectl) -> None:
     # The editor and viewer roles are for people (tests/e2e/test_security.py): they grant
     # nothing but ConfigBundles and are bound to nobody here.
     user_roles = {
-        ("ClusterRole", "cbop-configbundle-editor"),
-        ("ClusterRole", "cbop-configbundle-viewer"),
+        ("ClusterRole", "cbop-configbundle-editor"): "configbundles",
+        ("ClusterRole", "cbop-configbundle-viewer"): "configbundles",
+        ("ClusterRole", "cbop-clusterconfigbundle-editor"): "clusterconfigbundles",
+        ("ClusterRole", "cbop-clusterconfigbundle-viewer"): "clusterconfigbundles",
     }
-    for key in user_roles:
+    for key, kind in user_roles.items():
         assert {(g, r) for g, r, _ in _grants(roles.pop(key))} <= {
-            ("cbop.dev", "configbundles"),
-            ("cbop.dev", "configbundles/status"),
+            ("cbop.dev", kind),
+            ("cbop.dev", f"{kind}/status"),
         }
     # For scrapers of --metrics-secure's /metrics: that one URL, nothing else.
     assert roles.pop(("ClusterRole", "cbop-metrics-reader"))["rules"] == [
@@ -340,9 +348,19 @@ CAN_I = [
     CanI(True, "list", "configbundles.cbop.dev", None, None),
     CanI(True, "watch", "configbundles.cbop.dev", None, None),
     CanI(True, "patch", "configbundles.cbop.dev", None, "default"),
-    CanI(False, "update", "configbundles.cbop.dev", None, "default"),
-    CanI(False, "create", "configbundles.cbop.dev", None, "default"),
-    CanI(False, "delete", "configbundles.cbop.dev", None, "default"),
+    # The stamps of ClusterConfigBundles (docs/cluster-bundles.md).
+    CanI(True, "update", "configbundles.cbop.dev", None, "default"),
+    CanI(True, "create", "configbundles.cbop.dev", None, "default"),
+    CanI(True, "delete", "configbundles.cbop.dev", None, "default"),
+    CanI(False, "deletecollection", "configbundles.cbop.dev", None, "default"),
+    CanI(True, "watch", "clusterconfigbundles.cbop.dev", None, None),
+    CanI(False, "create", "clusterconfigbundles.cbop.dev", None, None),
+    CanI(False, "update", "clusterconfigbundles.cbop.dev", None, None),
+    CanI(True, "update", "clusterconfigbundles.cbop.dev", "status", None),
+    CanI(True, "update", "clusterconfigbundles.cbop.dev", "finalizers", None),
+    CanI(True, "list", "namespaces", None, None),
+    CanI(False, "update", "namespaces", None, None),
+    CanI(False, "create", "namespaces", None, None),
     CanI(True, "update", "configbundles.cbop.dev", "status", "default"),
     CanI(True, "patch", "configbundles.cbop.dev", "status", "default"),
     CanI(True, "update", "configbundles.cbop.dev", "finalizers", "default"),

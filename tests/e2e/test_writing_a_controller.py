@@ -75,7 +75,7 @@ def test_the_example_controller_runs_through_cbops_own_process(
                 resync_period=1.0,
                 metrics_bind_address="0",
                 health_probe_bind_address="0",
-                settings={"key_counter": True, "rollout": False},
+                settings={"key_counter": True, "rollout": False, "cluster_bundles": False},
             ),
             definitions=definitions,
         )

@@ -75,8 +75,12 @@ def test_every_controller_flag_is_offered_with_its_default_and_reaches_the_setti
         for flag in definition.flags:
             assert settings[flag.dest] == flag.default
             assert any(f"--{flag.name}" in a.option_strings for a in parser._actions)
-    assert {d.name for d in enabled_controllers(settings)} == {"configbundle", "rollout"}
-    off = controller_settings(parser.parse_args(["--no-rollout"]))
+    assert {d.name for d in enabled_controllers(settings)} == {
+        "configbundle",
+        "rollout",
+        "clusterbundle",
+    }
+    off = controller_settings(parser.parse_args(["--no-rollout", "--no-cluster-bundles"]))
     assert {d.name for d in enabled_controllers(off)} == {"configbundle"}
 
 

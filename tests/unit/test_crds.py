@@ -53,7 +53,9 @@ def test_every_served_version_has_the_same_schema_and_one_is_stored(path: Path) 
         for part in ("schema", "subresources", "additionalPrinterColumns"):
             assert version.get(part) == first.get(part), f"{version['name']}: {part}"
     deprecated = [v["name"] for v in versions if v.get("deprecated")]
-    assert deprecated == list(DEPRECATED_VERSIONS)
+    # ClusterConfigBundles were born at v1beta1: nothing of theirs is deprecated.
+    expected = list(DEPRECATED_VERSIONS) if path.name == "cbop.dev_configbundles.yaml" else []
+    assert deprecated == expected
     for version in versions:
         if version.get("deprecated"):
             assert f"use {API_VERSION}" in version["deprecationWarning"]
@@ -68,3 +70,19 @@ def test_the_full_example_sets_every_field_of_the_spec() -> None:
     (path,) = [p for p in CRDS if p.name == "cbop.dev_configbundles.yaml"]
     schema = _crd(path)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     assert set(FULL_CONFIGBUNDLE_SPEC) == set(schema["properties"]["spec"]["properties"])
+
+
+def test_the_cluster_bundle_template_is_the_configbundle_spec() -> None:
+    """spec.template is written from the ConfigBundle's spec, so the two never drift."""
+    by_name = {p.name: _crd(p) for p in CRDS}
+    bundle = by_name["cbop.dev_configbundles.yaml"]["spec"]["versions"][-1]["schema"]
+    cluster = by_name["cbop.dev_clusterconfigbundles.yaml"]["spec"]
+    assert cluster["scope"] == "Cluster"
+    assert cluster["names"]["shortNames"] == ["ccb"]
+    schema = cluster["versions"][0]["schema"]["openAPIV3Schema"]
+    template = dict(schema["properties"]["spec"]["properties"]["template"])
+    spec = dict(bundle["openAPIV3Schema"]["properties"]["spec"])
+    template.pop("description")
+    spec.pop("description")
+    assert template == spec
+    assert "$ref" not in str(schema)

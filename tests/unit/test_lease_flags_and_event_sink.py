@@ -164,7 +164,7 @@ def test_a_leader_whose_caches_never_sync_gives_up_and_exits_1(
             metrics_bind_address="0",
             health_probe_bind_address="0",
             cache_sync_timeout=0.0,
-            settings={"rollout": False},
+            settings={"rollout": False, "cluster_bundles": False},
         ),
     )
     started: list[bool] = []

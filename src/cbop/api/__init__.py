@@ -1,4 +1,4 @@
-"""The ConfigBundle API (``cbop.dev/v1beta1``; ``v1alpha1`` deprecated): names, spec parsing.
+"""The ConfigBundle API (``cbop.dev/v1beta1``; ``v1alpha1`` deprecated) and ClusterConfigBundles.
 
 This package owns the contract between users and cbop: the group, version and kind,
 the label and annotation keys cbop puts on the ConfigMaps it manages, and the typed,
@@ -6,6 +6,18 @@ validated view of a bundle's ``spec`` (:class:`BundleSpec`). It has no I/O and n
 Kubernetes client; the reconciler and the CLI build on it.
 """
 
+from cbop.api.cluster import (
+    CLUSTER_KIND,
+    CLUSTER_PLURAL,
+    LABEL_CLUSTER_BUNDLE,
+    MAX_FAILED_NAMESPACES,
+    ClusterReason,
+    NamespaceSelector,
+    SelectorError,
+    is_cluster_bundle_reference,
+    parse_selector,
+    template_of,
+)
 from cbop.api.content import content_hash, decode_binary, encode_binary
 from cbop.api.ownership import controller_reference, is_bundle_reference
 from cbop.api.spec import (
@@ -45,23 +57,30 @@ __all__ = [
     "ANNOTATION_MANAGED_LABELS",
     "ANNOTATION_RELEASED_BY",
     "API_VERSION",
+    "CLUSTER_KIND",
+    "CLUSTER_PLURAL",
     "CONDITION_READY",
     "DEPRECATED_VERSIONS",
     "FINALIZER_ORPHAN",
     "GROUP",
     "KIND",
     "LABEL_BUNDLE",
+    "LABEL_CLUSTER_BUNDLE",
     "LABEL_MANAGED_BY",
     "MANAGED_BY_VALUE",
     "MANAGED_SELECTOR",
     "MAX_CONFIGMAP_BYTES",
+    "MAX_FAILED_NAMESPACES",
     "PLURAL",
     "RESERVED_ANNOTATIONS",
     "RESERVED_LABELS",
     "VERSION",
     "BundleSpec",
+    "ClusterReason",
     "DeletionPolicy",
+    "NamespaceSelector",
     "Reason",
+    "SelectorError",
     "SpecError",
     "TooLargeError",
     "config_map_name_of",
@@ -70,5 +89,8 @@ __all__ = [
     "decode_binary",
     "encode_binary",
     "is_bundle_reference",
+    "is_cluster_bundle_reference",
+    "parse_selector",
     "parse_spec",
+    "template_of",
 ]

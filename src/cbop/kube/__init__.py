@@ -10,6 +10,7 @@ from cbop.kube.client import DEFAULT_USER_AGENT, KubeClient, RequestHook, WatchS
 from cbop.kube.errors import ApiError, ConfigError, ConnectionFailed, LeaseNotHeld
 from cbop.kube.metrics import RestClientMetrics
 from cbop.kube.resources import (
+    CLUSTERCONFIGBUNDLES,
     CONFIGBUNDLES,
     CONFIGMAPS,
     CUSTOM_RESOURCE_DEFINITIONS,
@@ -23,6 +24,7 @@ from cbop.kube.resources import (
 )
 
 __all__ = [
+    "CLUSTERCONFIGBUNDLES",
     "CONFIGBUNDLES",
     "CONFIGMAPS",
     "CUSTOM_RESOURCE_DEFINITIONS",

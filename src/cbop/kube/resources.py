@@ -11,9 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import quote
 
+from cbop.api import cluster as api_cluster
 from cbop.api import types as api_types
 
 __all__ = [
+    "CLUSTERCONFIGBUNDLES",
     "CONFIGBUNDLES",
     "CONFIGMAPS",
     "CUSTOM_RESOURCE_DEFINITIONS",
@@ -114,6 +116,14 @@ NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 #: cbop.dev ConfigBundles (the storage version, v1beta1), cbop's own custom resource.
 CONFIGBUNDLES = Resource(
     api_types.GROUP, api_types.VERSION, api_types.PLURAL, api_types.KIND, namespaced=True
+)
+#: cbop.dev ClusterConfigBundles (cluster-scoped; docs/cluster-bundles.md).
+CLUSTERCONFIGBUNDLES = Resource(
+    api_types.GROUP,
+    api_types.VERSION,
+    api_cluster.CLUSTER_PLURAL,
+    api_cluster.CLUSTER_KIND,
+    namespaced=False,
 )
 #: apps/v1 workloads whose pod template cbop annotates to roll them (docs/rollout.md).
 DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment")

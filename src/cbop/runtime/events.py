@@ -151,12 +151,17 @@ class EventRecorder:
         body = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"name": f"{meta['name']}.{suffix}", "namespace": meta["namespace"]},
+            # An Event about a cluster-scoped object lives in "default", as client-go's
+            # recorder puts it (its involvedObject has no namespace).
+            "metadata": {
+                "name": f"{meta['name']}.{suffix}",
+                "namespace": meta.get("namespace") or "default",
+            },
             "involvedObject": {
                 "apiVersion": obj.get("apiVersion"),
                 "kind": obj.get("kind"),
                 "name": meta["name"],
-                "namespace": meta["namespace"],
+                "namespace": meta.get("namespace", ""),
                 "uid": meta.get("uid"),
                 "resourceVersion": meta.get("resourceVersion"),
             },

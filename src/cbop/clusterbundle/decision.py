@@ -1,0 +1,457 @@
+"""The ClusterConfigBundle decision: caches in, stamp actions and a status out.
+
+Pure functions on parsed-JSON dicts; no client, no threads (an import-linter contract
+says so). The act layer (:mod:`cbop.clusterbundle.reconcile`) performs what they decide.
+
+- :func:`decide`: for one ClusterConfigBundle, which namespaces it serves (selected
+  and not terminating), the stamped ConfigBundle each one needs (create when missing,
+  update when its spec, label or owner reference differ, nothing when equal), the
+  stamps to delete (their namespace left the selector), and the conflicts found in the
+  caches (a ConfigBundle of the stamp's name it does not control; an older
+  ClusterConfigBundle keeping a ConfigMap of the same name there; the stamp itself
+  reporting a ConfigMap conflict). Conflicts are reported, never fought: nothing is
+  written in such a namespace.
+- :func:`status_of`: ``status`` from a :class:`Plan` plus the refusals met while acting
+  (counts, at most :data:`cbop.api.MAX_FAILED_NAMESPACES` failed namespaces listed, the
+  ``Ready`` condition keeping its ``lastTransitionTime`` while its status holds), so an
+  unchanged world gives an equal status and nothing is written.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from cbop.api import (
+    API_VERSION,
+    CLUSTER_KIND,
+    CONDITION_READY,
+    KIND,
+    LABEL_CLUSTER_BUNDLE,
+    MAX_FAILED_NAMESPACES,
+    ClusterReason,
+    NamespaceSelector,
+    Reason,
+    SelectorError,
+    controller_reference,
+    is_cluster_bundle_reference,
+    parse_selector,
+    template_of,
+)
+
+__all__ = [
+    "FAILING_BUNDLE_REASONS",
+    "Create",
+    "Delete",
+    "Failure",
+    "Plan",
+    "Update",
+    "decide",
+    "desired_stamp",
+    "is_controlled_by",
+    "is_terminating",
+    "owner_reference",
+    "status_of",
+]
+
+#: Reasons of a stamped bundle's ``Ready=False`` that make its namespace failed (the
+#: rest, ``Suspended`` and ``Deleting``, leave it pending).
+FAILING_BUNDLE_REASONS: Final = frozenset(
+    {
+        Reason.CONFIGMAP_CONFLICT,
+        Reason.CONFIGMAP_TOO_LARGE,
+        Reason.INVALID_SPEC,
+        Reason.RECONCILE_ERROR,
+    }
+)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One namespace that cannot be served: an entry of ``status.failedNamespaces``."""
+
+    namespace: str
+    reason: str
+    message: str
+
+    def as_status(self) -> dict[str, str]:
+        """Return the ``failedNamespaces`` entry."""
+        return {"namespace": self.namespace, "reason": self.reason, "message": self.message}
+
+
+@dataclass(frozen=True)
+class Create:
+    """Create the stamp ``body`` in ``namespace``."""
+
+    namespace: str
+    body: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Update:
+    """Put the stamp in ``namespace`` back.
+
+    ``body`` is the cached stamp corrected, its ``resourceVersion`` kept for optimistic
+    concurrency.
+    """
+
+    namespace: str
+    body: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Delete:
+    """Delete the stamp ``name`` in ``namespace`` (precondition: ``uid``)."""
+
+    namespace: str
+    name: str
+    uid: str
+
+
+Action = Create | Update | Delete
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What :func:`decide` found for one ClusterConfigBundle.
+
+    Attributes:
+        selected: the selected, non-terminating namespaces, sorted.
+        actions: writes to make, in namespace order (creates and updates, then deletes).
+        failures: namespaces that cannot be served, from the caches alone.
+        ready: namespaces whose stamp is Ready for its current spec and needs no write.
+        served: namespaces where a stamp is created (an Event says they are served).
+        invalid: why the selector cannot be used (then nothing else is decided).
+    """
+
+    selected: tuple[str, ...] = ()
+    actions: tuple[Action, ...] = ()
+    failures: tuple[Failure, ...] = ()
+    ready: tuple[str, ...] = ()
+    served: tuple[str, ...] = ()
+    invalid: str | None = None
+
+
+def is_terminating(namespace: Mapping[str, Any]) -> bool:
+    """Whether a Namespace is being deleted (``deletionTimestamp`` or phase Terminating)."""
+    meta = namespace.get("metadata") or {}
+    phase = (namespace.get("status") or {}).get("phase")
+    return bool(meta.get("deletionTimestamp")) or phase == "Terminating"
+
+
+def owner_reference(cluster_bundle: Mapping[str, Any]) -> dict[str, Any]:
+    """Return the controller owner reference a stamp carries to ``cluster_bundle``.
+
+    ``blockOwnerDeletion`` is true, so a foreground deletion of the ClusterConfigBundle
+    waits for its stamps (it needs ``update`` on ``clusterconfigbundles/finalizers``).
+    """
+    meta = cluster_bundle["metadata"]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": CLUSTER_KIND,
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def is_controlled_by(bundle: Mapping[str, Any], cluster_bundle: Mapping[str, Any]) -> bool:
+    """Whether ``cluster_bundle`` may keep ``bundle`` (a ConfigBundle of the stamp's name).
+
+    True when the bundle's controller reference names this very ClusterConfigBundle (its
+    UID), or when it has no controller reference at all but carries this
+    ClusterConfigBundle's label (a stamp whose reference was removed by hand: it is
+    adopted back). A bundle controlled by anything else is someone else's.
+    """
+    ref = controller_reference(bundle)
+    meta = cluster_bundle["metadata"]
+    if ref is None:
+        labels = (bundle.get("metadata") or {}).get("labels") or {}
+        return bool(labels.get(LABEL_CLUSTER_BUNDLE) == meta["name"])
+    return is_cluster_bundle_reference(ref) and bool(ref.get("uid") == meta.get("uid"))
+
+
+def desired_stamp(cluster_bundle: Mapping[str, Any], namespace: str) -> dict[str, Any]:
+    """Return the ConfigBundle to create in ``namespace`` for ``cluster_bundle`` (a new dict)."""
+    name = str(cluster_bundle["metadata"]["name"])
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {LABEL_CLUSTER_BUNDLE: name},
+            "ownerReferences": [owner_reference(cluster_bundle)],
+        },
+        "spec": copy.deepcopy(template_of(cluster_bundle)),
+    }
+
+
+def _corrected(
+    stamp: Mapping[str, Any], cluster_bundle: Mapping[str, Any], spec: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """Return the stamp put back (a deep copy), or None when it is as it should be.
+
+    Only the spec, this ClusterConfigBundle's label and its controller reference are
+    put back; other labels, annotations, finalizers and non-controller references that
+    other actors set are kept.
+    """
+    name = cluster_bundle["metadata"]["name"]
+    ref = owner_reference(cluster_bundle)
+    meta = stamp.get("metadata") or {}
+    refs = list(meta.get("ownerReferences") or ())
+    labels = meta.get("labels") or {}
+    if stamp.get("spec") == spec and labels.get(LABEL_CLUSTER_BUNDLE) == name and ref in refs:
+        return None
+    body = copy.deepcopy(dict(stamp))
+    body.pop("status", None)
+    body["spec"] = copy.deepcopy(dict(spec))
+    new_meta = body.setdefault("metadata", {})
+    new_meta.setdefault("labels", {})[LABEL_CLUSTER_BUNDLE] = name
+    kept = [r for r in refs if not r.get("controller") and r.get("uid") != ref["uid"]]
+    new_meta["ownerReferences"] = [*kept, ref]
+    return body
+
+
+def _ready_condition(bundle: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    for cond in (bundle.get("status") or {}).get("conditions") or ():
+        if cond.get("type") == CONDITION_READY:
+            return cond  # type: ignore[no-any-return]
+    return None
+
+
+def _stamp_state(stamp: Mapping[str, Any]) -> Failure | bool:
+    """Judge a stamp needing no write: True when Ready, its Failure when failing, else False.
+
+    Only a status written for the stamp's current generation counts (a condition of an
+    older spec says nothing of this one).
+    """
+    meta = stamp.get("metadata") or {}
+    generation = meta.get("generation")
+    status = stamp.get("status") or {}
+    cond = _ready_condition(stamp)
+    if cond is None or status.get("observedGeneration") != generation:
+        return False
+    if cond.get("observedGeneration", generation) != generation:
+        return False
+    if cond.get("status") == "True":
+        return True
+    reason = str(cond.get("reason", ""))
+    if cond.get("status") == "False" and reason in FAILING_BUNDLE_REASONS:
+        return Failure(str(meta.get("namespace", "")), reason, str(cond.get("message", "")))
+    return False
+
+
+def _age_key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    """Return the sort key putting older first: ``creationTimestamp``, then name.
+
+    Timestamps are RFC 3339 in UTC, so text order is time order.
+    """
+    meta = obj.get("metadata") or {}
+    return (str(meta.get("creationTimestamp") or ""), str(meta.get("name", "")))
+
+
+def _rivals(
+    cluster_bundle: Mapping[str, Any], others: Iterable[Mapping[str, Any]]
+) -> list[tuple[str, NamespaceSelector]]:
+    """Return (name, selector) of each older rival keeping a ConfigMap of the same name.
+
+    Rivals being deleted are left out; those with an unusable selector select nothing.
+    """
+    own_name = template_of(cluster_bundle)["configMapName"]
+    own_age = _age_key(cluster_bundle)
+    uid = cluster_bundle["metadata"].get("uid")
+    out = []
+    for other in others:
+        meta = other.get("metadata") or {}
+        if meta.get("uid") == uid or meta.get("deletionTimestamp"):
+            continue
+        if template_of(other)["configMapName"] != own_name or _age_key(other) >= own_age:
+            continue
+        try:
+            selector = parse_selector((other.get("spec") or {}).get("namespaceSelector"))
+        except SelectorError:
+            continue
+        out.append((str(meta.get("name", "")), selector))
+    return out
+
+
+def decide(
+    cluster_bundle: Mapping[str, Any],
+    *,
+    namespaces: Iterable[Mapping[str, Any]],
+    bundle_at: Callable[[str], Mapping[str, Any] | None],
+    stamps: Iterable[Mapping[str, Any]],
+    others: Iterable[Mapping[str, Any]] = (),
+) -> Plan:
+    """Decide what one ClusterConfigBundle needs (see the module docstring).
+
+    Args:
+        cluster_bundle: the ClusterConfigBundle (cached; never mutated).
+        namespaces: every cached Namespace.
+        bundle_at: ``fn(namespace) -> ConfigBundle or None``: the ConfigBundle named
+            after the ClusterConfigBundle in that namespace, whoever made it.
+        stamps: the ConfigBundles labelled with this ClusterConfigBundle's name, in any
+            namespace (those whose namespace left the selector are deleted when this
+            ClusterConfigBundle controls them).
+        others: every ClusterConfigBundle (this one may be among them), for the
+            configMapName conflicts.
+
+    Returns:
+        A :class:`Plan`; nothing is decided for a ClusterConfigBundle being deleted
+        (garbage collection removes its stamps) or with an unusable selector (its
+        stamps stay where they are until it is fixed).
+    """
+    meta = cluster_bundle["metadata"]
+    if meta.get("deletionTimestamp"):
+        return Plan()
+    try:
+        selector = parse_selector((cluster_bundle.get("spec") or {}).get("namespaceSelector"))
+    except SelectorError as err:
+        return Plan(invalid=str(err))
+    spec = template_of(cluster_bundle)
+    rivals = _rivals(cluster_bundle, others)
+    live: dict[str, Mapping[str, str]] = {}  # namespace -> its labels
+    selected: list[str] = []
+    for namespace in namespaces:
+        ns_meta = namespace.get("metadata") or {}
+        ns_name = str(ns_meta.get("name", ""))
+        if is_terminating(namespace):
+            continue
+        live[ns_name] = ns_meta.get("labels") or {}
+        if selector.matches(live[ns_name]):
+            selected.append(ns_name)
+    selected.sort()
+    writes: list[Action] = []
+    deletes: list[Action] = []
+    failures: list[Failure] = []
+    ready: list[str] = []
+    served: list[str] = []
+    for ns_name in selected:
+        winner = next((name for name, sel in rivals if sel.matches(live[ns_name])), None)
+        current = bundle_at(ns_name)
+        if winner is not None:
+            failures.append(
+                Failure(
+                    ns_name,
+                    ClusterReason.CONFIGMAP_NAME_CONFLICT,
+                    f"ClusterConfigBundle {winner}, older, keeps ConfigMap "
+                    f"{spec['configMapName']} in this namespace",
+                )
+            )
+            if current is not None and is_controlled_by(current, cluster_bundle):
+                deletes.append(_delete(current))
+            continue
+        if current is None:
+            writes.append(Create(ns_name, desired_stamp(cluster_bundle, ns_name)))
+            served.append(ns_name)
+            continue
+        if not is_controlled_by(current, cluster_bundle):
+            failures.append(
+                Failure(
+                    ns_name,
+                    ClusterReason.CONFIGBUNDLE_CONFLICT,
+                    f"ConfigBundle {ns_name}/{meta['name']} exists and is not controlled by "
+                    f"ClusterConfigBundle {meta['name']}; it is left alone",
+                )
+            )
+            continue
+        if (current.get("metadata") or {}).get("deletionTimestamp"):
+            continue  # pending: recreated once its deletion (a release) is done
+        body = _corrected(current, cluster_bundle, spec)
+        if body is not None:
+            writes.append(Update(ns_name, body))
+            continue
+        state = _stamp_state(current)
+        if state is True:
+            ready.append(ns_name)
+        elif isinstance(state, Failure):
+            failures.append(state)
+    wanted = set(selected)
+    for stamp in sorted(stamps, key=_age_key):
+        stamp_meta = stamp.get("metadata") or {}
+        ns_name = str(stamp_meta.get("namespace", ""))
+        if ns_name in wanted or ns_name not in live or stamp_meta.get("deletionTimestamp"):
+            continue
+        if stamp_meta.get("name") == meta["name"] and is_controlled_by(stamp, cluster_bundle):
+            deletes.append(_delete(stamp))
+    deletes.sort(key=lambda d: d.namespace)
+    return Plan(
+        selected=tuple(selected),
+        actions=(*writes, *deletes),
+        failures=tuple(failures),
+        ready=tuple(ready),
+        served=tuple(served),
+    )
+
+
+def _delete(stamp: Mapping[str, Any]) -> Delete:
+    meta = stamp.get("metadata") or {}
+    return Delete(str(meta.get("namespace", "")), str(meta["name"]), str(meta.get("uid", "")))
+
+
+def status_of(
+    cluster_bundle: Mapping[str, Any],
+    plan: Plan,
+    refusals: Iterable[Failure] = (),
+    *,
+    now: datetime.datetime,
+) -> dict[str, Any]:
+    """Return the ``status`` ``cluster_bundle`` should carry after acting on ``plan``.
+
+    Args:
+        cluster_bundle: the ClusterConfigBundle (its ``generation`` and current
+            conditions: a condition whose status holds keeps its
+            ``lastTransitionTime``).
+        plan: the decision.
+        refusals: namespaces whose stamp the API server refused while acting.
+        now: the time a changed condition records (UTC).
+
+    Returns:
+        ``{"observedGeneration", "namespaces": {selected, ready, failed},
+        "failedNamespaces": [...at most 20, by namespace], "conditions": [Ready]}``.
+    """
+    meta = cluster_bundle["metadata"]
+    generation = meta.get("generation")
+    by_namespace = {f.namespace: f for f in (*plan.failures, *refusals)}
+    failed = [by_namespace[ns] for ns in sorted(by_namespace)]
+    selected = len(plan.selected)
+    ready = len(plan.ready)
+    if plan.invalid is not None:
+        cond_status, reason = "False", ClusterReason.INVALID_SELECTOR
+        message = f"spec.namespaceSelector: {plan.invalid}"
+    elif failed:
+        cond_status, reason = "False", ClusterReason.NAMESPACES_FAILING
+        shown = ", ".join(f"{f.namespace} ({f.reason})" for f in failed[:5])
+        more = f" and {len(failed) - 5} more" if len(failed) > 5 else ""
+        message = f"{len(failed)} of {selected} namespaces failing: {shown}{more}"
+    elif ready < selected:
+        cond_status, reason = "False", ClusterReason.NAMESPACES_PENDING
+        message = f"{ready} of {selected} namespaces ready"
+    else:
+        cond_status, reason = "True", ClusterReason.ALL_NAMESPACES_READY
+        message = f"{ready} of {selected} namespaces ready"
+    previous = _ready_condition(cluster_bundle)
+    transition = (
+        previous.get("lastTransitionTime")
+        if previous is not None and previous.get("status") == cond_status
+        else None
+    )
+    condition = {
+        "type": CONDITION_READY,
+        "status": cond_status,
+        "observedGeneration": generation,
+        "lastTransitionTime": transition or now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "reason": reason.value,
+        "message": message,
+    }
+    return {
+        "observedGeneration": generation,
+        "namespaces": {"selected": selected, "ready": ready, "failed": len(failed)},
+        "failedNamespaces": [f.as_status() for f in failed[:MAX_FAILED_NAMESPACES]],
+        "conditions": [condition],
+    }
