@@ -265,7 +265,7 @@ class ClusterBundleReconciler:
                 self._stamp_writes.record(
                     key_of(action.namespace, meta["name"]), before, answer, answer
                 )
-                log.info("stamp put back", stamp_namespace=action.namespace)
+                log.debug("stamp updated to the template", stamp_namespace=action.namespace)
             else:
                 self._client.delete(
                     CONFIGBUNDLES,
