@@ -18,6 +18,7 @@ from cbop.informers import SharedInformerFactory
 from cbop.kube import KubeClient
 from cbop.runtime import Scope
 from cbop.runtime.definition import Context
+from cbop.runtime.events import EventRecorder
 from cbop.shardrange import ShardRange
 
 
@@ -102,3 +103,35 @@ def test_a_configbundle_event_enqueues_the_cluster_bundle_it_concerns(
 
 def test_a_namespace_event_enqueues_every_cluster_bundle() -> None:
     assert namespace_mapper(Lister("b", "a"))({"metadata": {"name": "ns"}}) == ["a", "b"]
+
+
+class EventWriter:
+    def __init__(self) -> None:
+        self.created: list[tuple[str | None, dict[str, Any]]] = []
+
+    def create(self, res: Any, namespace: str | None, body: Any) -> dict[str, Any]:
+        self.created.append((namespace, dict(body)))
+        return dict(body)
+
+    def patch(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return {}
+
+
+def test_events_about_a_cluster_bundle_go_to_the_default_namespace() -> None:
+    """As client-go's recorder: a cluster-scoped object's Events live in "default", and
+    their involvedObject has no namespace."""
+    writer = EventWriter()
+    recorder = EventRecorder(writer)
+    ccb = {
+        "apiVersion": "cbop.dev/v1beta1",
+        "kind": "ClusterConfigBundle",
+        "metadata": {"name": "ca", "uid": "u1"},
+    }
+    recorder.event(ccb, "Normal", "NamespaceServed", "serving namespace a")
+    assert recorder.flush(5.0)
+    recorder.close(1.0)
+    ((namespace, body),) = writer.created
+    assert namespace == "default"
+    assert body["metadata"]["namespace"] == "default"
+    assert body["involvedObject"]["namespace"] == ""
+    assert body["involvedObject"]["kind"] == "ClusterConfigBundle"
