@@ -153,14 +153,18 @@ class World:
 def test_stamps_are_created_the_status_written_and_then_nothing() -> None:
     world = World(namespace("a"), namespace("b"), namespace("c", {}))
     done = world.reconciler.reconcile("ca")
-    assert world.writes() == [
+    *creates, status = world.writes()  # the creates go out in parallel, then the status
+    assert sorted(creates) == [
         ("create", "configbundles", "a", "ca"),
         ("create", "configbundles", "b", "ca"),
-        ("update/status", "clusterconfigbundles", None, "ca"),
     ]
+    assert status == ("update/status", "clusterconfigbundles", None, "ca")
     assert done.writes == 2
     assert done.status_written
-    assert [r for r, _ in world.recorder.events] == ["NamespaceServed", "NamespaceServed"]
+    assert sorted(world.recorder.events) == [
+        ("NamespaceServed", "serving namespace a"),
+        ("NamespaceServed", "serving namespace b"),
+    ]
     # Before the caches show them: the created stamps and the status are remembered, so
     # a second reconcile writes nothing.
     world.clock.step(5)
@@ -275,3 +279,13 @@ def test_a_stamp_whose_namespace_left_is_deleted_with_an_event() -> None:
     world.reconciler.reconcile("ca")
     assert ("delete", "configbundles", "a", "ca") in world.writes()
     assert world.recorder.events == [("NamespaceReleased", "released namespace a")]
+
+
+def test_a_failed_write_leaves_the_status_alone_and_the_others_are_still_attempted() -> None:
+    world = World(*(namespace(f"n{i}") for i in range(6)))
+    world.client.refuse["n2"] = ApiError(500, "InternalError", "etcd is down")
+    with pytest.raises(ApiError):
+        world.reconciler.reconcile("ca")
+    actions = world.writes()
+    assert sorted(str(a[2]) for a in actions if a[0] == "create") == [f"n{i}" for i in range(6)]
+    assert not any(a[0] == "update/status" for a in actions)

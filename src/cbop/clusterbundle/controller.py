@@ -33,6 +33,7 @@ from cbop import defaults
 from cbop.api import LABEL_CLUSTER_BUNDLE
 from cbop.clusterbundle.reconcile import (
     CLUSTER_BUNDLE_INDEX,
+    DEFAULT_PARALLELISM,
     ClusterBundleReconciler,
     ListingLister,
     index_by_cluster_bundle,
@@ -113,7 +114,8 @@ def setup(
     Args:
         scope: the runtime manager (the single leader's scope).
         recorder: where Events go (None: none).
-        workers: worker threads (None: the runtime's default, 4).
+        workers: worker threads (None: the runtime's default, 4), and the stamp writes
+            one reconcile sends at once.
         priority_queue: see :meth:`cbop.runtime.Builder.with_options` (None: on).
 
     Returns:
@@ -134,6 +136,7 @@ def setup(
             CONFIGBUNDLES, indexers={CLUSTER_BUNDLE_INDEX: index_by_cluster_bundle}
         ),
         recorder=recorder,
+        parallelism=workers or DEFAULT_PARALLELISM,
     )
     return (
         Builder(scope, CONTROLLER_NAME)

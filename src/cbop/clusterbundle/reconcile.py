@@ -26,10 +26,12 @@ second per ClusterConfigBundle; a change within that second is written when it e
 
 from __future__ import annotations
 
+import contextvars
 import datetime
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -46,6 +48,7 @@ from cbop.runtime.seams import Client, EventSink
 
 __all__ = [
     "CLUSTER_BUNDLE_INDEX",
+    "DEFAULT_PARALLELISM",
     "FIELD_MANAGER",
     "STATUS_INTERVAL",
     "ClusterBundleReconciler",
@@ -63,6 +66,8 @@ STATUS_INTERVAL: Final = 1.0
 #: Name of the ConfigBundle cache's index from the label ``cbop.dev/cluster-bundle`` to
 #: the stamps carrying it.
 CLUSTER_BUNDLE_INDEX: Final = "cluster-bundle"
+#: Stamp writes one reconcile sends at once, unless told.
+DEFAULT_PARALLELISM: Final = 4
 #: Seconds a created stamp is remembered while the cache does not show it yet.
 _CREATED_TTL: Final = 30.0
 
@@ -116,6 +121,8 @@ class ClusterBundleReconciler:
         recorder: where the NamespaceServed / NamespaceReleased Events go (None: none).
         monotonic: seconds for the status write interval (tests: a fake clock's).
         now: the wall clock for condition times (UTC).
+        parallelism: stamp writes one reconcile sends at once (the API server serves
+            them concurrently: a thousand namespaces are not written one by one).
     """
 
     def __init__(
@@ -128,7 +135,10 @@ class ClusterBundleReconciler:
         recorder: EventSink | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
+        parallelism: int = DEFAULT_PARALLELISM,
     ) -> None:
+        #: Stamp writes one reconcile sends at once.
+        self.parallelism = max(1, parallelism)
         self._client = client
         self._cluster_bundles = cluster_bundles
         self._namespaces = namespaces
@@ -188,10 +198,11 @@ class ClusterBundleReconciler:
             others=self._cluster_bundles.list(),
         )
         refusals: list[Failure] = []
-        writes = 0
-        for action in plan.actions:
-            if self._act(current, action, refusals):
-                writes += 1
+        outcomes = self._act_all(current, plan.actions, refusals)
+        failed = [o for o in outcomes if isinstance(o, Exception)]
+        if failed:
+            raise failed[0]  # no status from a pass that did not finish: retried
+        writes = sum(1 for o in outcomes if o is True)
         status = status_of(current, plan, refusals, now=self._now())
         done = self._write_status(key, current, status, writes)
         if refusals:
@@ -202,6 +213,32 @@ class ClusterBundleReconciler:
             )
             raise Requeue(f"{len(refusals)} stamps refused")
         return done
+
+    def _act_all(
+        self,
+        owner: Mapping[str, Any],
+        actions: Sequence[Create | Update | Delete],
+        refusals: list[Failure],
+    ) -> list[bool | Exception]:
+        """Perform ``actions``, up to :attr:`parallelism` at once; return each outcome.
+
+        An outcome is whether the action was written, or the exception it raised (every
+        action is attempted whatever the others do). Each runs in a copy of the caller's
+        context, so its log lines carry the reconcile's fields.
+        """
+
+        def attempt(action: Create | Update | Delete) -> bool | Exception:
+            try:
+                return self._act(owner, action, refusals)
+            except Exception as err:  # noqa: BLE001 - handed back to the caller
+                return err
+
+        if len(actions) <= 1 or self.parallelism <= 1:
+            return [attempt(a) for a in actions]
+        workers = min(self.parallelism, len(actions))
+        with ThreadPoolExecutor(workers, thread_name_prefix="clusterbundle-write") as pool:
+            futures = [pool.submit(contextvars.copy_context().run, attempt, a) for a in actions]
+            return [f.result() for f in futures]
 
     def _act(
         self, owner: Mapping[str, Any], action: Create | Update | Delete, refusals: list[Failure]
@@ -228,7 +265,7 @@ class ClusterBundleReconciler:
                 self._stamp_writes.record(
                     key_of(action.namespace, meta["name"]), before, answer, answer
                 )
-                log.info("stamp put back", stamp_namespace=action.namespace)
+                log.debug("stamp updated to the template", stamp_namespace=action.namespace)
             else:
                 self._client.delete(
                     CONFIGBUNDLES,
@@ -252,9 +289,10 @@ class ClusterBundleReconciler:
         if err.is_already_exists or err.is_conflict:
             raise Requeue(str(err)) from err
         if err.is_forbidden or err.is_invalid:
-            refusals.append(
-                Failure(action.namespace, ClusterReason.REFUSED, err.message or str(err))
-            )
+            with self._lock:
+                refusals.append(
+                    Failure(action.namespace, ClusterReason.REFUSED, err.message or str(err))
+                )
             return False
         raise err
 
