@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 export PYTHONDONTWRITEBYTECODE := 1
 
 .PHONY: help all venv binaries tools test test-unit test-e2e lint crds fmt dev dev-cluster \
-        dev-cluster-down run install uninstall deploy undeploy bench clean
+        dev-cluster-down run install uninstall deploy undeploy bench clean release
 
 .DEFAULT_GOAL := all
 
@@ -141,6 +141,13 @@ bench: venv binaries ## operator benchmark, 40-60 min; updates bench/README.md
 .PHONY: bench-quick
 bench-quick: venv binaries ## short operator benchmark into $TMPDIR/cbop-bench
 	$(PY) -m bench.operators --quick --out $${TMPDIR:-/tmp}/cbop-bench $(BENCH_ARGS)
+
+# --- A release (README, "Installing a release") --------------------------------------
+# The wheel and sdist, the image as an OCI archive, the chart, install.yaml and
+# SHA256SUMS, into DIST. Stops first if a copy of the version differs (hack/version.py).
+DIST ?= dist
+release: venv ## wheel, sdist, image (OCI archive), chart, install.yaml, SHA256SUMS into DIST (dist/)
+	@DIST='$(DIST)' PYTHON='$(PY)' BASE_IMAGE='$(BASE_IMAGE)' hack/release.sh
 
 # --- The container image and the local node (docs/deploy.md, docs/control-plane.md) ---
 # WITH_NODE=1 on `make dev-cluster` / `make dev` adds a kubelet node with cbop:dev.

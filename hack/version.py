@@ -6,10 +6,10 @@ hand. The two Python projects (``pyproject.toml``, ``testing/pyproject.toml``) r
 through hatch's ``[tool.hatch.version]``; what cannot read a file holds a copy that this
 script checks: the chart's ``version`` and ``appVersion``, the ``newTag`` of
 ``manifests/kustomization.yaml`` and ``manifests/migrate/kustomization.yaml``, and every
-image or chart example in the README, ``docs/``, ``manifests/`` and ``charts/``
-(``cbop:X.Y.Z``, ``cbop-X.Y.Z.tgz``, ``newTag: X.Y.Z``, ``image.tag=X.Y.Z``,
-``VERSION=X.Y.Z``). Prose about an older release (``Upgrading from 0.1.0``) is none of
-these and is left alone.
+image or release-file example in the README, ``docs/``, ``manifests/`` and ``charts/``
+(``cbop:X.Y.Z``; ``cbop-X.Y.Z.tgz`` and the other files of ``make release``;
+``newTag: X.Y.Z``, ``image.tag=X.Y.Z``, ``VERSION=X.Y.Z``). Prose about an older release
+(``Upgrading from 0.1.0``) is none of these and is left alone.
 
 Usage::
 
@@ -52,7 +52,7 @@ EXAMPLE_FILES: Final = ("README.md", "docs/**/*.md", "manifests/**/*.yaml", "cha
 _V = r"(\d+\.\d+\.\d+(?:[-.+][0-9A-Za-z.-]+)?)"
 EXAMPLES: Final = (
     re.compile(r"\bcbop:" + _V),
-    re.compile(r"\bcbop-" + r"(\d+\.\d+\.\d+)" + r"\.(?:tgz|tar|whl|oci)"),
+    re.compile(r"\bcbop-(\d+\.\d+\.\d+)(?=\.tgz|\.tar|\.oci|-py)"),
     re.compile(r"\bnewTag: " + _V),
     re.compile(r"\bimage\.tag=" + _V),
     re.compile(r"\bVERSION=" + _V),
