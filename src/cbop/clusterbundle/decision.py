@@ -41,6 +41,7 @@ from cbop.api import (
     parse_selector,
     template_of,
 )
+from cbop.api.ownership import owner_reference_to
 
 __all__ = [
     "FAILING_BUNDLE_REASONS",
@@ -148,15 +149,7 @@ def owner_reference(cluster_bundle: Mapping[str, Any]) -> dict[str, Any]:
     ``blockOwnerDeletion`` is true, so a foreground deletion of the ClusterConfigBundle
     waits for its stamps (it needs ``update`` on ``clusterconfigbundles/finalizers``).
     """
-    meta = cluster_bundle["metadata"]
-    return {
-        "apiVersion": API_VERSION,
-        "kind": CLUSTER_KIND,
-        "name": meta["name"],
-        "uid": meta["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
+    return owner_reference_to(cluster_bundle, CLUSTER_KIND)
 
 
 def is_controlled_by(bundle: Mapping[str, Any], cluster_bundle: Mapping[str, Any]) -> bool:

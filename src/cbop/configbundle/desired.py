@@ -26,7 +26,6 @@ from cbop.api import (
     ANNOTATION_MANAGED_ANNOTATIONS,
     ANNOTATION_MANAGED_LABELS,
     ANNOTATION_RELEASED_BY,
-    API_VERSION,
     KIND,
     LABEL_BUNDLE,
     LABEL_MANAGED_BY,
@@ -34,7 +33,7 @@ from cbop.api import (
     BundleSpec,
 )
 from cbop.api.content import content_hash, decode_binary, encode_binary
-from cbop.api.ownership import controller_reference, is_bundle_reference
+from cbop.api.ownership import controller_reference, is_bundle_reference, owner_reference_to
 
 JSON = dict[str, Any]
 
@@ -73,15 +72,7 @@ def owner_reference(bundle: Mapping[str, Any]) -> JSON:
     ConfigMap; under the OwnerReferencesPermissionEnforcement admission plugin setting
     it needs ``update`` on ``configbundles/finalizers``, which cbop's RBAC grants.
     """
-    meta = bundle["metadata"]
-    return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "name": meta["name"],
-        "uid": meta["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
+    return owner_reference_to(bundle, KIND)
 
 
 def is_controlled_by(obj: Mapping[str, Any], bundle: Mapping[str, Any]) -> bool:
