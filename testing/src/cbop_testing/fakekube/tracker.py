@@ -429,14 +429,14 @@ class ObjectTracker:
         """Write as another client would (``kubectl apply``, another controller).
 
         Creates the object, or replaces the stored one (status included), keeping its
-        uid and creationTimestamp; a ``metadata.resourceVersion`` in ``obj`` is a
-        precondition, a missing one writes unconditionally. The same rules as any write
+        uid and creationTimestamp. The write is unconditional: a
+        ``metadata.resourceVersion`` in ``obj`` is ignored. The same rules as any write
         apply (no change: no new resourceVersion; generation; finalizers).
-
-        Raises:
-            ApiError: 409 Conflict on a stale resourceVersion.
         """
-        meta = obj.get("metadata") or {}
+        written = copy.deepcopy(dict(obj))
+        written.setdefault("metadata", {}).pop("resourceVersion", None)
+        obj = written
+        meta = written["metadata"]
         with self._lock:
             key = self._key(res, meta.get("namespace"), meta["name"])
             current = self._objects.get(_gp(res), {}).get(key)
