@@ -344,6 +344,7 @@ class FakeKube(KubeClient):
             "field_selector": field_selector,
             "timeout_seconds": timeout_seconds,
             "allow_bookmarks": allow_bookmarks,
+            "read_timeout": read_timeout,
             "shard_selector": shard_selector,
         }
         action = Action("watch", res.plural, namespace, options=options, res=res)

@@ -233,21 +233,42 @@ class Script:
 
     Each answer is a dict (returned), a :class:`~cbop_testing.fakekube.FakeWatch`
     (returned to a watch), an exception (raised), or :attr:`PASS` (the call goes on to the
-    tracker). Once the queue is empty every call passes on. Answers may be appended
-    with :meth:`add` while the test runs; :meth:`wait_empty` waits until all were used.
+    tracker). Once the queue is empty every call passes on, or, with ``wait``, waits
+    that many real seconds for the test to queue an answer (a server the test answers
+    by hand) and then raises :class:`TimeoutError`. Answers may be appended with
+    :meth:`add` while the test runs; :meth:`wait_empty` waits until all were used.
+
+    Args:
+        answers: the first answers.
+        wait: real seconds a call waits for an answer when none is queued; ``None``:
+            pass on at once.
     """
 
     PASS: Any = _PASS
 
-    def __init__(self, *answers: Any) -> None:
+    def __init__(self, *answers: Any, wait: float | None = None) -> None:
         self._answers = list(answers)
         self._cond = threading.Condition()
+        self._wait = wait
         self.used = 0
 
     def add(self, *answers: Any) -> None:
         """Queue more answers."""
         with self._cond:
             self._answers.extend(answers)
+            self._cond.notify_all()
+
+    def put(self, answer: Any) -> None:
+        """Queue one answer (as ``queue.Queue.put``)."""
+        self.add(answer)
+
+    def clear(self) -> int:
+        """Drop every queued answer; return how many were dropped."""
+        with self._cond:
+            dropped = len(self._answers)
+            self._answers.clear()
+            self._cond.notify_all()
+            return dropped
 
     @property
     def left(self) -> int:
@@ -263,6 +284,11 @@ class Script:
     def __call__(self, action: Action) -> Any:
         """Answer with the next queued answer, or pass on."""
         with self._cond:
+            waited = self._wait is None or self._cond.wait_for(
+                lambda: bool(self._answers), self._wait
+            )
+            if not waited:
+                raise TimeoutError(f"no scripted answer for {action.verb} {action.resource}")
             if not self._answers:
                 return None
             answer = self._answers.pop(0)
