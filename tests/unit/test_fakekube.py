@@ -389,7 +389,7 @@ def test_actions_are_recorded_and_counted() -> None:
         ("get", "configmaps"): 1,
         ("list", "configmaps"): 1,
     }
-    assert [a.verb for a in kube.writes()] == ["create"]
+    assert [a.verb for a in kube.write_actions()] == ["create"]
 
 
 def test_reactions_fail_conflict_and_script_newest_first() -> None:

@@ -11,10 +11,11 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from cbop.cli import build_parser
-from cbop.kube import ApiError, KubeClient, LeaseNotHeld, Resource
+from cbop.kube import LEASES, KubeClient, LeaseNotHeld, Resource
 from cbop.manager import Manager, Options
 from cbop.metrics.controller import EventSinkCollector
 from cbop.runtime.events import EventRecorder
+from cbop_testing.leases import LeaseServer
 
 OBJ = {
     "apiVersion": "cbop.dev/v1alpha1",
@@ -121,41 +122,12 @@ def test_close_returns_within_its_timeout_with_a_stuck_sink_and_a_full_queue() -
         gate.set()
 
 
-class _LeaseServer(KubeClient):
-    """Serves one Lease from memory: the elector wins it at once."""
-
-    def __init__(self) -> None:
-        super().__init__(None)
-        self.lease: dict[str, Any] | None = None
-        self.versions = 0
-
-    def with_limits(self, *, qps: float, burst: int, max_retries: int) -> KubeClient:
-        return self
-
-    def get(self, res: Resource, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        if self.lease is None:
-            raise ApiError(404, "NotFound", "leases not found")
-        return dict(self.lease)
-
-    def create(self, res: Resource, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        return self._store(args[1])
-
-    def update(self, res: Resource, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        return self._store(args[2])
-
-    def _store(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        self.versions += 1
-        meta = {**body.get("metadata", {}), "resourceVersion": str(self.versions)}
-        self.lease = {**body, "metadata": meta}
-        return dict(self.lease)
-
-
 def test_a_leader_whose_caches_never_sync_gives_up_and_exits_1(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Under leader election the cache-sync verdict comes once leading: a failed sync
     stops the manager with exit code 1, as without leader election."""
-    server = _LeaseServer()
+    server = LeaseServer("ns")
     manager = Manager(
         server,
         Options(
@@ -181,5 +153,5 @@ def test_a_leader_whose_caches_never_sync_gives_up_and_exits_1(
     assert manager.run() == 1
     assert synced == [False], "the sync is waited for once leading"
     assert started == []
-    assert server.lease is not None
-    assert server.lease["spec"]["holderIdentity"] == ""  # released on the way out
+    (lease,) = server.tracker.objects(LEASES)
+    assert lease["spec"]["holderIdentity"] == ""  # released on the way out

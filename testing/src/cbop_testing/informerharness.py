@@ -35,9 +35,11 @@ _OMITTED_WHEN_UNSET = ("shard_selector", "resource_version_match")
 
 
 def _request(action: Action) -> dict[str, Any]:
-    """Return the request as a dict: namespace and the options that were sent."""
+    """Return the request as a dict: namespace and the options the informer set."""
     sent = {
-        k: v for k, v in action.options.items() if v is not None or k not in _OMITTED_WHEN_UNSET
+        k: v
+        for k, v in action.options.items()
+        if k != "timeout" and (v is not None or k not in _OMITTED_WHEN_UNSET)
     }
     return {"namespace": action.namespace, **sent}
 

@@ -17,7 +17,7 @@ Typical use::
     kube.tracker.add(CONFIGMAPS, configmap)
     kube.prepend_reactor("update", "configmaps", conflict_on(1))
     reconcile(kube, ...)
-    assert [a.key for a in kube.writes()] == [...]
+    assert [a.key for a in kube.write_actions()] == [...]
 """
 
 from cbop_testing.fakekube import errors

@@ -84,7 +84,7 @@ class FakeKube(KubeClient):
         with self._shared.cond:
             return list(self._shared.actions)
 
-    def writes(self) -> list[Action]:
+    def write_actions(self) -> list[Action]:
         """Return the recorded create, update, patch and delete calls."""
         return [a for a in self.actions if a.is_write]
 
@@ -274,7 +274,7 @@ class FakeKube(KubeClient):
         self, res: Resource, namespace: str | None, name: str, *, timeout: float | None = 30.0
     ) -> dict[str, Any]:
         """GET from the tracker (after the reactions)."""
-        action = Action("get", res.plural, namespace, name, res=res)
+        action = Action("get", res.plural, namespace, name, options={"timeout": timeout}, res=res)
         return cast(
             dict[str, Any], self._invoke(action, lambda: self.tracker.get(res, namespace, name))
         )
@@ -306,6 +306,7 @@ class FakeKube(KubeClient):
             "resource_version": resource_version,
             "resource_version_match": resource_version_match,
             "shard_selector": shard_selector,
+            "timeout": timeout,
         }
         action = Action("list", res.plural, namespace, options=options, res=res)
 
@@ -376,7 +377,7 @@ class FakeKube(KubeClient):
         timeout: float | None = 30.0,
     ) -> dict[str, Any]:
         """POST to the tracker (after the reactions)."""
-        options = {"field_manager": field_manager, "dry_run": dry_run}
+        options = {"field_manager": field_manager, "dry_run": dry_run, "timeout": timeout}
         name = (body.get("metadata") or {}).get("name")
         action = Action("create", res.plural, namespace, name, None, body, options, res)
         return cast(
@@ -402,7 +403,7 @@ class FakeKube(KubeClient):
         timeout: float | None = 30.0,
     ) -> dict[str, Any]:
         """PUT to the tracker (after the reactions)."""
-        options = {"field_manager": field_manager, "dry_run": dry_run}
+        options = {"field_manager": field_manager, "dry_run": dry_run, "timeout": timeout}
         action = Action("update", res.plural, namespace, name, subresource, body, options, res)
         return cast(
             dict[str, Any],
@@ -448,6 +449,7 @@ class FakeKube(KubeClient):
             "field_manager": field_manager,
             "force": force,
             "dry_run": dry_run,
+            "timeout": timeout,
         }
         action = Action("patch", res.plural, namespace, name, subresource, body, options, res)
         return cast(
@@ -486,6 +488,7 @@ class FakeKube(KubeClient):
             "propagation_policy": propagation_policy,
             "grace_period_seconds": grace_period_seconds,
             "dry_run": dry_run,
+            "timeout": timeout,
         }
         action = Action("delete", res.plural, namespace, name, None, None, options, res)
         return cast(

@@ -415,7 +415,8 @@ class ObjectTracker:
             key = self._key(res, meta.get("namespace"), meta["name"])
             old = self._objects.get(_gp(res), {}).get(key)
             meta.setdefault("uid", self._new_uid())
-            meta.setdefault("creationTimestamp", _rfc3339(self._now()))
+            if "creationTimestamp" not in meta:
+                meta["creationTimestamp"] = _rfc3339(self._now())
             if self.has_status_subresource(res):
                 meta.setdefault("generation", 1)
             meta["resourceVersion"] = self._next_rv()
