@@ -19,8 +19,7 @@ from cbop.configbundle import Action, Reconciler, Requeue
 from cbop.configbundle.decision import decide
 from cbop.kube import ApiError, ConnectionFailed, Resource
 from cbop.runtime.events import EventLevel, EventRecorder
-
-from .bundles import bundle, synced_status, written
+from cbop_testing.objects import bundle, synced_status, written
 
 NOW = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
 

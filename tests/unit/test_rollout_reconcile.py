@@ -29,8 +29,7 @@ from cbop.rollout import (
 from cbop.runtime import TerminalError
 from cbop.runtime.events import EventRecorder
 from cbop_testing.clock import FakeClock
-
-from .rollout_objects import configmap, rolled, with_annotation, with_baseline, workload
+from cbop_testing.objects import configmap, rolled, with_annotation, with_baseline, workload
 
 #: A baseline no content here hashes to: the workload was rolled for older content.
 OLD = "sha256:" + "0" * 64
