@@ -16,6 +16,7 @@ Every builder returns a new dict the caller may change.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any
 
 from cbop.api import content_hash, parse_spec
@@ -248,24 +249,24 @@ def workload(
     }
 
 
-def with_annotation(obj: dict[str, Any], digest: str) -> dict[str, Any]:
+def with_annotation(obj: Mapping[str, Any], digest: str) -> dict[str, Any]:
     """``obj`` with the pod template annotation ``digest`` (as cbop 0.1.0 left it)."""
-    out = copy.deepcopy(obj)
+    out = copy.deepcopy(dict(obj))
     out["spec"]["template"]["metadata"].setdefault("annotations", {})["cbop.dev/config-hash"] = (
         digest
     )
     return out
 
 
-def with_baseline(obj: dict[str, Any], digest: str) -> dict[str, Any]:
+def with_baseline(obj: Mapping[str, Any], digest: str) -> dict[str, Any]:
     """``obj`` with the baseline label of ``digest`` (``sha256:<hex>``)."""
-    out = copy.deepcopy(obj)
+    out = copy.deepcopy(dict(obj))
     out["metadata"].setdefault("labels", {})["cbop.dev/config-baseline"] = digest.removeprefix(
         "sha256:"
     )[:40]
     return out
 
 
-def rolled(obj: dict[str, Any], digest: str) -> dict[str, Any]:
+def rolled(obj: Mapping[str, Any], digest: str) -> dict[str, Any]:
     """``obj`` as a rollout to ``digest`` leaves it: the annotation and the baseline."""
     return with_baseline(with_annotation(obj, digest), digest)

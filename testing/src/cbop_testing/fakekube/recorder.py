@@ -62,6 +62,11 @@ class FakeRecorder:
         with self._lock:
             self.recorded.append(event)
 
+    def clear(self) -> None:
+        """Forget the Events recorded so far."""
+        with self._lock:
+            self.recorded.clear()
+
     @property
     def events(self) -> list[str]:
         """The Events as client-go's FakeRecorder renders them: ``"<type> <reason> <message>"``."""
