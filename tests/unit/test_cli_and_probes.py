@@ -14,9 +14,10 @@ import pytest
 
 from cbop.cli import build_parser, parse_duration
 from cbop.health import ProbeServer, parse_bind_address
-from cbop.kube import ApiError, Resource
+from cbop.kube import ApiError
 from cbop.runtime.correlator import SPAM_BURST
 from cbop.runtime.events import EventRecorder
+from cbop_testing.fakekube import FakeKube, fail
 
 
 @pytest.mark.parametrize(
@@ -122,24 +123,13 @@ def test_readyz_body_carries_each_failing_checks_reason() -> None:
         server.stop()
 
 
-class _RecordingWriter:
-    def __init__(self, fail: bool = False) -> None:
-        self.bodies: list[Mapping[str, Any]] = []
-        self.fail = fail
-
-    def create(
-        self, res: Resource, namespace: str | None, body: Mapping[str, Any]
-    ) -> dict[str, Any]:
-        self.bodies.append(body)
-        if self.fail:
-            raise ApiError(403, "Forbidden", "no")
-        return dict(body)
-
-    def patch(
-        self, res: Resource, namespace: str | None, name: str, body: Any, *, patch_type: str
-    ) -> dict[str, Any]:
-        self.bodies.append({"patch": name, **body})
-        return {"metadata": {"name": name}}
+def bodies(kube: FakeKube) -> list[Mapping[str, Any]]:
+    """The Event bodies sent: creates as they are, patches as ``{"patch": name, **patch}``."""
+    return [
+        a.body if a.verb == "create" else {"patch": a.name, **a.body}
+        for a in kube.actions
+        if a.verb in ("create", "patch")
+    ]
 
 
 OBJ = {
@@ -151,42 +141,37 @@ NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 
 
 def test_identical_events_are_counted() -> None:
-    writer = _RecordingWriter()
+    writer = FakeKube()
     recorder = EventRecorder(writer, clock=lambda: NOW)
     recorder.event(OBJ, "Warning", "ConfigMapConflict", "taken")
     recorder.event(OBJ, "Warning", "ConfigMapConflict", "taken")
     recorder.event(OBJ, "Normal", "Created", "made")
     assert recorder.flush()
-    first = writer.bodies[0]
-    assert [b.get("reason") for b in writer.bodies] == ["ConfigMapConflict", None, "Created"]
-    assert writer.bodies[1]["patch"] == first["metadata"]["name"]
-    assert writer.bodies[1]["count"] == 2
-    body = writer.bodies[0]
+    first = bodies(writer)[0]
+    assert [b.get("reason") for b in bodies(writer)] == ["ConfigMapConflict", None, "Created"]
+    assert bodies(writer)[1]["patch"] == first["metadata"]["name"]
+    assert bodies(writer)[1]["count"] == 2
+    body = bodies(writer)[0]
     assert body["involvedObject"]["uid"] == "u"
     assert body["type"] == "Warning"
     assert body["metadata"]["namespace"] == "demo"
 
 
 def test_event_failures_never_raise() -> None:
-    writer = _RecordingWriter(fail=True)
+    writer = FakeKube()
+    writer.prepend_reactor("create", "events", fail(ApiError(403, "Forbidden", "no")))
     recorder = EventRecorder(writer, clock=lambda: NOW)
     recorder.event(OBJ, "Normal", "Created", "x")
     assert recorder.flush()
-    assert len(writer.bodies) == 1
+    assert len(bodies(writer)) == 1
     recorder.close()
 
 
 def test_event_queue_is_bounded_and_drops_when_full() -> None:
     gate = threading.Event()
 
-    class _Blocked(_RecordingWriter):
-        def create(
-            self, res: Resource, namespace: str | None, body: Mapping[str, Any]
-        ) -> dict[str, Any]:
-            gate.wait(10)
-            return super().create(res, namespace, body)
-
-    writer = _Blocked()
+    writer = FakeKube()
+    writer.prepend_reactor("create", "events", lambda action: gate.wait(10) and None)
     recorder = EventRecorder(writer, clock=lambda: NOW)
     for i in range(1_100):
         recorder.event(OBJ, "Normal", "Created", f"event {i}")
@@ -194,7 +179,7 @@ def test_event_queue_is_bounded_and_drops_when_full() -> None:
     gate.set()
     assert recorder.flush(10)
     # What was queued was correlated: the spam filter let the first 25 through.
-    assert len(writer.bodies) == min(SPAM_BURST, 1_100 - recorder.dropped)
+    assert len(bodies(writer)) == min(SPAM_BURST, 1_100 - recorder.dropped)
     recorder.close()
 
 

@@ -12,9 +12,9 @@ import pytest
 from cbop.configbundle import controller as configbundle
 from cbop.informers import SharedInformerFactory
 from cbop.keys import CONFIGMAP_NAME_INDEX
-from cbop.kube import CONFIGBUNDLES, KubeClient
+from cbop.kube import CONFIGBUNDLES
 from cbop.runtime import Manager
-from tests.unit.fakeapi import FakeApi
+from cbop_testing.fakekube import FakeKube
 
 
 def bundle(namespace: str, name: str, config_map_name: str | None = None) -> dict[str, Any]:
@@ -30,8 +30,9 @@ def configmap(namespace: str, name: str) -> dict[str, Any]:
 
 @pytest.fixture
 def manager() -> Iterator[Manager]:
-    informers = SharedInformerFactory(FakeApi(), namespaces=["a", "b"], resync_period=0)
-    made = Manager(KubeClient(None), informers=informers, identity="test", shutdown_timeout=1.0)
+    kube = FakeKube()
+    informers = SharedInformerFactory(kube, namespaces=["a", "b"], resync_period=0)
+    made = Manager(kube, informers=informers, identity="test", shutdown_timeout=1.0)
     yield made
     informers.shutdown()
 

@@ -20,7 +20,9 @@ from cbop.metrics.controller import PrometheusControllerMetricsProvider
 from cbop.runtime import Controller, EnqueueHandler, enqueue_controller_owner, enqueue_object
 from cbop.workqueue import LOW_PRIORITY, NORMAL_PRIORITY, PriorityQueue, RateLimitingQueue
 from cbop_testing.clock import FakeClock
-from tests.unit.test_informer import Harness, cm, ev, wait_until
+from cbop_testing.informerharness import Harness
+from cbop_testing.objects import cm, ev
+from cbop_testing.waiting import wait_until
 
 
 class _ScriptedReconciler:

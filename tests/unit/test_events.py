@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import datetime
 import threading
-from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
-from cbop.kube import ApiError, Resource
+from cbop.kube import EVENTS
 from cbop.runtime.correlator import AGGREGATE_MAX_EVENTS, SPAM_BURST, EventCorrelator
 from cbop.runtime.events import EventRecorder
+from cbop_testing.fakekube import FakeKube
 
 START = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 
@@ -27,27 +27,20 @@ class WallClock:
         self.now += datetime.timedelta(seconds=seconds)
 
 
-class Writer:
-    """Records creates and patches; ``gone`` names Events that answer a patch with 404."""
+class Writer(FakeKube):
+    """A fake API server; :attr:`calls` lists its Event creates and patches."""
 
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str, dict[str, Any]]] = []
-        self.gone: set[str] = set()
-
-    def create(
-        self, res: Resource, namespace: str | None, body: Mapping[str, Any]
-    ) -> dict[str, Any]:
-        self.calls.append(("create", body["metadata"]["name"], dict(body)))
-        return dict(body)
-
-    def patch(
-        self, res: Resource, namespace: str | None, name: str, body: Any, *, patch_type: str
-    ) -> dict[str, Any]:
-        assert patch_type == "strategic"
-        self.calls.append(("patch", name, dict(body)))
-        if name in self.gone:
-            raise ApiError(404, "NotFound", f'events "{name}" not found')
-        return {"metadata": {"name": name}}
+    @property
+    def calls(self) -> list[tuple[str, str, dict[str, Any]]]:
+        """``(verb, Event name, body)`` of every create and patch, in order."""
+        out: list[tuple[str, str, dict[str, Any]]] = []
+        for action in self.actions:
+            if action.verb == "create":
+                out.append(("create", action.body["metadata"]["name"], dict(action.body)))
+            elif action.verb == "patch":
+                assert action.options["patch_type"] == "strategic"
+                out.append(("patch", action.name or "", dict(action.body)))
+        return out
 
 
 def obj(name: str = "a") -> dict[str, Any]:
@@ -132,7 +125,8 @@ def test_a_repeat_of_a_deleted_event_creates_it_again_with_its_count() -> None:
     rec.event(obj(), "Normal", "Updated", "x")
     rec.event(obj(), "Normal", "Updated", "x")
     assert rec.flush()
-    writer.gone.add(writer.calls[0][1])
+    # The Event is gone from the server (its TTL ran out): the next patch is a 404.
+    writer.tracker.remove(EVENTS, "demo", writer.calls[0][1])
     rec.event(obj(), "Normal", "Updated", "x")
     assert rec.flush()
     assert [verb for verb, _, _ in writer.calls] == ["create", "patch", "patch", "create"]

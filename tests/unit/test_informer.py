@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import queue
 import random
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -14,7 +12,6 @@ from structlog.testing import capture_logs
 
 from cbop.informers import (
     CONTROLLER_UID_INDEX,
-    Backoff,
     DeletedFinalStateUnknown,
     FuncHandler,
     SharedInformer,
@@ -25,177 +22,10 @@ from cbop.informers import (
 from cbop.kube import CONFIGMAPS, ApiError, ConnectionFailed, Resource
 from cbop.stop import StopSignal
 from cbop_testing.clock import FakeClock
-
-WAIT = 5.0  # real seconds; only guards against a hung test
-
-
-def cm(name: str, rv: str, ns: str = "ns", **data: str) -> dict[str, Any]:
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": ns,
-            "resourceVersion": rv,
-            "managedFields": [{"manager": "kubectl", "operation": "Apply"}],
-        },
-        "data": dict(data),
-    }
-
-
-def ev(kind: str, obj: dict[str, Any]) -> dict[str, Any]:
-    return {"type": kind, "object": obj}
-
-
-def bookmark(rv: str) -> dict[str, Any]:
-    return ev("BOOKMARK", {"kind": "ConfigMap", "metadata": {"resourceVersion": rv}})
-
-
-_END = object()
-
-
-class FakeStream:
-    """A watch stream the test feeds: events (dicts), exceptions to raise, or _END."""
-
-    def __init__(self) -> None:
-        self.items: queue.Queue[Any] = queue.Queue()
-        self.closed = threading.Event()
-
-    def push(self, *items: Any) -> None:
-        for item in items:
-            self.items.put(item)
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        return self
-
-    def __next__(self) -> dict[str, Any]:
-        item = self.items.get()
-        if item is _END:
-            raise StopIteration
-        if isinstance(item, BaseException):
-            raise item
-        assert isinstance(item, dict)
-        return item
-
-    def close(self) -> None:
-        if not self.closed.is_set():
-            self.closed.set()
-            self.items.put(_END)
-
-
-class FakeListWatch:
-    """Scripted list/watch: answers are queued by the test; calls are recorded."""
-
-    def __init__(self) -> None:
-        self.lists: list[dict[str, Any]] = []
-        self.watches: list[dict[str, Any]] = []
-        self.list_answers: queue.Queue[Any] = queue.Queue()
-        self.watch_answers: queue.Queue[Any] = queue.Queue()
-        self.calls = threading.Condition()
-
-    def list(
-        self,
-        res: Resource,
-        namespace: str | None = None,
-        *,
-        item_hook: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-        **kw: Any,
-    ) -> dict[str, Any]:
-        with self.calls:
-            self.lists.append({"namespace": namespace, **kw})
-            self.calls.notify_all()
-        answer = self.list_answers.get(timeout=WAIT)
-        if isinstance(answer, BaseException):
-            raise answer
-        assert isinstance(answer, dict)
-        assert item_hook is not None  # the informer shapes items while they are decoded
-        return {**answer, "items": [item_hook(item) for item in answer["items"]]}
-
-    def watch(self, res: Resource, namespace: str | None = None, **kw: Any) -> FakeStream:
-        with self.calls:
-            self.watches.append({"namespace": namespace, **kw})
-            self.calls.notify_all()
-        answer = self.watch_answers.get(timeout=WAIT)
-        if isinstance(answer, BaseException):
-            raise answer
-        assert isinstance(answer, FakeStream)
-        return answer
-
-    def wait_watches(self, n: int) -> None:
-        with self.calls:
-            assert self.calls.wait_for(lambda: len(self.watches) >= n, WAIT), self.watches
-
-    def wait_lists(self, n: int) -> None:
-        with self.calls:
-            assert self.calls.wait_for(lambda: len(self.lists) >= n, WAIT), self.lists
-
-
-def page(*items: dict[str, Any], rv: str, cont: str | None = None) -> dict[str, Any]:
-    meta: dict[str, Any] = {"resourceVersion": rv}
-    if cont:
-        meta["continue"] = cont
-    return {"kind": "ConfigMapList", "metadata": meta, "items": list(items)}
-
-
-class Recorder:
-    """Records notifications as (kind, key, rv-or-marker) tuples."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[str, str, Any]] = []
-        self.raw: list[tuple[str, Any, Any]] = []
-        self.cond = threading.Condition()
-
-    def _add(self, kind: str, key: str, info: Any, a: Any, b: Any = None) -> None:
-        with self.cond:
-            self.events.append((kind, key, info))
-            self.raw.append((kind, a, b))
-            self.cond.notify_all()
-
-    def on_add(self, obj: Mapping[str, Any]) -> None:
-        self._add("add", meta_namespace_key(obj), obj["metadata"]["resourceVersion"], obj)
-
-    def on_update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
-        info = (old["metadata"]["resourceVersion"], new["metadata"]["resourceVersion"])
-        self._add("update", meta_namespace_key(new), info, old, new)
-
-    def on_delete(self, obj: Mapping[str, Any] | DeletedFinalStateUnknown) -> None:
-        if isinstance(obj, DeletedFinalStateUnknown):
-            self._add("delete", obj.key, "tombstone", obj)
-        else:
-            self._add("delete", meta_namespace_key(obj), obj["metadata"]["resourceVersion"], obj)
-
-    def wait(self, n: int) -> list[tuple[str, str, Any]]:
-        with self.cond:
-            assert self.cond.wait_for(lambda: len(self.events) >= n, WAIT), self.events
-            return list(self.events)
-
-
-class Harness:
-    def __init__(self, **kwargs: Any) -> None:
-        self.clock = FakeClock(1000.0)
-        self.fake = FakeListWatch()
-        self.rec = Recorder()
-        kwargs.setdefault("resync_period", 0)
-        kwargs.setdefault(
-            "backoff", Backoff(self.clock, rand=lambda: 0.0)
-        )  # deterministic 0.8, 1.6, ...
-        self.informer = SharedInformer(
-            self.fake,
-            CONFIGMAPS,
-            clock=self.clock,
-            rng=random.Random(1),
-            **kwargs,
-        )
-        self.informer.add_event_handler(self.rec)
-
-    def start(self, *items: dict[str, Any], rv: str = "10") -> FakeStream:
-        self.fake.list_answers.put(page(*items, rv=rv))
-        stream = FakeStream()
-        self.fake.watch_answers.put(stream)
-        self.informer.start()
-        self.fake.wait_watches(1)
-        return stream
-
-    def stop(self) -> None:
-        self.informer.stop()
+from cbop_testing.fakekube import FakeWatch
+from cbop_testing.informerharness import Harness, Recorder, ScriptedListWatch
+from cbop_testing.objects import bookmark, cm, ev, page
+from cbop_testing.waiting import WAIT, wait_until
 
 
 @pytest.fixture
@@ -210,14 +40,6 @@ def harness_factory() -> Iterator[Callable[..., Harness]]:
     yield make
     for h in made:
         h.stop()
-
-
-def wait_until(pred: Callable[[], bool]) -> None:
-    """Poll a condition that another thread makes true (not a time-based wait)."""
-    deadline = time.monotonic() + WAIT
-    while not pred():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.001)
 
 
 def test_initial_list_syncs_then_watch_events_arrive_in_order(
@@ -287,7 +109,7 @@ def test_paged_list_is_followed_to_the_end(harness_factory: Callable[..., Harnes
     h.fake.list_answers.put(page(cm("a", "1"), cm("b", "2"), rv="30", cont="tok1"))
     h.fake.list_answers.put(page(cm("c", "3"), cm("d", "4"), rv="30", cont="tok2"))
     h.fake.list_answers.put(page(cm("e", "5"), rv="30"))
-    h.fake.watch_answers.put(FakeStream())
+    h.fake.watch_answers.put(FakeWatch())
     h.informer.start()
     h.fake.wait_watches(1)
     assert [k for _, k, _ in h.rec.wait(5)] == ["ns/a", "ns/b", "ns/c", "ns/d", "ns/e"]
@@ -306,7 +128,7 @@ def test_expired_continue_token_falls_back_to_one_full_list(
     h.fake.list_answers.put(page(cm("a", "1"), rv="30", cont="tok1"))
     h.fake.list_answers.put(ApiError(410, "Expired", "continue token expired"))
     h.fake.list_answers.put(page(cm("a", "1"), cm("b", "2"), rv="31"))
-    h.fake.watch_answers.put(FakeStream())
+    h.fake.watch_answers.put(FakeWatch())
     h.informer.start()
     h.fake.wait_watches(1)
     assert [k for _, k, _ in h.rec.wait(2)] == ["ns/a", "ns/b"]
@@ -324,7 +146,7 @@ def test_gone_relists_and_delivers_missing_keys_as_tombstones(
     cached_b = h.informer.lister().get("ns", "b")
     # While the informer was not watching: b was deleted, a changed, d was created.
     h.fake.list_answers.put(page(cm("a", "15"), cm("c", "7"), cm("d", "16"), rv="20"))
-    stream2 = FakeStream()
+    stream2 = FakeWatch()
     h.fake.watch_answers.put(stream2)
     stream.push(
         ApiError.from_status(
@@ -370,7 +192,7 @@ def test_transport_failure_rewatches_from_last_rv_without_relisting(
     # The stream goes silent and the read times out; the reconnect is refused twice.
     h.fake.watch_answers.put(ConnectionFailed("connection refused"))
     h.fake.watch_answers.put(ConnectionFailed("connection refused"))
-    stream2 = FakeStream()
+    stream2 = FakeWatch()
     h.fake.watch_answers.put(stream2)
     stream.push(ConnectionFailed("read timed out", timed_out=True))
 
@@ -390,8 +212,9 @@ def test_too_many_requests_honours_retry_after(harness_factory: Callable[..., Ha
     h = harness_factory()
     stream = h.start(rv="10")
     h.fake.watch_answers.put(ApiError(429, "TooManyRequests", "slow", retry_after=7.0))
-    h.fake.watch_answers.put(FakeStream())
-    stream.push(bookmark("11"), _END)  # the server ends the watch; re-watch at once ...
+    h.fake.watch_answers.put(FakeWatch())
+    stream.push(bookmark("11"))
+    stream.end()  # the server ends the watch; re-watch at once ...
     h.fake.wait_watches(2)
     # ... which is answered 429 Retry-After: 7 -> wait 7 s, not the 0.8 s backoff.
     assert h.clock.wait_for_waiter(deadline=h.clock.now() + 7.0)
@@ -409,8 +232,8 @@ def test_a_watch_that_ends_at_once_without_events_backs_off(
 ) -> None:
     h = harness_factory()
     stream = h.start(rv="10")
-    h.fake.watch_answers.put(FakeStream())
-    stream.push(_END)
+    h.fake.watch_answers.put(FakeWatch())
+    stream.end()
     assert h.clock.wait_for_waiter(deadline=h.clock.now() + 0.8)
     assert len(h.fake.watches) == 1
     h.clock.step(0.8)
@@ -423,7 +246,7 @@ def test_server_error_on_list_backs_off_and_retries(
     h = harness_factory()
     h.fake.list_answers.put(ApiError(503, "ServiceUnavailable"))
     h.fake.list_answers.put(page(cm("a", "1"), rv="10"))
-    h.fake.watch_answers.put(FakeStream())
+    h.fake.watch_answers.put(FakeWatch())
     h.informer.start()
     h.fake.wait_lists(1)
     assert h.clock.wait_for_waiter(deadline=h.clock.now() + 0.8)
@@ -526,9 +349,8 @@ def test_health_turns_false_while_the_watch_stays_down(
     assert not h.informer.healthy()
     assert h.informer.alive(), "an outage is not a dead informer (liveness stays up)"
     # The API server comes back: the next watch succeeds and health returns.
-    while not h.fake.watch_answers.empty():
-        h.fake.watch_answers.get_nowait()
-    h.fake.watch_answers.put(FakeStream())
+    h.fake.watch_answers.clear()
+    h.fake.watch_answers.put(FakeWatch())
     h.clock.step(30.0)
     wait_until(h.informer.healthy)
     assert len(h.fake.lists) == 1
@@ -552,7 +374,7 @@ def test_stop_ends_threads_and_closes_the_watch(harness_factory: Callable[..., H
 def test_run_with_an_external_stop_event(harness_factory: Callable[..., Harness]) -> None:
     h = harness_factory()
     h.fake.list_answers.put(page(cm("a", "1"), rv="3"))
-    stream = FakeStream()
+    stream = FakeWatch()
     h.fake.watch_answers.put(stream)
     stop = StopSignal()
     runner = threading.Thread(target=h.informer.run, args=(stop,))
@@ -565,7 +387,7 @@ def test_run_with_an_external_stop_event(harness_factory: Callable[..., Harness]
 
 
 def test_wait_for_cache_sync_times_out() -> None:
-    informer = SharedInformer(FakeListWatch(), CONFIGMAPS, clock=FakeClock())
+    informer = SharedInformer(ScriptedListWatch(), CONFIGMAPS, clock=FakeClock())
     assert not wait_for_cache_sync(informer, timeout=0.05, poll=0.01)
 
 
@@ -593,7 +415,7 @@ def test_gone_after_an_outage_relists_without_the_outage_backoff(
         h.fake.watch_answers.put(ConnectionFailed("connection refused"))
     h.fake.watch_answers.put(ApiError(410, "Expired", "too old resource version"))
     h.fake.list_answers.put(page(cm("a", "5"), rv="50"))
-    h.fake.watch_answers.put(FakeStream())
+    h.fake.watch_answers.put(FakeWatch())
     stream.push(ConnectionFailed("reset"))
     for delay in (0.8, 1.6, 3.2, 6.4, 12.8):  # the reset, then four refusals
         assert h.clock.wait_for_waiter(deadline=h.clock.now() + delay)
@@ -663,7 +485,7 @@ def test_missing_crd_is_retried_every_few_seconds_and_never_fails_liveness(
     assert "install the CustomResourceDefinition configbundles.cbop.dev" in logs[0]["problem"]
     # The CRD is installed: the next attempt syncs, and the problem clears.
     h.fake.list_answers.put(page(cm("a", "5"), rv="10"))
-    h.fake.watch_answers.put(FakeStream())
+    h.fake.watch_answers.put(FakeWatch())
     h.fake.wait_lists(31)
     h.fake.wait_watches(1)
     assert h.informer.wait_for_sync(WAIT)
@@ -679,7 +501,8 @@ def test_crd_deleted_under_a_watch_relists_afresh_once_it_is_back(
     # The CRD is deleted: the server ends the watch; watching again and listing get 404.
     h.fake.watch_answers.put(_not_found())
     h.fake.list_answers.put(_not_found())
-    stream.push(bookmark("11"), _END)
+    stream.push(bookmark("11"))
+    stream.end()
     h.fake.wait_watches(2)
     assert _next_delay(h) <= 0.8
     assert h.informer.problem() is not None
@@ -687,7 +510,7 @@ def test_crd_deleted_under_a_watch_relists_afresh_once_it_is_back(
     h.fake.wait_lists(2)
     # The CRD is back (with "b" only): a consistent list, and "a" is delivered as deleted.
     h.fake.list_answers.put(page(cm("b", "60"), rv="70"))
-    h.fake.watch_answers.put(FakeStream())
+    h.fake.watch_answers.put(FakeWatch())
     h.clock.step(_next_delay(h))
     h.fake.wait_watches(3)
     assert [c["resource_version"] for c in h.fake.lists] == ["0", None, None]
@@ -724,7 +547,7 @@ def test_forbidden_list_is_named_retried_on_the_usual_schedule_and_never_fails_l
     ]
     # RBAC granted: the next list succeeds.
     h.fake.list_answers.put(page(rv="10"))
-    h.fake.watch_answers.put(FakeStream())
+    h.fake.watch_answers.put(FakeWatch())
     h.fake.wait_watches(1)
     assert h.informer.wait_for_sync(WAIT)
     wait_until(lambda: h.informer.problem() is None)

@@ -16,13 +16,14 @@ from cbop.informers import SharedInformerFactory, index_by_controller_uid, index
 from cbop.keys import CONTROLLER_UID_INDEX
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, ConnectionFailed
 from cbop_testing.clock import FakeClock
-from tests.unit.fakeapi import FakeApi
-from tests.unit.test_informer import cm, wait_until
+from cbop_testing.fakekube import FakeKube, fail
+from cbop_testing.objects import cm
+from cbop_testing.waiting import wait_until
 
 
 @pytest.fixture
-def api() -> FakeApi:
-    return FakeApi()
+def api() -> FakeKube:
+    return FakeKube()
 
 
 @pytest.fixture
@@ -31,7 +32,7 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def factory(api: FakeApi, clock: FakeClock) -> Iterator[SharedInformerFactory]:
+def factory(api: FakeKube, clock: FakeClock) -> Iterator[SharedInformerFactory]:
     made = SharedInformerFactory(api, namespaces=["a", "b"], resync_period=0, clock=clock)
     yield made
     made.shutdown()
@@ -44,7 +45,7 @@ def _owned(name: str, ns: str, owner_uid: str) -> dict[str, Any]:
 
 
 def test_the_same_resource_scope_and_selector_share_one_informer(
-    factory: SharedInformerFactory, api: FakeApi
+    factory: SharedInformerFactory, api: FakeKube
 ) -> None:
     first = factory.informers_for(CONFIGMAPS, label_selector="app=x")
     again = factory.informers_for(CONFIGMAPS, label_selector="app=x")
@@ -61,7 +62,12 @@ def test_the_same_resource_scope_and_selector_share_one_informer(
     factory.start()
     assert factory.wait_for_cache_sync(5.0)
     # One list per informer, not per caller.
-    assert sorted(api.lists, key=str) == [
+    lists = [
+        (a.resource, a.namespace, a.options["label_selector"])
+        for a in api.actions
+        if a.verb == "list"
+    ]
+    assert sorted(lists, key=str) == [
         ("configmaps", "a", "app=x"),
         ("configmaps", "a", None),
         ("configmaps", "b", "app=x"),
@@ -69,17 +75,17 @@ def test_the_same_resource_scope_and_selector_share_one_informer(
     ]
 
 
-def test_an_unscoped_factory_has_one_cluster_wide_informer(api: FakeApi) -> None:
+def test_an_unscoped_factory_has_one_cluster_wide_informer(api: FakeKube) -> None:
     factory = SharedInformerFactory(api, resync_period=0)
     assert list(factory.informers_for(CONFIGBUNDLES)) == [None]
     assert factory.informers[0].name == "configbundles/*"
 
 
 def test_indexes_are_added_once_and_a_clash_is_refused(
-    factory: SharedInformerFactory, api: FakeApi
+    factory: SharedInformerFactory, api: FakeKube
 ) -> None:
-    api.objects[("configmaps", "a")] = [_owned("x", "a", "u1"), _owned("y", "a", "u2")]
-    api.objects[("configmaps", "b")] = [_owned("z", "b", "u1")]
+    for obj in (_owned("x", "a", "u1"), _owned("y", "a", "u2"), _owned("z", "b", "u1")):
+        api.tracker.add(CONFIGMAPS, obj)
     lister = factory.lister(CONFIGMAPS, indexers={CONTROLLER_UID_INDEX: index_by_controller_uid})
     same = factory.lister(CONFIGMAPS, indexers={CONTROLLER_UID_INDEX: index_by_controller_uid})
     with pytest.raises(ValueError, match="already defined with another function"):
@@ -94,7 +100,7 @@ def test_indexes_are_added_once_and_a_clash_is_refused(
 
 
 def test_an_informer_requested_after_start_is_started_by_the_next_start(
-    factory: SharedInformerFactory, api: FakeApi
+    factory: SharedInformerFactory, api: FakeKube
 ) -> None:
     factory.informers_for(CONFIGBUNDLES)
     factory.start()
@@ -103,7 +109,7 @@ def test_an_informer_requested_after_start_is_started_by_the_next_start(
     assert not any(informer.has_synced() for informer in configmaps.values())
     factory.start()  # starts only the new ones (a second start of one would raise)
     assert factory.wait_for_cache_sync(5.0)
-    assert len(api.lists) == 4
+    assert sum(a.verb == "list" for a in api.actions) == 4
 
 
 def _forbidden(ns: str) -> ApiError:
@@ -111,9 +117,11 @@ def _forbidden(ns: str) -> ApiError:
 
 
 def test_a_refused_list_ends_the_cache_sync_wait_at_once_unless_waited_out(
-    factory: SharedInformerFactory, api: FakeApi, clock: FakeClock
+    factory: SharedInformerFactory, api: FakeKube, clock: FakeClock
 ) -> None:
-    api.refusals[("configmaps", "a")] = _forbidden("a")
+    refusal_in_a = api.prepend_reactor(
+        "list", "configmaps", fail(_forbidden("a"), when=lambda a: a.namespace == "a")
+    )
     factory.informers_for(CONFIGBUNDLES)
     factory.informers_for(CONFIGMAPS)
     factory.start()
@@ -145,7 +153,7 @@ def test_a_refused_list_ends_the_cache_sync_wait_at_once_unless_waited_out(
     waiter.join(5)
     assert waited == [False]
     # The RBAC is applied; the informer's next attempt (after its backoff) lists.
-    del api.refusals[("configmaps", "a")]
+    api.remove_reactor(refusal_in_a)
     assert clock.wait_for_waiter()
     clock.step(60.0)
     # The refusal stands until that list has been answered (the informer's thread, woken
@@ -156,7 +164,7 @@ def test_a_refused_list_ends_the_cache_sync_wait_at_once_unless_waited_out(
     assert checks["informer configmaps/a"]() is None
 
 
-def test_readiness_names_the_first_list_in_progress(api: FakeApi) -> None:
+def test_readiness_names_the_first_list_in_progress(api: FakeKube) -> None:
     factory = SharedInformerFactory(api, namespaces=["a"], resync_period=0)
     factory.informers_for(CONFIGMAPS)
     checks = factory.readiness_checks()
@@ -165,7 +173,7 @@ def test_readiness_names_the_first_list_in_progress(api: FakeApi) -> None:
 
 
 def test_readiness_ignores_a_brief_watch_failure_but_not_a_long_one(
-    factory: SharedInformerFactory, api: FakeApi, clock: FakeClock
+    factory: SharedInformerFactory, api: FakeKube, clock: FakeClock
 ) -> None:
     """A watch that failed and is being re-established does not fail readiness; one that
     has been down longer than the informer's ``unhealthy_after`` does, naming the failure."""
@@ -174,7 +182,7 @@ def test_readiness_ignores_a_brief_watch_failure_but_not_a_long_one(
     assert factory.wait_for_cache_sync(5.0)
     wait_until(lambda: api.watching("configmaps", "a"))
     check = factory.readiness_checks()["informer configmaps/a"]
-    api.watch_error = ConnectionFailed("connection refused")
+    api.prepend_reactor("watch", "configmaps", fail(ConnectionFailed("connection refused")))
     api.stream("configmaps", "a").push(ConnectionFailed("connection reset"))
     informer = factory.informers[0]
     wait_until(lambda: informer.problem() is not None)

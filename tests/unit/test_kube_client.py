@@ -11,11 +11,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import structlog.testing
@@ -32,113 +29,15 @@ from cbop.kube import (
 from cbop.kube.codec import decode_body, encode_body, query_value
 from cbop.kube.config import load_in_cluster
 from cbop_testing.clock import FakeClock
-
-
-@dataclass
-class Seen:
-    method: str
-    path: str
-    query: dict[str, list[str]]
-    headers: dict[str, str]
-    body: bytes
-
-
-@dataclass
-class Reply:
-    status: int = 200
-    body: Any = None
-    headers: dict[str, str] = field(default_factory=dict)
-    # For streaming replies: chunks written one by one, then hold the connection open
-    # until `release` is set (or close it at once when `release` is None).
-    chunks: list[bytes] | None = None
-    release: threading.Event | None = None
-    abort: bool = False  # close the connection without ending the chunked body
-    raw: bytes | None = None  # a body sent as is (with `headers`), not JSON-encoded
-
-
-Responder = Callable[[Seen], Reply]
-
-
-class FakeApiServer:
-    """A scripted HTTP/1.1 server: each request is recorded and answered by `responder`."""
-
-    def __init__(self, responder: Responder) -> None:
-        self.requests: list[Seen] = []
-        self.responder = responder
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def _handle(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else b""
-                url = urlsplit(self.path)
-                seen = Seen(
-                    self.command,
-                    url.path,
-                    parse_qs(url.query),
-                    {k.lower(): v for k, v in self.headers.items()},
-                    body,
-                )
-                outer.requests.append(seen)
-                reply = outer.responder(seen)
-                self.send_response(reply.status)
-                for k, v in reply.headers.items():
-                    self.send_header(k, v)
-                if reply.chunks is not None:
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Transfer-Encoding", "chunked")
-                    self.end_headers()
-                    for chunk in reply.chunks:
-                        self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                        self.wfile.flush()
-                    if reply.release is not None:
-                        reply.release.wait(10)
-                    if reply.abort:
-                        self.close_connection = True
-                        return
-                    self.wfile.write(b"0\r\n\r\n")
-                    self.wfile.flush()
-                    self.close_connection = True
-                    return
-                if reply.raw is not None:
-                    data = reply.raw
-                else:
-                    data = b"" if reply.body is None else json.dumps(reply.body).encode()
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle  # noqa: N815
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-        )
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        host, port = self.server.server_address[:2]
-        return f"http://{host!s}:{port}"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+from cbop_testing.httpserver import Reply, Responder, ScriptedServer, Seen
 
 
 @pytest.fixture
-def server_factory() -> Iterator[Callable[[Responder], FakeApiServer]]:
-    servers: list[FakeApiServer] = []
+def server_factory() -> Iterator[Callable[[Responder], ScriptedServer]]:
+    servers: list[ScriptedServer] = []
 
-    def make(responder: Responder) -> FakeApiServer:
-        s = FakeApiServer(responder)
+    def make(responder: Responder) -> ScriptedServer:
+        s = ScriptedServer(responder)
         servers.append(s)
         return s
 

@@ -7,7 +7,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -16,22 +16,26 @@ from kubernetes import client as k8s_client
 from cbop.kube import CONFIGMAPS, ConnectionFailed, KubeClient
 from cbop.kube.curl import CurlError, CurlSession, CurlTimeoutError, curl_supports
 from cbop.kube.errors import is_timeout
-from tests.unit.test_kube_client import (  # the scripted server and its fixture
-    FakeApiServer,
-    Reply,
-    Responder,
-    Seen,
-    cm,
-    server_factory,  # noqa: F401 - a fixture
-)
+from cbop_testing.httpserver import Reply, Responder, ScriptedServer, Seen
 
 
 @pytest.fixture
-def server(
-    server_factory: Callable[[Responder], FakeApiServer],  # noqa: F811 - the imported fixture
-) -> Callable[[Responder], FakeApiServer]:
-    """test_kube_client's scripted servers (closed after the test)."""
-    return server_factory
+def server() -> Iterator[Callable[[Responder], ScriptedServer]]:
+    """Scripted servers, closed after the test."""
+    servers: list[ScriptedServer] = []
+
+    def make(responder: Responder) -> ScriptedServer:
+        made = ScriptedServer(responder)
+        servers.append(made)
+        return made
+
+    yield make
+    for made in servers:
+        made.close()
+
+
+def cm(name: str, ns: str = "default", rv: str = "1") -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": ns, "resourceVersion": rv}, "data": {}}
 
 
 def session(url: str) -> CurlSession:
@@ -44,7 +48,7 @@ def echo(seen: Seen) -> Reply:
 
 @pytest.mark.parametrize("method", ["GET", "POST", "PUT", "PATCH", "DELETE"])
 def test_each_method_is_sent_with_its_body(
-    server: Callable[[Responder], FakeApiServer], method: str
+    server: Callable[[Responder], ScriptedServer], method: str
 ) -> None:
     srv = server(echo)
     body = None if method == "GET" else b'{"k":"v"}'
@@ -61,7 +65,7 @@ def test_each_method_is_sent_with_its_body(
 
 
 def test_a_large_body_goes_without_expect_100_continue(
-    server: Callable[[Responder], FakeApiServer],
+    server: Callable[[Responder], ScriptedServer],
 ) -> None:
     srv = server(echo)
     body = json.dumps({"data": {"k": "x" * 200_000}}).encode()
@@ -71,7 +75,7 @@ def test_a_large_body_goes_without_expect_100_continue(
 
 
 def test_a_gzip_answer_is_read_decompressed(
-    server: Callable[[Responder], FakeApiServer],
+    server: Callable[[Responder], ScriptedServer],
 ) -> None:
     payload = json.dumps({"items": [cm(f"c{i}") for i in range(500)]}).encode()
 
@@ -84,7 +88,7 @@ def test_a_gzip_answer_is_read_decompressed(
 
 
 def test_headers_are_those_of_the_answer_and_case_insensitive(
-    server: Callable[[Responder], FakeApiServer],
+    server: Callable[[Responder], ScriptedServer],
 ) -> None:
     srv = server(lambda seen: Reply(429, {"kind": "Status"}, {"Retry-After": "3"}))
     got = session(srv.url).request("GET", srv.url + "/x", {}, None, (5, 5))
@@ -94,7 +98,7 @@ def test_headers_are_those_of_the_answer_and_case_insensitive(
 
 
 def test_a_server_that_stalls_times_out_as_a_timeout(
-    server: Callable[[Responder], FakeApiServer],
+    server: Callable[[Responder], ScriptedServer],
 ) -> None:
     release = threading.Event()
 
@@ -137,7 +141,7 @@ def test_the_client_reports_a_refused_connection_as_connection_failed() -> None:
 
 
 def test_close_drops_the_connections_and_later_requests_open_new_ones(
-    server: Callable[[Responder], FakeApiServer],
+    server: Callable[[Responder], ScriptedServer],
 ) -> None:
     srv = server(echo)
     curl = session(srv.url)
@@ -148,7 +152,7 @@ def test_close_drops_the_connections_and_later_requests_open_new_ones(
 
 
 def test_threads_share_a_session_each_with_its_own_handle(
-    server: Callable[[Responder], FakeApiServer],
+    server: Callable[[Responder], ScriptedServer],
 ) -> None:
     srv = server(lambda seen: Reply(200, {"path": seen.path}))
     curl = session(srv.url)
@@ -196,7 +200,7 @@ def test_what_libcurl_serves_and_what_stays_on_urllib3(
 
 
 def test_a_client_whose_configuration_needs_urllib3_still_works(
-    server: Callable[[Responder], FakeApiServer],
+    server: Callable[[Responder], ScriptedServer],
 ) -> None:
     """``assert_hostname`` keeps every request on urllib3 (plain HTTP here, so the
     setting itself is moot): the same verbs, the same answers."""

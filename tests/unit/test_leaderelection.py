@@ -8,7 +8,6 @@ for the elector to park again, so every API call of that attempt has been made.
 
 from __future__ import annotations
 
-import copy
 import itertools
 import queue
 import re
@@ -21,11 +20,11 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from cbop.kube import LEASES, ApiError, ConnectionFailed, KubeClient, Resource
 from cbop.leaderelection import ACQUIRE_JITTER_FACTOR, LeaderElector, micro_time
 from cbop.metrics.controller import LeaderElectionMetrics
 from cbop.stop import StopSignal
 from cbop_testing.clock import FakeClock
+from cbop_testing.leases import LeaseServer
 
 NS = "cbop-system"
 LEASE = "cbop-leader"
@@ -39,170 +38,35 @@ LONG_AGO = "2001-01-01T00:00:00.000000Z"
 PATIENCE = 5.0
 
 
-class FakeLeaseApi(KubeClient):
-    """coordination.k8s.io/v1 leases in memory: get, create and update, as the API server.
+class FakeLeaseApi(LeaseServer):
+    """The Lease server of cbop_testing, with this module's Lease as the default name.
 
     Updates need the stored ``resourceVersion`` (else ``409 Conflict``), a create of an
-    existing name is ``409 AlreadyExists``, and ``leaseDurationSeconds`` must be > 0
-    (``422``). ``down`` makes every call fail to connect; ``hooks[verb]`` runs once just
-    before the next call of that verb (to let another candidate act in between);
-    ``explode`` is raised by the next call, whatever it is.
+    existing name is ``409 AlreadyExists`` (the tracker's rules), and
+    ``leaseDurationSeconds`` must be > 0 (``422``); see
+    :class:`cbop_testing.leases.LeaseServer` for the scripted faults.
     """
 
     def __init__(self) -> None:
-        super().__init__(None, qps=0)
-        self.leases: dict[tuple[str, str], dict[str, Any]] = {}
-        self.calls: list[str] = []
-        self.down = False
-        self.hooks: dict[str, Callable[[], None]] = {}
-        self.explode: Exception | None = None
-        #: (verb, timeout) of every call, in order.
-        self.timeouts: list[tuple[str, float | None]] = []
-        #: Set with ``clock``: the server answers nothing before this clock time; a call
-        #: whose timeout runs out first fails (timed out) after its timeout.
-        self.slow_until: float | None = None
-        self.clock: FakeClock | None = None
-        self._rv = 100
+        super().__init__(NS)
         self._renewals = 0
-        self._lock = threading.RLock()
-
-    # -- helpers for tests -------------------------------------------------------
 
     def spec(self, name: str = LEASE) -> dict[str, Any]:
-        with self._lock:
-            return copy.deepcopy(self.leases[(NS, name)]["spec"])
+        return super().spec(name)
 
     def resource_version(self, name: str = LEASE) -> str:
-        with self._lock:
-            rv = self.leases[(NS, name)]["metadata"]["resourceVersion"]
-            assert isinstance(rv, str)
-            return rv
+        return super().resource_version(name)
 
     def put(self, name: str = LEASE, **spec: Any) -> None:
-        """Write a Lease as another party would (creating it if need be)."""
-        with self._lock:
-            obj = self.leases.get((NS, name)) or {
-                "apiVersion": "coordination.k8s.io/v1",
-                "kind": "Lease",
-                "metadata": {"name": name, "namespace": NS, "uid": "uid-1"},
-            }
-            obj["spec"] = spec
-            obj["metadata"]["resourceVersion"] = self._next_rv()
-            self.leases[(NS, name)] = obj
+        super().put(name, **spec)
 
     def renew_as(self, holder: str, name: str = LEASE) -> None:
         """``holder`` renews its lease: only renewTime changes (always to a new value)."""
-        with self._lock:
-            spec = self.spec(name)
-            assert spec["holderIdentity"] == holder
-            self._renewals += 1
-            spec["renewTime"] = f"2030-01-01T00:00:00.{self._renewals:06d}Z"
-            self.put(name, **spec)
-
-    def writes(self) -> list[str]:
-        return [c for c in self.calls if c in ("create", "update")]
-
-    # -- the API -----------------------------------------------------------------
-
-    def _next_rv(self) -> str:
-        self._rv += 1
-        return str(self._rv)
-
-    def _enter(self, verb: str, res: Resource, timeout: float | None = None) -> None:
-        assert res == LEASES, f"only leases are faked, got {res}"
-        hook = self.hooks.pop(verb, None)
-        if hook is not None:
-            hook()
-        self.calls.append(verb)
-        self.timeouts.append((verb, timeout))
-        if self.slow_until is not None and self.clock is not None:
-            wait = self.slow_until - self.clock.now()
-            if wait > 0:
-                if timeout is not None and timeout < wait:
-                    self.clock.step(timeout)
-                    raise ConnectionFailed("read timed out (fake)", timed_out=True)
-                self.clock.step(wait)
-        if self.explode is not None:
-            exc, self.explode = self.explode, None
-            raise exc
-        if self.down:
-            raise ConnectionFailed("connection refused (fake)")
-
-    def get(
-        self, res: Resource, namespace: str | None, name: str, *, timeout: float | None = 30.0
-    ) -> dict[str, Any]:
-        with self._lock:
-            self._enter("get", res, timeout)
-            assert namespace is not None
-            obj = self.leases.get((namespace, name))
-            if obj is None:
-                raise ApiError(404, "NotFound", f'leases "{name}" not found')
-            return copy.deepcopy(obj)
-
-    def create(
-        self,
-        res: Resource,
-        namespace: str | None,
-        body: Any,
-        *,
-        field_manager: str | None = None,
-        dry_run: bool = False,
-        timeout: float | None = 30.0,
-    ) -> dict[str, Any]:
-        with self._lock:
-            self._enter("create", res, timeout)
-            assert namespace is not None
-            name = body["metadata"]["name"]
-            if (namespace, name) in self.leases:
-                raise ApiError(409, "AlreadyExists", f'leases "{name}" already exists')
-            self._validate(body)
-            obj = copy.deepcopy(dict(body))
-            obj["metadata"] = {
-                **obj["metadata"],
-                "namespace": namespace,
-                "uid": f"uid-{name}",
-                "resourceVersion": self._next_rv(),
-            }
-            self.leases[(namespace, name)] = obj
-            return copy.deepcopy(obj)
-
-    def update(
-        self,
-        res: Resource,
-        namespace: str | None,
-        name: str,
-        body: Any,
-        subresource: str | None = None,
-        *,
-        field_manager: str | None = None,
-        dry_run: bool = False,
-        timeout: float | None = 30.0,
-    ) -> dict[str, Any]:
-        with self._lock:
-            self._enter("update", res, timeout)
-            assert namespace is not None
-            assert subresource is None
-            stored = self.leases.get((namespace, name))
-            if stored is None:
-                raise ApiError(404, "NotFound", f'leases "{name}" not found')
-            if body["metadata"].get("resourceVersion") != stored["metadata"]["resourceVersion"]:
-                raise ApiError(
-                    409,
-                    "Conflict",
-                    f'Operation cannot be fulfilled on leases.coordination.k8s.io "{name}": '
-                    "the object has been modified",
-                )
-            self._validate(body)
-            obj = copy.deepcopy(dict(body))
-            obj["metadata"]["resourceVersion"] = self._next_rv()
-            self.leases[(namespace, name)] = obj
-            return copy.deepcopy(obj)
-
-    @staticmethod
-    def _validate(body: Any) -> None:
-        duration = body.get("spec", {}).get("leaseDurationSeconds")
-        if duration is not None and duration <= 0:
-            raise ApiError(422, "Invalid", "spec.leaseDurationSeconds: must be greater than 0")
+        spec = self.spec(name)
+        assert spec["holderIdentity"] == holder
+        self._renewals += 1
+        spec["renewTime"] = f"2030-01-01T00:00:00.{self._renewals:06d}Z"
+        self.put(name, **spec)
 
 
 @dataclass
@@ -659,7 +523,7 @@ def test_a_renewal_that_must_read_the_lease_counts_as_slow_path(
     a.tick()
     assert a.slowpath() == 0.0
     # Another writer touches the Lease (same record, new resourceVersion).
-    api.put(**api.spec())
+    api.touch(LEASE)
     a.tick()
     assert api.calls[-3:] == ["update", "get", "update"]
     assert api.spec()["holderIdentity"] == "a"
@@ -831,7 +695,7 @@ def test_a_deleted_lease_is_recreated_by_the_leader(
 ) -> None:
     a = candidates()
     leading(a)
-    api.leases.clear()
+    api.remove_all()
     a.tick()
     assert a.elector.is_leader()
     assert api.calls[-3:] == ["update", "get", "create"]
@@ -846,8 +710,7 @@ def test_a_deleted_lease_is_not_taken_before_its_last_record_expires(
     a = candidates()
     a.start()
     first_seen = 1000.0
-    with api._lock:
-        api.leases.clear()
+    api.remove_all()
     while not a.started.is_set():
         assert a.clock.now() < first_seen + LEASE_DURATION + MAX_ACQUIRE_WAIT
         assert api.writes() == [], "created the Lease while b's record was still valid"

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import datetime
 import threading
-from collections.abc import Mapping
 from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from cbop.cli import build_parser
-from cbop.kube import ApiError, KubeClient, LeaseNotHeld, Resource
+from cbop.kube import EVENTS, LEASES, KubeClient, LeaseNotHeld
 from cbop.manager import Manager, Options
 from cbop.metrics.controller import EventSinkCollector
 from cbop.runtime.events import EventRecorder
+from cbop_testing.fakekube import FakeKube, Script, fail
+from cbop_testing.leases import LeaseServer
 
 OBJ = {
     "apiVersion": "cbop.dev/v1alpha1",
@@ -64,32 +65,21 @@ def test_inconsistent_lease_timings_are_refused(lease: float, renew: float, retr
         )
 
 
-class _Writer:
-    def __init__(self, errors: list[Exception]) -> None:
-        self.errors = errors
-        self.written: list[Mapping[str, Any]] = []
-
-    def create(
-        self, res: Resource, namespace: str | None, body: Mapping[str, Any]
-    ) -> dict[str, Any]:
-        if self.errors:
-            raise self.errors.pop(0)
-        self.written.append(body)
-        return dict(body)
-
-    def patch(
-        self, res: Resource, namespace: str | None, name: str, body: Any, *, patch_type: str
-    ) -> dict[str, Any]:
-        raise AssertionError("no repeats here: nothing to patch")
+def event_writer(*errors: BaseException) -> FakeKube:
+    """A fake API server whose first Event creates raise ``errors``; no patch is expected."""
+    kube = FakeKube()
+    kube.prepend_reactor("create", "events", Script(*errors))
+    kube.prepend_reactor("patch", "*", fail(AssertionError("no repeats here: nothing to patch")))
+    return kube
 
 
 def test_the_event_sink_survives_any_exception_and_counts_it() -> None:
-    writer = _Writer([LeaseNotHeld("fenced"), KeyError("bug")])
+    writer = event_writer(LeaseNotHeld("fenced"), KeyError("bug"))
     recorder = EventRecorder(writer, clock=lambda: NOW)
     for reason in ("One", "Two", "Three"):
         recorder.event(OBJ, "Normal", reason, "m")
     assert recorder.flush(5)
-    assert [b["reason"] for b in writer.written] == ["Three"]
+    assert [b["reason"] for b in writer.tracker.objects(EVENTS)] == ["Three"]
     assert recorder.failed == 2
     registry = CollectorRegistry()
     registry.register(EventSinkCollector(lambda: (recorder.dropped, recorder.failed)))
@@ -101,14 +91,9 @@ def test_the_event_sink_survives_any_exception_and_counts_it() -> None:
 def test_close_returns_within_its_timeout_with_a_stuck_sink_and_a_full_queue() -> None:
     gate = threading.Event()
 
-    class _Stuck(_Writer):
-        def create(
-            self, res: Resource, namespace: str | None, body: Mapping[str, Any]
-        ) -> dict[str, Any]:
-            gate.wait(30)
-            return super().create(res, namespace, body)
-
-    recorder = EventRecorder(_Stuck([]), clock=lambda: NOW)
+    stuck = event_writer()
+    stuck.prepend_reactor("create", "events", lambda action: gate.wait(30) and None)
+    recorder = EventRecorder(stuck, clock=lambda: NOW)
     for i in range(1_200):
         recorder.event(OBJ, "Normal", "Created", f"event {i}")
     closed = threading.Thread(target=recorder.close, args=(0.2,))
@@ -121,41 +106,12 @@ def test_close_returns_within_its_timeout_with_a_stuck_sink_and_a_full_queue() -
         gate.set()
 
 
-class _LeaseServer(KubeClient):
-    """Serves one Lease from memory: the elector wins it at once."""
-
-    def __init__(self) -> None:
-        super().__init__(None)
-        self.lease: dict[str, Any] | None = None
-        self.versions = 0
-
-    def with_limits(self, *, qps: float, burst: int, max_retries: int) -> KubeClient:
-        return self
-
-    def get(self, res: Resource, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        if self.lease is None:
-            raise ApiError(404, "NotFound", "leases not found")
-        return dict(self.lease)
-
-    def create(self, res: Resource, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        return self._store(args[1])
-
-    def update(self, res: Resource, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        return self._store(args[2])
-
-    def _store(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        self.versions += 1
-        meta = {**body.get("metadata", {}), "resourceVersion": str(self.versions)}
-        self.lease = {**body, "metadata": meta}
-        return dict(self.lease)
-
-
 def test_a_leader_whose_caches_never_sync_gives_up_and_exits_1(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Under leader election the cache-sync verdict comes once leading: a failed sync
     stops the manager with exit code 1, as without leader election."""
-    server = _LeaseServer()
+    server = LeaseServer("ns")
     manager = Manager(
         server,
         Options(
@@ -181,5 +137,5 @@ def test_a_leader_whose_caches_never_sync_gives_up_and_exits_1(
     assert manager.run() == 1
     assert synced == [False], "the sync is waited for once leading"
     assert started == []
-    assert server.lease is not None
-    assert server.lease["spec"]["holderIdentity"] == ""  # released on the way out
+    (lease,) = server.tracker.objects(LEASES)
+    assert lease["spec"]["holderIdentity"] == ""  # released on the way out

@@ -10,8 +10,7 @@ import pytest
 from cbop.api import BundleSpec, SpecError, parse_spec
 from cbop.configbundle.decision import Action, decide
 from cbop.configbundle.memo import DecisionMemo
-
-from .bundles import bundle, synced_status, written
+from cbop_testing.objects import bundle, synced_status, written
 
 
 def with_rv(cm: dict[str, Any], rv: str) -> dict[str, Any]:

@@ -25,31 +25,59 @@ from cbop.metrics.secure import (
     self_signed_certificate,
 )
 from cbop_testing.clock import FakeClock
+from cbop_testing.fakekube import Action, FakeKube, Script, errors
 
 READER = UserInfo("system:serviceaccount:monitoring:prometheus", uid="u1", groups=("g",))
 NOBODY = UserInfo("system:serviceaccount:default:nobody")
 
 
-class FakeReviews:
-    """Tokens 'reader' (may get /metrics) and 'nobody' (may not); counts every review."""
+class Reviews:
+    """An API server that reviews: tokens 'reader' (may get /metrics) and 'nobody' (may not).
+
+    A :class:`FakeKube` answers TokenReviews and SubjectAccessReviews as the API server
+    would; the auth reaches it through cbop's own :class:`KubeReviewClient`. ``error``,
+    when set, is the API error every review gets.
+    """
 
     def __init__(self) -> None:
         self.users = {"reader": READER, "nobody": NOBODY}
         self.allowed = {READER.username}
-        self.token_reviews = 0
-        self.access_reviews: list[tuple[str, str, str]] = []
-        self.error: ReviewError | None = None
+        self.error: ApiError | None = None
+        self.kube = FakeKube()
+        self.kube.prepend_reactor("create", "tokenreviews", self._token_review)
+        self.kube.prepend_reactor("create", "subjectaccessreviews", self._access_review)
+        self.client = KubeReviewClient(self.kube)
 
-    def authenticate(self, token: str) -> UserInfo | None:
-        self.token_reviews += 1
+    def _token_review(self, action: Action) -> dict[str, Any]:
         if self.error is not None:
             raise self.error
-        return self.users.get(token)
+        user = self.users.get(action.body["spec"]["token"])
+        if user is None:
+            return {"status": {"authenticated": False}}
+        info = {"username": user.username, "uid": user.uid, "groups": list(user.groups)}
+        return {"status": {"authenticated": True, "user": info}}
 
-    def authorize(self, user: UserInfo, path: str, verb: str) -> tuple[bool, str]:
-        self.access_reviews.append((user.username, path, verb))
-        allowed = user.username in self.allowed
-        return allowed, "" if allowed else "no RBAC policy matched"
+    def _access_review(self, action: Action) -> dict[str, Any]:
+        allowed = action.body["spec"]["user"] in self.allowed
+        return {
+            "status": {"allowed": allowed, "reason": "" if allowed else "no RBAC policy matched"}
+        }
+
+    @property
+    def token_reviews(self) -> int:
+        return sum(a.resource == "tokenreviews" for a in self.kube.actions)
+
+    @property
+    def access_reviews(self) -> list[tuple[str, str, str]]:
+        return [
+            (
+                a.body["spec"]["user"],
+                a.body["spec"]["nonResourceAttributes"]["path"],
+                a.body["spec"]["nonResourceAttributes"]["verb"],
+            )
+            for a in self.kube.actions
+            if a.resource == "subjectaccessreviews"
+        ]
 
 
 @pytest.fixture
@@ -58,18 +86,16 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def reviews() -> FakeReviews:
-    return FakeReviews()
+def reviews() -> Reviews:
+    return Reviews()
 
 
 @pytest.fixture
-def auth(reviews: FakeReviews, clock: FakeClock) -> DelegatingAuth:
-    return DelegatingAuth(reviews, clock=clock, registry=CollectorRegistry())
+def auth(reviews: Reviews, clock: FakeClock) -> DelegatingAuth:
+    return DelegatingAuth(reviews.client, clock=clock, registry=CollectorRegistry())
 
 
-def test_a_token_allowed_to_get_metrics_is_served(
-    auth: DelegatingAuth, reviews: FakeReviews
-) -> None:
+def test_a_token_allowed_to_get_metrics_is_served(auth: DelegatingAuth, reviews: Reviews) -> None:
     decision = auth.check("Bearer reader")
     assert (decision.code, decision.user, decision.cached) == (200, READER.username, False)
     assert reviews.access_reviews == [(READER.username, "/metrics", "get")]
@@ -77,14 +103,14 @@ def test_a_token_allowed_to_get_metrics_is_served(
 
 @pytest.mark.parametrize("header", [None, "", "Bearer ", "Basic cmVhZGVyOng=", "reader"])
 def test_no_bearer_token_is_401_without_a_review(
-    auth: DelegatingAuth, reviews: FakeReviews, header: str | None
+    auth: DelegatingAuth, reviews: Reviews, header: str | None
 ) -> None:
     assert auth.check(header).code == 401
     assert reviews.token_reviews == 0
 
 
 def test_a_token_the_api_server_does_not_authenticate_is_401(
-    auth: DelegatingAuth, reviews: FakeReviews
+    auth: DelegatingAuth, reviews: Reviews
 ) -> None:
     assert auth.check("Bearer forged").code == 401
     assert reviews.token_reviews == 1
@@ -92,7 +118,7 @@ def test_a_token_the_api_server_does_not_authenticate_is_401(
 
 
 def test_an_authenticated_user_without_the_right_is_403(
-    auth: DelegatingAuth, reviews: FakeReviews
+    auth: DelegatingAuth, reviews: Reviews
 ) -> None:
     decision = auth.check("bearer nobody")
     assert decision.code == 403
@@ -101,7 +127,7 @@ def test_an_authenticated_user_without_the_right_is_403(
 
 
 def test_decisions_are_cached_per_token_for_the_ttl(
-    auth: DelegatingAuth, reviews: FakeReviews, clock: FakeClock
+    auth: DelegatingAuth, reviews: Reviews, clock: FakeClock
 ) -> None:
     for token in ("reader", "nobody", "forged"):
         auth.check(f"Bearer {token}")
@@ -118,9 +144,9 @@ def test_decisions_are_cached_per_token_for_the_ttl(
     assert reviews.token_reviews == 4
 
 
-def test_the_cache_counts_requests_by_code_and_hit(reviews: FakeReviews, clock: FakeClock) -> None:
+def test_the_cache_counts_requests_by_code_and_hit(reviews: Reviews, clock: FakeClock) -> None:
     registry = CollectorRegistry()
-    auth = DelegatingAuth(reviews, clock=clock, registry=registry)
+    auth = DelegatingAuth(reviews.client, clock=clock, registry=registry)
     for _ in range(3):
         auth.check("Bearer reader")
     auth.check(None)
@@ -133,11 +159,15 @@ def test_the_cache_counts_requests_by_code_and_hit(reviews: FakeReviews, clock: 
     assert (value("200", "false"), value("200", "true"), value("401", "false")) == (1, 2, 1)
 
 
-@pytest.mark.parametrize(("transient", "code"), [(True, 503), (False, 500)])
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [(errors.internal_error("boom"), 503), (ApiError(403, "Forbidden", "boom"), 500)],
+    ids=["transient", "permanent"],
+)
 def test_a_review_that_fails_answers_5xx_and_is_not_cached(
-    auth: DelegatingAuth, reviews: FakeReviews, transient: bool, code: int
+    auth: DelegatingAuth, reviews: Reviews, error: ApiError, code: int
 ) -> None:
-    reviews.error = ReviewError("creating a TokenReview: boom", transient=transient)
+    reviews.error = error
     decision = auth.check("Bearer reader")
     assert decision.code == code
     assert "boom" not in decision.reason  # the caller learns nothing of the API server
@@ -146,24 +176,20 @@ def test_a_review_that_fails_answers_5xx_and_is_not_cached(
     assert reviews.token_reviews == 2
 
 
-class FakeKube:
-    def __init__(self, answer: dict[str, Any] | Exception) -> None:
-        self.answer = answer
-        self.sent: list[tuple[str, dict[str, Any]]] = []
+def review_server(answer: dict[str, Any] | Exception) -> FakeKube:
+    """An API server answering every review with ``answer`` (raised when an error)."""
+    kube = FakeKube()
+    kube.prepend_reactor("create", "*", Script(*([answer] * 4)))
+    return kube
 
-    def with_limits(self, **_: Any) -> FakeKube:
-        return self
 
-    def create(self, res: Any, namespace: str | None, body: Any, **_: Any) -> dict[str, Any]:
-        assert namespace is None
-        self.sent.append((res.plural, body))
-        if isinstance(self.answer, Exception):
-            raise self.answer
-        return self.answer
+def sent(kube: FakeKube) -> list[tuple[str, dict[str, Any]]]:
+    assert all(a.namespace is None for a in kube.actions)  # reviews are cluster-scoped
+    return [(a.resource, a.body) for a in kube.actions]
 
 
 def test_the_kube_review_client_sends_the_reviews_controller_runtime_sends() -> None:
-    kube = FakeKube(
+    kube = review_server(
         {
             "status": {
                 "authenticated": True,
@@ -172,11 +198,11 @@ def test_the_kube_review_client_sends_the_reviews_controller_runtime_sends() -> 
             }
         }
     )
-    reviews = KubeReviewClient(kube)  # type: ignore[arg-type]
+    reviews = KubeReviewClient(kube)
     user = reviews.authenticate("tok")
     assert user == UserInfo("u", "1", ("a",), (("k", ("v",)),))
     assert reviews.authorize(user, "/metrics", "get") == (True, "")
-    assert kube.sent == [
+    assert sent(kube) == [
         ("tokenreviews", {"spec": {"token": "tok"}}),
         (
             "subjectaccessreviews",
@@ -191,7 +217,7 @@ def test_the_kube_review_client_sends_the_reviews_controller_runtime_sends() -> 
             },
         ),
     ]
-    assert KubeReviewClient(FakeKube({"status": {}})).authenticate("x") is None  # type: ignore[arg-type]
+    assert KubeReviewClient(review_server({"status": {}})).authenticate("x") is None
 
 
 @pytest.mark.parametrize(
@@ -204,7 +230,7 @@ def test_the_kube_review_client_sends_the_reviews_controller_runtime_sends() -> 
     ],
 )
 def test_review_api_errors_become_review_errors(error: Exception, transient: bool) -> None:
-    reviews = KubeReviewClient(FakeKube(error))  # type: ignore[arg-type]
+    reviews = KubeReviewClient(review_server(error))
     with pytest.raises(ReviewError) as caught:
         reviews.authenticate("tok")
     assert caught.value.transient is transient

@@ -17,10 +17,11 @@ import structlog
 from cbop.api import parse_spec
 from cbop.configbundle import Action, Reconciler, Requeue
 from cbop.configbundle.decision import decide
+from cbop.informers import CONTROLLER_UID_INDEX, index_by_controller_uid
 from cbop.kube import ApiError, ConnectionFailed, Resource
 from cbop.runtime.events import EventLevel, EventRecorder
-
-from .bundles import bundle, synced_status, written
+from cbop_testing.fakekube import CacheLister
+from cbop_testing.objects import bundle, synced_status, written
 
 NOW = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
 
@@ -82,19 +83,9 @@ class FakeClient:
         return [a for a in self.actions if a[0] not in ("get",) and a[1] != "events"]
 
 
-class FakeLister:
-    def __init__(self, *objs: dict[str, Any]) -> None:
-        self.objs = {o["metadata"]["name"]: o for o in objs}
-
-    def get(self, namespace: str | None, name: str) -> dict[str, Any] | None:
-        return self.objs.get(name)
-
-    def by_index(self, index_name: str, value: str) -> list[dict[str, Any]]:
-        return [
-            o
-            for o in self.objs.values()
-            if any(r.get("uid") == value for r in o["metadata"].get("ownerReferences", []))
-        ]
+def lister(*objs: dict[str, Any]) -> CacheLister:
+    """A cache holding ``objs``, with the controller-owner index the reconciler reads."""
+    return CacheLister(objs, indexers={CONTROLLER_UID_INDEX: index_by_controller_uid})
 
 
 def reconciler(
@@ -106,8 +97,8 @@ def reconciler(
 ) -> Reconciler:
     return Reconciler(
         client=client,
-        bundles=FakeLister(b),
-        configmaps=FakeLister(*cms),
+        bundles=lister(b),
+        configmaps=lister(*cms),
         recorder=EventRecorder(client, clock=lambda: NOW, level=events),
         dry_run=dry_run,
         now=lambda: NOW,
@@ -423,7 +414,7 @@ def test_stale_configmap_after_rename_is_deleted_with_uid_precondition() -> None
 
 def test_bundle_gone_from_cache_does_nothing() -> None:
     client = FakeClient()
-    r = Reconciler(client=client, bundles=FakeLister(), configmaps=FakeLister())
+    r = Reconciler(client=client, bundles=lister(), configmaps=lister())
     assert r.reconcile("demo/app").action is None
     assert client.actions == []
 
@@ -546,13 +537,13 @@ def test_a_stale_cache_read_after_a_status_write_writes_no_status_again(
         if verb == "create" and body and body.get("kind") == "ConfigMap"
     ]
     if configmaps:
-        r._configmaps = FakeLister(configmaps[0])
+        r._configmaps = lister(configmaps[0])
     r.reconcile("demo/app")  # the same cached bundle, without the status written above
     assert [a for a in client.writes() if a[0] == "patch/status"] == first
     # Once the cache shows a newer version of the bundle, its own status counts again.
     newer = copy.deepcopy(b)
     newer["metadata"]["resourceVersion"] = "2000"
-    r._bundles = FakeLister(newer)
+    r._bundles = lister(newer)
     r.reconcile("demo/app")
     assert len([a for a in client.writes() if a[0] == "patch/status"]) == 2
 
@@ -614,7 +605,7 @@ def test_a_writing_reconcile_keeps_its_spec_for_the_reconciles_its_watch_events_
     # reconcile parses and renders nothing, and keeps its verdict for the next one.
     parsed: list[object] = []
     monkeypatch.setattr("cbop.configbundle.memo.parse_spec", parsed.append)
-    r._configmaps = FakeLister(_with_rv(cm, "778"))
+    r._configmaps = lister(_with_rv(cm, "778"))
     assert r.reconcile("demo/app").action is Action.NONE
     assert parsed == []
     assert len(r._memo._synced) == 1
@@ -646,7 +637,7 @@ def test_a_configmap_deleted_after_a_no_op_reconcile_is_created_again() -> None:
     client = FakeClient()
     r = reconciler(client, b, written(b))
     assert r.reconcile("demo/app").action is Action.NONE
-    r._configmaps = FakeLister()
+    r._configmaps = lister()
     assert r.reconcile("demo/app").action is Action.CREATE
     assert client.writes() == [("create", "configmaps", "app")]
 
@@ -658,7 +649,7 @@ def test_a_configmap_changed_after_a_no_op_reconcile_is_healed() -> None:
     assert r.reconcile("demo/app").action is Action.NONE
     tampered = _with_rv(written(b), "8")
     tampered["data"] = {"a": "tampered"}
-    r._configmaps = FakeLister(tampered)
+    r._configmaps = lister(tampered)
     assert r.reconcile("demo/app").action is Action.UPDATE
     assert client.writes() == [("update", "configmaps", "app")]
 
@@ -671,7 +662,7 @@ def test_a_changed_bundle_after_a_no_op_reconcile_is_decided_again() -> None:
     changed = _with_rv(b, "200")
     changed["metadata"]["generation"] = 2
     changed["spec"] = {"data": {"a": "2"}}
-    r._bundles = FakeLister(changed)
+    r._bundles = lister(changed)
     assert r.reconcile("demo/app").action is Action.UPDATE
     assert ("update", "configmaps", "app") in client.writes()
 
@@ -686,7 +677,7 @@ def test_a_stale_configmap_appearing_after_a_no_op_reconcile_is_deleted() -> Non
     assert r.reconcile("demo/app").action is Action.NONE
     stale = copy.deepcopy(current)
     stale["metadata"].update(name="old", uid="old-uid")
-    r._configmaps = FakeLister(current, stale)
+    r._configmaps = lister(current, stale)
     assert r.reconcile("demo/app").action is Action.NONE
     assert client.writes() == [("delete", "configmaps", "old")]
 

@@ -12,8 +12,7 @@ import pytest
 from cbop.api import ANNOTATION_CONTENT_HASH, SpecError, TooLargeError, content_hash, parse_spec
 from cbop.configbundle.decision import Action, FinalizerChange
 from cbop.configbundle.desired import in_sync
-
-from .bundles import UID, bundle, decide_for, synced_status, written
+from cbop_testing.objects import UID, bundle, decide_for, synced_status, written
 
 
 def test_missing_configmap_is_created_with_owner_reference_and_labels() -> None:

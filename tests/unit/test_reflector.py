@@ -17,7 +17,10 @@ from cbop.informers.reflector import (
 from cbop.informers.staging import IndexStaging
 from cbop.kube import CONFIGMAPS, ApiError
 from cbop_testing.clock import FakeClock
-from tests.unit.test_informer import WAIT, FakeListWatch, FakeStream, bookmark, cm, ev, page
+from cbop_testing.fakekube import FakeWatch
+from cbop_testing.informerharness import ScriptedListWatch
+from cbop_testing.objects import bookmark, cm, ev, page
+from cbop_testing.waiting import WAIT
 
 
 class Sink:
@@ -41,7 +44,7 @@ class Sink:
         return self.items.get(timeout=WAIT)
 
 
-def start(fake: FakeListWatch, clock: FakeClock) -> tuple[Reflector, Sink, threading.Thread]:
+def start(fake: ScriptedListWatch, clock: FakeClock) -> tuple[Reflector, Sink, threading.Thread]:
     indexer = Indexer()
     sink = Sink(indexer)
     reflector = Reflector(
@@ -68,8 +71,8 @@ def start(fake: FakeListWatch, clock: FakeClock) -> tuple[Reflector, Sink, threa
 
 
 def test_reflector_hands_lists_and_events_to_its_owner_and_tracks_the_resource_version() -> None:
-    fake, clock = FakeListWatch(), FakeClock()
-    stream = FakeStream()
+    fake, clock = ScriptedListWatch(), FakeClock()
+    stream = FakeWatch()
     fake.list_answers.put(page(cm("a", "5"), rv="10"))
     fake.watch_answers.put(stream)
     reflector, sink, thread = start(fake, clock)
@@ -112,8 +115,8 @@ def test_reflector_hands_lists_and_events_to_its_owner_and_tracks_the_resource_v
 
 
 def test_reflector_relists_consistently_after_gone_and_reports_a_failing_watch() -> None:
-    fake, clock = FakeListWatch(), FakeClock()
-    stream = FakeStream()
+    fake, clock = ScriptedListWatch(), FakeClock()
+    stream = FakeWatch()
     fake.list_answers.put(page(cm("a", "5"), rv="10"))
     fake.watch_answers.put(stream)
     reflector, sink, thread = start(fake, clock)

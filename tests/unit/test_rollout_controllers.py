@@ -15,19 +15,20 @@ import pytest
 from cbop.configbundle import controller as configbundle
 from cbop.informers import SharedInformerFactory
 from cbop.keys import CONTROLLER_UID_INDEX
-from cbop.kube import CONFIGMAPS, DAEMONSETS, DEPLOYMENTS, STATEFULSETS, KubeClient
+from cbop.kube import CONFIGMAPS, DAEMONSETS, DEPLOYMENTS, STATEFULSETS
 from cbop.manager import Manager as CbopManager
 from cbop.manager import Options
 from cbop.rollout import CONFIGMAP_INDEX, ROLLOUT_SELECTOR
 from cbop.rollout import controller as rollout
 from cbop.runtime import Manager
-from tests.unit.fakeapi import FakeApi
+from cbop_testing.fakekube import FakeKube
 
 
 @pytest.fixture
 def manager() -> Iterator[Manager]:
-    informers = SharedInformerFactory(FakeApi(), namespaces=["a", "b"], resync_period=0)
-    made = Manager(KubeClient(None), informers=informers, identity="test", shutdown_timeout=1.0)
+    kube = FakeKube()
+    informers = SharedInformerFactory(kube, namespaces=["a", "b"], resync_period=0)
+    made = Manager(kube, informers=informers, identity="test", shutdown_timeout=1.0)
     yield made
     informers.shutdown()
 
@@ -70,7 +71,7 @@ def test_cbop_manager_runs_the_rollout_only_with_the_flag(enabled: bool) -> None
     """``--rollout`` adds the three controllers and ``cbop_rollouts_total{kind}`` (each
     kind at 0); without it neither, and no apps informer is created."""
     made = CbopManager(
-        KubeClient(None),
+        FakeKube(),
         Options(
             namespaces=("a",),
             metrics_bind_address="0",

@@ -28,8 +28,7 @@ from cbop.rollout.decision import (
     may_take_back,
     other_owners,
 )
-
-from .rollout_objects import configmap, rolled, with_annotation, with_baseline, workload
+from cbop_testing.objects import configmap, rolled, with_annotation, with_baseline, workload
 
 EVERY_REFERENCE: dict[str, Any] = {
     "metadata": {"name": "w", "namespace": "demo"},

@@ -16,11 +16,12 @@ from cbop.configbundle import Action, Result
 from cbop.configbundle import controller as configbundle
 from cbop.informers import SharedInformerFactory
 from cbop.keys import key_of
-from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, KubeClient
+from cbop.kube import CONFIGBUNDLES, CONFIGMAPS
 from cbop.runtime import Builder, Manager
 from cbop.runtime import manager as runtime_manager
-from tests.unit.fakeapi import FakeApi
-from tests.unit.test_informer import cm, ev, wait_until
+from cbop_testing.fakekube import FakeKube, fail
+from cbop_testing.objects import cm, named_bundle, owned_configmap
+from cbop_testing.waiting import wait_until
 
 
 class _Recording:
@@ -40,26 +41,13 @@ class _Recording:
             return set(self.keys)
 
 
-def _bundle(name: str, ns: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "cbop.dev/v1alpha1",
-        "kind": "ConfigBundle",
-        "metadata": {"name": name, "namespace": ns, "uid": f"uid-{name}", "resourceVersion": "1"},
-    }
-
-
-def _owned_cm(name: str, ns: str, bundle: str) -> dict[str, Any]:
-    obj = cm(name, "1", ns)
-    obj["metadata"]["ownerReferences"] = [
-        {
-            "apiVersion": "cbop.dev/v1alpha1",
-            "kind": "ConfigBundle",
-            "name": bundle,
-            "uid": f"uid-{bundle}",
-            "controller": True,
-        }
+def lists(kube: FakeKube) -> list[tuple[str, str | None, str | None]]:
+    """The lists made: (resource, namespace, label selector)."""
+    return [
+        (a.resource, a.namespace, a.options["label_selector"])
+        for a in kube.actions
+        if a.verb == "list"
     ]
-    return obj
 
 
 class _Running:
@@ -80,26 +68,29 @@ class _Running:
 
 
 @pytest.fixture
-def api() -> FakeApi:
-    return FakeApi()
+def api() -> FakeKube:
+    return FakeKube()
 
 
 @pytest.fixture
-def manager(api: FakeApi) -> Iterator[Manager]:
+def manager(api: FakeKube) -> Iterator[Manager]:
     informers = SharedInformerFactory(api, namespaces=["a", "b"], resync_period=0)
-    made = Manager(KubeClient(None), informers=informers, identity="test", shutdown_timeout=5.0)
+    made = Manager(api, informers=informers, identity="test", shutdown_timeout=5.0)
     yield made
     made.stop_event.set()
     informers.shutdown()
 
 
-def test_two_controllers_share_the_informers_of_one_factory(api: FakeApi, manager: Manager) -> None:
+def test_two_controllers_share_the_informers_of_one_factory(
+    api: FakeKube, manager: Manager
+) -> None:
     """A bundle controller (for bundles, owns ConfigMaps) and a second controller (for
     ConfigMaps, watching bundles through a map function) on one manager: each resource
     is listed once per namespace, and each controller gets the keys its wiring maps to."""
-    api.objects[("configbundles", "a")] = [_bundle("app", "a")]
-    api.objects[("configmaps", "a")] = [_owned_cm("app-cm", "a", "app"), cm("plain", "1", "a")]
-    api.objects[("configmaps", "b")] = [cm("other", "1", "b")]
+    api.tracker.add(CONFIGBUNDLES, named_bundle("app", "a"))
+    api.tracker.add(CONFIGMAPS, owned_configmap("app-cm", "a", "app"))
+    api.tracker.add(CONFIGMAPS, cm("plain", "1", "a"))
+    api.tracker.add(CONFIGMAPS, cm("other", "1", "b"))
     bundles, configmaps = _Recording(), _Recording()
 
     def configmaps_of_bundle(bundle: Mapping[str, Any]) -> list[str]:
@@ -126,7 +117,7 @@ def test_two_controllers_share_the_informers_of_one_factory(api: FakeApi, manage
     running = _Running(manager)
     wait_until(lambda: bundles.seen() == {"a/app"})
     wait_until(lambda: configmaps.seen() == {"a/app-cm", "a/plain", "b/other"})
-    assert sorted(api.lists, key=str) == [
+    assert sorted(lists(api), key=str) == [
         ("configbundles", "a", None),
         ("configbundles", "b", None),
         ("configmaps", "a", None),
@@ -134,7 +125,9 @@ def test_two_controllers_share_the_informers_of_one_factory(api: FakeApi, manage
     ]
     assert len(manager.informers.informers) == 4
     # A live event reaches both controllers through the one shared informer.
-    api.stream("configmaps", "a").push(ev("MODIFIED", _owned_cm("app-cm", "a", "app")))
+    changed = owned_configmap("app-cm", "a", "app")
+    changed["data"] = {"k": "v"}
+    api.tracker.put(CONFIGMAPS, changed)
     wait_until(lambda: bundles.keys.count("a/app") == 2)
     wait_until(lambda: configmaps.keys.count("a/app-cm") == 2)
     assert manager.healthy()
@@ -158,12 +151,10 @@ def test_builder_refuses_incomplete_or_duplicate_wiring(manager: Manager) -> Non
     assert [i.name for i in manager.informers.informers] == ["configmaps/a", "configmaps/b"]
 
 
-def test_caches_that_never_sync_stop_the_manager_with_exit_1(api: FakeApi) -> None:
-    api.refusals[("configbundles", "a")] = RuntimeError("never answers")
+def test_caches_that_never_sync_stop_the_manager_with_exit_1(api: FakeKube) -> None:
+    api.prepend_reactor("list", "configbundles", fail(RuntimeError("never answers")))
     informers = SharedInformerFactory(api, namespaces=["a"], resync_period=0)
-    manager = Manager(
-        KubeClient(None), informers=informers, identity="test", cache_sync_timeout=0.0
-    )
+    manager = Manager(api, informers=informers, identity="test", cache_sync_timeout=0.0)
     reconciler = _Recording()
     controller = Builder(manager, "bundles").for_(CONFIGBUNDLES).complete(reconciler)
     assert manager.run() == 1
@@ -172,17 +163,19 @@ def test_caches_that_never_sync_stop_the_manager_with_exit_1(api: FakeApi) -> No
 
 
 def test_the_configbundle_controller_maps_managed_configmaps_to_their_bundle(
-    api: FakeApi, manager: Manager
+    api: FakeKube, manager: Manager
 ) -> None:
     """Its ConfigMap informer asks the server for managed ConfigMaps only, carries the
     owner index, and a ConfigMap event enqueues the owning bundle's key."""
-    api.objects[("configbundles", "b")] = [_bundle("app", "b")]
-    api.objects[("configmaps", "b")] = [_owned_cm("app-cm", "b", "app")]
+    api.tracker.add(CONFIGBUNDLES, named_bundle("app", "b"))
+    managed = owned_configmap("app-cm", "b", "app")
+    managed["metadata"]["labels"] = {"app.kubernetes.io/managed-by": "cbop"}
+    api.tracker.add(CONFIGMAPS, managed)
     controller = configbundle.setup(manager, workers=1)
     assert controller.name == "configbundle"
     manager.informers.start()
     assert manager.informers.wait_for_cache_sync(5.0)
-    assert ("configmaps", "b", configbundle.MANAGED_SELECTOR) in api.lists
+    assert ("configmaps", "b", configbundle.MANAGED_SELECTOR) in lists(api)
     # Two events for one bundle (its own add, its ConfigMap's add) collapse to one key.
     assert len(controller.queue) == 1
     key, _ = controller.queue.get()
@@ -192,7 +185,7 @@ def test_the_configbundle_controller_maps_managed_configmaps_to_their_bundle(
 
 @pytest.mark.parametrize(("fresh_for", "collected"), [(60.0, False), (0.0, True)])
 def test_caches_synced_soon_after_the_start_are_frozen_without_a_collection(
-    api: FakeApi,
+    api: FakeKube,
     manager: Manager,
     monkeypatch: pytest.MonkeyPatch,
     fresh_for: float,
@@ -207,7 +200,7 @@ def test_caches_synced_soon_after_the_start_are_frozen_without_a_collection(
     monkeypatch.setattr(runtime_manager, "FRESH_START_SECONDS", fresh_for)
     monkeypatch.setattr(runtime_manager, "freeze_startup", lambda: 0.0)
     monkeypatch.setattr(runtime_manager, "freeze_caches", freeze_caches)
-    api.objects[("configbundles", "a")] = [_bundle("app", "a")]
+    api.tracker.add(CONFIGBUNDLES, named_bundle("app", "a"))
     bundles = _Recording()
     Builder(manager, "bundles").for_(CONFIGBUNDLES).owns(CONFIGMAPS).complete(bundles)
     running = _Running(manager)

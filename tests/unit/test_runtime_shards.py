@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 
 from cbop.configbundle import Action, Result
 from cbop.informers import SharedInformerFactory
-from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, KubeClient
+from cbop.kube import CONFIGBUNDLES, CONFIGMAPS
 from cbop.manager import Manager as CbopManager
 from cbop.manager import Options
 from cbop.runtime import (
@@ -32,9 +32,9 @@ from cbop.runtime import (
     Sharding,
 )
 from cbop.shardrange import ShardRange
-from tests.unit.fakeapi import FakeApi
-from tests.unit.test_informer import ev, wait_until
-from tests.unit.test_runtime_manager import _bundle
+from cbop_testing.fakekube import FakeKube, fail
+from cbop_testing.objects import ev, named_bundle
+from cbop_testing.waiting import wait_until
 
 #: The namespace each shard of two holds in these tests.
 NAMESPACE_OF = {0: "a", 1: "b"}
@@ -94,7 +94,7 @@ class _Gated:
 
 class _Harness:
     def __init__(
-        self, api: FakeApi, *, write_in: tuple[int, ...] = (), probes: bool = False
+        self, api: FakeKube, *, write_in: tuple[int, ...] = (), probes: bool = False
     ) -> None:
         self.api = api
         self.log: list[str] = []
@@ -111,7 +111,7 @@ class _Harness:
             return self.coordinator
 
         self.manager = Manager(
-            KubeClient(None),
+            api,
             informers=SharedInformerFactory(api, namespaces=["a", "b"], resync_period=0),
             identity="test",
             leader_election=LeaderElection(lease_name="cbop", namespace="ns"),
@@ -153,15 +153,15 @@ class _Harness:
 
 
 @pytest.fixture
-def api() -> FakeApi:
-    api = FakeApi()
-    api.objects[("configbundles", "a")] = [_bundle("one", "a"), _bundle("two", "a")]
-    api.objects[("configbundles", "b")] = [_bundle("three", "b")]
+def api() -> FakeKube:
+    api = FakeKube()
+    for name, ns in (("one", "a"), ("two", "a"), ("three", "b")):
+        api.tracker.add(CONFIGBUNDLES, named_bundle(name, ns))
     return api
 
 
 @pytest.fixture
-def harness(api: FakeApi) -> Iterator[_Harness]:
+def harness(api: FakeKube) -> Iterator[_Harness]:
     made = _Harness(api)
     yield made
     if made.thread.is_alive():
@@ -190,7 +190,7 @@ def test_each_acquired_shard_runs_its_own_controllers_on_its_own_objects(
         "configbundles/b@shard-1": True,
     }
     # A live event reaches the shard that holds its namespace only.
-    harness.api.stream("configbundles", "b").push(ev("MODIFIED", _bundle("three", "b")))
+    harness.api.stream("configbundles", "b").push(ev("MODIFIED", named_bundle("three", "b")))
     wait_until(lambda: one.keys == ["b/three", "b/three"])
     assert harness.stop() == 0
     assert list(manager.shard_scopes()) == []
@@ -206,7 +206,7 @@ def test_release_returns_only_after_the_in_flight_reconcile_finished(
     scope = harness.scope(0)
     wait_until(lambda: len(zero.keys) == 2)
     zero.hold.add("a/one")
-    harness.api.stream("configbundles", "a").push(ev("MODIFIED", _bundle("one", "a")))
+    harness.api.stream("configbundles", "a").push(ev("MODIFIED", named_bundle("one", "a")))
     assert zero.started.wait(10)
 
     def release() -> None:
@@ -218,7 +218,7 @@ def test_release_returns_only_after_the_in_flight_reconcile_finished(
     wait_until(scope.controllers["bundles-shard-0"].queue.shutting_down)
     assert scope.state.value == "releasing"
     # Intake is stopped: a new event for the shard is not worked on.
-    harness.api.stream("configbundles", "a").push(ev("MODIFIED", _bundle("two", "a")))
+    harness.api.stream("configbundles", "a").push(ev("MODIFIED", named_bundle("two", "a")))
     zero.gate.set()
     releasing.join(10)
     assert harness.log == ["finished a/one", "released"]
@@ -237,7 +237,7 @@ def test_a_lost_shard_stops_at_once_and_the_process_carries_on(harness: _Harness
     wait_until(lambda: len(zero.keys) == 2 and len(one.keys) == 1)
     lost = harness.scope(0)
     zero.hold.add("a/one")
-    harness.api.stream("configbundles", "a").push(ev("MODIFIED", _bundle("one", "a")))
+    harness.api.stream("configbundles", "a").push(ev("MODIFIED", named_bundle("one", "a")))
     assert zero.started.wait(10)
     harness.manager.lost(ShardRange.of(0, 2))
     # Returned while the reconcile is still blocked: nothing was drained.
@@ -246,7 +246,7 @@ def test_a_lost_shard_stops_at_once_and_the_process_carries_on(harness: _Harness
     assert lost.controllers["bundles-shard-0"].queue.shutting_down()
     zero.gate.set()
     # The other shard keeps working, and the process keeps running.
-    harness.api.stream("configbundles", "b").push(ev("MODIFIED", _bundle("three", "b")))
+    harness.api.stream("configbundles", "b").push(ev("MODIFIED", named_bundle("three", "b")))
     wait_until(lambda: one.keys.count("b/three") == 2)
     assert not harness.manager.stop_event.is_set()
     # Acquired anew, the shard gets a fresh scope with the same controller names.
@@ -257,7 +257,7 @@ def test_a_lost_shard_stops_at_once_and_the_process_carries_on(harness: _Harness
     assert harness.stop() == 0
 
 
-def test_a_write_through_a_closed_shard_fence_stops_only_that_shard(api: FakeApi) -> None:
+def test_a_write_through_a_closed_shard_fence_stops_only_that_shard(api: FakeKube) -> None:
     harness = _Harness(api, write_in=(0,))
     try:
         harness.coord.fences[0] = False
@@ -280,7 +280,7 @@ def test_a_write_through_a_closed_shard_fence_stops_only_that_shard(api: FakeApi
 
 
 def test_a_shard_stopped_by_a_late_renewal_restarts_when_its_fence_reopens(
-    api: FakeApi,
+    api: FakeKube,
 ) -> None:
     """Seen on the real control plane under load: one renewal answered 504, the fence
     closed, a write stopped the shard, and the shard's elector renewed the Lease on
@@ -315,10 +315,14 @@ def _readyz(port: int) -> tuple[int, str]:
         return err.code, err.read().decode()
 
 
-def test_readyz_is_ready_as_a_standby_and_waits_for_every_held_shard(api: FakeApi) -> None:
+def test_readyz_is_ready_as_a_standby_and_waits_for_every_held_shard(api: FakeKube) -> None:
     """A replica holding no shard is ready; one holding a shard whose caches have not
     synced is not, and says which shard and why."""
-    api.refusals[("configbundles", "b")] = RuntimeError("the API server does not answer")
+    silent_b = api.prepend_reactor(
+        "list",
+        "configbundles",
+        fail(RuntimeError("the API server does not answer"), when=lambda a: a.namespace == "b"),
+    )
     harness = _Harness(api, probes=True)
     try:
         probes = harness.manager.probes
@@ -332,7 +336,7 @@ def test_readyz_is_ready_as_a_standby_and_waits_for_every_held_shard(api: FakeAp
         code, body = _readyz(probes.port)
         assert code == 503
         assert "[-]shards failed: shard 1/2: informer configbundles/b" in body, body
-        api.refusals.clear()
+        api.remove_reactor(silent_b)
         wait_until(lambda: _readyz(probes.port)[0] == 200)
         assert harness.stop() == 0
     finally:
@@ -344,10 +348,10 @@ def test_cbop_with_shards_sets_up_controllers_per_shard_only() -> None:
     """``cbop --shards 2``: no process-wide controller or informer; the shard metrics are
     registered; without leader election it is refused."""
     with pytest.raises(ValueError, match="--shards 2 needs --leader-elect"):
-        CbopManager(KubeClient(None), Options(shards=2, **NO_ENDPOINTS))
+        CbopManager(FakeKube(), Options(shards=2, **NO_ENDPOINTS))
     registry = CollectorRegistry()
     manager = CbopManager(
-        KubeClient(None),
+        FakeKube(),
         Options(leader_elect=True, leader_election_namespace="ns", shards=2, **NO_ENDPOINTS),
         registry=registry,
     )

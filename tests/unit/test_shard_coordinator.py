@@ -9,17 +9,16 @@ members of the group are played by the test writing their Leases directly.
 
 from __future__ import annotations
 
-import copy
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from cbop.clock import wait_for
-from cbop.kube import ApiError, Resource
+from cbop.kube import LEASES
 from cbop.leaderelection import ACQUIRE_JITTER_FACTOR, LeaderElector
 from cbop.metrics.sharding import PrometheusShardMetrics
 from cbop.sharding import (
@@ -38,7 +37,12 @@ from cbop.sharding import (
 from cbop.shardrange import ShardRange
 from cbop.stop import StopSignal
 from cbop_testing.clock import FakeClock
-from tests.unit.test_leaderelection import LONG_AGO, NS, PATIENCE, FakeLeaseApi
+from cbop_testing.leases import LeaseServer
+
+NS = "cbop-system"
+LONG_AGO = "2001-01-01T00:00:00.000000Z"
+#: Real seconds a test waits for a background thread before failing.
+PATIENCE = 5.0
 
 GROUP = "cbop"
 LEASE_DURATION = 15.0
@@ -47,90 +51,15 @@ RETRY = 2.0
 START = 1000.0
 
 
-class FakeGroupApi(FakeLeaseApi):
-    """FakeLeaseApi plus label-selected list and delete."""
+class FakeGroupApi(LeaseServer):
+    """The Lease server of cbop_testing with helpers that write a group's Leases.
+
+    Leases created through the API get creationTimestamps counting seconds from 101 on
+    (see :class:`cbop_testing.leases.LeaseServer`).
+    """
 
     def __init__(self) -> None:
-        super().__init__()
-        #: name -> callable run just before the next create of that Lease.
-        self.before_create: dict[str, Callable[[], None]] = {}
-        self._created = 0
-
-    def list(
-        self,
-        res: Resource,
-        namespace: str | None = None,
-        *,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-        limit: int | None = None,
-        continue_: str | None = None,
-        resource_version: str | None = None,
-        resource_version_match: str | None = None,
-        timeout: float | None = 60.0,
-        item_hook: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-        shard_selector: str | None = None,
-    ) -> dict[str, Any]:
-        with self._lock:
-            self._enter("list", res, timeout)
-            want = dict(p.split("=", 1) for p in (label_selector or "").split(",") if p)
-            items = [
-                copy.deepcopy(obj)
-                for (ns, _), obj in sorted(self.leases.items())
-                if ns == namespace
-                and all(obj["metadata"].get("labels", {}).get(k) == v for k, v in want.items())
-            ]
-            return {"metadata": {"resourceVersion": str(self._rv)}, "items": items}
-
-    def create(
-        self,
-        res: Resource,
-        namespace: str | None,
-        body: Any,
-        *,
-        field_manager: str | None = None,
-        dry_run: bool = False,
-        timeout: float | None = 30.0,
-    ) -> dict[str, Any]:
-        hook = self.before_create.pop(body["metadata"]["name"], None)
-        if hook is not None:
-            hook()
-        # The server stamps creationTimestamp; this one counts seconds from 100 on.
-        with self._lock:
-            self._created += 1
-            stamped = {**body, "metadata": {**body["metadata"], "creationTimestamp": ""}}
-            stamped["metadata"]["creationTimestamp"] = _stamp(100 + self._created)
-        return super().create(res, namespace, stamped, timeout=timeout)
-
-    def delete(
-        self,
-        res: Resource,
-        namespace: str | None,
-        name: str,
-        *,
-        preconditions: Mapping[str, str] | None = None,
-        propagation_policy: str | None = None,
-        grace_period_seconds: int | None = None,
-        dry_run: bool = False,
-        timeout: float | None = 30.0,
-    ) -> dict[str, Any]:
-        with self._lock:
-            self._enter("delete", res, timeout)
-            stored = self.leases.get((str(namespace), name))
-            if stored is None:
-                raise ApiError(404, "NotFound", f'leases "{name}" not found')
-            want = (preconditions or {}).get("resourceVersion")
-            if want is not None and want != stored["metadata"]["resourceVersion"]:
-                raise ApiError(409, "Conflict", "precondition failed")
-            del self.leases[(str(namespace), name)]
-            return {"kind": "Status", "status": "Success"}
-
-    # -- helpers ---------------------------------------------------------------------
-
-    def lease(self, name: str) -> dict[str, Any] | None:
-        with self._lock:
-            found = self.leases.get((NS, name))
-            return copy.deepcopy(found) if found is not None else None
+        super().__init__(NS)
 
     def holder(self, index: int) -> str:
         lease = self.lease(shard_lease_name(GROUP, index))
@@ -154,29 +83,28 @@ class FakeGroupApi(FakeLeaseApi):
         ``joined``: the second its first Lease was created at, if it announces one.
         """
         name = member_lease_name(GROUP, identity)
-        self.put(name, **_record(identity))
-        self._label(name, MEMBER_ROLE)
-        with self._lock:
-            meta = self.leases[(NS, name)]["metadata"]
-            meta["creationTimestamp"] = _stamp(created)
-            if shards is not None:
-                meta["annotations"] = {SHARDS_ANNOTATION: str(shards)}
-            if joined is not None:
-                meta.setdefault("annotations", {})[JOINED_ANNOTATION] = _stamp(joined)
+        obj = self.lease(name) or {"metadata": {"name": name, "namespace": NS}}
+        obj["spec"] = _record(identity)
+        meta = obj["metadata"]
+        meta["labels"] = {GROUP_LABEL: GROUP, ROLE_LABEL: MEMBER_ROLE}
+        meta["creationTimestamp"] = _stamp(created)
+        if shards is not None:
+            meta["annotations"] = {SHARDS_ANNOTATION: str(shards)}
+        if joined is not None:
+            meta.setdefault("annotations", {})[JOINED_ANNOTATION] = _stamp(joined)
+        self.tracker.add(LEASES, obj)
 
     def leave(self, identity: str) -> None:
         """``identity`` deletes its membership Lease (as a replica stopping)."""
-        with self._lock:
-            del self.leases[(NS, member_lease_name(GROUP, identity))]
+        self.remove(member_lease_name(GROUP, identity))
 
     def shard(self, index: int, holder: str) -> None:
         """``holder`` writes shard ``index``'s Lease (creating it, labelled)."""
-        self.put(shard_lease_name(GROUP, index), **_record(holder))
-        self._label(shard_lease_name(GROUP, index), SHARD_ROLE)
-
-    def _label(self, name: str, role: str) -> None:
-        with self._lock:
-            self.leases[(NS, name)]["metadata"]["labels"] = {GROUP_LABEL: GROUP, ROLE_LABEL: role}
+        name = shard_lease_name(GROUP, index)
+        obj = self.lease(name) or {"metadata": {"name": name, "namespace": NS}}
+        obj["spec"] = _record(holder)
+        obj["metadata"]["labels"] = {GROUP_LABEL: GROUP, ROLE_LABEL: SHARD_ROLE}
+        self.tracker.put(LEASES, obj)
 
 
 def _stamp(second: int) -> str:
@@ -541,10 +469,9 @@ def test_metadata_writes_to_a_dead_members_leases_keep_nothing_alive(
     for i in range(10):  # someone labels the dead member's Leases every 2.5 s
         d.advance(RETRY * 1.25)
         for name in (member_lease_name(GROUP, "dead"), shard_lease_name(GROUP, 0)):
-            with api._lock:
-                meta = api.leases[(NS, name)]["metadata"]
-                meta["labels"] = {**meta["labels"], "touched": str(i)}
-                meta["resourceVersion"] = api._next_rv()
+            lease = api.tracker.get(LEASES, NS, name)
+            lease["metadata"]["labels"] = {**lease["metadata"]["labels"], "touched": str(i)}
+            api.tracker.put(LEASES, lease)
         if d.handler.events():
             break
     assert d.handler.events() == [("acquired", 0)]

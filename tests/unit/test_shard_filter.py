@@ -18,16 +18,10 @@ from cbop.informers import SharedInformerFactory
 from cbop.informers.shardfilter import ShardFilter
 from cbop.kube import CONFIGMAPS, ApiError
 from cbop.shardrange import ShardRange, shard_of
-from tests.unit.test_informer import (
-    FakeListWatch,
-    FakeStream,
-    Harness,
-    bookmark,
-    cm,
-    ev,
-    page,
-    wait_until,
-)
+from cbop_testing.fakekube import FakeWatch
+from cbop_testing.informerharness import Harness, ScriptedListWatch
+from cbop_testing.objects import bookmark, cm, ev, page
+from cbop_testing.waiting import wait_until
 
 SHARD = ShardRange.of(1, 3)
 
@@ -164,7 +158,7 @@ def test_every_list_page_and_watch_carries_the_selector(
     h = sharded(page_size=1)
     h.fake.list_answers.put(echoed(cm("a", "1", ns=MINE), rv="30", cont="tok"))
     h.fake.list_answers.put(echoed(cm("b", "2", ns=MINE2), rv="30"))
-    h.fake.watch_answers.put(FakeStream())
+    h.fake.watch_answers.put(FakeWatch())
     h.informer.start()
     h.fake.wait_watches(1)
     assert [(c["continue_"], c["shard_selector"]) for c in h.fake.lists] == [
@@ -233,7 +227,7 @@ def test_a_400_to_the_list_relists_at_once_without_the_selector(
     h = sharded()
     h.fake.list_answers.put(ApiError(400, "BadRequest", "unknown parameter shardSelector"))
     h.fake.list_answers.put(page(cm("a", "5", ns=MINE), cm("b", "6", ns=OTHER), rv="10"))
-    h.fake.watch_answers.put(FakeStream())
+    h.fake.watch_answers.put(FakeWatch())
     h.informer.start()
     h.fake.wait_watches(1)
     # No backoff: the FakeClock never moved, yet the second list and the watch happened.
@@ -253,7 +247,7 @@ def test_a_400_to_the_watch_relists_without_the_selector(
     h.fake.list_answers.put(page(cm("a", "5", ns=MINE), rv="10"))
     h.fake.watch_answers.put(ApiError(400, "BadRequest", "unknown parameter shardSelector"))
     h.fake.list_answers.put(page(cm("c", "11", ns=MINE), cm("b", "6", ns=OTHER), rv="12"))
-    h.fake.watch_answers.put(FakeStream())
+    h.fake.watch_answers.put(FakeWatch())
     h.informer.start()
     h.fake.wait_watches(2)
     assert [("shard_selector" in c) for c in h.fake.lists] == [True, False]
@@ -269,7 +263,7 @@ def test_other_list_errors_keep_the_selector(sharded: Callable[..., Harness]) ->
     h = sharded()
     h.fake.list_answers.put(ApiError(503, "ServiceUnavailable"))
     h.fake.list_answers.put(echoed(cm("a", "5", ns=MINE), rv="10"))
-    h.fake.watch_answers.put(FakeStream())
+    h.fake.watch_answers.put(FakeWatch())
     h.informer.start()
     h.fake.wait_lists(1)
     assert h.clock.wait_for_waiter()
@@ -280,7 +274,7 @@ def test_other_list_errors_keep_the_selector(sharded: Callable[..., Harness]) ->
 
 
 def test_the_factory_shards_every_informer_it_makes() -> None:
-    fake = FakeListWatch()
+    fake = ScriptedListWatch()
     factory = SharedInformerFactory(fake, resync_period=0, shard=ShardRange.of(2, 3))
     informer = factory.informers_for(CONFIGMAPS)[None]
     labelled = factory.informers_for(CONFIGMAPS, label_selector="a=b")[None]
@@ -288,7 +282,7 @@ def test_the_factory_shards_every_informer_it_makes() -> None:
     assert informer.name == "configmaps/* shard 2/3"
     assert labelled.name == "configmaps/*[a=b] shard 2/3"
     fake.list_answers.put(echoed(cm("a", "1", ns=OTHER2), rv="5", shard=ShardRange.of(2, 3)))
-    fake.watch_answers.put(FakeStream())
+    fake.watch_answers.put(FakeWatch())
     informer.start()
     try:
         fake.wait_watches(1)
