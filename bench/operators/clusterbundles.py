@@ -47,7 +47,14 @@ from typing import Any
 
 from bench.operators import cluster
 from bench.operators.cluster import Expected, RequestCounts
-from bench.operators.procs import Operator, Sampler, cbop_revision, cpu_seconds, wait_quiet
+from bench.operators.procs import (
+    CpuShare,
+    Operator,
+    Sampler,
+    cbop_revision,
+    cpu_seconds,
+    wait_quiet,
+)
 from bench.operators.scenarios import Bench, log, own_requests, percentile, profiler, subtract
 from cbop.api import ANNOTATION_CONTENT_HASH
 from cbop.kube import (
@@ -159,6 +166,7 @@ class _Namespace:
     cm_ok: bool = False
     cm_owner: str | None = None
     cm_seen: float | None = None
+    stamp_seen: float | None = None
     done: float | None = None
     cm_modified: int = 0
 
@@ -251,6 +259,8 @@ class Watcher:
             gone = kind == "DELETED"
             if res is CONFIGBUNDLES:
                 st.uid = None if gone else meta.get("uid")
+                if not gone and st.stamp_seen is None:
+                    st.stamp_seen = now
                 st.ready = not gone and cluster.bundle_ready(obj)
                 st.generation = int(meta.get("generation") or 0)
             else:
@@ -293,6 +303,12 @@ class Watcher:
                 self._changed.wait(min(left, 1.0))
         return True
 
+    def stamps_seen(self, namespaces: list[str]) -> list[float]:
+        """When each namespace's stamp was first seen (those seen)."""
+        with self._lock:
+            out = [self._state.get(n, _Namespace()).stamp_seen for n in namespaces]
+        return [t for t in out if t is not None]
+
     def times(self, namespaces: list[str]) -> dict[str, tuple[float | None, float | None]]:
         """Namespace -> (ConfigMap matching since, done since)."""
         with self._lock:
@@ -333,6 +349,28 @@ class Counter:
         return subtract(cluster.delta(cluster.apiserver_requests(self._kube), self._before), own)
 
 
+def write_codes(kube: KubeClient) -> dict[str, float]:
+    """Write requests on :data:`WRITTEN` resources by ``verb|resource|subresource|code``
+    (``apiserver_request_total``), to tell lost races (409) from writes that landed."""
+    out: dict[str, float] = {}
+    prefix = "apiserver_request_total{"
+    for line in cluster.raw_get(kube, "/metrics").splitlines():
+        if not line.startswith(prefix):
+            continue
+        labels_text, _, value = line[len(prefix) :].rpartition("} ")
+        labels = dict(cluster._LABEL.findall(labels_text))
+        verb, res = labels.get("verb", ""), labels.get("resource", "")
+        if verb not in cluster.WRITE_VERBS or res not in WRITTEN:
+            continue
+        key = "|".join((verb, res, labels.get("subresource", ""), labels.get("code", "")))
+        out[key] = out.get(key, 0.0) + float(value.split()[0])
+    return out
+
+
+def code_delta(after: Mapping[str, float], before: Mapping[str, float]) -> dict[str, float]:
+    return {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0) > 0}
+
+
 def writes(api: RequestCounts, resource: str, subresource: str = "") -> float:
     return sum(
         v
@@ -363,6 +401,10 @@ def _wait_quiet_writes(kube: KubeClient, quiet: float = 3.0, timeout: float = 12
 def _parallel(fn: Any, items: list[str], threads: int) -> None:
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(fn, items))
+
+
+def _share(bench: Bench) -> CpuShare:
+    return CpuShare(bench.s.components() if bench.s.components else {})
 
 
 def _start(bench: Bench, tag: str) -> Operator:
@@ -425,14 +467,17 @@ def run(bench: Bench, sizes: Sizes) -> dict[str, Any]:
     watcher = Watcher(kube, first, stamped=False).start()
     try:
         body = raw_configmap(first, FIRST)
+        share = _share(bench)
         t0 = time.monotonic()
         log(f"S9 raw: creating {len(namespaces)} ConfigMaps with {threads} threads")
         _parallel(lambda ns: kube.create(CONFIGMAPS, ns, body), namespaces, threads)
         complete = watcher.wait_done(namespaces, timeout=300)
         done = [d for _, d in watcher.times(namespaces).values() if d is not None]
+        shares = share.stop()
     finally:
         watcher.stop()
     rec["raw"] = {
+        "cpu_share": shares,
         "complete": complete,
         "converged": len(done),
         "seconds": max(done) - t0 if done else float("nan"),
@@ -452,6 +497,8 @@ def run(bench: Bench, sizes: Sizes) -> dict[str, Any]:
             rec["template"] = _template_change(bench, op, watcher, namespaces, second)
             rec["idle"] = _idle(bench, op, sizes.idle)
             rec["new"] = _new_namespaces(bench, watcher, sizes)
+            # A status write held back by the 1 s interval is this process's to make.
+            _wait_quiet_writes(bench.kube)
         finally:
             watcher.stop()
     finally:
@@ -468,6 +515,7 @@ def run(bench: Bench, sizes: Sizes) -> dict[str, Any]:
     finally:
         bench.stop()
     api = counter.since()
+    rec["rss"]["restart_requests"] = {"|".join(k): v for k, v in sorted(api.items())}
     rec["rss"]["restart_writes"] = sum(
         v for k, v in api.items() if k[0] in cluster.WRITE_VERBS and k[1] in WRITTEN
     )
@@ -488,15 +536,19 @@ def _converge(
     bench: Bench, op: Operator, watcher: Watcher, namespaces: list[str]
 ) -> dict[str, Any]:
     counter = Counter(bench.kube).mark()
+    codes0 = write_codes(bench.kube)
     cpu0 = cpu_seconds(op.pid)
     spy = None
     if bench.s.profile is not None:
         spy = profiler(op.pid, bench.s.profile / f"cbop-s9-converge-{op.pid}.collapsed")
     log(f"S9 cbop: one ClusterConfigBundle over {len(namespaces)} namespaces")
+    share = _share(bench)
     t0 = time.monotonic()
     bench.kube.create(CLUSTERCONFIGBUNDLES, None, cluster_bundle_body(FIRST))
     complete = watcher.wait_done(namespaces, timeout=600)
+    shares = share.stop()
     times = watcher.times(namespaces)
+    stamps = sorted(t - t0 for t in watcher.stamps_seen(namespaces))
     if spy is not None:
         spy.send_signal(signal.SIGINT)
         spy.wait(60)
@@ -505,13 +557,18 @@ def _converge(
     cm = [c for c, _ in times.values() if c is not None]
     time.sleep(1.0)
     api = counter.since()
+    codes = code_delta(write_codes(bench.kube), codes0)
     out = {
         "complete": complete,
         "converged": len(done),
         "seconds": max(done) - t0 if done else float("nan"),
         "configmaps_seconds": max(cm) - t0 if cm else float("nan"),
+        "stamps_seconds": stamps[-1] if stamps else float("nan"),
+        "stamps_p50": percentile(stamps, 0.5),
+        "cpu_share": shares,
         "p50": percentile([d - t0 for d in done], 0.5),
         "cpu_seconds": cpu1 - cpu0,
+        "writes_by_code": codes,
         "requests": {"|".join(k): v for k, v in sorted(api.items())},
     }
     log(
@@ -528,16 +585,19 @@ def _template_change(
     cluster.wait_api_quiet(bench.kube)
     _wait_quiet_writes(bench.kube)
     counter = Counter(bench.kube).mark()
+    codes0 = write_codes(bench.kube)
     cpu0 = cpu_seconds(op.pid)
     watcher.expect(second)
     spy = None
     if bench.s.profile is not None:
         spy = profiler(op.pid, bench.s.profile / f"cbop-s9-template-{op.pid}.collapsed")
     log("S9 cbop: template change")
+    share = _share(bench)
     t0 = time.monotonic()
     spec = cluster_bundle_body(SECOND)["spec"]
     bench.kube.patch(CLUSTERCONFIGBUNDLES, None, NAME, {"spec": {"template": spec["template"]}})
     complete = watcher.wait_done(namespaces, timeout=600)
+    shares = share.stop()
     done = [d for _, d in watcher.times(namespaces).values() if d is not None]
     if spy is not None:
         spy.send_signal(signal.SIGINT)
@@ -545,6 +605,7 @@ def _template_change(
     settled = _wait_quiet_writes(bench.kube)
     cpu1 = cpu_seconds(op.pid)
     api = counter.since()
+    codes = code_delta(write_codes(bench.kube), codes0)
     status_times = sorted(t - t0 for t in watcher.cluster_modified)
     # The first MODIFIED event is the spec change itself; the rest are status writes.
     status_times = status_times[1:]
@@ -558,6 +619,7 @@ def _template_change(
         "converged": len(done),
         "seconds": max(done) - t0 if done else float("nan"),
         "settle_seconds": settled,
+        "cpu_share": shares,
         "cpu_seconds": cpu1 - cpu0,
         "configmap_writes": writes(api, "configmaps"),
         "stamp_writes": writes(api, "configbundles"),
@@ -569,6 +631,7 @@ def _template_change(
         "status_max_in_1s": per_window,
         "status_min_gap": min(gaps) if gaps else None,
         "modified_per_namespace": watcher.modified(namespaces),
+        "writes_by_code": codes,
         "requests": {"|".join(k): v for k, v in sorted(api.items())},
     }
     log(
@@ -677,12 +740,19 @@ def markdown(results: dict[str, Any]) -> str:
         f"| cbop / raw | {r['ratio']:.2f}x | <= 1.2x: {_goal(r['ratio'] <= 1.2)} |",
         f"| cbop: all ConfigMaps matching (stamps not yet all Ready), s "
         f"| {r['cbop']['configmaps_seconds']:.2f} | |",
+        f"| cbop: last stamped ConfigBundle seen (p50), s "
+        f"| {r['cbop'].get('stamps_seconds', float('nan')):.2f} "
+        f"({r['cbop'].get('stamps_p50', float('nan')):.2f}) | |",
         f"| cbop CPU s during the converge | {r['cbop']['cpu_seconds']:.1f} | |",
+        f"| kube-apiserver CPU s / machine busy: raw | {_cpu(r['raw'])} | |",
+        f"| kube-apiserver CPU s / machine busy: cbop converge | {_cpu(r['cbop'])} | |",
+        f"| kube-apiserver CPU s / machine busy: template change | {_cpu(t)} | |",
         f"| template change: all done again, s | {t['seconds']:.2f} | |",
         f"| template change: ConfigMap writes (apiserver_request_total) "
         f"| {t['configmap_writes']:.0f} | {r['namespaces']:,} |",
         f"| template change: namespaces with exactly one ConfigMap MODIFIED event "
         f"| {per_ns.get(1, per_ns.get('1', 0))} | all: {_goal(exactly_one)} |",
+        f"| template change: ConfigMap writes by answer | {_codes(t, 'configmaps')} | |",
         f"| template change: stamp writes / stamp status writes "
         f"| {t['stamp_writes']:.0f} / {t['stamp_status_writes']:.0f} | |",
         f"| template change: ClusterConfigBundle status writes, over s "
@@ -708,3 +778,22 @@ def markdown(results: dict[str, Any]) -> str:
 
 def _gap(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
+
+
+def _cpu(phase: Mapping[str, Any]) -> str:
+    share = phase.get("cpu_share") or {}
+    total = share.get("machine total")
+    if not total:
+        return "-"
+    busy = 100 * share.get("machine busy", 0.0) / total
+    return f"{share.get('kube-apiserver', float('nan')):.1f} / {busy:.0f} %"
+
+
+def _codes(phase: Mapping[str, Any], resource: str) -> str:
+    """``PUT 200: 1000, PUT 409: 9`` from a phase's ``writes_by_code``."""
+    cells = []
+    for key, value in sorted((phase.get("writes_by_code") or {}).items()):
+        verb, res, sub, code = key.split("|")
+        if res == resource and not sub:
+            cells.append(f"{verb} {code}: {value:.0f}")
+    return ", ".join(cells) or "-"
