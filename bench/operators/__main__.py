@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.operators import apf, cluster, procs, report, scale, sharded
+from bench.operators import apf, cluster, clusterbundles, procs, report, scale, sharded
 from bench.operators.scenarios import Bench, Settings, log
 from cbop_testing.envtest import ControlPlane
 from cbop_testing.envtest.binaries import pinned_versions
@@ -61,6 +61,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "(default 10000; not in the default --scenarios)",
     )
     p.add_argument("--idle", type=float, help="S3 idle seconds (default 300; --quick 30)")
+    p.add_argument(
+        "--s9-namespaces",
+        type=int,
+        default=1000,
+        help="S9: labelled namespaces in place (default 1000; not in the default --scenarios)",
+    )
+    p.add_argument("--s9-new", type=int, default=50, help="S9: namespaces created later (50)")
+    p.add_argument("--s9-idle", type=float, default=60.0, help="S9: idle seconds (60)")
+    p.add_argument("--name", help="results file name without extension (default DATE-HOST)")
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--loader-threads", type=int, default=8)
     p.add_argument(
@@ -118,6 +127,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "s4": [],
         "scale": [],
         "s8": [],
+        "name": args.name,
     }
     results["settings"]["heal_rate"] = settings.heal_rate
     t_start = time.monotonic()
@@ -167,6 +177,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if scenarios & sharded.SCENARIOS and "cbop" in impls:
             log("=== S8: cbop sharded")
             results["s8"] = sharded.run(bench, [int(x) for x in args.scale_n.split(",")])
+        if scenarios & clusterbundles.SCENARIOS and "cbop" in impls:
+            log("=== S9: one ClusterConfigBundle over many namespaces, against raw")
+            clusterbundles.install_crd(cp.binaries.kubectl, cp.kubeconfig_path)
+            results["s9"] = clusterbundles.run(
+                bench,
+                clusterbundles.Sizes(
+                    namespaces=args.s9_namespaces, new=args.s9_new, idle=args.s9_idle
+                ),
+            )
         if "apf" in scenarios:
             results["apf"] = apf.run_all(
                 bench,
@@ -190,17 +209,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def write(results: dict[str, Any], out: Path, update_readme: bool) -> Path:
     out.mkdir(parents=True, exist_ok=True)
-    base = f"{results['started'][:10]}-{socket.gethostname()}" + (
+    base = results.get("name") or f"{results['started'][:10]}-{socket.gethostname()}" + (
         "-quick" if results["quick"] else ""
     )
     json_path = out / f"{base}.json"
     json_path.write_text(json.dumps(results, indent=1, sort_keys=True))
     try:
-        plots = [p.name for p in procs.run_plot(json_path, out / base)]
+        plots = [p.name for p in procs.run_plot(json_path, out / base)] if results["s1"] else []
     except Exception as exc:  # noqa: BLE001 - the tables matter more than the pictures
         print(f"plots failed: {exc}", file=sys.stderr)
         plots = []
-    md = report.markdown(results, plots) + scale.markdown(results) + sharded.markdown(results)
+    md = (
+        report.markdown(results, plots)
+        + scale.markdown(results)
+        + sharded.markdown(results)
+        + clusterbundles.markdown(results)
+    )
     md_path = out / f"{base}.md"
     md_path.write_text(md)
     if update_readme:
