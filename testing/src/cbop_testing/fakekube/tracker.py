@@ -18,6 +18,9 @@ but closer to a real API server where cbop depends on it:
   demand (:meth:`ObjectTracker.bookmark`), and ``410 Expired`` for a resourceVersion
   older than the last :meth:`ObjectTracker.compact`;
 * dry runs answer as the write would and store nothing;
+* with ``namespace_lifecycle``, creates in a namespace the tracker does not store are
+  ``404 NotFound`` and in one being deleted ``403 Forbidden`` (cause
+  ``NamespaceTerminating``), as the API server's NamespaceLifecycle admission plugin;
 * server-side apply and field ownership as :mod:`cbop_testing.fakekube.fields` models it.
 
 Tests seed objects with :meth:`ObjectTracker.add` and write as another client (kubectl,
@@ -37,9 +40,11 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from cbop.kube import (
+    CLUSTERCONFIGBUNDLES,
     CONFIGBUNDLES,
     DAEMONSETS,
     DEPLOYMENTS,
+    NAMESPACES,
     STATEFULSETS,
     Resource,
 )
@@ -53,7 +58,8 @@ __all__ = ["STATUS_SUBRESOURCES", "ObjectTracker"]
 
 #: ``(group, plural)`` of the resources that have a ``status`` subresource by default.
 STATUS_SUBRESOURCES: Final[frozenset[tuple[str, str]]] = frozenset(
-    (r.group, r.plural) for r in (CONFIGBUNDLES, DEPLOYMENTS, STATEFULSETS, DAEMONSETS)
+    (r.group, r.plural)
+    for r in (CONFIGBUNDLES, CLUSTERCONFIGBUNDLES, DEPLOYMENTS, STATEFULSETS, DAEMONSETS)
 )
 
 _GroupPlural = tuple[str, str]
@@ -113,6 +119,9 @@ class ObjectTracker:
         write_managed_fields: also write ``metadata.managedFields`` into objects
             (ownership is always tracked for apply conflicts; off by default so that
             objects compare equal to what tests build).
+        namespace_lifecycle: refuse creates of namespaced objects in a namespace that
+            is not stored or is being deleted (off by default, so tests need not seed
+            Namespaces).
     """
 
     def __init__(
@@ -121,8 +130,10 @@ class ObjectTracker:
         status_subresources: Iterable[tuple[str, str]] = STATUS_SUBRESOURCES,
         now: Callable[[], float] = time.time,
         write_managed_fields: bool = False,
+        namespace_lifecycle: bool = False,
     ) -> None:
         self._lock = threading.RLock()
+        self._namespace_lifecycle = namespace_lifecycle
         self._status = frozenset(status_subresources)
         self._now = now
         self._write_managed_fields = write_managed_fields
@@ -510,6 +521,8 @@ class ObjectTracker:
                 raise errors.bad_request(
                     "resourceVersion should not be set on objects to be created"
                 )
+            if res.namespaced and self._namespace_lifecycle:
+                self._admit_namespace(str(namespace))
             key = self._key(res, namespace, meta["name"])
             if key in self._objects.get(_gp(res), {}):
                 raise errors.already_exists(res, meta["name"])
@@ -530,6 +543,14 @@ class ObjectTracker:
             self._objects.setdefault(_gp(res), {})[key] = new
             self._emit(res, "ADDED", new)
             return copy.deepcopy(new)
+
+    def _admit_namespace(self, namespace: str) -> None:
+        """Refuse a create in ``namespace`` as NamespaceLifecycle admission does."""
+        stored = self._objects.get(_gp(NAMESPACES), {}).get(("", namespace))
+        if stored is None:
+            raise errors.not_found(NAMESPACES, namespace)
+        if stored["metadata"].get("deletionTimestamp"):
+            raise errors.namespace_terminating(namespace)
 
     def update(
         self,
