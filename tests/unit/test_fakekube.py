@@ -268,6 +268,27 @@ def test_apply_conflicts_with_other_owners_unless_forced() -> None:
     assert made["metadata"]["resourceVersion"]
 
 
+def test_an_apply_of_the_values_already_there_still_takes_their_ownership() -> None:
+    kube = FakeKube(ObjectTracker(write_managed_fields=True))
+    seeded = kube.tracker.add(CONFIGMAPS, cm("a", k="1"))  # owned by nobody
+    owned = kube.patch(
+        CONFIGMAPS, "demo", "a", cm("a", k="1"), patch_type="apply", field_manager="argocd"
+    )
+    assert owned["data"] == {"k": "1"}
+    assert int(owned["metadata"]["resourceVersion"]) > int(seeded["metadata"]["resourceVersion"])
+    assert [m["manager"] for m in owned["metadata"]["managedFields"]] == ["argocd"]
+    with pytest.raises(ApiError) as caught:
+        kube.patch(
+            CONFIGMAPS, "demo", "a", cm("a", k="2"), patch_type="apply", field_manager="cbop"
+        )
+    assert 'conflict with "argocd"' in caught.value.message
+    # Applied again, nothing changes: no new resourceVersion.
+    again = kube.patch(
+        CONFIGMAPS, "demo", "a", cm("a", k="1"), patch_type="apply", field_manager="argocd"
+    )
+    assert again["metadata"]["resourceVersion"] == owned["metadata"]["resourceVersion"]
+
+
 # ---------------------------------------------------------------- list
 
 

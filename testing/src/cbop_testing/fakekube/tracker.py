@@ -703,13 +703,18 @@ class ObjectTracker:
                 else:
                     new.pop("status", None)
         key = self._key(res, meta_now.get("namespace"), meta_now["name"])
-        if _comparable(new) == _comparable(current):
-            return copy.deepcopy(current)
-        if self.has_status_subresource(res) and _spec_of(new) != _spec_of(current):
-            new["metadata"]["generation"] = int(meta_now.get("generation", 1)) + 1
         owners = ownership if ownership is not None else self._ownership(res, key).copy()
         if record_fields:
             owners.record_update(field_manager or "unknown", current, new, subresource=subresource)
+        # A write that changes nothing, not even who owns which field (an apply of the
+        # values already there does: its manager takes them), is no write.
+        if (
+            _comparable(new) == _comparable(current)
+            and owners.owners == self._ownership(res, key).owners
+        ):
+            return copy.deepcopy(current)
+        if self.has_status_subresource(res) and _spec_of(new) != _spec_of(current):
+            new["metadata"]["generation"] = int(meta_now.get("generation", 1)) + 1
         if dry_run:
             new["metadata"]["resourceVersion"] = meta_now["resourceVersion"]
             return copy.deepcopy(new)
