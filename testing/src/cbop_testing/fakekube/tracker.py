@@ -4,7 +4,8 @@ This module owns :class:`ObjectTracker`, modelled on client-go's ``testing.Objec
 but closer to a real API server where cbop depends on it:
 
 * one resourceVersion counter across every resource (as etcd's revision); a write that
-  changes nothing gets no new resourceVersion and sends no watch event;
+  changes nothing (no field, and no field's owner) gets no new resourceVersion and
+  sends no watch event;
 * ``metadata.generation`` is 1 on create and grows on spec changes for resources with
   a status subresource (:data:`STATUS_SUBRESOURCES`); their main resource ignores
   ``status`` and their ``status`` subresource writes only ``status``;
