@@ -15,32 +15,26 @@ from cbop.clusterbundle.controller import (
     unsupported_scope,
 )
 from cbop.informers import SharedInformerFactory
-from cbop.kube import KubeClient
+from cbop.kube import CLUSTERCONFIGBUNDLES, EVENTS
 from cbop.runtime import Scope
 from cbop.runtime.definition import Context
 from cbop.runtime.events import EventRecorder
 from cbop.shardrange import ShardRange
+from cbop_testing.fakekube import CacheLister, FakeKube, FakeRecorder
 
 
-class Lister:
-    def __init__(self, *names: str) -> None:
-        self.objects = {n: {"metadata": {"name": n}} for n in names}
-
-    def get(self, namespace: str | None, name: str) -> Any:
-        return self.objects.get(name)
-
-    def by_index(self, index_name: str, value: str) -> list[Any]:
-        return []
-
-    def list(self) -> list[Any]:
-        return list(self.objects.values())
+def cluster_bundles(*names: str) -> CacheLister:
+    """A cache of ClusterConfigBundles with these names."""
+    kube = FakeKube()
+    for name in names:
+        kube.tracker.add(CLUSTERCONFIGBUNDLES, {"metadata": {"name": name}})
+    return CacheLister().sync(kube.tracker, CLUSTERCONFIGBUNDLES)
 
 
 def scope(namespaces: tuple[str, ...] = (), shard: ShardRange | None = None) -> Scope:
-    client: Any = object()  # never called: nothing is started
-    factory = SharedInformerFactory(client, namespaces=namespaces, shard=shard)
-    fake: KubeClient = client
-    return Scope(fake, informers=factory, shard=shard)
+    kube = FakeKube()  # nothing is started: it is never called
+    factory = SharedInformerFactory(kube, namespaces=namespaces, shard=shard)
+    return Scope(kube, informers=factory, shard=shard)
 
 
 def test_it_runs_only_with_the_cluster_scope_and_unsharded() -> None:
@@ -54,7 +48,7 @@ def test_where_it_cannot_run_it_adds_nothing_and_says_so_once() -> None:
         settings={},
         workers=2,
         priority_queue=True,
-        recorder=Lister(),  # type: ignore[arg-type]
+        recorder=FakeRecorder(),
         registry=CollectorRegistry(),
         cached=lambda resource: [],
     )
@@ -74,7 +68,7 @@ def test_with_the_cluster_scope_it_watches_its_three_kinds() -> None:
         settings={},
         workers=2,
         priority_queue=True,
-        recorder=Lister(),  # type: ignore[arg-type]
+        recorder=FakeRecorder(),
         registry=CollectorRegistry(),
         cached=lambda resource: [],
     )
@@ -98,30 +92,18 @@ def test_with_the_cluster_scope_it_watches_its_three_kinds() -> None:
 def test_a_configbundle_event_enqueues_the_cluster_bundle_it_concerns(
     bundle: dict[str, Any], keys: list[str]
 ) -> None:
-    assert bundle_mapper(Lister("ca"))(bundle) == keys
+    assert bundle_mapper(cluster_bundles("ca"))(bundle) == keys
 
 
 def test_a_namespace_event_enqueues_every_cluster_bundle() -> None:
-    assert namespace_mapper(Lister("b", "a"))({"metadata": {"name": "ns"}}) == ["a", "b"]
-
-
-class EventWriter:
-    def __init__(self) -> None:
-        self.created: list[tuple[str | None, dict[str, Any]]] = []
-
-    def create(self, res: Any, namespace: str | None, body: Any) -> dict[str, Any]:
-        self.created.append((namespace, dict(body)))
-        return dict(body)
-
-    def patch(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        return {}
+    assert namespace_mapper(cluster_bundles("b", "a"))({"metadata": {"name": "ns"}}) == ["a", "b"]
 
 
 def test_events_about_a_cluster_bundle_go_to_the_default_namespace() -> None:
     """As client-go's recorder: a cluster-scoped object's Events live in "default", and
     their involvedObject has no namespace."""
-    writer = EventWriter()
-    recorder = EventRecorder(writer)
+    kube = FakeKube()
+    recorder = EventRecorder(kube)
     ccb = {
         "apiVersion": "cbop.dev/v1beta1",
         "kind": "ClusterConfigBundle",
@@ -130,8 +112,11 @@ def test_events_about_a_cluster_bundle_go_to_the_default_namespace() -> None:
     recorder.event(ccb, "Normal", "NamespaceServed", "serving namespace a")
     assert recorder.flush(5.0)
     recorder.close(1.0)
-    ((namespace, body),) = writer.created
-    assert namespace == "default"
+    (created,) = kube.write_actions()
+    assert created.key[:3] == ("create", "events", "default")
+    body = created.body
+    (stored,) = kube.tracker.objects(EVENTS, "default")
+    assert stored["involvedObject"]["name"] == "ca"
     assert body["metadata"]["namespace"] == "default"
     assert body["involvedObject"]["namespace"] == ""
     assert body["involvedObject"]["kind"] == "ClusterConfigBundle"

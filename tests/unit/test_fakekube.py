@@ -13,7 +13,15 @@ from typing import Any
 import pytest
 
 from cbop.informers import FuncHandler, SharedInformerFactory
-from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, ConnectionFailed, LeaseNotHeld
+from cbop.kube import (
+    CLUSTERCONFIGBUNDLES,
+    CONFIGBUNDLES,
+    CONFIGMAPS,
+    NAMESPACES,
+    ApiError,
+    ConnectionFailed,
+    LeaseNotHeld,
+)
 from cbop_testing.clock import FakeClock
 from cbop_testing.fakekube import (
     Action,
@@ -111,6 +119,39 @@ def test_generation_follows_the_spec_and_status_goes_through_its_subresource() -
     assert spec["status"] == {"s": "ok"}
     # A ConfigMap has no status subresource, and no generation.
     assert "generation" not in kube.create(CONFIGMAPS, "demo", cm("c"))["metadata"]
+
+
+def test_a_cluster_config_bundle_has_a_status_subresource() -> None:
+    kube = FakeKube()
+    created = kube.create(CLUSTERCONFIGBUNDLES, None, {"metadata": {"name": "ca"}, "spec": {}})
+    assert created["metadata"]["generation"] == 1
+    written = kube.update(CLUSTERCONFIGBUNDLES, None, "ca", {**created, "status": {"s": 1}})
+    assert "status" not in written
+    status = kube.update(
+        CLUSTERCONFIGBUNDLES, None, "ca", {**created, "status": {"s": 1}}, "status"
+    )
+    assert status["status"] == {"s": 1}
+
+
+def test_namespace_lifecycle_refuses_creates_where_no_namespace_lives() -> None:
+    kube = FakeKube(ObjectTracker(namespace_lifecycle=True))
+    with pytest.raises(ApiError) as gone:
+        kube.create(CONFIGMAPS, "demo", cm("c"))
+    assert (gone.value.status, gone.value.reason) == (404, "NotFound")
+    assert gone.value.message == 'namespaces "demo" not found'
+    assert (gone.value.body or {})["details"]["kind"] == "namespaces"
+    kube.tracker.add(NAMESPACES, {"metadata": {"name": "demo", "finalizers": ["kubernetes"]}})
+    assert kube.create(CONFIGMAPS, "demo", cm("c"))["metadata"]["namespace"] == "demo"
+    kube.delete(NAMESPACES, None, "demo")  # its finalizer holds it: terminating
+    with pytest.raises(ApiError) as terminating:
+        kube.create(CONFIGMAPS, "demo", cm("d"))
+    assert (terminating.value.status, terminating.value.reason) == (403, "Forbidden")
+    assert "being terminated" in terminating.value.message
+    causes = (terminating.value.body or {})["details"]["causes"]
+    assert [c["reason"] for c in causes] == ["NamespaceTerminating"]
+    # Cluster-scoped objects need no namespace; without the option nothing is checked.
+    kube.create(CLUSTERCONFIGBUNDLES, None, {"metadata": {"name": "ca"}})
+    FakeKube().create(CONFIGMAPS, "nowhere", cm("c", ns="nowhere"))
 
 
 def test_finalizers_hold_a_deletion_until_the_last_one_goes() -> None:
@@ -225,6 +266,27 @@ def test_apply_conflicts_with_other_owners_unless_forced() -> None:
     # Applying creates a missing object.
     made = kube.patch(CONFIGMAPS, "demo", "new", cm("new", k="1"), patch_type="apply")
     assert made["metadata"]["resourceVersion"]
+
+
+def test_an_apply_of_the_values_already_there_still_takes_their_ownership() -> None:
+    kube = FakeKube(ObjectTracker(write_managed_fields=True))
+    seeded = kube.tracker.add(CONFIGMAPS, cm("a", k="1"))  # owned by nobody
+    owned = kube.patch(
+        CONFIGMAPS, "demo", "a", cm("a", k="1"), patch_type="apply", field_manager="argocd"
+    )
+    assert owned["data"] == {"k": "1"}
+    assert int(owned["metadata"]["resourceVersion"]) > int(seeded["metadata"]["resourceVersion"])
+    assert [m["manager"] for m in owned["metadata"]["managedFields"]] == ["argocd"]
+    with pytest.raises(ApiError) as caught:
+        kube.patch(
+            CONFIGMAPS, "demo", "a", cm("a", k="2"), patch_type="apply", field_manager="cbop"
+        )
+    assert 'conflict with "argocd"' in caught.value.message
+    # Applied again, nothing changes: no new resourceVersion.
+    again = kube.patch(
+        CONFIGMAPS, "demo", "a", cm("a", k="1"), patch_type="apply", field_manager="argocd"
+    )
+    assert again["metadata"]["resourceVersion"] == owned["metadata"]["resourceVersion"]
 
 
 # ---------------------------------------------------------------- list

@@ -1,14 +1,15 @@
-"""The reconcile act layer against a fake client that records actions.
+"""The reconcile act layer against the fake API server, which records actions.
 
 As sample-controller's tests: call the sync handler directly with listers and a fake
-client, then compare the recorded API actions with the expected ones.
+client, then compare the recorded API actions with the expected ones. The listers are
+CacheListers synced from the server's tracker; a test that wants a stale cache changes
+the server afterwards.
 """
 
 from __future__ import annotations
 
 import copy
 import datetime
-from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -18,69 +19,47 @@ from cbop.api import parse_spec
 from cbop.configbundle import Action, Reconciler, Requeue
 from cbop.configbundle.decision import decide
 from cbop.informers import CONTROLLER_UID_INDEX, index_by_controller_uid
-from cbop.kube import ApiError, ConnectionFailed, Resource
+from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, ConnectionFailed
 from cbop.runtime.events import EventLevel, EventRecorder
-from cbop_testing.fakekube import CacheLister
+from cbop_testing.fakekube import CacheLister, FakeKube, errors, fail
 from cbop_testing.objects import bundle, synced_status, written
 
 NOW = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
 
+Call = tuple[str, str, str]
 
-class FakeClient:
-    """Records (verb, resource, name) of every call; scripted errors per verb."""
 
-    def __init__(self) -> None:
-        self.actions: list[tuple[str, str, str]] = []
-        self.bodies: list[Any] = []
-        self.errors: dict[str, list[ApiError]] = {}
-        self.objects: dict[str, dict[str, Any]] = {}
+def calls(kube: FakeKube) -> list[Call]:
+    """Every call made: (verb[/subresource], resource, name)."""
+    return [
+        (f"{a.verb}/{a.subresource}" if a.subresource else a.verb, a.resource, a.name or "")
+        for a in kube.actions
+    ]
 
-    def _act(self, verb: str, res: Resource, name: str, body: Any = None) -> None:
-        self.actions.append((verb, res.plural, name))
-        self.bodies.append(body)
-        queue = self.errors.get(verb)
-        if queue:
-            raise queue.pop(0)
 
-    def get(self, res: Resource, namespace: str | None, name: str) -> dict[str, Any]:
-        self._act("get", res, name)
-        if name not in self.objects:
-            raise ApiError(404, "NotFound", f"{name} not found")
-        return copy.deepcopy(self.objects[name])
+def writes(kube: FakeKube) -> list[Call]:
+    """The writes made, Events left out."""
+    return [c for c in calls(kube) if c[0] not in ("get", "list") and c[1] != "events"]
 
-    def create(
-        self, res: Resource, namespace: str | None, body: Mapping[str, Any], **kw: Any
-    ) -> dict[str, Any]:
-        self._act("create", res, body["metadata"].get("name", ""), body)
-        return dict(body)
 
-    def update(
-        self,
-        res: Resource,
-        namespace: str | None,
-        name: str,
-        body: Mapping[str, Any],
-        subresource: str | None = None,
-        **kw: Any,
-    ) -> dict[str, Any]:
-        self._act("update", res, name, body)
-        return dict(body)
+def body_of(kube: FakeKube, call: Call) -> Any:
+    """The body of the first ``call`` made."""
+    return kube.actions[calls(kube).index(call)].body
 
-    def patch(
-        self, res: Resource, namespace: str | None, name: str, body: Any, **kw: Any
-    ) -> dict[str, Any]:
-        sub = kw.get("subresource")
-        self._act("patch" + (f"/{sub}" if sub else ""), res, name, body)
-        return {
-            "metadata": {"name": name, "namespace": namespace, "uid": "u", "resourceVersion": "101"}
-        }
 
-    def delete(self, res: Resource, namespace: str | None, name: str, **kw: Any) -> dict[str, Any]:
-        self._act("delete", res, name, kw.get("preconditions"))
-        return {}
+def status_of(kube: FakeKube) -> dict[str, Any]:
+    """The status of the first status patch of the bundle ``app``."""
+    return dict(body_of(kube, ("patch/status", "configbundles", "app"))["status"])
 
-    def writes(self) -> list[tuple[str, str, str]]:
-        return [a for a in self.actions if a[0] not in ("get",) and a[1] != "events"]
+
+def preconditions_of(kube: FakeKube, name: str) -> Any:
+    """The preconditions of the first delete of ConfigMap ``name``."""
+    return kube.actions[calls(kube).index(("delete", "configmaps", name))].options["preconditions"]
+
+
+def stored_configmap(kube: FakeKube, name: str = "app") -> dict[str, Any]:
+    """The ConfigMap as the server stores it."""
+    return kube.tracker.get(CONFIGMAPS, "demo", name)
 
 
 def lister(*objs: dict[str, Any]) -> CacheLister:
@@ -88,18 +67,27 @@ def lister(*objs: dict[str, Any]) -> CacheLister:
     return CacheLister(objs, indexers={CONTROLLER_UID_INDEX: index_by_controller_uid})
 
 
+def cached(kube: FakeKube, res: Any) -> CacheLister:
+    """A cache holding what the server stores of ``res`` (its watch caught up)."""
+    return lister().sync(kube.tracker, res)
+
+
 def reconciler(
-    client: FakeClient,
+    kube: FakeKube,
     b: dict[str, Any],
     *cms: dict[str, Any],
     dry_run: bool = False,
     events: EventLevel = "notable",
 ) -> Reconciler:
+    """Store ``b`` and ``cms`` on the server; a reconciler whose caches show them."""
+    kube.tracker.add(CONFIGBUNDLES, b)
+    for cm in cms:
+        kube.tracker.add(CONFIGMAPS, cm)
     return Reconciler(
-        client=client,
-        bundles=lister(b),
-        configmaps=lister(*cms),
-        recorder=EventRecorder(client, clock=lambda: NOW, level=events),
+        client=kube,
+        bundles=cached(kube, CONFIGBUNDLES),
+        configmaps=cached(kube, CONFIGMAPS),
+        recorder=EventRecorder(kube, clock=lambda: NOW, level=events),
         dry_run=dry_run,
         now=lambda: NOW,
     )
@@ -107,54 +95,45 @@ def reconciler(
 
 def converged_bundle(spec: dict[str, Any]) -> dict[str, Any]:
     """A bundle whose status already says what reconcile would write."""
-    b = bundle(spec, status=synced_status())
-    client = FakeClient()
-    reconciler(client, b, written(b)).reconcile("demo/app")
-    status_patches = [
-        body
-        for (verb, _, _), body in zip(client.actions, client.bodies, strict=True)
-        if verb == "patch/status"
-    ]
-    if status_patches:
-        b["status"] = status_patches[-1]["status"]
-    return b
+    kube = FakeKube()
+    reconciler(kube, bundle(spec, status=synced_status()), written(bundle(spec))).reconcile(
+        "demo/app"
+    )
+    return kube.tracker.get(CONFIGBUNDLES, "demo", "app")
+
+
+def event_reasons(kube: FakeKube) -> list[str]:
+    """Reasons of the Events ``kube`` was asked to create, in order."""
+    return [a.body["reason"] for a in kube.actions if a.matches("create", "events")]
 
 
 def test_create_then_status_and_no_routine_event_by_default() -> None:
     """A new bundle costs two writes: the Created Event is routine (``--events all`` only)."""
-    client = FakeClient()
-    r = reconciler(client, bundle())
+    kube = FakeKube()
+    r = reconciler(kube, bundle())
     result = r.reconcile("demo/app")
     assert result.action is Action.CREATE
     assert result.ready == "True"
     assert isinstance(r._recorder, EventRecorder)
     assert r._recorder.flush()
-    assert client.writes() == [
+    assert writes(kube) == [
         ("create", "configmaps", "app"),
         ("patch/status", "configbundles", "app"),
     ]
-    assert [v for v, res, _ in client.actions if res == "events"] == []
-
-
-def event_reasons(client: FakeClient) -> list[str]:
-    """Reasons of the Events ``client`` was asked to create, in order."""
-    return [
-        body["reason"]
-        for (verb, res, _), body in zip(client.actions, client.bodies, strict=True)
-        if res == "events" and verb == "create"
-    ]
+    assert [v for v, res, _ in calls(kube) if res == "events"] == []
+    assert stored_configmap(kube)["metadata"]["ownerReferences"][0]["name"] == "app"
 
 
 @pytest.mark.parametrize(
     ("level", "reasons"), [("all", ["Created"]), ("notable", []), ("none", [])]
 )
 def test_created_event_by_level(level: EventLevel, reasons: list[str]) -> None:
-    client = FakeClient()
-    r = reconciler(client, bundle(), events=level)
+    kube = FakeKube()
+    r = reconciler(kube, bundle(), events=level)
     assert r.reconcile("demo/app").action is Action.CREATE
     assert isinstance(r._recorder, EventRecorder)
     assert r._recorder.flush()
-    assert event_reasons(client) == reasons
+    assert event_reasons(kube) == reasons
 
 
 @pytest.mark.parametrize(
@@ -166,20 +145,20 @@ def test_drift_corrected_event_by_level(level: EventLevel, reasons: list[str]) -
     b = converged_bundle({"data": {"a": "1"}})
     cm = written(b)
     cm["data"] = {"a": "tampered"}
-    client = FakeClient()
-    r = reconciler(client, b, cm, events=level)
+    kube = FakeKube()
+    r = reconciler(kube, b, cm, events=level)
     assert r.reconcile("demo/app").action is Action.UPDATE
     assert isinstance(r._recorder, EventRecorder)
     assert r._recorder.flush()
-    assert event_reasons(client) == reasons
+    assert event_reasons(kube) == reasons
 
 
 def test_converged_bundle_makes_no_request_at_all() -> None:
     b = converged_bundle({"data": {"a": "1"}})
-    client = FakeClient()
-    result = reconciler(client, b, written(b)).reconcile("demo/app")
+    kube = FakeKube()
+    result = reconciler(kube, b, written(b)).reconcile("demo/app")
     assert result.action is Action.NONE
-    assert client.actions == []
+    assert kube.actions == []
 
 
 def test_status_lasttransitiontime_is_kept_when_status_is_unchanged() -> None:
@@ -187,39 +166,44 @@ def test_status_lasttransitiontime_is_kept_when_status_is_unchanged() -> None:
     before = b["status"]["conditions"][0]["lastTransitionTime"]
     cm = written(b)
     cm["data"] = {"a": "tampered"}
-    client = FakeClient()
-    reconciler(client, b, cm).reconcile("demo/app")
-    assert client.writes() == [("update", "configmaps", "app")]
-    assert before == b["status"]["conditions"][0]["lastTransitionTime"]
+    kube = FakeKube()
+    reconciler(kube, b, cm).reconcile("demo/app")
+    assert writes(kube) == [("update", "configmaps", "app")]
+    stored = kube.tracker.get(CONFIGBUNDLES, "demo", "app")
+    assert before == stored["status"]["conditions"][0]["lastTransitionTime"]
 
 
 def test_already_exists_from_stale_cache_reads_fresh_and_updates() -> None:
     b = bundle({"data": {"a": "2"}}, generation=2)
-    client = FakeClient()
-    client.errors["create"] = [ApiError(409, "AlreadyExists", "exists")]
-    client.objects["app"] = written(bundle({"data": {"a": "1"}}))
-    result = reconciler(client, b).reconcile("demo/app")
+    kube = FakeKube()
+    r = reconciler(kube, b)
+    kube.tracker.add(CONFIGMAPS, written(bundle({"data": {"a": "1"}})))  # not cached yet
+    result = r.reconcile("demo/app")
     assert result.action is Action.UPDATE
-    assert [a for a in client.actions if a[1] == "configmaps"] == [
+    assert [c for c in calls(kube) if c[1] == "configmaps"] == [
         ("create", "configmaps", "app"),
         ("get", "configmaps", "app"),
         ("update", "configmaps", "app"),
     ]
+    assert stored_configmap(kube)["data"] == {"a": "2"}
+
+
+def foreign_configmap() -> dict[str, Any]:
+    """A ConfigMap ``demo/app`` someone else made."""
+    return {"metadata": {"name": "app", "namespace": "demo", "uid": "x"}, "data": {"k": "mine"}}
 
 
 def test_already_exists_foreign_configmap_becomes_conflict() -> None:
-    client = FakeClient()
-    client.errors["create"] = [ApiError(409, "AlreadyExists", "exists")]
-    client.objects["app"] = {
-        "metadata": {"name": "app", "namespace": "demo", "uid": "x", "resourceVersion": "1"},
-        "data": {"k": "mine"},
-    }
-    result = reconciler(client, bundle()).reconcile("demo/app")
+    kube = FakeKube()
+    r = reconciler(kube, bundle())
+    kube.tracker.add(CONFIGMAPS, foreign_configmap())  # not cached yet
+    result = r.reconcile("demo/app")
     assert result.action is Action.CONFLICT
     assert result.reason is not None
     assert result.reason.value == "ConfigMapConflict"
     assert result.requeue_after == 15.0
-    assert ("update", "configmaps", "app") not in client.actions
+    assert ("update", "configmaps", "app") not in calls(kube)
+    assert stored_configmap(kube)["data"] == {"k": "mine"}
 
 
 def test_released_configmap_is_taken_back_with_an_event() -> None:
@@ -229,42 +213,51 @@ def test_released_configmap_is_taken_back_with_an_event() -> None:
     cm["metadata"]["ownerReferences"] = []
     cm["metadata"]["labels"] = {}
     cm["metadata"]["annotations"] = {"cbop.dev/released-by": "demo/app"}
-    client = FakeClient()
-    client.errors["create"] = [ApiError(409, "AlreadyExists", "exists")]
-    client.objects["app"] = cm
+    kube = FakeKube()
     again = bundle(spec, finalizers=["cbop.dev/orphan"])
-    r = reconciler(client, again)
+    r = reconciler(kube, again)
+    kube.tracker.add(CONFIGMAPS, cm)  # not in the managed-ConfigMap cache
     result = r.reconcile("demo/app")
     assert result.action is Action.UPDATE
     assert result.ready == "True"
     assert isinstance(r._recorder, EventRecorder)
     assert r._recorder.flush()
-    events = [
-        b for (v, res, _), b in zip(client.actions, client.bodies, strict=True) if res == "events"
-    ]
+    events = [a.body for a in kube.actions if a.resource == "events"]
     assert [e["reason"] for e in events] == ["Adopted"]
     assert "taken back" in events[0]["message"]
+    assert stored_configmap(kube)["metadata"]["ownerReferences"][0]["name"] == "app"
 
 
 def test_conflict_on_update_is_a_quiet_requeue() -> None:
     b = bundle({"data": {"a": "2"}}, generation=2)
-    client = FakeClient()
-    client.errors["update"] = [ApiError(409, "Conflict", "the object has been modified")]
+    kube = FakeKube()
+    r = reconciler(kube, b, written(bundle({"data": {"a": "1"}})))
+    # Someone changes the ConfigMap after the cache saw it: the update is stale.
+    edited = stored_configmap(kube)
+    edited["metadata"].setdefault("annotations", {})["note"] = "edited"
+    kube.tracker.put(CONFIGMAPS, edited)
     with pytest.raises(Requeue):
-        reconciler(client, b, written(bundle({"data": {"a": "1"}}))).reconcile("demo/app")
-    assert not [a for a in client.actions if a[0] == "patch/status"]
+        r.reconcile("demo/app")
+    assert ("update", "configmaps", "app") in calls(kube)
+    assert not [c for c in calls(kube) if c[0] == "patch/status"]
+    assert stored_configmap(kube)["data"] == {"a": "1"}
 
 
 def test_api_rejection_is_reported_as_invalid_spec_without_retry() -> None:
-    client = FakeClient()
-    client.errors["create"] = [
-        ApiError(422, "Invalid", 'ConfigMap "app" is invalid: metadata.labels: Invalid value')
-    ]
-    result = reconciler(client, bundle()).reconcile("demo/app")
+    kube = FakeKube()
+    kube.prepend_reactor(
+        "create",
+        "configmaps",
+        fail(
+            ApiError(422, "Invalid", 'ConfigMap "app" is invalid: metadata.labels: Invalid value'),
+            times=1,
+        ),
+    )
+    result = reconciler(kube, bundle()).reconcile("demo/app")
     assert result.action is Action.INVALID
     assert result.reason is not None
     assert result.reason.value == "InvalidSpec"
-    status = client.bodies[client.actions.index(("patch/status", "configbundles", "app"))]["status"]
+    status = status_of(kube)
     assert status["conditions"][0]["reason"] == "InvalidSpec"
     assert "metadata.labels" in status["conditions"][0]["message"]
 
@@ -274,26 +267,28 @@ def test_request_too_large_is_terminal_with_the_numbers(verb: str) -> None:
     """A 413 is no retry loop: ConfigMapTooLarge, with the body size and the limit."""
     b = bundle({"data": {"a": "2"}}, generation=2)
     cms = [written(bundle({"data": {"a": "1"}}))] if verb == "update" else []
-    client = FakeClient()
+    kube = FakeKube()
     too_large = ApiError(413, "RequestEntityTooLarge", "Request entity too large: limit is 3145728")
     too_large.request_bytes = 3_145_812
-    client.errors[verb] = [too_large]
-    result = reconciler(client, b, *cms).reconcile("demo/app")
+    kube.prepend_reactor(verb, "configmaps", fail(too_large, times=1))
+    result = reconciler(kube, b, *cms).reconcile("demo/app")
     assert result.action is Action.INVALID
     assert result.reason is not None
     assert result.reason.value == "ConfigMapTooLarge"
-    status = client.bodies[client.actions.index(("patch/status", "configbundles", "app"))]["status"]
+    status = status_of(kube)
     message = status["conditions"][0]["message"]
     assert status["conditions"][0]["reason"] == "ConfigMapTooLarge"
     assert "3,145,812-byte" in message
     assert "limit is 3145728" in message
-    assert [a for a in client.actions if a[1] == "configmaps"] == [(verb, "configmaps", "app")]
+    assert [c for c in calls(kube) if c[1] == "configmaps"] == [(verb, "configmaps", "app")]
 
 
 def test_bad_request_is_terminal() -> None:
-    client = FakeClient()
-    client.errors["create"] = [ApiError(400, "BadRequest", "the body is not a ConfigMap")]
-    result = reconciler(client, bundle()).reconcile("demo/app")
+    kube = FakeKube()
+    kube.prepend_reactor(
+        "create", "configmaps", fail(errors.bad_request("the body is not a ConfigMap"), times=1)
+    )
+    result = reconciler(kube, bundle()).reconcile("demo/app")
     assert result.action is Action.INVALID
     assert result.reason is not None
     assert result.reason.value == "InvalidSpec"
@@ -301,22 +296,27 @@ def test_bad_request_is_terminal() -> None:
 
 
 def test_other_api_errors_are_reported_and_raised() -> None:
-    client = FakeClient()
-    client.errors["create"] = [ApiError(500, "InternalError", "etcd is down")]
+    kube = FakeKube()
+    kube.prepend_reactor(
+        "create", "configmaps", fail(errors.internal_error("etcd is down"), times=1)
+    )
     with pytest.raises(ApiError):
-        reconciler(client, bundle()).reconcile("demo/app")
-    status = client.bodies[client.actions.index(("patch/status", "configbundles", "app"))]["status"]
+        reconciler(kube, bundle()).reconcile("demo/app")
+    status = status_of(kube)
     assert status["conditions"][0]["reason"] == "ReconcileError"
     assert "etcd is down" in status["conditions"][0]["message"]
 
 
 def test_unanswered_write_is_not_reported_as_refused() -> None:
-    client = FakeClient()
-    client.errors["create"] = [ConnectionFailed("POST /api/v1/...: connection refused")]
+    kube = FakeKube()
+    kube.prepend_reactor(
+        "create",
+        "configmaps",
+        fail(ConnectionFailed("POST /api/v1/...: connection refused"), times=1),
+    )
     with pytest.raises(ConnectionFailed):
-        reconciler(client, bundle()).reconcile("demo/app")
-    status = client.bodies[client.actions.index(("patch/status", "configbundles", "app"))]["status"]
-    message = status["conditions"][0]["message"]
+        reconciler(kube, bundle()).reconcile("demo/app")
+    message = status_of(kube)["conditions"][0]["message"]
     assert message == (
         "a write got no answer from the API server: "
         "connection failed: POST /api/v1/...: connection refused"
@@ -325,29 +325,42 @@ def test_unanswered_write_is_not_reported_as_refused() -> None:
 
 def test_update_hitting_immutable_configmap_replaces_from_fresh_read() -> None:
     b = bundle({"data": {"a": "2"}}, generation=2)
-    stale = written(bundle({"data": {"a": "1"}}))
-    fresh = copy.deepcopy(stale)
+    kube = FakeKube()
+    r = reconciler(kube, b, written(bundle({"data": {"a": "1"}})))
+    # Someone makes the ConfigMap immutable after the cache saw it. The update's 422
+    # is scripted: validation is not modelled by the fake (and a real server would
+    # refuse the update's stale resourceVersion first).
+    fresh = stored_configmap(kube)
     fresh["immutable"] = True
-    client = FakeClient()
-    client.errors["update"] = [
-        ApiError(422, "Invalid", "data: Forbidden: field is immutable when `immutable` is set")
-    ]
-    client.objects["app"] = fresh
-    result = reconciler(client, b, stale).reconcile("demo/app")
+    fresh = kube.tracker.put(CONFIGMAPS, fresh)
+    kube.prepend_reactor(
+        "update",
+        "configmaps",
+        fail(
+            ApiError(422, "Invalid", "data: Forbidden: field is immutable when `immutable` is set"),
+            times=1,
+        ),
+    )
+    result = r.reconcile("demo/app")
     assert result.action is Action.REPLACE
-    verbs = [a for a in client.actions if a[1] == "configmaps"]
+    verbs = [c for c in calls(kube) if c[1] == "configmaps"]
     assert verbs[-2:] == [("delete", "configmaps", "app"), ("create", "configmaps", "app")]
-    pre = client.bodies[client.actions.index(("delete", "configmaps", "app"))]
-    assert pre == {"uid": "cm-uid", "resourceVersion": "7"}
+    assert preconditions_of(kube, "app") == {
+        "uid": "cm-uid",
+        "resourceVersion": fresh["metadata"]["resourceVersion"],
+    }
+    replaced = stored_configmap(kube)
+    assert replaced["data"] == {"a": "2"}
+    assert replaced["metadata"]["uid"] != "cm-uid"
 
 
 def test_invalid_spec_reports_once_and_writes_nothing_else() -> None:
     b = bundle({"data": {"bad key": "1"}})
-    client = FakeClient()
-    result = reconciler(client, b).reconcile("demo/app")
+    kube = FakeKube()
+    result = reconciler(kube, b).reconcile("demo/app")
     assert result.action is Action.INVALID
     assert result.requeue_after is None
-    assert client.writes() == [("patch/status", "configbundles", "app")]
+    assert writes(kube) == [("patch/status", "configbundles", "app")]
 
 
 @pytest.mark.parametrize(
@@ -361,30 +374,31 @@ def test_invalid_spec_reports_once_and_writes_nothing_else() -> None:
 def test_invalid_bundle_still_names_its_configmap(spec: dict[str, Any], shown: str | None) -> None:
     # The CONFIGMAP printer column (status.configMapName) and --once's CONFIGMAP column
     # show the name cbop would use while the rest of the spec is invalid.
-    client = FakeClient()
-    result = reconciler(client, bundle(spec)).reconcile("demo/app")
+    kube = FakeKube()
+    result = reconciler(kube, bundle(spec)).reconcile("demo/app")
     assert result.action is Action.INVALID
     assert result.config_map == shown
-    status = client.bodies[client.actions.index(("patch/status", "configbundles", "app"))]["status"]
-    assert status.get("configMapName") == shown
+    assert status_of(kube).get("configMapName") == shown
 
 
 @pytest.mark.parametrize(
     ("data", "count"), [({"a": "1"}, "1 key,"), ({"a": "1", "b": "2"}, "2 keys,")]
 )
 def test_synced_message_counts_keys_in_english(data: dict[str, str], count: str) -> None:
-    client = FakeClient()
-    reconciler(client, bundle({"data": data})).reconcile("demo/app")
-    status = client.bodies[client.actions.index(("patch/status", "configbundles", "app"))]["status"]
+    kube = FakeKube()
+    reconciler(kube, bundle({"data": data})).reconcile("demo/app")
+    status = status_of(kube)
     assert f"matches the spec ({count} sha256:" in status["conditions"][0]["message"]
 
 
 def test_dry_run_writes_only_with_server_dry_run_and_returns_a_diff() -> None:
-    client = FakeClient()
-    result = reconciler(client, bundle({"data": {"a": "1"}}), dry_run=True).reconcile("demo/app")
+    kube = FakeKube()
+    result = reconciler(kube, bundle({"data": {"a": "1"}}), dry_run=True).reconcile("demo/app")
     assert result.action is Action.CREATE
     assert "+data:" in result.diff
-    assert client.writes() == [("create", "configmaps", "app")]  # sent with dryRun=All
+    assert writes(kube) == [("create", "configmaps", "app")]  # sent with dryRun=All
+    assert kube.write_actions()[0].options["dry_run"] is True
+    assert kube.tracker.objects(CONFIGMAPS) == []
 
 
 def test_orphan_release_strips_ownership_then_drops_finalizer() -> None:
@@ -392,31 +406,35 @@ def test_orphan_release_strips_ownership_then_drops_finalizer() -> None:
     live = bundle(spec)
     cm = written(live)
     gone = bundle(spec, finalizers=["cbop.dev/orphan"], deleting=True)
-    client = FakeClient()
-    result = reconciler(client, gone, cm).reconcile("demo/app")
+    kube = FakeKube()
+    result = reconciler(kube, gone, cm).reconcile("demo/app")
     assert result.action is Action.RELEASE
-    assert client.writes() == [("update", "configmaps", "app"), ("patch", "configbundles", "app")]
-    released = client.bodies[client.actions.index(("update", "configmaps", "app"))]
+    assert writes(kube) == [("update", "configmaps", "app"), ("patch", "configbundles", "app")]
+    released = body_of(kube, ("update", "configmaps", "app"))
     assert released["metadata"]["ownerReferences"] == []
-    finalizer_patch = client.bodies[client.actions.index(("patch", "configbundles", "app"))]
+    finalizer_patch = body_of(kube, ("patch", "configbundles", "app"))
     assert finalizer_patch["metadata"]["finalizers"] == []
+    # The last finalizer gone, the bundle goes; its ConfigMap stays, owned by nobody.
+    assert kube.tracker.objects(CONFIGBUNDLES) == []
+    assert stored_configmap(kube)["metadata"]["ownerReferences"] == []
 
 
 def test_stale_configmap_after_rename_is_deleted_with_uid_precondition() -> None:
     old = written(bundle({"data": {"a": "1"}}))
     b = bundle({"data": {"a": "1"}, "configMapName": "new"}, generation=2)
-    client = FakeClient()
-    reconciler(client, b, old).reconcile("demo/app")
-    assert ("create", "configmaps", "new") in client.actions
-    assert ("delete", "configmaps", "app") in client.actions
-    assert client.bodies[client.actions.index(("delete", "configmaps", "app"))] == {"uid": "cm-uid"}
+    kube = FakeKube()
+    reconciler(kube, b, old).reconcile("demo/app")
+    assert ("create", "configmaps", "new") in calls(kube)
+    assert ("delete", "configmaps", "app") in calls(kube)
+    assert preconditions_of(kube, "app") == {"uid": "cm-uid"}
+    assert [c["metadata"]["name"] for c in kube.tracker.objects(CONFIGMAPS)] == ["new"]
 
 
 def test_bundle_gone_from_cache_does_nothing() -> None:
-    client = FakeClient()
-    r = Reconciler(client=client, bundles=lister(), configmaps=lister())
+    kube = FakeKube()
+    r = Reconciler(client=kube, bundles=lister(), configmaps=lister())
     assert r.reconcile("demo/app").action is None
-    assert client.actions == []
+    assert kube.actions == []
 
 
 def test_decide_matches_written_state() -> None:
@@ -425,22 +443,18 @@ def test_decide_matches_written_state() -> None:
 
 
 def test_conflict_recheck_reads_instead_of_failing_a_create_again() -> None:
-    client = FakeClient()
-    client.errors["create"] = [ApiError(409, "AlreadyExists", "exists")]
-    client.objects["app"] = {
-        "metadata": {"name": "app", "namespace": "demo", "uid": "x", "resourceVersion": "1"},
-        "data": {"k": "mine"},
-    }
-    r = reconciler(client, bundle())
+    kube = FakeKube()
+    r = reconciler(kube, bundle())
+    kube.tracker.add(CONFIGMAPS, foreign_configmap())  # not cached
     assert r.reconcile("demo/app").action is Action.CONFLICT
-    client.actions.clear()
+    kube.clear_actions()
     assert r.reconcile("demo/app").action is Action.CONFLICT
-    assert [a for a in client.actions if a[1] == "configmaps"] == [("get", "configmaps", "app")]
+    assert [c for c in calls(kube) if c[1] == "configmaps"] == [("get", "configmaps", "app")]
     # The blocker goes away: the next recheck creates.
-    del client.objects["app"]
-    client.actions.clear()
+    kube.tracker.remove(CONFIGMAPS, "demo", "app")
+    kube.clear_actions()
     assert r.reconcile("demo/app").action is Action.CREATE
-    assert ("create", "configmaps", "app") in client.actions
+    assert ("create", "configmaps", "app") in calls(kube)
 
 
 # -- dry runs never claim a pending change is in sync (issue 11, item 1) -----------------
@@ -464,8 +478,8 @@ def test_dry_run_result_says_the_change_is_pending(
 ) -> None:
     cms = [written(bundle(live_spec))] if live_spec is not None else []
     b = bundle(spec, status=synced_status(), generation=2)
-    client = FakeClient()
-    result = reconciler(client, b, *cms, dry_run=True).reconcile("demo/app")
+    kube = FakeKube()
+    result = reconciler(kube, b, *cms, dry_run=True).reconcile("demo/app")
     assert result.action is action
     assert result.pending
     assert result.message.startswith(f"would {action.value} ConfigMap app")
@@ -475,35 +489,37 @@ def test_dry_run_result_says_the_change_is_pending(
 
 def test_dry_run_of_a_bundle_in_sync_has_nothing_pending() -> None:
     b = converged_bundle({"data": {"a": "1"}})
-    client = FakeClient()
-    result = reconciler(client, b, written(b), dry_run=True).reconcile("demo/app")
+    kube = FakeKube()
+    result = reconciler(kube, b, written(b), dry_run=True).reconcile("demo/app")
     assert result.action is Action.NONE
     assert not result.pending
     assert result.ready == "True"
     assert result.diff == ""
-    assert client.writes() == []
+    assert writes(kube) == []
 
 
 def test_dry_run_counts_a_stale_configmap_and_a_finalizer_as_pending() -> None:
     old = written(bundle({"data": {"a": "1"}}))
     renamed = bundle({"data": {"a": "1"}, "configMapName": "new"}, generation=2)
-    client = FakeClient()
-    result = reconciler(client, renamed, old, written(renamed), dry_run=True).reconcile("demo/app")
+    kube = FakeKube()
+    result = reconciler(kube, renamed, old, written(renamed), dry_run=True).reconcile("demo/app")
     assert result.action is Action.NONE
     assert result.pending
     assert "would delete ConfigMap app" in result.message
-    assert client.writes() == []
+    assert writes(kube) == []
     orphan = bundle({"data": {"a": "1"}, "deletionPolicy": "Orphan"})
-    result = reconciler(client, orphan, written(orphan), dry_run=True).reconcile("demo/app")
+    kube = FakeKube()
+    result = reconciler(kube, orphan, written(orphan), dry_run=True).reconcile("demo/app")
     assert result.pending
     assert "would add the cbop.dev/orphan finalizer" in result.message
-    assert client.writes() == []
+    assert writes(kube) == []
+    assert "finalizers" not in kube.tracker.get(CONFIGBUNDLES, "demo", "app")["metadata"]
 
 
 def test_dry_run_log_never_says_reconciled() -> None:
-    client = FakeClient()
+    kube = FakeKube()
     with structlog.testing.capture_logs() as logs:
-        reconciler(client, bundle({"data": {"a": "1"}}), dry_run=True).reconcile("demo/app")
+        reconciler(kube, bundle({"data": {"a": "1"}}), dry_run=True).reconcile("demo/app")
     assert [e["event"] for e in logs] == ["dry run: change pending"]
     assert logs[0]["action"] == "create"
     assert logs[0]["ready_after"] == "True"
@@ -524,40 +540,30 @@ def test_a_stale_cache_read_after_a_status_write_writes_no_status_again(
     event is on the way) and a resync or another event reconciles it again: no second
     status write (it would differ only in lastTransitionTime)."""
     b = bundle(spec)
-    client = FakeClient()
-    r = reconciler(client, b)
+    kube = FakeKube()
+    r = reconciler(kube, b)
     r.reconcile("demo/app")
-    first = [a for a in client.writes() if a[0] == "patch/status"]
+    first = [a for a in writes(kube) if a[0] == "patch/status"]
     assert first == [("patch/status", "configbundles", "app")]
     later = datetime.datetime(2026, 1, 2, 3, 9, 5, tzinfo=datetime.UTC)
     r._now = lambda: later
-    configmaps = [
-        body
-        for (verb, _, _), body in zip(client.actions, client.bodies, strict=True)
-        if verb == "create" and body and body.get("kind") == "ConfigMap"
-    ]
-    if configmaps:
-        r._configmaps = lister(configmaps[0])
+    r._configmaps = cached(kube, CONFIGMAPS)  # the ConfigMap's event came first
     r.reconcile("demo/app")  # the same cached bundle, without the status written above
-    assert [a for a in client.writes() if a[0] == "patch/status"] == first
-    # Once the cache shows a newer version of the bundle, its own status counts again.
-    newer = copy.deepcopy(b)
-    newer["metadata"]["resourceVersion"] = "2000"
-    r._bundles = lister(newer)
+    assert [a for a in writes(kube) if a[0] == "patch/status"] == first
+    # Once the cache shows a newer version of the bundle, its own status counts again:
+    # here one whose status someone cleared.
+    cleared = kube.tracker.get(CONFIGBUNDLES, "demo", "app")
+    del cleared["status"]
+    kube.tracker.update(CONFIGBUNDLES, "demo", "app", cleared, "status")
+    r._bundles = cached(kube, CONFIGBUNDLES)
     r.reconcile("demo/app")
-    assert len([a for a in client.writes() if a[0] == "patch/status"]) == 2
-
-
-def _with_rv(obj: dict[str, Any], rv: str) -> dict[str, Any]:
-    obj = copy.deepcopy(obj)
-    obj["metadata"]["resourceVersion"] = rv
-    return obj
+    assert len([a for a in writes(kube) if a[0] == "patch/status"]) == 2
 
 
 def test_a_resync_of_a_converged_bundle_repeats_the_outcome_without_deciding_again() -> None:
     b = converged_bundle({"data": {"a": "1"}})
-    client = FakeClient()
-    r = reconciler(client, b, written(b))
+    kube = FakeKube()
+    r = reconciler(kube, b, written(b))
     first = r.reconcile("demo/app")
     decided = r._memo.hits + r._memo.misses
     for _ in range(3):
@@ -565,7 +571,7 @@ def test_a_resync_of_a_converged_bundle_repeats_the_outcome_without_deciding_aga
     # Nothing is looked up again: the ConfigMap's name is stored with the outcome.
     assert r._memo.hits + r._memo.misses == decided
     assert first.action is Action.NONE
-    assert client.actions == []
+    assert kube.actions == []
 
 
 def test_a_first_look_at_a_converged_bundle_keeps_only_its_outcome() -> None:
@@ -573,20 +579,20 @@ def test_a_first_look_at_a_converged_bundle_keeps_only_its_outcome() -> None:
     # writes nothing and is followed by no watch event: its parsed spec, desired
     # ConfigMap and verdict would only push others out of the working set.
     b = converged_bundle({"data": {"a": "1"}})
-    client = FakeClient()
-    r = reconciler(client, b, written(b))
+    kube = FakeKube()
+    r = reconciler(kube, b, written(b))
     assert r.reconcile("demo/app").action is Action.NONE
-    assert client.actions == []
+    assert kube.actions == []
     assert (len(r._memo._specs), len(r._memo._desired), len(r._memo._synced)) == (0, 0, 0)
     assert len(r._memo._noops) == 1
 
 
 def test_a_first_look_that_writes_only_the_status_keeps_its_spec_for_the_status_event() -> None:
     b = bundle({"data": {"a": "1"}})  # in sync, but its status says nothing yet
-    client = FakeClient()
-    r = reconciler(client, b, written(b))
+    kube = FakeKube()
+    r = reconciler(kube, b, written(b))
     assert r.reconcile("demo/app").action is Action.NONE
-    assert [a[0] for a in client.writes()] == ["patch/status"]
+    assert [a[0] for a in writes(kube)] == ["patch/status"]
     assert (len(r._memo._specs), len(r._memo._desired)) == (1, 1)
 
 
@@ -594,18 +600,19 @@ def test_a_writing_reconcile_keeps_its_spec_for_the_reconciles_its_watch_events_
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     b = converged_bundle({"data": {"a": "1"}})
-    cm = written(b)
-    tampered = _with_rv(cm, "777")
+    tampered = written(b)
     tampered["data"] = {"a": "edited"}
-    client = FakeClient()
-    r = reconciler(client, b, tampered)
+    kube = FakeKube()
+    r = reconciler(kube, b, tampered)
     assert r.reconcile("demo/app").action is Action.UPDATE
+    healed = stored_configmap(kube)
+    assert healed["data"] == {"a": "1"}
     assert (len(r._memo._specs), len(r._memo._desired)) == (1, 1)
     # The update's watch event: the healed ConfigMap, a new resourceVersion. Its
     # reconcile parses and renders nothing, and keeps its verdict for the next one.
     parsed: list[object] = []
     monkeypatch.setattr("cbop.configbundle.memo.parse_spec", parsed.append)
-    r._configmaps = lister(_with_rv(cm, "778"))
+    r._configmaps = cached(kube, CONFIGMAPS)
     assert r.reconcile("demo/app").action is Action.NONE
     assert parsed == []
     assert len(r._memo._synced) == 1
@@ -615,8 +622,8 @@ def test_a_resync_repeats_the_outcome_after_the_spec_and_desired_entries_were_ev
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     b = converged_bundle({"data": {"a": "1"}})
-    client = FakeClient()
-    r = reconciler(client, b, written(b))
+    kube = FakeKube()
+    r = reconciler(kube, b, written(b))
     first = r.reconcile("demo/app")
     assert first.action is Action.NONE
     # A full reconcile of other bundles pushes this one's parsed spec and desired
@@ -629,63 +636,68 @@ def test_a_resync_repeats_the_outcome_after_the_spec_and_desired_entries_were_ev
     for _ in range(3):
         assert r.reconcile("demo/app") == first
     assert parsed == []
-    assert client.actions == []
+    assert kube.actions == []
 
 
 def test_a_configmap_deleted_after_a_no_op_reconcile_is_created_again() -> None:
     b = converged_bundle({"data": {"a": "1"}})
-    client = FakeClient()
-    r = reconciler(client, b, written(b))
+    kube = FakeKube()
+    r = reconciler(kube, b, written(b))
     assert r.reconcile("demo/app").action is Action.NONE
-    r._configmaps = lister()
+    kube.tracker.delete(CONFIGMAPS, "demo", "app")  # by someone else
+    r._configmaps = cached(kube, CONFIGMAPS)
     assert r.reconcile("demo/app").action is Action.CREATE
-    assert client.writes() == [("create", "configmaps", "app")]
+    assert writes(kube) == [("create", "configmaps", "app")]
 
 
 def test_a_configmap_changed_after_a_no_op_reconcile_is_healed() -> None:
     b = converged_bundle({"data": {"a": "1"}})
-    client = FakeClient()
-    r = reconciler(client, b, written(b))
+    kube = FakeKube()
+    r = reconciler(kube, b, written(b))
     assert r.reconcile("demo/app").action is Action.NONE
-    tampered = _with_rv(written(b), "8")
+    tampered = stored_configmap(kube)
     tampered["data"] = {"a": "tampered"}
-    r._configmaps = lister(tampered)
+    kube.tracker.put(CONFIGMAPS, tampered)
+    r._configmaps = cached(kube, CONFIGMAPS)
     assert r.reconcile("demo/app").action is Action.UPDATE
-    assert client.writes() == [("update", "configmaps", "app")]
+    assert writes(kube) == [("update", "configmaps", "app")]
 
 
 def test_a_changed_bundle_after_a_no_op_reconcile_is_decided_again() -> None:
     b = converged_bundle({"data": {"a": "1"}})
-    client = FakeClient()
-    r = reconciler(client, b, written(b))
+    kube = FakeKube()
+    r = reconciler(kube, b, written(b))
     assert r.reconcile("demo/app").action is Action.NONE
-    changed = _with_rv(b, "200")
-    changed["metadata"]["generation"] = 2
+    changed = kube.tracker.get(CONFIGBUNDLES, "demo", "app")
     changed["spec"] = {"data": {"a": "2"}}
-    r._bundles = lister(changed)
+    assert kube.tracker.put(CONFIGBUNDLES, changed)["metadata"]["generation"] == 2
+    r._bundles = cached(kube, CONFIGBUNDLES)
     assert r.reconcile("demo/app").action is Action.UPDATE
-    assert ("update", "configmaps", "app") in client.writes()
+    assert ("update", "configmaps", "app") in writes(kube)
 
 
 def test_a_stale_configmap_appearing_after_a_no_op_reconcile_is_deleted() -> None:
     """Neither the bundle nor its ConfigMap changed, but another ConfigMap it controls
     appeared in the cache (e.g. from a relist): it is deleted, as by a full reconcile."""
     b = converged_bundle({"data": {"a": "1"}})
-    client = FakeClient()
+    kube = FakeKube()
     current = written(b)
-    r = reconciler(client, b, current)
+    r = reconciler(kube, b, current)
     assert r.reconcile("demo/app").action is Action.NONE
     stale = copy.deepcopy(current)
     stale["metadata"].update(name="old", uid="old-uid")
-    r._configmaps = lister(current, stale)
+    kube.tracker.add(CONFIGMAPS, stale)
+    r._configmaps = cached(kube, CONFIGMAPS)
     assert r.reconcile("demo/app").action is Action.NONE
-    assert client.writes() == [("delete", "configmaps", "old")]
+    assert writes(kube) == [("delete", "configmaps", "old")]
+    assert preconditions_of(kube, "old") == {"uid": "old-uid"}
+    assert [c["metadata"]["name"] for c in kube.tracker.objects(CONFIGMAPS)] == ["app"]
 
 
 def test_a_dry_run_never_repeats_a_stored_outcome() -> None:
     b = converged_bundle({"data": {"a": "1"}})
-    client = FakeClient()
-    r = reconciler(client, b, written(b), dry_run=True)
+    kube = FakeKube()
+    r = reconciler(kube, b, written(b), dry_run=True)
     with structlog.testing.capture_logs() as logs:
         first = r.reconcile("demo/app")
         assert r.reconcile("demo/app") == first

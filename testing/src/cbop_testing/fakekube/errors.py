@@ -24,6 +24,7 @@ __all__ = [
     "forbidden",
     "internal_error",
     "invalid",
+    "namespace_terminating",
     "not_found",
     "precondition_failed",
     "status_error",
@@ -180,6 +181,26 @@ def forbidden(res: Resource, verb: str, namespace: str | None, user: str = "test
         f"{group}{scope}"
     )
     return status_error(403, "Forbidden", message, details={"group": res.group, "kind": res.plural})
+
+
+def namespace_terminating(namespace: str) -> ApiError:
+    """``403 Forbidden`` with cause ``NamespaceTerminating``, as NamespaceLifecycle admission."""
+    return status_error(
+        403,
+        "Forbidden",
+        f"unable to create new content in namespace {namespace} because it is being terminated",
+        details={
+            "name": namespace,
+            "kind": "namespaces",
+            "causes": [
+                {
+                    "reason": "NamespaceTerminating",
+                    "message": f"namespace {namespace} is being terminated",
+                    "field": "metadata.namespace",
+                }
+            ],
+        },
+    )
 
 
 def bad_request(message: str) -> ApiError:

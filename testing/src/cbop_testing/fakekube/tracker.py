@@ -4,7 +4,8 @@ This module owns :class:`ObjectTracker`, modelled on client-go's ``testing.Objec
 but closer to a real API server where cbop depends on it:
 
 * one resourceVersion counter across every resource (as etcd's revision); a write that
-  changes nothing gets no new resourceVersion and sends no watch event;
+  changes nothing (no field, and no field's owner) gets no new resourceVersion and
+  sends no watch event;
 * ``metadata.generation`` is 1 on create and grows on spec changes for resources with
   a status subresource (:data:`STATUS_SUBRESOURCES`); their main resource ignores
   ``status`` and their ``status`` subresource writes only ``status``;
@@ -18,6 +19,9 @@ but closer to a real API server where cbop depends on it:
   demand (:meth:`ObjectTracker.bookmark`), and ``410 Expired`` for a resourceVersion
   older than the last :meth:`ObjectTracker.compact`;
 * dry runs answer as the write would and store nothing;
+* with ``namespace_lifecycle``, creates in a namespace the tracker does not store are
+  ``404 NotFound`` and in one being deleted ``403 Forbidden`` (cause
+  ``NamespaceTerminating``), as the API server's NamespaceLifecycle admission plugin;
 * server-side apply and field ownership as :mod:`cbop_testing.fakekube.fields` models it.
 
 Tests seed objects with :meth:`ObjectTracker.add` and write as another client (kubectl,
@@ -37,9 +41,11 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from cbop.kube import (
+    CLUSTERCONFIGBUNDLES,
     CONFIGBUNDLES,
     DAEMONSETS,
     DEPLOYMENTS,
+    NAMESPACES,
     STATEFULSETS,
     Resource,
 )
@@ -53,7 +59,8 @@ __all__ = ["STATUS_SUBRESOURCES", "ObjectTracker"]
 
 #: ``(group, plural)`` of the resources that have a ``status`` subresource by default.
 STATUS_SUBRESOURCES: Final[frozenset[tuple[str, str]]] = frozenset(
-    (r.group, r.plural) for r in (CONFIGBUNDLES, DEPLOYMENTS, STATEFULSETS, DAEMONSETS)
+    (r.group, r.plural)
+    for r in (CONFIGBUNDLES, CLUSTERCONFIGBUNDLES, DEPLOYMENTS, STATEFULSETS, DAEMONSETS)
 )
 
 _GroupPlural = tuple[str, str]
@@ -113,6 +120,9 @@ class ObjectTracker:
         write_managed_fields: also write ``metadata.managedFields`` into objects
             (ownership is always tracked for apply conflicts; off by default so that
             objects compare equal to what tests build).
+        namespace_lifecycle: refuse creates of namespaced objects in a namespace that
+            is not stored or is being deleted (off by default, so tests need not seed
+            Namespaces).
     """
 
     def __init__(
@@ -121,8 +131,10 @@ class ObjectTracker:
         status_subresources: Iterable[tuple[str, str]] = STATUS_SUBRESOURCES,
         now: Callable[[], float] = time.time,
         write_managed_fields: bool = False,
+        namespace_lifecycle: bool = False,
     ) -> None:
         self._lock = threading.RLock()
+        self._namespace_lifecycle = namespace_lifecycle
         self._status = frozenset(status_subresources)
         self._now = now
         self._write_managed_fields = write_managed_fields
@@ -510,6 +522,8 @@ class ObjectTracker:
                 raise errors.bad_request(
                     "resourceVersion should not be set on objects to be created"
                 )
+            if res.namespaced and self._namespace_lifecycle:
+                self._admit_namespace(str(namespace))
             key = self._key(res, namespace, meta["name"])
             if key in self._objects.get(_gp(res), {}):
                 raise errors.already_exists(res, meta["name"])
@@ -530,6 +544,14 @@ class ObjectTracker:
             self._objects.setdefault(_gp(res), {})[key] = new
             self._emit(res, "ADDED", new)
             return copy.deepcopy(new)
+
+    def _admit_namespace(self, namespace: str) -> None:
+        """Refuse a create in ``namespace`` as NamespaceLifecycle admission does."""
+        stored = self._objects.get(_gp(NAMESPACES), {}).get(("", namespace))
+        if stored is None:
+            raise errors.not_found(NAMESPACES, namespace)
+        if stored["metadata"].get("deletionTimestamp"):
+            raise errors.namespace_terminating(namespace)
 
     def update(
         self,
@@ -682,13 +704,18 @@ class ObjectTracker:
                 else:
                     new.pop("status", None)
         key = self._key(res, meta_now.get("namespace"), meta_now["name"])
-        if _comparable(new) == _comparable(current):
-            return copy.deepcopy(current)
-        if self.has_status_subresource(res) and _spec_of(new) != _spec_of(current):
-            new["metadata"]["generation"] = int(meta_now.get("generation", 1)) + 1
         owners = ownership if ownership is not None else self._ownership(res, key).copy()
         if record_fields:
             owners.record_update(field_manager or "unknown", current, new, subresource=subresource)
+        # A write that changes nothing, not even who owns which field (an apply of the
+        # values already there does: its manager takes them), is no write.
+        if (
+            _comparable(new) == _comparable(current)
+            and owners.owners == self._ownership(res, key).owners
+        ):
+            return copy.deepcopy(current)
+        if self.has_status_subresource(res) and _spec_of(new) != _spec_of(current):
+            new["metadata"]["generation"] = int(meta_now.get("generation", 1)) + 1
         if dry_run:
             new["metadata"]["resourceVersion"] = meta_now["resourceVersion"]
             return copy.deepcopy(new)
