@@ -1,3 +1,4 @@
-"""Test-suite wiring: the operator's e2e fixtures live in tests/e2e/fixtures.py."""
+"""Test-suite wiring: the control-plane fixtures (tests/e2e/control_plane.py) and the
+operator's e2e fixtures (tests/e2e/fixtures.py), for the e2e and the tooling tests."""
 
-pytest_plugins = ["tests.e2e.fixtures"]
+pytest_plugins = ["tests.e2e.control_plane", "tests.e2e.fixtures"]

@@ -33,10 +33,9 @@ from cryptography.x509.oid import NameOID
 from cbop.api import FINALIZER_ORPHAN, LABEL_BUNDLE, LABEL_MANAGED_BY
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, KubeClient
 from cbop_testing.envtest import find_binaries, process
-
-from .fixtures import CRDS
-from .harness import REPO, bundle, error_lines, free_port, run_cli, wait_for
-from .images import BUILD_TIMEOUT
+from tests.e2e.fixtures import CRDS
+from tests.e2e.harness import REPO, bundle, error_lines, free_port, run_cli, wait_for
+from tests.e2e.images import BUILD_TIMEOUT
 
 DEV = REPO / "hack" / "dev.sh"
 CRD_NAME = "configbundles.cbop.dev"
