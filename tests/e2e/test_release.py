@@ -35,6 +35,8 @@ from .harness import REPO, wait_for
 from .helm import helm_binary
 from .images import BUILD_TIMEOUT, podman_env
 
+pytestmark = pytest.mark.node
+
 VERSION = __version__
 #: The image name in the archive: what containerd calls an imported ``cbop:<version>``.
 IMAGE = f"docker.io/library/cbop:{VERSION}"

@@ -473,6 +473,7 @@ def test_the_dev_cluster_runs_kube_controller_managers_default_controllers(
         assert not errors, "\n".join(errors)
 
 
+@pytest.mark.node
 @pytest.mark.timeout(BUILD_TIMEOUT + 900)
 def test_make_dev_cluster_with_a_node_serves_kubectl_logs_and_exec(tmp_path: Path) -> None:
     """`make dev-cluster WITH_NODE=1` as docs/control-plane.md has a user run it; the API
