@@ -8,8 +8,8 @@ PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help all venv binaries tools test test-unit test-e2e lint crds fmt dev dev-cluster \
-        dev-cluster-down run install uninstall deploy undeploy bench clean release
+.PHONY: help all venv binaries tools test test-unit test-tooling test-e2e lint crds fmt dev \
+        dev-cluster dev-cluster-down run install uninstall deploy undeploy bench clean release
 
 .DEFAULT_GOAL := all
 
@@ -44,12 +44,19 @@ tools: ## install promtool (Debian's prometheus) when missing
 	  else echo "promtool is missing: install Debian's prometheus package" >&2; exit 1; fi; }
 
 # Lint first: a broken contract, a type error or a format slip fails in a minute,
-# before the half-hour of tests.
-test: venv lint binaries tools ## lint, then unit and e2e tests (PYTEST_ARGS=...)
-	$(PY) -m pytest tests $(PYTEST_ARGS)
+# before the half-hour of tests. Then the tiers in one pytest session, fastest first
+# (one control plane serves the tooling and e2e tests): a broken unit test fails in a
+# minute too. README.md, "Tests", describes the tiers and their markers.
+TIERS := tests/unit tests/tooling tests/e2e
 
-test-unit: venv ## unit tests only
+test: venv lint binaries tools ## lint, then the unit, tooling and e2e tests (PYTEST_ARGS=...)
+	$(PY) -m pytest $(TIERS) $(PYTEST_ARGS)
+
+test-unit: venv ## the operator's unit tests (about a minute)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+test-tooling: venv binaries ## tests of the Makefile, hack/ scripts and the local control plane
+	$(PY) -m pytest tests/tooling $(PYTEST_ARGS)
 
 test-e2e: venv binaries tools ## e2e tests against a local control plane
 	$(PY) -m pytest tests/e2e $(PYTEST_ARGS)

@@ -37,7 +37,7 @@ from cbop.kube import (
 )
 from cbop_testing.envtest import ControlPlane
 
-from .conftest import START_TIMEOUT, _binaries
+from .control_plane import START_TIMEOUT, _binaries
 from .fixtures import install_crd
 from .harness import REPO, Operator, apiserver_writes, wait_for
 

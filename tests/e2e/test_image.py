@@ -13,6 +13,8 @@ import pytest
 
 from tests.e2e.images import BUILD_TIMEOUT, cbop_image, cbop_version, podman_env
 
+pytestmark = pytest.mark.node
+
 RUN_TIMEOUT = 120.0
 
 

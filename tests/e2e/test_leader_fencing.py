@@ -39,7 +39,7 @@ from cbop.manager import Manager, Options
 from cbop_testing.envtest import WRITES_AUDIT_POLICY, ControlPlane
 
 from . import audit
-from .conftest import START_TIMEOUT, _binaries
+from .control_plane import START_TIMEOUT, _binaries
 from .fixtures import install_crd
 from .harness import Operator, bundle, set_spec, wait_for
 

@@ -45,6 +45,8 @@ from cbop_testing.envtest.node import Node
 from tests.e2e.helm import CHART, helm_binary
 from tests.e2e.images import BUILD_TIMEOUT, cbop_image, pause_image, podman_env
 
+pytestmark = pytest.mark.node
+
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"
 NAMESPACE = "cbop-system"

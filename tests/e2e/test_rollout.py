@@ -1,13 +1,16 @@
 """The rollout controllers end to end: a real cbop process rolls real workloads.
 
-One control plane for the module, with kube-controller-manager's deployment,
-replicaset, statefulset and daemonset controllers, so a new ``cbop.dev/config-hash``
-really produces a new ReplicaSet (Deployment) or ControllerRevision (StatefulSet,
-DaemonSet). One cbop process (``--rollout``, 2 s resyncs) scoped to the module's
-namespace serves every test; the last test restarts it. cbop's writes to workloads
-are counted with the API server's own ``apiserver_request_total``: cbop is the only
-client in this control plane that applies (verb ``APPLY``) apps resources, so that
-count is cbop's rollout writes and nothing else.
+The session's control plane with kube-controller-manager's deployment, replicaset,
+statefulset and daemonset controllers (``workload_control_plane``, shared with
+test_rollout_apply.py, each module in a namespace of its own), so a new
+``cbop.dev/config-hash`` really produces a new ReplicaSet (Deployment) or
+ControllerRevision (StatefulSet, DaemonSet). One cbop process (``--rollout``, 2 s
+resyncs) scoped to the module's namespace serves every test; the last test restarts it.
+cbop's writes to workloads are counted with the API server's own
+``apiserver_request_total``: while these tests run, cbop is the only client in that
+control plane that applies (verb ``APPLY``) apps resources (test_rollout_apply.py's
+applies come before or after, never during), so each test's count is cbop's rollout
+writes and nothing else.
 
 Workloads from earlier tests stay in place, so the quiet checks at the end cover
 every workload of the module.
@@ -45,9 +48,8 @@ from cbop.rollout import (
 )
 from cbop_testing.envtest import ControlPlane
 
-from .fixtures import install_crd
 from .harness import Operator, apiserver_writes, bundle, events, ready, set_spec, wait_for
-from .workloads import WORKLOAD_CONTROLLERS, revisions
+from .workloads import revisions
 
 NAMESPACE = "rollout-e2e"
 APPS = ("deployments", "statefulsets", "daemonsets")
@@ -86,12 +88,9 @@ class Cbop:
 
 
 @pytest.fixture(scope="module")
-def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    with ControlPlane(
-        workdir=tmp_path_factory.mktemp("rollout-plane"), controllers=WORKLOAD_CONTROLLERS
-    ) as control_plane:
-        install_crd(control_plane)
-        yield control_plane
+def plane(workload_control_plane: ControlPlane) -> ControlPlane:
+    """The session's control plane with the workload controllers (tests/e2e/fixtures.py)."""
+    return workload_control_plane
 
 
 @pytest.fixture(scope="module")

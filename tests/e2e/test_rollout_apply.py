@@ -1,7 +1,8 @@
 """The rollout write on a real control plane: the server-side apply rolls, and only once.
 
 kube-controller-manager runs its deployment, replicaset, statefulset and daemonset
-controllers here, so a pod template change really produces a new ReplicaSet
+controllers in the control plane shared with test_rollout.py (``workload_control_plane``,
+this module in a namespace of its own), so a pod template change really produces a new ReplicaSet
 (Deployment) or ControllerRevision (StatefulSet, DaemonSet). No cbop process: the test
 sends :func:`cbop.rollout.apply_body` with cbop's own :class:`cbop.kube.KubeClient`, as
 the rollout reconciler does, and checks what docs/rollout.md promises:
@@ -21,7 +22,6 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -37,7 +37,7 @@ from cbop.rollout import (
 from cbop_testing.envtest import ControlPlane
 
 from .harness import wait_for
-from .workloads import WORKLOAD_CONTROLLERS, revisions
+from .workloads import revisions
 
 NAMESPACE = "rollout"
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
@@ -47,12 +47,11 @@ WAIT = 90.0
 
 
 @pytest.fixture(scope="module")
-def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeClient]:
-    workdir: Path = tmp_path_factory.mktemp("rollout")
-    with (
-        ControlPlane(workdir=workdir, controllers=WORKLOAD_CONTROLLERS) as control_plane,
-        KubeClient.from_config(kubeconfig=str(control_plane.kubeconfig_path), qps=0) as client,
-    ):
+def kube(workload_control_plane: ControlPlane) -> Iterator[KubeClient]:
+    """An admin client of the session's control plane with the workload controllers
+    (shared with test_rollout.py), the module's namespace created."""
+    config = str(workload_control_plane.kubeconfig_path)
+    with KubeClient.from_config(kubeconfig=config, qps=0) as client:
         client.create(NAMESPACES, None, {"metadata": {"name": NAMESPACE}})
         yield client
 

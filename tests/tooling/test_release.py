@@ -30,10 +30,11 @@ import yaml
 from cbop import __version__
 from cbop_testing.envtest import ControlPlane, find_binaries
 from cbop_testing.envtest.node import find_node_binaries
+from tests.e2e.harness import REPO, wait_for
+from tests.e2e.helm import helm_binary
+from tests.e2e.images import BUILD_TIMEOUT, podman_env
 
-from .harness import REPO, wait_for
-from .helm import helm_binary
-from .images import BUILD_TIMEOUT, podman_env
+pytestmark = pytest.mark.node
 
 VERSION = __version__
 #: The image name in the archive: what containerd calls an imported ``cbop:<version>``.

@@ -4,7 +4,7 @@ The stand-ins are shell scripts in a temporary ``XDG_CACHE_HOME`` that print wha
 real binaries print for their version. The real kubectl writes more after the version
 line; a stand-in that writes a lot after it makes any early-closing reader (``grep -q``)
 kill it with SIGPIPE every time, which is how the check used to fail at random; so a few
-runs suffice here (tests/e2e/test_dev_targets.py runs the check 100 times on the real
+runs suffice here (tests/tooling/test_dev_targets.py runs the check 100 times on the real
 binaries).
 """
 

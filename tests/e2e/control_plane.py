@@ -1,4 +1,7 @@
-"""Fixtures for end-to-end tests against a real local control plane (cbop_testing.envtest).
+"""Fixtures for tests against a real local control plane (cbop_testing.envtest).
+
+A plugin loaded by tests/conftest.py, so the e2e tests and the tooling tests that need a
+control plane (tests/tooling/test_dev_targets.py) share one.
 
 * ``control_plane`` (session): one :class:`cbop_testing.envtest.ControlPlane` for the session,
   with its work directory (and logs) under pytest's base temp directory.
@@ -9,7 +12,8 @@
   (without waiting for the deletion to finish).
 
 The binaries are resolved (and built if missing, which can take long) once after
-collection, outside any test's timeout. When they cannot be had the e2e tests fail with
+collection, outside any test's timeout, when an e2e test or a test using
+``control_plane`` was collected. When they cannot be had the e2e tests fail with
 the reason; they are never skipped (CI sets ``CI`` and must not pass without them).
 
 A failing test's report gets the tail of every component's log. After the session no
@@ -55,6 +59,9 @@ _STARTUP = pytest.StashKey[float]()
 
 
 def _is_e2e(item: pytest.Item) -> bool:
+    """Whether ``item`` is an e2e test or uses the session's control plane."""
+    if "control_plane" in getattr(item, "fixturenames", ()):
+        return True
     return _HERE in Path(str(item.path)).resolve().parents
 
 
@@ -187,7 +194,7 @@ def pytest_runtest_makereport(
     """Attach the component logs' tails to the report of a failed e2e test."""
     report: pytest.TestReport = yield
     control = item.config.stash.get(_SESSION_CP, None)
-    if report.failed:
+    if report.failed and _is_e2e(item):
         item.config.stash.setdefault(_FAILED, []).append(report.nodeid)
         if control is not None and control.running:
             report.sections.append(

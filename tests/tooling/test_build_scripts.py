@@ -18,7 +18,9 @@ RUNS = 8
 
 
 @pytest.mark.timeout(1800)
-@pytest.mark.parametrize("script", ["build-control-plane.sh", "build-node.sh"])
+@pytest.mark.parametrize(
+    "script", ["build-control-plane.sh", pytest.param("build-node.sh", marks=pytest.mark.node)]
+)
 def test_a_warm_cache_is_reused_every_time(script: str) -> None:
     env = {k: v for k, v in os.environ.items() if k != "KUBEBUILDER_ASSETS"}
 
