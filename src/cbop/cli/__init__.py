@@ -13,6 +13,7 @@ Modules, outermost first (an import-linter contract keeps them in this order):
   :func:`exit_code`);
 - ``cbop.cli.connect``: the API client and the ConfigBundle LIST that checks it;
 - ``cbop.cli.parser``: :func:`build_parser`, with the ``CBOP_*`` variables applied;
+  ``cbop.cli.plan``: the workloads a dry run's pending changes would roll;
 - ``cbop.cli.values``: durations, whole numbers, booleans, variable names;
 - ``cbop.cli.exits``: the exit codes and the one-line fatal error.
 

@@ -1,9 +1,10 @@
 """``cbop --once``: reconcile every bundle in scope once, print the outcome, exit.
 
 This module owns :func:`run_once`, its output (a table, with each pending change's
-diff in a dry run, or ``--output json``) and :func:`exit_code`, the exit code its
-results map to (see :mod:`cbop.cli.exits`). :mod:`cbop.cli.command` calls it when
-``--once`` is given.
+diff and the workloads it would roll in a dry run, or ``--output json``) and
+:func:`exit_code`, the exit code its results map to (see :mod:`cbop.cli.exits`).
+:mod:`cbop.cli.command` calls it when ``--once`` is given. The plan of the rollouts
+is :mod:`cbop.cli.plan`'s.
 """
 
 from __future__ import annotations
@@ -11,16 +12,26 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from cbop import defaults
+from cbop.api import MANAGED_SELECTOR
 from cbop.cli.exits import EXIT_NOT_READY, EXIT_OK, EXIT_PENDING, fail
+from cbop.cli.plan import (
+    ROLLOUTS_OFF,
+    Plan,
+    changed_namespaces,
+    list_workloads,
+    plan_rollouts,
+)
 from cbop.configbundle import Result
 from cbop.configbundle import controller as configbundle
 from cbop.informers import SharedInformerFactory
 from cbop.keys import split_key
-from cbop.kube import CONFIGBUNDLES, ApiError, ConnectionFailed, KubeClient
+from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, ConnectionFailed, KubeClient
 from cbop.runtime.events import EventRecorder
+from cbop.runtime.seams import Lister
 
 __all__ = ["exit_code", "run_once"]
 
@@ -51,6 +62,9 @@ def run_once(args: argparse.Namespace, client: KubeClient) -> int:
     reconciler = configbundle.new_reconciler(
         client, informers, recorder=recorder, dry_run=args.dry_run
     )
+    # The reconciler's own managed-ConfigMap cache (the factory shares one informer).
+    configmaps = informers.lister(CONFIGMAPS, label_selector=MANAGED_SELECTOR)
+    plans: dict[str, Plan] | None = None
     informers.start()
     try:
         timeout = defaults.ONCE_CACHE_SYNC_TIMEOUT
@@ -63,6 +77,8 @@ def run_once(args: argparse.Namespace, client: KubeClient) -> int:
             results = configbundle.reconcile_all(reconciler, informers.lister(CONFIGBUNDLES))
         except (ApiError, ConnectionFailed) as err:
             fail(f"reconcile failed: {err}")
+        if args.dry_run:
+            plans = _plan(args, client, results, configmaps)
     finally:
         informers.shutdown()
         if recorder is not None:
@@ -80,12 +96,13 @@ def run_once(args: argparse.Namespace, client: KubeClient) -> int:
                 "reason": r.reason.value if r.reason else None,
                 "message": r.message,
                 **({"diff": r.diff} if args.dry_run else {}),
+                **(_plan_json(plans.get(r.key)) if plans is not None else {}),
             }
             for r in results
         ]
         print(json.dumps(rows, indent=2))
     else:
-        print(_table(results, dry_run=args.dry_run))
+        print(_table(results, dry_run=args.dry_run, plans=plans))
     return exit_code(results)
 
 
@@ -102,7 +119,42 @@ def exit_code(results: Sequence[Result]) -> int:
     return EXIT_OK
 
 
-def _table(results: Sequence[Result], *, dry_run: bool) -> str:
+def _plan(
+    args: argparse.Namespace, client: KubeClient, results: Sequence[Result], configmaps: Lister
+) -> dict[str, Plan]:
+    """Return the rollout plan of a dry run's ``results`` (see :mod:`cbop.cli.plan`).
+
+    Lists workloads only in the namespaces with a pending change the rollout would
+    notice, and none at all under ``--no-rollout`` (every such bundle's plan then says
+    so).
+    """
+    namespaces = changed_namespaces(results, configmaps)
+    if not getattr(args, "rollout", True):
+        unknown = dict.fromkeys(namespaces, ROLLOUTS_OFF)
+        return plan_rollouts(results, configmaps, {}, unknown)
+    workloads, unknown = list_workloads(client.list, namespaces, cluster_scope=not args.namespaces)
+    return plan_rollouts(results, configmaps, workloads, unknown)
+
+
+def _plan_json(plan: Plan | None) -> dict[str, Any]:
+    """Return the JSON fields of one dry-run row: ``wouldRoll`` (null when unknown), and why."""
+    if plan is None:
+        return {"wouldRoll": []}
+    if plan.unknown:
+        return {"wouldRoll": None, "workloadsUnknown": plan.unknown}
+    return {"wouldRoll": [w.as_json() for w in plan.workloads]}
+
+
+def _plan_line(plan: Plan) -> str:
+    """Return the table line under a bundle with a pending change: what it would roll."""
+    if plan.unknown:
+        return f"# workloads unknown: {plan.unknown}"
+    return "# would roll: " + (", ".join(map(str, plan.workloads)) or "none")
+
+
+def _table(
+    results: Sequence[Result], *, dry_run: bool, plans: Mapping[str, Plan] | None = None
+) -> str:
     header = ("NAMESPACE", "BUNDLE", "CONFIGMAP", "ACTION", "RESULT")
     rows = [
         (
@@ -125,6 +177,9 @@ def _table(results: Sequence[Result], *, dry_run: bool) -> str:
         for r in results:
             if r.pending:
                 lines.extend(["", f"# {r.key}: {r.message}"])
+                plan = (plans or {}).get(r.key)
+                if plan is not None:
+                    lines.append(_plan_line(plan))
                 if r.diff:
                     lines.append(r.diff.rstrip("\n"))
     return "\n".join(lines)

@@ -10,8 +10,9 @@ protocols and call it directly, as sample-controller's tests do.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Final, Protocol
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
 
 from cbop.api import Reason
 from cbop.configbundle.decision import Action
@@ -77,6 +78,10 @@ class Result:
             ConfigMap, a stale ConfigMap's deletion, the Orphan finalizer, a release);
             ``ready``/``reason`` then say what the bundle would be once it is written.
             Always False outside dry runs.
+        written: for dry runs with a pending ConfigMap create, update or replace, the
+            ConfigMap as the reconcile would write it (its request body: labels, owner
+            reference, ``data`` and ``binaryData``), else None. Never mutated; left out
+            of comparisons. ``cbop --once --dry-run`` plans the rollouts with it.
     """
 
     key: str
@@ -88,3 +93,4 @@ class Result:
     requeue_after: float | None = None
     diff: str = ""
     pending: bool = False
+    written: Mapping[str, Any] | None = field(default=None, compare=False)

@@ -69,6 +69,9 @@ from cbop.runtime.seams import EventSink
 
 __all__ = ["Reconciler"]
 
+#: The actions that write the ConfigMap (a dry run's result carries the body).
+_WRITES = frozenset({Action.CREATE, Action.UPDATE, Action.REPLACE})
+
 log = structlog.get_logger("cbop.configbundle")
 
 
@@ -325,6 +328,7 @@ class Reconciler(ConfigMapWrites, FinalizerWrites):
             requeue_after=requeue,
             diff=diff,
             pending=pending,
+            written=decision.body if pending and decision.action in _WRITES else None,
         )
         if (
             decision.action is Action.NONE
