@@ -2,18 +2,25 @@
 
 Issue 11, items 1 and 2: a dry run never calls a bundle with a pending change Ready or
 in sync, its exit code tells "changes pending" (3) from "in sync" (0) and "broken" (1),
-and its diff is bounded whatever the values.
+and its diff is bounded whatever the values. Issue 36: it names the labelled workloads
+each pending change would roll.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import Any
 
-from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, KubeClient
+from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, DEPLOYMENTS, KubeClient, Resource
+from cbop.rollout import LABEL_CONFIG_BASELINE, LABEL_ROLLOUT
+from cbop_testing.envtest import ControlPlane
 
 from .harness import Operator, bundle, ready, run_cli, set_spec, wait_for
 
+RBAC_GROUP = "rbac.authorization.k8s.io"
+ROLES = Resource(RBAC_GROUP, "v1", "roles", "Role")
+ROLE_BINDINGS = Resource(RBAC_GROUP, "v1", "rolebindings", "RoleBinding")
 CONF_V1 = "server {\n  listen 80;\n}\n"
 CONF_V2 = "server {\n  listen 8080;\n}\n"
 
@@ -112,3 +119,135 @@ def test_dry_run_diff_of_a_huge_one_line_value_is_bounded(
         assert all(len(line) < 8_000 for line in dry.stderr.splitlines()), max(
             map(len, dry.stderr.splitlines())
         )
+
+
+def _deployment(
+    name: str, *, labelled: bool = True, volume: str | None = None, env_from: str | None = None
+) -> dict[str, Any]:
+    """A Deployment reading ConfigMap ``volume`` as a mounted volume, ``env_from`` as
+    environment; labelled ``cbop.dev/rollout: "true"`` unless ``labelled`` is False."""
+    container: dict[str, Any] = {"name": "app", "image": "registry.invalid/app:1"}
+    pod: dict[str, Any] = {"containers": [container]}
+    if volume:
+        pod["volumes"] = [{"name": "conf", "configMap": {"name": volume}}]
+        container["volumeMounts"] = [{"name": "conf", "mountPath": "/etc/app"}]
+    if env_from:
+        container["envFrom"] = [{"configMapRef": {"name": env_from}}]
+    return {
+        "metadata": {
+            "name": name,
+            "labels": {LABEL_ROLLOUT: "true"} if labelled else {},
+        },
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": pod},
+        },
+    }
+
+
+def _versions(kube: KubeClient, namespace: str) -> dict[str, str]:
+    """resourceVersions of the bundles, the ConfigMaps and the Deployments, by kind/name."""
+    out = {}
+    for res in (CONFIGBUNDLES, CONFIGMAPS, DEPLOYMENTS):
+        for item in kube.list(res, namespace)["items"]:
+            out[f"{res.plural}/{item['metadata']['name']}"] = item["metadata"]["resourceVersion"]
+    return out
+
+
+def test_dry_run_lists_the_workloads_a_change_would_roll(
+    kube: KubeClient, namespace: str, kubeconfig: str, cbop: Callable[..., Operator]
+) -> None:
+    """Issue 36, the plan before the change: a bundle read by two labelled Deployments
+    (one mounts it, one reads it through envFrom), one unlabelled Deployment, and a
+    labelled Deployment reading another bundle. With cbop stopped and the bundle changed,
+    the dry run names exactly the two, in the table and in JSON, and writes nothing."""
+    kube.create(CONFIGBUNDLES, namespace, bundle("web-conf", {"data": {"a": "1"}}))
+    kube.create(CONFIGBUNDLES, namespace, bundle("other", {"data": {"b": "1"}}))
+    for deployment in (
+        _deployment("web", volume="web-conf"),
+        _deployment("api", env_from="web-conf"),
+        _deployment("plain", labelled=False, volume="web-conf"),
+        _deployment("elsewhere", volume="other"),
+    ):
+        kube.create(DEPLOYMENTS, namespace, deployment)
+    op = cbop()  # the rollout is on by default: it records each baseline
+    wait_for(
+        lambda: all(
+            LABEL_CONFIG_BASELINE in kube.get(DEPLOYMENTS, namespace, n)["metadata"]["labels"]
+            for n in ("web", "api", "elsewhere")
+        ),
+        60,
+        message="the baselines recorded",
+    )
+    op.stop()
+
+    # In sync: nothing pending, nothing listed, no workload list needed.
+    clean = run_cli(kubeconfig, "--once", "--dry-run", "--output=json", f"--namespace={namespace}")
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    assert [row["wouldRoll"] for row in json.loads(clean.stdout)] == [[], []]
+
+    set_spec(kube, namespace, "web-conf", {"data": {"a": "2"}})
+    before = _versions(kube, namespace)
+    dry = run_cli(kubeconfig, "--once", "--dry-run", f"--namespace={namespace}")
+    assert dry.returncode == 3, dry.stdout + dry.stderr
+    section = dry.stdout.split(f"# {namespace}/web-conf: ", 1)[1].splitlines()
+    assert section[1] == "# would roll: Deployment/api, Deployment/web"
+    assert "would roll" not in dry.stdout.split(f"# {namespace}/web-conf: ", 1)[0]
+
+    as_json = run_cli(
+        kubeconfig, "--once", "--dry-run", "--output=json", f"--namespace={namespace}"
+    )
+    assert as_json.returncode == 3, as_json.stderr
+    rows = {row["bundle"]: row for row in json.loads(as_json.stdout)}
+    assert rows["web-conf"]["wouldRoll"] == [
+        {"kind": "Deployment", "name": "api"},
+        {"kind": "Deployment", "name": "web"},
+    ]
+    assert rows["other"]["wouldRoll"] == []
+    assert _versions(kube, namespace) == before
+
+
+def test_dry_run_without_the_apps_rules_says_the_workloads_are_unknown(
+    control_plane: ControlPlane, kube: KubeClient, namespace: str
+) -> None:
+    """RBAC that grants what a dry run of bundles needs but no ``apps`` rules: the dry
+    run still answers (exit 3, the change pending) and says why it names no workload."""
+    rules = [
+        {
+            "apiGroups": ["cbop.dev"],
+            "resources": ["configbundles"],
+            "verbs": ["get", "list", "watch"],
+        },
+        # A ConfigMap's owner reference with blockOwnerDeletion needs it (a dry run too).
+        {"apiGroups": ["cbop.dev"], "resources": ["configbundles/finalizers"], "verbs": ["update"]},
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "verbs": ["get", "list", "watch", "create", "update", "delete"],
+        },
+    ]
+    kube.create(ROLES, namespace, {"metadata": {"name": "dry-run"}, "rules": rules})
+    kube.create(
+        ROLE_BINDINGS,
+        namespace,
+        {
+            "metadata": {"name": "dry-run"},
+            "roleRef": {"apiGroup": RBAC_GROUP, "kind": "Role", "name": "dry-run"},
+            "subjects": [{"kind": "User", "name": "dry-run-no-apps", "apiGroup": RBAC_GROUP}],
+        },
+    )
+    path = control_plane.kubeconfig_for_user("dry-run-no-apps")
+    kube.create(CONFIGBUNDLES, namespace, bundle("app", {"data": {"a": "1"}}))
+    refused = f'forbidden to list deployments.apps in namespace "{namespace}" (403)'
+
+    dry = run_cli(path, "--once", "--dry-run", "--output=json", f"--namespace={namespace}")
+    assert dry.returncode == 3, dry.stdout + dry.stderr
+    (row,) = json.loads(dry.stdout)
+    assert row["wouldRoll"] is None
+    assert row["workloadsUnknown"].startswith(refused), row
+    table = run_cli(path, "--once", "--dry-run", f"--namespace={namespace}")
+    assert table.returncode == 3, table.stdout + table.stderr
+    assert f"# workloads unknown: {refused}" in table.stdout
+    names = [cm["metadata"]["name"] for cm in kube.list(CONFIGMAPS, namespace)["items"]]
+    assert "app" not in names  # a dry run
