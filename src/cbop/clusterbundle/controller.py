@@ -1,23 +1,31 @@
-"""The ClusterConfigBundle controller: its caches, key mapping and definition.
+"""The ClusterConfigBundle controllers: their caches, key mappings and definition.
 
-It owns three decisions:
+The package adds two controllers to a scope, on the same informers:
 
-- **its caches**: ClusterConfigBundles and Namespaces (both cluster-wide), and every
-  ConfigBundle through the very informer the ConfigBundle controller reads (same
-  resource, scope and selector: the shared factory hands out one), with the
-  :data:`cbop.clusterbundle.reconcile.CLUSTER_BUNDLE_INDEX` index from the label
-  ``cbop.dev/cluster-bundle`` to the stamps;
-- **its key mapping**: a ClusterConfigBundle event enqueues its name (``for_``, only
-  when its generation changed or on add/delete: its own status writes enqueue
-  nothing); a Namespace event that changed it enqueues every ClusterConfigBundle (they
-  are few; the selector is matched in the reconcile); a ConfigBundle event enqueues
-  the ClusterConfigBundle its label names, or, for an unlabelled bundle, the one it is
-  named after (a conflicting bundle deleted is a conflict resolved);
-- **its reconciler**: :class:`cbop.clusterbundle.reconcile.ClusterBundleReconciler`.
+- **the stamp controller** (``clusterbundle``, ``--workers`` workers), key
+  ``<namespace>/<name>``: the stamp's own key, so its workers stamp many namespaces at
+  once (:class:`cbop.clusterbundle.reconcile.StampReconciler`). A ConfigBundle event
+  enqueues its own key when its name is a ClusterConfigBundle's (``for_``); a
+  Namespace event enqueues that namespace's key of every ClusterConfigBundle; a
+  ClusterConfigBundle event (add, delete, generation changed: its status writes
+  enqueue nothing) enqueues its key in every namespace, and those of the rivals keeping
+  a ConfigMap of the same name (the older wins, so one leaving hands the namespaces on);
+- **the status controller** (``clusterbundle-status``, one worker), key the
+  ClusterConfigBundle's name (:class:`cbop.clusterbundle.reconcile.StatusReconciler`):
+  a ClusterConfigBundle event (generation changed) enqueues its name; a Namespace
+  event every name; a ConfigBundle event the name its label names, or, unlabelled, the
+  one it is named after (a conflicting bundle deleted is a conflict resolved); a
+  refusal met, or cleared, by the stamp work (:class:`Outcomes`) enqueues its name.
 
-It needs the cluster scope: with ``--namespace`` it does not run (said once at start),
+Their caches: ClusterConfigBundles and Namespaces (both cluster-wide), and every
+ConfigBundle through the very informer the ConfigBundle controller reads (same
+resource, scope and selector: the shared factory hands out one), with the
+:data:`cbop.clusterbundle.reconcile.CLUSTER_BUNDLE_INDEX` index from the label
+``cbop.dev/cluster-bundle`` to the stamps.
+
+They need the cluster scope: with ``--namespace`` they do not run (said once at start),
 and a ClusterConfigBundle then reports nothing rather than something false. Under
-``--shards`` it does not run either yet: each shard caches only its own namespaces'
+``--shards`` they do not run either yet: each shard caches only its own namespaces'
 ConfigBundles, and one status must count them all (docs/cluster-bundles.md).
 """
 
@@ -25,19 +33,22 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 import structlog
 
 from cbop import defaults
-from cbop.api import LABEL_CLUSTER_BUNDLE
+from cbop.api import LABEL_CLUSTER_BUNDLE, template_of
 from cbop.clusterbundle.reconcile import (
     CLUSTER_BUNDLE_INDEX,
-    DEFAULT_PARALLELISM,
-    ClusterBundleReconciler,
     ListingLister,
+    Outcomes,
+    StampReconciler,
+    StatusReconciler,
     index_by_cluster_bundle,
 )
+from cbop.keys import key_of
 from cbop.kube import CLUSTERCONFIGBUNDLES, CONFIGBUNDLES, NAMESPACES
 from cbop.metrics.clusterbundle import ClusterBundleNamespacesCollector
 from cbop.runtime import Builder, Controller, Scope
@@ -48,21 +59,28 @@ from cbop.runtime.seams import EventSink
 __all__ = [
     "CONTROLLER_NAME",
     "DEFINITION",
+    "STATUS_CONTROLLER_NAME",
+    "ClusterBundleControllers",
+    "NamedLikeAClusterBundle",
     "bundle_mapper",
+    "cluster_bundle_stamp_mapper",
     "install",
     "namespace_mapper",
+    "namespace_stamp_mapper",
     "setup",
     "unsupported_scope",
 ]
 
 log = structlog.get_logger("cbop.clusterbundle")
 
-#: The controller's name (metrics' ``controller`` label, the workqueue's name, logs).
+#: The stamp controller's name (metrics' ``controller`` label, the workqueue's name, logs).
 CONTROLLER_NAME: Final = "clusterbundle"
+#: The status controller's name.
+STATUS_CONTROLLER_NAME: Final = "clusterbundle-status"
 
 
 def namespace_mapper(cluster_bundles: ListingLister) -> Callable[[Mapping[str, Any]], list[str]]:
-    """Return the map function: a Namespace -> every cached ClusterConfigBundle's name."""
+    """Return the status map function: a Namespace -> every cached ClusterConfigBundle's name."""
 
     def map_namespace(namespace: Mapping[str, Any]) -> list[str]:
         return sorted(str(c["metadata"]["name"]) for c in cluster_bundles.list())
@@ -70,8 +88,50 @@ def namespace_mapper(cluster_bundles: ListingLister) -> Callable[[Mapping[str, A
     return map_namespace
 
 
+def namespace_stamp_mapper(
+    cluster_bundles: ListingLister,
+) -> Callable[[Mapping[str, Any]], list[str]]:
+    """Return the stamp map function: a Namespace -> its stamp key of every ClusterConfigBundle.
+
+    Only that namespace's keys (``<namespace>/<name>``): the other namespaces' stamps do
+    not depend on it.
+    """
+
+    def map_namespace(namespace: Mapping[str, Any]) -> list[str]:
+        ns_name = str((namespace.get("metadata") or {}).get("name", ""))
+        if not ns_name:
+            return []
+        return sorted(key_of(ns_name, str(c["metadata"]["name"])) for c in cluster_bundles.list())
+
+    return map_namespace
+
+
+def cluster_bundle_stamp_mapper(
+    cluster_bundles: ListingLister, namespaces: ListingLister
+) -> Callable[[Mapping[str, Any]], list[str]]:
+    """Return the stamp map function: a ClusterConfigBundle -> its stamp key in every namespace.
+
+    Also the keys of every other cached ClusterConfigBundle keeping a ConfigMap of the
+    same name: which of them is the older one serving a namespace may have changed.
+    """
+
+    def map_cluster_bundle(cluster_bundle: Mapping[str, Any]) -> list[str]:
+        name = str((cluster_bundle.get("metadata") or {}).get("name", ""))
+        if not name:
+            return []
+        names = {name}
+        config_map = template_of(cluster_bundle)["configMapName"]
+        for other in cluster_bundles.list():
+            if template_of(other)["configMapName"] == config_map:
+                names.add(str(other["metadata"]["name"]))
+        spaces = [str(ns["metadata"]["name"]) for ns in namespaces.list()]
+        return [key_of(ns, n) for n in sorted(names) for ns in sorted(spaces)]
+
+    return map_cluster_bundle
+
+
 def bundle_mapper(cluster_bundles: ListingLister) -> Callable[[Mapping[str, Any]], list[str]]:
-    """Return the map function: a ConfigBundle -> the ClusterConfigBundle it concerns.
+    """Return the status map function: a ConfigBundle -> the ClusterConfigBundle it concerns.
 
     A stamp maps to the ClusterConfigBundle its label names; any other bundle to the
     ClusterConfigBundle of its name, if one is cached (it may be a conflict, or one
@@ -89,10 +149,37 @@ def bundle_mapper(cluster_bundles: ListingLister) -> Callable[[Mapping[str, Any]
     return map_bundle
 
 
-def unsupported_scope(scope: Scope) -> str | None:
-    """Return why the controller cannot run in ``scope`` (None: it can).
+@dataclass(frozen=True)
+class NamedLikeAClusterBundle:
+    """Predicate of the stamp controller's ConfigBundle events.
 
-    It needs every namespace (``--namespace`` narrows the caches) and every ConfigBundle
+    An event passes when the bundle's name is a cached ClusterConfigBundle's (it is a
+    stamp, or in a stamp's way).
+    """
+
+    cluster_bundles: ListingLister
+
+    def _passes(self, obj: Mapping[str, Any]) -> bool:
+        name = (obj.get("metadata") or {}).get("name")
+        return isinstance(name, str) and self.cluster_bundles.get(None, name) is not None
+
+    def create(self, obj: Mapping[str, Any]) -> bool:
+        """Whether an added bundle concerns a ClusterConfigBundle."""
+        return self._passes(obj)
+
+    def update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+        """Whether an updated bundle concerns a ClusterConfigBundle."""
+        return self._passes(new)
+
+    def delete(self, obj: Mapping[str, Any]) -> bool:
+        """Whether a deleted bundle concerned a ClusterConfigBundle."""
+        return self._passes(obj)
+
+
+def unsupported_scope(scope: Scope) -> str | None:
+    """Return why the controllers cannot run in ``scope`` (None: they can).
+
+    They need every namespace (``--namespace`` narrows the caches) and every ConfigBundle
     (a shard caches only its own namespaces').
     """
     if any(ns is not None for ns in scope.informers.scopes):
@@ -102,56 +189,94 @@ def unsupported_scope(scope: Scope) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class ClusterBundleControllers:
+    """The two controllers :func:`setup` adds, and the refusals table they share."""
+
+    stamps: Controller
+    status: Controller
+    outcomes: Outcomes
+
+
 def setup(
     scope: Scope,
     *,
     recorder: EventSink | None = None,
     workers: int | None = None,
     priority_queue: bool | None = None,
-) -> Controller | None:
-    """Add the ClusterConfigBundle controller to ``scope`` and return it.
+) -> ClusterBundleControllers | None:
+    """Add the stamp and status controllers to ``scope`` and return them.
 
     Args:
         scope: the runtime manager (the single leader's scope).
         recorder: where Events go (None: none).
-        workers: worker threads (None: the runtime's default, 4), and the stamp writes
-            one reconcile sends at once.
+        workers: the stamp controller's worker threads (None: the runtime's default,
+            4); the status controller has one.
         priority_queue: see :meth:`cbop.runtime.Builder.with_options` (None: on).
 
     Returns:
-        The controller, or None when :func:`unsupported_scope` says it cannot run there
-        (nothing is added, no informer is made).
+        The controllers, or None when :func:`unsupported_scope` says they cannot run
+        there (nothing is added, no informer is made).
 
     Raises:
-        ValueError: the scope has a controller of this name already.
+        ValueError: the scope has a controller of one of these names already.
     """
     if unsupported_scope(scope) is not None:
         return None
     cluster_bundles = scope.lister(CLUSTERCONFIGBUNDLES)
-    reconciler = ClusterBundleReconciler(
-        client=scope.client,
-        cluster_bundles=cluster_bundles,
-        namespaces=scope.lister(NAMESPACES),
-        bundles=scope.lister(
-            CONFIGBUNDLES, indexers={CLUSTER_BUNDLE_INDEX: index_by_cluster_bundle}
-        ),
-        recorder=recorder,
-        parallelism=workers or DEFAULT_PARALLELISM,
-    )
-    return (
-        Builder(scope, CONTROLLER_NAME)
+    namespaces = scope.lister(NAMESPACES)
+    bundles = scope.lister(CONFIGBUNDLES, indexers={CLUSTER_BUNDLE_INDEX: index_by_cluster_bundle})
+    outcomes = Outcomes()
+    status = (
+        Builder(scope, STATUS_CONTROLLER_NAME)
         .for_(CLUSTERCONFIGBUNDLES, predicates=(GENERATION_CHANGED,))
         .watches(
             NAMESPACES, namespace_mapper(cluster_bundles), predicates=(RESOURCE_VERSION_CHANGED,)
         )
         .watches(
+            CONFIGBUNDLES, bundle_mapper(cluster_bundles), predicates=(RESOURCE_VERSION_CHANGED,)
+        )
+        .with_options(workers=1, priority_queue=priority_queue)
+        .complete(
+            StatusReconciler(
+                client=scope.client,
+                cluster_bundles=cluster_bundles,
+                namespaces=namespaces,
+                bundles=bundles,
+                outcomes=outcomes,
+            )
+        )
+    )
+    outcomes.changed = status.queue.add
+    stamps = (
+        Builder(scope, CONTROLLER_NAME)
+        .for_(
             CONFIGBUNDLES,
-            bundle_mapper(cluster_bundles),
+            predicates=(RESOURCE_VERSION_CHANGED, NamedLikeAClusterBundle(cluster_bundles)),
+        )
+        .watches(
+            CLUSTERCONFIGBUNDLES,
+            cluster_bundle_stamp_mapper(cluster_bundles, namespaces),
+            predicates=(GENERATION_CHANGED,),
+        )
+        .watches(
+            NAMESPACES,
+            namespace_stamp_mapper(cluster_bundles),
             predicates=(RESOURCE_VERSION_CHANGED,),
         )
         .with_options(workers=workers, priority_queue=priority_queue)
-        .complete(reconciler)
+        .complete(
+            StampReconciler(
+                client=scope.client,
+                cluster_bundles=cluster_bundles,
+                namespaces=namespaces,
+                bundles=bundles,
+                outcomes=outcomes,
+                recorder=recorder,
+            )
+        )
     )
+    return ClusterBundleControllers(stamps, status, outcomes)
 
 
 def install(context: Context) -> SetupFunc:
@@ -165,7 +290,7 @@ def install(context: Context) -> SetupFunc:
     )
     said = threading.Event()
 
-    def setup_scope(scope: Scope) -> Controller | None:
+    def setup_scope(scope: Scope) -> ClusterBundleControllers | None:
         why = unsupported_scope(scope)
         if why is not None:
             if not said.is_set():
@@ -197,7 +322,7 @@ DEFINITION: Final = ControllerDefinition(
     ),
     enabled=lambda settings: bool(settings.get("cluster_bundles")),
     resources=(CLUSTERCONFIGBUNDLES, NAMESPACES, CONFIGBUNDLES),
-    controllers=1,
+    controllers=2,
     rbac=(
         PolicyRule(
             ("",),
