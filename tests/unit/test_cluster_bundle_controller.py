@@ -53,10 +53,10 @@ def scope(namespaces: tuple[str, ...] = (), shard: ShardRange | None = None) -> 
     return Scope(kube, informers=factory, shard=shard)
 
 
-def test_it_runs_only_with_the_cluster_scope_and_unsharded() -> None:
+def test_it_runs_only_with_the_cluster_scope() -> None:
     assert unsupported_scope(scope()) is None
+    assert unsupported_scope(scope(shard=ShardRange.of(0, 2))) is None
     assert "--namespace" in str(unsupported_scope(scope(("a", "b"))))
-    assert "--shards" in str(unsupported_scope(scope(shard=ShardRange.of(0, 2))))
 
 
 def test_where_it_cannot_run_it_adds_nothing_and_says_so_once() -> None:
@@ -91,6 +91,8 @@ def test_with_the_cluster_scope_it_adds_two_controllers_on_three_kinds() -> None
     cluster = scope()
     added = DEFINITION.install(context)(cluster)
     assert isinstance(added, ClusterBundleControllers)
+    assert added.status is not None
+    assert added.report is None
     assert set(cluster.controllers) == {"clusterbundle", "clusterbundle-status"}
     assert DEFINITION.controllers == len(cluster.controllers)
     assert cluster.controllers["clusterbundle"].workers == 2

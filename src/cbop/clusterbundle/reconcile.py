@@ -46,6 +46,7 @@ import cachetools
 import structlog
 
 from cbop.api import LABEL_CLUSTER_BUNDLE, ClusterReason
+from cbop.clusterbundle import report
 from cbop.clusterbundle.decision import (
     Create,
     Delete,
@@ -64,11 +65,14 @@ from cbop.runtime.seams import Client, EventSink
 __all__ = [
     "CLUSTER_BUNDLE_INDEX",
     "FIELD_MANAGER",
+    "REPORT_INTERVAL",
     "STATUS_DEBOUNCE",
     "STATUS_INTERVAL",
+    "UNSEEN_REASONS",
     "Done",
     "ListingLister",
     "Outcomes",
+    "ReportReconciler",
     "StampReconciler",
     "StatusReconciler",
     "index_by_cluster_bundle",
@@ -82,10 +86,14 @@ FIELD_MANAGER: Final = "cbop-clusterbundle"
 STATUS_INTERVAL: Final = 1.0
 #: Seconds between two status computations of one ClusterConfigBundle, at least (each
 #: reads every namespace; a burst of stamp events is folded into one).
-STATUS_DEBOUNCE: Final = 0.25
+STATUS_DEBOUNCE: Final = 0.5
 #: Name of the ConfigBundle cache's index from the label ``cbop.dev/cluster-bundle`` to
 #: the stamps carrying it.
 CLUSTER_BUNDLE_INDEX: Final = "cluster-bundle"
+#: Reasons of the failures no stamp shows (:class:`Outcomes` records them).
+UNSEEN_REASONS: Final = frozenset({ClusterReason.REFUSED, ClusterReason.CONFIGBUNDLE_CONFLICT})
+#: Seconds between two report writes of one shard on one ClusterConfigBundle, at least.
+REPORT_INTERVAL: Final = 1.0
 #: Seconds a created stamp is remembered while the cache does not show it yet.
 _CREATED_TTL: Final = 30.0
 
@@ -129,10 +137,11 @@ class Done:
 
 
 class Outcomes:
-    """The stamp refusals, per ClusterConfigBundle and namespace (thread-safe).
+    """The failures no stamp shows, per ClusterConfigBundle and namespace (thread-safe).
 
-    What the stamp work learns that no cache shows: the namespaces whose stamp the API
-    server refused.
+    What the stamp work learns that the status writer's caches may not show: the
+    namespaces whose stamp the API server refused, and (for a sharded writer, whose
+    cache holds only stamps) those where a foreign ConfigBundle is in the way.
 
     The stamp reconciler records each namespace's last outcome (a :class:`Failure`, or
     None when the stamp work went through); the status reconciler reads the failures.
@@ -186,9 +195,12 @@ class StampReconciler:
         cluster_bundles: lister of the ClusterConfigBundles.
         namespaces: lister of the Namespaces.
         bundles: lister of the ConfigBundles (at least those of the namespaces served).
-        outcomes: where refusals are recorded for the status.
+        outcomes: where the failures no stamp shows (a refusal, a foreign ConfigBundle
+            in the way) are recorded for the status.
         recorder: where the NamespaceServed / NamespaceReleased Events go (None: none).
         monotonic: seconds for the memo of created stamps (tests: a fake clock's).
+        owns: ``fn(namespace) -> bool``, whether this scope serves the namespace (a
+            shard: its name hashes into the shard's range); None: every namespace.
     """
 
     def __init__(
@@ -201,7 +213,9 @@ class StampReconciler:
         outcomes: Outcomes,
         recorder: EventSink | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        owns: Callable[[str], bool] | None = None,
     ) -> None:
+        self._owns = owns
         self._client = client
         self._cluster_bundles = cluster_bundles
         self._namespaces = namespaces
@@ -239,6 +253,8 @@ class StampReconciler:
         namespace, name = split_key(key)
         if namespace is None:
             raise ValueError(f"a stamp key needs a namespace: {key!r}")
+        if self._owns is not None and not self._owns(namespace):
+            return Done()  # another shard's namespace
         cluster_bundle = self._cluster_bundles.get(None, name)
         if cluster_bundle is None or cluster_bundle["metadata"].get("deletionTimestamp"):
             self._outcomes.record(name, namespace, None)
@@ -257,7 +273,10 @@ class StampReconciler:
                 refusal = outcome
             else:
                 written = outcome
-        if self._outcomes.record(name, namespace, refusal) and refusal is not None:
+        unseen = refusal
+        if verdict.failure is not None and verdict.failure.reason in UNSEEN_REASONS:
+            unseen = verdict.failure  # a foreign bundle: not in a sharded writer's cache
+        if self._outcomes.record(name, namespace, unseen) and refusal is not None:
             log.info("stamp refused; retrying with backoff", stamp_namespace=namespace)
         if refusal is not None:
             raise Requeue(f"stamp refused: {refusal.message}")
@@ -324,10 +343,13 @@ class StatusReconciler:
         cluster_bundles: lister of the ClusterConfigBundles.
         namespaces: lister of every Namespace.
         bundles: lister of every stamp, with :data:`CLUSTER_BUNDLE_INDEX`.
-        outcomes: the refusals the stamp work met.
+        outcomes: the refusals the stamp work met (the same process's).
         monotonic: seconds for the write interval and the debounce (tests: a fake
             clock's).
         now: the wall clock for condition times (UTC).
+        reports: ``fn(cluster_bundle) -> failures``: the failures the stamping shards
+            report (:func:`cbop.clusterbundle.report.reported`), read instead of
+            ``outcomes`` by the sharded writer; ``bundles`` then holds only stamps.
     """
 
     def __init__(
@@ -340,7 +362,9 @@ class StatusReconciler:
         outcomes: Outcomes,
         monotonic: Callable[[], float] = time.monotonic,
         now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
+        reports: Callable[[Mapping[str, Any]], list[Failure]] | None = None,
     ) -> None:
+        self._reports = reports
         self._client = client
         self._cluster_bundles = cluster_bundles
         self._namespaces = namespaces
@@ -400,6 +424,14 @@ class StatusReconciler:
         """
         name = str(current["metadata"]["name"])
         wanted = set(selected)
+        if self._reports is not None:
+            # A report older than a stamp now in place (the refusal lifted, the foreign
+            # bundle gone and the stamp made) no longer holds.
+            return [
+                f
+                for f in self._reports(current)
+                if f.namespace in wanted and self._bundles.get(f.namespace, name) is None
+            ]
         out = [f for f in self._outcomes.failures(name) if f.namespace in wanted]
         for entry in (current.get("status") or {}).get("failedNamespaces") or ():
             namespace = str(entry.get("namespace", ""))
@@ -421,7 +453,9 @@ class StatusReconciler:
         with self._lock:
             last = self._last_status_write.get(key)
         if last is not None and now - last < STATUS_INTERVAL:
-            return Done(requeue_after=STATUS_INTERVAL - (now - last))
+            # Due when both the write interval and the debounce (a computation just
+            # happened) have passed.
+            return Done(requeue_after=max(STATUS_INTERVAL - (now - last), STATUS_DEBOUNCE))
         body = {**current, "status": status}
         try:
             answer = self._client.update(
@@ -439,9 +473,89 @@ class StatusReconciler:
                 return Done()
             raise
         with self._lock:
-            self._last_status_write[key] = now
+            # From the answer: the next write goes out a full interval after this one
+            # landed, however long it took.
+            self._last_status_write[key] = self._monotonic()
         self._status_writes.record(key, current, answer, answer)
         return Done(status_written=True)
+
+
+class ReportReconciler:
+    """Reports one shard's failures on a ClusterConfigBundle: key its name (sharded only).
+
+    The value of the shard's annotation (:mod:`cbop.clusterbundle.report`) is the
+    failures :class:`Outcomes` holds for the ClusterConfigBundle, plus the entries the
+    annotation lists already for namespaces the stamp work has not met since this scope
+    started (a new holder of the shard does not clear what it has not looked at yet).
+    Written with a JSON merge patch of that one key, only when it differs from the
+    cached annotation, and at most once per :data:`REPORT_INTERVAL` (a change within is
+    written when it ends; by then the cache shows the previous write, and should it
+    not, the same value patched again changes nothing on the server).
+
+    Args:
+        client: the shard's client (fenced by the shard's Lease).
+        cluster_bundles: lister of every ClusterConfigBundle.
+        outcomes: the shard's stamp outcomes.
+        key: the shard's annotation key (:func:`cbop.clusterbundle.report.report_key`).
+        monotonic: seconds for the write interval (tests: a fake clock's).
+    """
+
+    def __init__(
+        self,
+        *,
+        client: Client,
+        cluster_bundles: ListingLister,
+        outcomes: Outcomes,
+        key: str,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._client = client
+        self._cluster_bundles = cluster_bundles
+        self._outcomes = outcomes
+        self._key = key
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self._last_write: dict[str, float] = {}
+
+    def reconcile(self, key: str) -> Done:
+        """Bring the shard's report on ClusterConfigBundle ``key`` up to date.
+
+        Raises:
+            ApiError, ConnectionFailed: the patch failed (retried rate-limited).
+        """
+        cached = self._cluster_bundles.get(None, key)
+        if cached is None or cached["metadata"].get("deletionTimestamp"):
+            with self._lock:
+                self._last_write.pop(key, None)
+            return Done()
+        annotations = cached["metadata"].get("annotations") or {}
+        have = annotations.get(self._key)
+        failures = self._outcomes.failures(key)
+        failures += [f for f in report.decode(have) if not self._outcomes.known(key, f.namespace)]
+        want = report.encode(failures)
+        if want == have:
+            return Done()
+        now = self._monotonic()
+        with self._lock:
+            since = now - self._last_write.get(key, now - REPORT_INTERVAL)
+        if since < REPORT_INTERVAL:
+            return Done(requeue_after=REPORT_INTERVAL - since)
+        try:
+            self._client.patch(
+                CLUSTERCONFIGBUNDLES,
+                None,
+                key,
+                {"metadata": {"annotations": {self._key: want}}},
+                field_manager=FIELD_MANAGER,
+            )
+        except ApiError as err:
+            if err.is_not_found:
+                return Done()
+            raise
+        with self._lock:
+            self._last_write[key] = now
+        log.info("failures reported for the status writer", failed=len(failures))
+        return Done(writes=1)
 
 
 def _namespace_going(err: ApiError) -> bool:

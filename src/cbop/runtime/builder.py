@@ -48,6 +48,7 @@ class _Watch:
     label_selector: str | None
     converged: ConvergedFunc | None = None
     predicates: tuple[Predicate, ...] = ()
+    whole: bool = False
 
 
 @dataclass
@@ -85,6 +86,7 @@ class Builder:
         label_selector: str | None = None,
         converged: ConvergedFunc | None = None,
         predicates: Sequence[Predicate] = (),
+        whole: bool = False,
     ) -> Builder:
         """Reconcile objects of ``resource``: each event enqueues the object's own key.
 
@@ -96,6 +98,8 @@ class Builder:
                 instead of low (see :mod:`cbop.runtime.handlers`). None: all low.
             predicates: events they refuse enqueue nothing
                 (:mod:`cbop.runtime.predicates`).
+            whole: in a shard's scope, watch the whole collection, not the shard's
+                (see :meth:`cbop.informers.SharedInformerFactory.informers_for`).
 
         Raises:
             ValueError: called twice.
@@ -110,6 +114,7 @@ class Builder:
                 label_selector,
                 converged=converged,
                 predicates=tuple(predicates),
+                whole=whole,
             )
         )
         return self
@@ -146,10 +151,14 @@ class Builder:
         *,
         label_selector: str | None = None,
         predicates: Sequence[Predicate] = (),
+        whole: bool = False,
     ) -> Builder:
-        """Watch ``resource``: each event ``predicates`` pass enqueues ``map_func``'s keys."""
+        """Watch ``resource``: each event ``predicates`` pass enqueues ``map_func``'s keys.
+
+        ``whole``: in a shard's scope, the whole collection, not the shard's.
+        """
         self._options.watches.append(
-            _Watch(resource, map_func, label_selector, predicates=tuple(predicates))
+            _Watch(resource, map_func, label_selector, predicates=tuple(predicates), whole=whole)
         )
         return self
 
@@ -216,7 +225,7 @@ class Builder:
         )
         for watch in opts.watches:
             informers = manager.informers.informers_for(
-                watch.resource, label_selector=watch.label_selector
+                watch.resource, label_selector=watch.label_selector, whole=watch.whole
             )
             for informer in informers.values():
                 controller.watch(
