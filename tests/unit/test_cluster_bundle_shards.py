@@ -285,3 +285,16 @@ def test_sharded_setup_adds_the_status_writer_to_shard_zero_only() -> None:
     made1.outcomes.record("ca", IN1[0], Failure(IN1[0], "Refused", "no"))
     assert made1.report is not None
     assert len(made1.report.queue) == 1
+
+
+def test_a_deleted_cluster_bundle_leaves_no_outcomes_behind() -> None:
+    group = Group()
+    group.stamp(1)
+    assert group.outcomes[1].known("ca", IN1[0])
+    group.kube.tracker.remove(CLUSTERCONFIGBUNDLES, None, "ca")
+    group.sync()
+    assert group.stamp(1) == dict.fromkeys((*IN0, *IN1), 0)
+    assert group.reporters[1].reconcile("ca").writes == 0
+    assert not group.outcomes[1].known("ca", IN1[0])
+    assert group.stamp(1) == dict.fromkeys((*IN0, *IN1), 0)
+    assert not group.outcomes[1].known("ca", IN1[0])  # nothing recorded for a gone one

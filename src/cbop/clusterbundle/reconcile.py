@@ -256,7 +256,9 @@ class StampReconciler:
         if self._owns is not None and not self._owns(namespace):
             return Done()  # another shard's namespace
         cluster_bundle = self._cluster_bundles.get(None, name)
-        if cluster_bundle is None or cluster_bundle["metadata"].get("deletionTimestamp"):
+        if cluster_bundle is None:
+            return Done()  # its outcomes are forgotten with it
+        if cluster_bundle["metadata"].get("deletionTimestamp"):
             self._outcomes.record(name, namespace, None)
             return Done()  # garbage collection removes the stamps
         verdict = decide_namespace(
@@ -524,9 +526,12 @@ class ReportReconciler:
             ApiError, ConnectionFailed: the patch failed (retried rate-limited).
         """
         cached = self._cluster_bundles.get(None, key)
-        if cached is None or cached["metadata"].get("deletionTimestamp"):
+        if cached is None:
             with self._lock:
                 self._last_write.pop(key, None)
+            self._outcomes.forget(key)
+            return Done()
+        if cached["metadata"].get("deletionTimestamp"):
             return Done()
         annotations = cached["metadata"].get("annotations") or {}
         have = annotations.get(self._key)
