@@ -271,7 +271,7 @@ def test_sharded_setup_adds_the_status_writer_to_shard_zero_only() -> None:
     assert made0.status is not None
     assert made1.status is None
     # Shard 0 reads every Namespace, every ClusterConfigBundle and every stamp; the stamp
-    # controllers read their shard's ConfigBundles.
+    # controllers read their shard's ConfigBundles, and shard 1 its own Namespaces.
     names0 = {i.name for i in scope0.informers.informers}
     assert names0 == {
         "clusterconfigbundles/*",
@@ -280,7 +280,11 @@ def test_sharded_setup_adds_the_status_writer_to_shard_zero_only() -> None:
         "configbundles/*[cbop.dev/cluster-bundle]",
     }
     names1 = {i.name for i in scope1.informers.informers}
-    assert names1 == {"clusterconfigbundles/*", "namespaces/*", "configbundles/* shard 1/2"}
+    assert names1 == {
+        "clusterconfigbundles/*",
+        "namespaces/* shard 1/2 by name",  # its own namespaces' Namespace objects only
+        "configbundles/* shard 1/2",
+    }
     # A failure met wakes the shard's report, not a status.
     made1.outcomes.record("ca", IN1[0], Failure(IN1[0], "Refused", "no"))
     assert made1.report is not None

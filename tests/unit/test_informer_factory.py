@@ -14,7 +14,7 @@ import pytest
 
 from cbop.informers import SharedInformerFactory, index_by_controller_uid, index_by_label
 from cbop.keys import CONTROLLER_UID_INDEX
-from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, ConnectionFailed
+from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, NAMESPACES, ApiError, ConnectionFailed
 from cbop.shardrange import ShardRange
 from cbop_testing.clock import FakeClock
 from cbop_testing.fakekube import FakeKube, fail
@@ -229,3 +229,26 @@ def test_a_sharded_factory_hands_out_whole_informers_apart(api: FakeKube, clock:
     # Unsharded, whole is the one informer.
     plain = SharedInformerFactory(api, resync_period=0, clock=clock)
     assert plain.informers_for(CONFIGMAPS, whole=True) == plain.informers_for(CONFIGMAPS)
+
+
+def test_a_sharded_factory_hands_out_the_namespaces_of_its_names(
+    api: FakeKube, clock: FakeClock
+) -> None:
+    shard = ShardRange.of(1, 2)
+    names = [f"{i}-team" for i in range(20)]
+    for name in names:
+        api.tracker.add(NAMESPACES, {"metadata": {"name": name, "resourceVersion": "1"}})
+    factory = SharedInformerFactory(api, resync_period=0, clock=clock, shard=shard)
+    try:
+        (own,) = factory.informers_for(NAMESPACES, by_name=True).values()
+        assert own.name == "namespaces/* shard 1/2 by name"
+        assert not factory.is_whole(own)
+        factory.start()
+        assert factory.wait_for_cache_sync(5)
+        kept = sorted(
+            n["metadata"]["name"] for n in factory.lister(NAMESPACES, by_name=True).list()
+        )
+        assert kept == sorted(n for n in names if shard.contains(n))
+        assert 0 < len(kept) < len(names)
+    finally:
+        factory.shutdown()

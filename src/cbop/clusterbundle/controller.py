@@ -30,8 +30,9 @@ Under ``--shards N`` each shard's scope gets (docs/cluster-bundles.md, Sharding)
 
 - the stamp controller over the namespaces whose *name* hashes into the shard's range
   (the FNV-1a range of the namespace shard filter), reading the shard's own
-  ConfigBundles and ``whole`` (cluster-wide) informers of the ClusterConfigBundles and
-  Namespaces, its keys filtered to its namespaces;
+  ConfigBundles, a ``whole`` (cluster-wide) informer of the ClusterConfigBundles, and
+  the shard's Namespace objects (a ``by_name`` informer; shard 0 reads them all, for
+  the status), its keys filtered to its namespaces;
 - the report controller (``clusterbundle-report``, key the ClusterConfigBundle's
   name): the failures its stamp work met that no stamp shows (a refusal, a foreign
   ConfigBundle), in an annotation key of the shard's own on the ClusterConfigBundle
@@ -297,11 +298,14 @@ def setup(
     shard = scope.shard
     owns = shard.contains if shard is not None else None
     cluster_bundles = scope.lister(CLUSTERCONFIGBUNDLES, whole=True)
-    namespaces = scope.lister(NAMESPACES, whole=True)
+    writes_status = shard is None or shard.index == STATUS_SHARD
+    # A shard keeps its own namespaces' Namespace objects; the status writer all.
+    own_namespaces = not writes_status
+    namespaces = scope.lister(NAMESPACES, whole=writes_status, by_name=own_namespaces)
     bundles = scope.lister(CONFIGBUNDLES, indexers={CLUSTER_BUNDLE_INDEX: index_by_cluster_bundle})
     outcomes = Outcomes()
     status: Controller | None = None
-    if shard is None or shard.index == STATUS_SHARD:
+    if writes_status:
         status = _status_controller(
             scope, cluster_bundles, namespaces, bundles, outcomes, priority_queue
         )
@@ -338,7 +342,8 @@ def setup(
             NAMESPACES,
             namespace_stamp_mapper(cluster_bundles, owns),
             predicates=(RESOURCE_VERSION_CHANGED,),
-            whole=True,
+            whole=writes_status,
+            by_name=own_namespaces,
         )
         .with_options(workers=workers, priority_queue=priority_queue)
         .complete(

@@ -49,6 +49,7 @@ class _Watch:
     converged: ConvergedFunc | None = None
     predicates: tuple[Predicate, ...] = ()
     whole: bool = False
+    by_name: bool = False
 
 
 @dataclass
@@ -152,13 +153,22 @@ class Builder:
         label_selector: str | None = None,
         predicates: Sequence[Predicate] = (),
         whole: bool = False,
+        by_name: bool = False,
     ) -> Builder:
         """Watch ``resource``: each event ``predicates`` pass enqueues ``map_func``'s keys.
 
-        ``whole``: in a shard's scope, the whole collection, not the shard's.
+        In a shard's scope, ``whole``: the whole collection, not the shard's;
+        ``by_name``: the objects whose own name hashes into the shard (its Namespaces).
         """
         self._options.watches.append(
-            _Watch(resource, map_func, label_selector, predicates=tuple(predicates), whole=whole)
+            _Watch(
+                resource,
+                map_func,
+                label_selector,
+                predicates=tuple(predicates),
+                whole=whole,
+                by_name=by_name,
+            )
         )
         return self
 
@@ -225,7 +235,10 @@ class Builder:
         )
         for watch in opts.watches:
             informers = manager.informers.informers_for(
-                watch.resource, label_selector=watch.label_selector, whole=watch.whole
+                watch.resource,
+                label_selector=watch.label_selector,
+                whole=watch.whole,
+                by_name=watch.by_name,
             )
             for informer in informers.values():
                 controller.watch(

@@ -147,14 +147,20 @@ class Scope:
         label_selector: str | None = None,
         indexers: dict[str, IndexFunc] | None = None,
         whole: bool = False,
+        by_name: bool = False,
     ) -> MultiNamespaceLister:
         """Return a lister over the scope's shared informers of ``resource``.
 
         See :meth:`cbop.informers.SharedInformerFactory.lister` (``whole``: the whole
-        collection even in a shard's scope).
+        collection even in a shard's scope; ``by_name``: the objects whose own name
+        hashes into the shard).
         """
         return self.informers.lister(
-            resource, label_selector=label_selector, indexers=indexers, whole=whole
+            resource,
+            label_selector=label_selector,
+            indexers=indexers,
+            whole=whole,
+            by_name=by_name,
         )
 
     def add(self, controller: Controller) -> None:
