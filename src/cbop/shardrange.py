@@ -15,6 +15,7 @@ a server ignores the selector.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 __all__ = ["SHARD_FIELD", "ShardRange", "fnv1a64", "shard_of", "shard_ranges"]
@@ -53,12 +54,16 @@ class ShardRange:
         index: 0-based shard number.
         count: how many shards the hash space is cut into (>= 1).
         start, end: the interval's bounds, ``0 <= start < end <= 2**64``.
+        by_name: the range applies to an object's own *name*, not its namespace (the
+            shard's slice of the Namespaces: :meth:`by_object_name`); the API server
+            has no selector for that, so no ``shardSelector`` is sent.
     """
 
     index: int
     count: int
     start: int
     end: int
+    by_name: bool = False
 
     @classmethod
     def of(cls, index: int, count: int) -> ShardRange:
@@ -72,6 +77,14 @@ class ShardRange:
         if not 0 <= index < count:
             raise ValueError(f"shard index {index} is outside [0, {count})")
         return cls(index, count, index * _SPACE // count, (index + 1) * _SPACE // count)
+
+    def by_object_name(self) -> ShardRange:
+        """Return the same range applied to objects' names (a Namespace's own name).
+
+        So a shard holds the Namespace objects of the namespaces it serves: the same
+        FNV-1a range, keyed by ``metadata.name``.
+        """
+        return dataclasses.replace(self, by_name=True)
 
     @property
     def everything(self) -> bool:

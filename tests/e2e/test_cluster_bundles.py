@@ -333,7 +333,13 @@ def test_a_stamp_edited_or_deleted_by_hand_is_put_back(cluster: Cluster) -> None
         WAIT,
         message="stamp spec put back",
     )
-    assert configmap_data(kube, "edit-a", "edit-ca") == {"ca.crt": "CA-1"}
+    # The ConfigBundle controller may have written the edited spec meanwhile (the two
+    # controllers hear the edit at once); it writes the template's back in turn.
+    wait_for(
+        lambda: configmap_data(kube, "edit-a", "edit-ca") == {"ca.crt": "CA-1"},
+        WAIT,
+        message="ConfigMap put back",
+    )
     uid = kube.get(CONFIGBUNDLES, "edit-a", "edit-ca")["metadata"]["uid"]
     kube.delete(CONFIGBUNDLES, "edit-a", "edit-ca")
     recreated = wait_for(

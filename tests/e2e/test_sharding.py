@@ -341,6 +341,9 @@ class ShardGroup:
                     "--kube-api-qps=200",
                     "--kube-api-burst=400",
                     "--log-level=info",
+                    # ClusterConfigBundles are not what this measures (and their CRD is
+                    # not installed here): test_cluster_bundles_sharded.py covers them.
+                    "--no-cluster-bundles",
                     *TIMINGS,
                 ],
                 log_path=self.tmp / f"{user}.log",

@@ -10,12 +10,17 @@ from prometheus_client import CollectorRegistry
 
 from cbop.clusterbundle.controller import (
     DEFINITION,
+    ClusterBundleControllers,
+    NamedLikeAClusterBundle,
     bundle_mapper,
+    cluster_bundle_stamp_mapper,
     namespace_mapper,
+    namespace_stamp_mapper,
     unsupported_scope,
 )
+from cbop.clusterbundle.decision import Failure
 from cbop.informers import SharedInformerFactory
-from cbop.kube import CLUSTERCONFIGBUNDLES, EVENTS
+from cbop.kube import CLUSTERCONFIGBUNDLES, EVENTS, NAMESPACES
 from cbop.runtime import Scope
 from cbop.runtime.definition import Context
 from cbop.runtime.events import EventRecorder
@@ -23,12 +28,23 @@ from cbop.shardrange import ShardRange
 from cbop_testing.fakekube import CacheLister, FakeKube, FakeRecorder
 
 
-def cluster_bundles(*names: str) -> CacheLister:
-    """A cache of ClusterConfigBundles with these names."""
+def cluster_bundles(*names: str, config_maps: dict[str, str] | None = None) -> CacheLister:
+    """A cache of ClusterConfigBundles with these names (and template configMapNames)."""
     kube = FakeKube()
     for name in names:
-        kube.tracker.add(CLUSTERCONFIGBUNDLES, {"metadata": {"name": name}})
+        template = {"configMapName": (config_maps or {}).get(name, name)}
+        kube.tracker.add(
+            CLUSTERCONFIGBUNDLES, {"metadata": {"name": name}, "spec": {"template": template}}
+        )
     return CacheLister().sync(kube.tracker, CLUSTERCONFIGBUNDLES)
+
+
+def namespaces(*names: str) -> CacheLister:
+    """A cache of Namespaces with these names."""
+    kube = FakeKube()
+    for name in names:
+        kube.tracker.add(NAMESPACES, {"metadata": {"name": name}})
+    return CacheLister().sync(kube.tracker, NAMESPACES)
 
 
 def scope(namespaces: tuple[str, ...] = (), shard: ShardRange | None = None) -> Scope:
@@ -37,10 +53,10 @@ def scope(namespaces: tuple[str, ...] = (), shard: ShardRange | None = None) -> 
     return Scope(kube, informers=factory, shard=shard)
 
 
-def test_it_runs_only_with_the_cluster_scope_and_unsharded() -> None:
+def test_it_runs_only_with_the_cluster_scope() -> None:
     assert unsupported_scope(scope()) is None
+    assert unsupported_scope(scope(shard=ShardRange.of(0, 2))) is None
     assert "--namespace" in str(unsupported_scope(scope(("a", "b"))))
-    assert "--shards" in str(unsupported_scope(scope(shard=ShardRange.of(0, 2))))
 
 
 def test_where_it_cannot_run_it_adds_nothing_and_says_so_once() -> None:
@@ -63,7 +79,7 @@ def test_where_it_cannot_run_it_adds_nothing_and_says_so_once() -> None:
     assert len(said) == 1
 
 
-def test_with_the_cluster_scope_it_watches_its_three_kinds() -> None:
+def test_with_the_cluster_scope_it_adds_two_controllers_on_three_kinds() -> None:
     context = Context(
         settings={},
         workers=2,
@@ -73,11 +89,21 @@ def test_with_the_cluster_scope_it_watches_its_three_kinds() -> None:
         cached=lambda resource: [],
     )
     cluster = scope()
-    controller = DEFINITION.install(context)(cluster)
-    assert controller is not None
-    assert set(cluster.controllers) == {"clusterbundle"}
+    added = DEFINITION.install(context)(cluster)
+    assert isinstance(added, ClusterBundleControllers)
+    assert added.status is not None
+    assert added.report is None
+    assert set(cluster.controllers) == {"clusterbundle", "clusterbundle-status"}
+    assert DEFINITION.controllers == len(cluster.controllers)
+    assert cluster.controllers["clusterbundle"].workers == 2
+    assert cluster.controllers["clusterbundle-status"].workers == 1
     watched = {i.name for i in cluster.informers.informers}
     assert watched == {"clusterconfigbundles/*", "namespaces/*", "configbundles/*"}
+    # A refusal recorded by the stamp work wakes the status controller.
+    added.outcomes.record("ca", "kube-system", None)
+    assert len(added.status.queue) == 0
+    added.outcomes.record("ca", "kube-system", Failure("kube-system", "Refused", "no"))
+    assert len(added.status.queue) == 1
 
 
 @pytest.mark.parametrize(
@@ -95,8 +121,32 @@ def test_a_configbundle_event_enqueues_the_cluster_bundle_it_concerns(
     assert bundle_mapper(cluster_bundles("ca"))(bundle) == keys
 
 
-def test_a_namespace_event_enqueues_every_cluster_bundle() -> None:
+def test_a_namespace_event_enqueues_every_cluster_bundle_status() -> None:
     assert namespace_mapper(cluster_bundles("b", "a"))({"metadata": {"name": "ns"}}) == ["a", "b"]
+
+
+def test_a_namespace_event_enqueues_only_its_own_stamp_keys() -> None:
+    mapper = namespace_stamp_mapper(cluster_bundles("b", "a"))
+    assert mapper({"metadata": {"name": "ns"}}) == ["ns/a", "ns/b"]
+
+
+def test_a_cluster_bundle_event_enqueues_its_stamp_in_every_namespace_and_its_rivals() -> None:
+    cached = cluster_bundles("ca", "rival", "other", config_maps={"rival": "ca"})
+    mapper = cluster_bundle_stamp_mapper(cached, namespaces("n1", "n2"))
+    ca = cached.get(None, "ca")
+    assert ca is not None
+    assert mapper(ca) == ["n1/ca", "n2/ca", "n1/rival", "n2/rival"]
+
+
+def test_the_stamp_controller_hears_only_bundles_named_like_a_cluster_bundle() -> None:
+    predicate = NamedLikeAClusterBundle(cluster_bundles("ca"))
+    stamp = {"metadata": {"name": "ca", "namespace": "a"}}
+    unrelated = {"metadata": {"name": "app", "namespace": "a"}}
+    assert predicate.create(stamp)
+    assert predicate.update(stamp, stamp)
+    assert predicate.delete(stamp)
+    assert not predicate.create(unrelated)
+    assert not predicate.update(unrelated, unrelated)
 
 
 def test_events_about_a_cluster_bundle_go_to_the_default_namespace() -> None:

@@ -17,6 +17,7 @@ from cbop.clusterbundle.decision import (
     Plan,
     Update,
     decide,
+    decide_namespace,
     desired_stamp,
     owner_reference,
     status_of,
@@ -311,3 +312,56 @@ def test_an_unchanged_world_gives_an_equal_status() -> None:
     assert status_of(owner, Plan(selected=("a",), ready=("a",)), now=later) == first
     flipped = status_of(owner, Plan(selected=("a",)), now=later)
     assert flipped["conditions"][0]["lastTransitionTime"] == "2026-01-02T04:04:05Z"
+
+
+def test_each_namespace_alone_is_decided_as_decide_decides_it_among_all() -> None:
+    """decide_namespace (one stamp key's work) agrees with decide (the status's view) on
+    every kind of namespace: new, ready, edited, foreign, rival-held, left, terminating."""
+    own = ccb()
+    older = ccb("older", template={"configMapName": "trusted-ca"}, uid="uid-0", created="2025")
+    older["spec"]["namespaceSelector"] = {"matchLabels": {"rival": "yes"}}
+    edited = stamped(own, "edited")
+    edited["spec"] = {"data": {"ca.crt": "hand"}}
+    foreign = {"metadata": {"name": "trusted-ca", "namespace": "foreign"}}
+    spaces = [
+        ns("new", {"ca": "yes"}),
+        ns("ready", {"ca": "yes"}),
+        ns("edited", {"ca": "yes"}),
+        ns("foreign", {"ca": "yes"}),
+        ns("rival", {"ca": "yes", "rival": "yes"}),
+        ns("left"),
+        ns("going", {"ca": "yes"}, terminating=True),
+    ]
+    bundles: dict[str, Mapping[str, Any]] = {
+        "ready": stamped(own, "ready"),
+        "edited": edited,
+        "foreign": foreign,
+        "rival": stamped(own, "rival"),
+        "left": stamped(own, "left"),
+        "going": stamped(own, "going"),
+    }
+    plan = decide(
+        own,
+        namespaces=spaces,
+        bundle_at=bundles.get,
+        stamps=[b for b in bundles.values() if b is not foreign],
+        others=[own, older],
+    )
+    verdicts = {
+        str(space["metadata"]["name"]): decide_namespace(
+            own, space, current=bundles.get(space["metadata"]["name"]), others=[own, older]
+        )
+        for space in spaces
+    }
+    assert sorted(n for n, v in verdicts.items() if v.selected) == list(plan.selected)
+    assert sorted(n for n, v in verdicts.items() if v.ready) == list(plan.ready)
+    assert sorted((f for v in verdicts.values() if (f := v.failure)), key=str) == sorted(
+        plan.failures, key=str
+    )
+    actions = [v.action for v in verdicts.values() if v.action is not None]
+    assert sorted(actions, key=repr) == sorted(plan.actions, key=repr)
+    kinds = {n: type(v.action).__name__ for n, v in verdicts.items() if v.action is not None}
+    assert kinds == {"new": "Create", "edited": "Update", "rival": "Delete", "left": "Delete"}
+    assert decide_namespace(own, None, current=None) == decide_namespace(
+        own, spaces[-1], current=None
+    )

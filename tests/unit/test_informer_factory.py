@@ -14,7 +14,8 @@ import pytest
 
 from cbop.informers import SharedInformerFactory, index_by_controller_uid, index_by_label
 from cbop.keys import CONTROLLER_UID_INDEX
-from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, ConnectionFailed
+from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, NAMESPACES, ApiError, ConnectionFailed
+from cbop.shardrange import ShardRange
 from cbop_testing.clock import FakeClock
 from cbop_testing.fakekube import FakeKube, fail
 from cbop_testing.objects import cm
@@ -197,3 +198,57 @@ def test_readiness_ignores_a_brief_watch_failure_but_not_a_long_one(
     assert "connection refused" in message
     assert not factory.connected()
     assert factory.connection_states()["configmaps/a"] is False
+
+
+def test_a_sharded_factory_hands_out_whole_informers_apart(api: FakeKube, clock: FakeClock) -> None:
+    """``whole=True``: the whole collection beside the shard's own informer, no shard in
+    its name, left out of nothing but the shard's object counts (is_whole)."""
+    shard = ShardRange.of(0, 2)
+    names = [f"{i}-ns" for i in range(50)]  # names that differ early spread over shards
+    mine = next(ns for ns in names if shard.contains(ns))
+    other = next(ns for ns in names if not shard.contains(ns))
+    api.tracker.add(CONFIGMAPS, cm("a", "1", ns=mine))
+    api.tracker.add(CONFIGMAPS, cm("b", "1", ns=other))
+    factory = SharedInformerFactory(api, resync_period=0, clock=clock, shard=shard)
+    try:
+        (sharded,) = factory.informers_for(CONFIGMAPS).values()
+        (whole,) = factory.informers_for(CONFIGMAPS, whole=True).values()
+        assert whole is not sharded
+        assert factory.informers_for(CONFIGMAPS, whole=True)[None] is whole
+        assert whole.name == "configmaps/*[]"
+        assert sharded.name == "configmaps/* shard 0/2"
+        assert (factory.is_whole(whole), factory.is_whole(sharded)) == (True, False)
+        factory.start()
+        assert factory.wait_for_cache_sync(5)
+        everything = factory.lister(CONFIGMAPS, whole=True).list()
+        assert sorted(o["metadata"]["namespace"] for o in everything) == sorted([mine, other])
+        own = factory.lister(CONFIGMAPS).list()
+        assert [o["metadata"]["namespace"] for o in own] == [mine]
+    finally:
+        factory.shutdown()
+    # Unsharded, whole is the one informer.
+    plain = SharedInformerFactory(api, resync_period=0, clock=clock)
+    assert plain.informers_for(CONFIGMAPS, whole=True) == plain.informers_for(CONFIGMAPS)
+
+
+def test_a_sharded_factory_hands_out_the_namespaces_of_its_names(
+    api: FakeKube, clock: FakeClock
+) -> None:
+    shard = ShardRange.of(1, 2)
+    names = [f"{i}-team" for i in range(20)]
+    for name in names:
+        api.tracker.add(NAMESPACES, {"metadata": {"name": name, "resourceVersion": "1"}})
+    factory = SharedInformerFactory(api, resync_period=0, clock=clock, shard=shard)
+    try:
+        (own,) = factory.informers_for(NAMESPACES, by_name=True).values()
+        assert own.name == "namespaces/* shard 1/2 by name"
+        assert not factory.is_whole(own)
+        factory.start()
+        assert factory.wait_for_cache_sync(5)
+        kept = sorted(
+            n["metadata"]["name"] for n in factory.lister(NAMESPACES, by_name=True).list()
+        )
+        assert kept == sorted(n for n in names if shard.contains(n))
+        assert 0 < len(kept) < len(names)
+    finally:
+        factory.shutdown()

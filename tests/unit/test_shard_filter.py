@@ -8,6 +8,7 @@ trusted, which objects enter the cache, what a 400 does.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -297,3 +298,26 @@ def test_the_factory_shards_every_informer_it_makes() -> None:
     whole = SharedInformerFactory(fake, resync_period=0, shard=ShardRange.of(0, 1))
     assert whole.shard is None
     assert whole.informers_for(CONFIGMAPS)[None].name == "configmaps/*"
+
+
+def test_a_range_by_name_sends_no_selector_and_keeps_the_objects_of_its_names() -> None:
+    """A shard's slice of the Namespaces: keyed by the object's own name (the server has
+    no selector for that), with the same FNV-1a range as the namespace shard key."""
+    shard = ShardRange.of(0, 2).by_object_name()
+    assert shard.by_name
+    assert shard == dataclasses.replace(ShardRange.of(0, 2), by_name=True)
+    names = [f"{i}-team" for i in range(20)]
+    mine = [n for n in names if ShardRange.of(0, 2).contains(n)]
+    assert mine
+    assert len(mine) < len(names)
+    filt = ShardFilter(shard, name="namespaces")
+    assert filt.active
+    assert filt.selector is None
+    assert filt.argument() == {}
+    kept = [n for n in names if filt.keep({"metadata": {"name": n}})]
+    assert kept == mine
+    assert filt.dropped == len(names) - len(mine)
+    with capture_logs() as logs:
+        filt.list_answered({}, len(names))
+    assert filt.server_side is False
+    assert any("by object name" in str(e.get("reason", "")) for e in logs), logs

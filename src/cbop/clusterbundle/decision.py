@@ -11,6 +11,9 @@ says so). The act layer (:mod:`cbop.clusterbundle.reconcile`) performs what they
   ClusterConfigBundle keeping a ConfigMap of the same name there; the stamp itself
   reporting a ConfigMap conflict). Conflicts are reported, never fought: nothing is
   written in such a namespace.
+- :func:`decide_namespace`: the same rules for one namespace (one stamp's work: the
+  stamp controller's key ``<namespace>/<name>``); :func:`decide` applies them to every
+  namespace, for the status.
 - :func:`status_of`: ``status`` from a :class:`Plan` plus the refusals met while acting
   (counts, at most :data:`cbop.api.MAX_FAILED_NAMESPACES` failed namespaces listed, the
   ``Ready`` condition keeping its ``lastTransitionTime`` while its status holds), so an
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 import copy
 import datetime
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -50,7 +53,9 @@ __all__ = [
     "Failure",
     "Plan",
     "Update",
+    "Verdict",
     "decide",
+    "decide_namespace",
     "desired_stamp",
     "is_controlled_by",
     "is_terminating",
@@ -273,6 +278,126 @@ def _rivals(
     return out
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """What one ClusterConfigBundle needs in one namespace (:func:`decide_namespace`).
+
+    Attributes:
+        selected: the namespace exists, is not terminating, and the selector selects it.
+        action: the one write to make there, or None.
+        failure: why the namespace cannot be served, from the caches alone, or None.
+        ready: the stamp is Ready for its current spec and needs no write.
+    """
+
+    selected: bool = False
+    action: Action | None = None
+    failure: Failure | None = None
+    ready: bool = False
+
+
+def _judge_selected(  # noqa: PLR0917 - private, called twice
+    cluster_bundle: Mapping[str, Any],
+    ns_name: str,
+    labels: Mapping[str, str],
+    current: Mapping[str, Any] | None,
+    spec: Mapping[str, Any],
+    rivals: Sequence[tuple[str, NamespaceSelector]],
+) -> Verdict:
+    """Judge a selected namespace: its stamp's write, conflict, or readiness."""
+    meta = cluster_bundle["metadata"]
+    winner = next((name for name, sel in rivals if sel.matches(labels)), None)
+    if winner is not None:
+        failure = Failure(
+            ns_name,
+            ClusterReason.CONFIGMAP_NAME_CONFLICT,
+            f"ClusterConfigBundle {winner}, older, keeps ConfigMap "
+            f"{spec['configMapName']} in this namespace",
+        )
+        owned = current is not None and is_controlled_by(current, cluster_bundle)
+        return Verdict(True, _delete(current) if owned and current else None, failure)
+    if current is None:
+        return Verdict(True, Create(ns_name, desired_stamp(cluster_bundle, ns_name)))
+    if not is_controlled_by(current, cluster_bundle):
+        return Verdict(
+            True,
+            failure=Failure(
+                ns_name,
+                ClusterReason.CONFIGBUNDLE_CONFLICT,
+                f"ConfigBundle {ns_name}/{meta['name']} exists and is not controlled by "
+                f"ClusterConfigBundle {meta['name']}; it is left alone",
+            ),
+        )
+    if (current.get("metadata") or {}).get("deletionTimestamp"):
+        return Verdict(True)  # pending: recreated once its deletion (a release) is done
+    body = _corrected(current, cluster_bundle, spec)
+    if body is not None:
+        return Verdict(True, Update(ns_name, body))
+    state = _stamp_state(current)
+    if isinstance(state, Failure):
+        return Verdict(True, failure=state)
+    return Verdict(True, ready=state)
+
+
+def _is_releasable(stamp: Mapping[str, Any], cluster_bundle: Mapping[str, Any]) -> bool:
+    """Whether ``stamp`` is this ClusterConfigBundle's own, labelled, not being deleted."""
+    stamp_meta = stamp.get("metadata") or {}
+    name = cluster_bundle["metadata"]["name"]
+    labels = stamp_meta.get("labels") or {}
+    return (
+        not stamp_meta.get("deletionTimestamp")
+        and stamp_meta.get("name") == name
+        and labels.get(LABEL_CLUSTER_BUNDLE) == name
+        and is_controlled_by(stamp, cluster_bundle)
+    )
+
+
+def decide_namespace(
+    cluster_bundle: Mapping[str, Any],
+    namespace: Mapping[str, Any] | None,
+    *,
+    current: Mapping[str, Any] | None,
+    others: Iterable[Mapping[str, Any]] = (),
+) -> Verdict:
+    """Decide what one ClusterConfigBundle needs in one namespace: one stamp's work.
+
+    The per-namespace part of :func:`decide`, with the same rules: a selected,
+    non-terminating namespace gets its stamp created or put back, or is failed for a
+    conflict (the older rival wins; a foreign ConfigBundle is left alone); a live
+    namespace the selector does not select loses this ClusterConfigBundle's stamp; a
+    namespace gone or terminating gets nothing.
+
+    Args:
+        cluster_bundle: the ClusterConfigBundle (cached; never mutated).
+        namespace: the cached Namespace, or None when it is not cached (gone).
+        current: the ConfigBundle named after the ClusterConfigBundle in that
+            namespace, whoever made it, or None.
+        others: every ClusterConfigBundle, for the configMapName conflicts.
+
+    Returns:
+        A :class:`Verdict` (unselected, with no action, for a ClusterConfigBundle being
+        deleted or with an unusable selector).
+    """
+    if namespace is None or is_terminating(namespace):
+        return Verdict()
+    if cluster_bundle["metadata"].get("deletionTimestamp"):
+        return Verdict()
+    try:
+        selector = parse_selector((cluster_bundle.get("spec") or {}).get("namespaceSelector"))
+    except SelectorError:
+        return Verdict()
+    ns_meta = namespace.get("metadata") or {}
+    labels = ns_meta.get("labels") or {}
+    ns_name = str(ns_meta.get("name", ""))
+    if not selector.matches(labels):
+        if current is not None and _is_releasable(current, cluster_bundle):
+            return Verdict(action=_delete(current))
+        return Verdict()
+    spec = template_of(cluster_bundle)
+    return _judge_selected(
+        cluster_bundle, ns_name, labels, current, spec, _rivals(cluster_bundle, others)
+    )
+
+
 def decide(
     cluster_bundle: Mapping[str, Any],
     *,
@@ -325,52 +450,26 @@ def decide(
     ready: list[str] = []
     served: list[str] = []
     for ns_name in selected:
-        winner = next((name for name, sel in rivals if sel.matches(live[ns_name])), None)
-        current = bundle_at(ns_name)
-        if winner is not None:
-            failures.append(
-                Failure(
-                    ns_name,
-                    ClusterReason.CONFIGMAP_NAME_CONFLICT,
-                    f"ClusterConfigBundle {winner}, older, keeps ConfigMap "
-                    f"{spec['configMapName']} in this namespace",
-                )
-            )
-            if current is not None and is_controlled_by(current, cluster_bundle):
-                deletes.append(_delete(current))
-            continue
-        if current is None:
-            writes.append(Create(ns_name, desired_stamp(cluster_bundle, ns_name)))
-            served.append(ns_name)
-            continue
-        if not is_controlled_by(current, cluster_bundle):
-            failures.append(
-                Failure(
-                    ns_name,
-                    ClusterReason.CONFIGBUNDLE_CONFLICT,
-                    f"ConfigBundle {ns_name}/{meta['name']} exists and is not controlled by "
-                    f"ClusterConfigBundle {meta['name']}; it is left alone",
-                )
-            )
-            continue
-        if (current.get("metadata") or {}).get("deletionTimestamp"):
-            continue  # pending: recreated once its deletion (a release) is done
-        body = _corrected(current, cluster_bundle, spec)
-        if body is not None:
-            writes.append(Update(ns_name, body))
-            continue
-        state = _stamp_state(current)
-        if state is True:
+        verdict = _judge_selected(
+            cluster_bundle, ns_name, live[ns_name], bundle_at(ns_name), spec, rivals
+        )
+        if verdict.failure is not None:
+            failures.append(verdict.failure)
+        if verdict.ready:
             ready.append(ns_name)
-        elif isinstance(state, Failure):
-            failures.append(state)
+        if isinstance(verdict.action, Delete):
+            deletes.append(verdict.action)
+        elif verdict.action is not None:
+            writes.append(verdict.action)
+            if isinstance(verdict.action, Create):
+                served.append(ns_name)
     wanted = set(selected)
     for stamp in sorted(stamps, key=_age_key):
         stamp_meta = stamp.get("metadata") or {}
         ns_name = str(stamp_meta.get("namespace", ""))
-        if ns_name in wanted or ns_name not in live or stamp_meta.get("deletionTimestamp"):
+        if ns_name in wanted or ns_name not in live:
             continue
-        if stamp_meta.get("name") == meta["name"] and is_controlled_by(stamp, cluster_bundle):
+        if _is_releasable(stamp, cluster_bundle):
             deletes.append(_delete(stamp))
     deletes.sort(key=lambda d: d.namespace)
     return Plan(

@@ -1,37 +1,44 @@
-"""The ClusterConfigBundle reconciler: performs :func:`cbop.clusterbundle.decision.decide`.
+"""The ClusterConfigBundle reconcilers: stamp work per namespace, status per bundle.
 
-One reconcile of a ClusterConfigBundle (key: its name) reads the caches (the
-ClusterConfigBundles, the Namespaces, the ConfigBundles), lets the decision say what
-to write, writes it (stamp creates, updates and deletes), and writes the status when
-it changed. Its error policy, in the words of sample-controller:
+Two reconcilers share the same caches (the ClusterConfigBundles, the Namespaces, the
+ConfigBundles) and one :class:`Outcomes` table:
+
+- :class:`StampReconciler` (key ``<namespace>/<name>``: the stamp's own key, in the
+  target namespace) performs :func:`cbop.clusterbundle.decision.decide_namespace`:
+  creates, puts back or deletes the one stamp of ClusterConfigBundle ``name`` in
+  ``namespace``. The workqueue's workers stamp many namespaces at once, and a
+  namespace's event enqueues only its own keys. What only the write shows (an
+  admission refusal) goes into :class:`Outcomes`, and a change there wakes the status.
+- :class:`StatusReconciler` (key: the ClusterConfigBundle's name) aggregates the
+  status from the caches (:func:`cbop.clusterbundle.decision.decide` over every
+  namespace, nothing written but the status) and the refusals in :class:`Outcomes`,
+  and writes it when it changed, at most once per :data:`STATUS_INTERVAL`.
+
+Error policy of the stamp work, in the words of sample-controller:
 
 - the ClusterConfigBundle gone or being deleted: nothing (garbage collection removes
   its stamps through their owner references);
 - a lost race (409 on update, 409 AlreadyExists on create: the cache had not caught
   up): :class:`cbop.runtime.Requeue`, a quiet rate-limited retry;
 - a stamp refused by the API server (403 or 422: an admission policy, a quota): the
-  namespace is failed with the server's message, the other namespaces carry on, the
-  status says so, and the key is retried with the workqueue's rate limiter
-  (exponential backoff, never a hot loop) through :class:`cbop.runtime.Requeue`;
+  namespace is failed with the server's message (the status says so) and the key is
+  retried with the workqueue's rate limiter (per-key exponential backoff, never a hot
+  loop) through :class:`cbop.runtime.Requeue`; the other namespaces are other keys;
 - a namespace being deleted, or gone: skipped (no error, no retry);
 - anything else: raised, so the controller retries it rate-limited.
 
-Its own writes are remembered until the caches show them (:class:`OwnWrites` for the
-status and the stamps it updated, a short-lived memo of the stamps it created), so a
-reconcile that comes before the watch events decides from what was written, and a
-world that did not change gets no write at all. Status writes go out at most once per
-second per ClusterConfigBundle; a change within that second is written when it ends
-(``requeue_after``).
+Own writes are remembered until the caches show them (:class:`OwnWrites` for the status
+and the stamps updated, a short-lived memo of the stamps created), so a reconcile that
+comes before the watch events decides from what was written, and a world that did not
+change gets no write at all.
 """
 
 from __future__ import annotations
 
-import contextvars
 import datetime
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -39,8 +46,17 @@ import cachetools
 import structlog
 
 from cbop.api import LABEL_CLUSTER_BUNDLE, ClusterReason
-from cbop.clusterbundle.decision import Create, Delete, Failure, Update, decide, status_of
-from cbop.keys import key_of
+from cbop.clusterbundle import report
+from cbop.clusterbundle.decision import (
+    Create,
+    Delete,
+    Failure,
+    Update,
+    decide,
+    decide_namespace,
+    status_of,
+)
+from cbop.keys import key_of, split_key
 from cbop.kube import CLUSTERCONFIGBUNDLES, CONFIGBUNDLES, NAMESPACES, ApiError
 from cbop.runtime.ownwrites import OwnWrites
 from cbop.runtime.reconcile import Requeue
@@ -48,12 +64,17 @@ from cbop.runtime.seams import Client, EventSink
 
 __all__ = [
     "CLUSTER_BUNDLE_INDEX",
-    "DEFAULT_PARALLELISM",
     "FIELD_MANAGER",
+    "REPORT_INTERVAL",
+    "STATUS_DEBOUNCE",
     "STATUS_INTERVAL",
-    "ClusterBundleReconciler",
+    "UNSEEN_REASONS",
     "Done",
     "ListingLister",
+    "Outcomes",
+    "ReportReconciler",
+    "StampReconciler",
+    "StatusReconciler",
     "index_by_cluster_bundle",
 ]
 
@@ -63,11 +84,16 @@ log = structlog.get_logger("cbop.clusterbundle")
 FIELD_MANAGER: Final = "cbop-clusterbundle"
 #: Seconds between two status writes of one ClusterConfigBundle, at least.
 STATUS_INTERVAL: Final = 1.0
+#: Seconds between two status computations of one ClusterConfigBundle, at least (each
+#: reads every namespace; a burst of stamp events is folded into one).
+STATUS_DEBOUNCE: Final = 0.5
 #: Name of the ConfigBundle cache's index from the label ``cbop.dev/cluster-bundle`` to
 #: the stamps carrying it.
 CLUSTER_BUNDLE_INDEX: Final = "cluster-bundle"
-#: Stamp writes one reconcile sends at once, unless told.
-DEFAULT_PARALLELISM: Final = 4
+#: Reasons of the failures no stamp shows (:class:`Outcomes` records them).
+UNSEEN_REASONS: Final = frozenset({ClusterReason.REFUSED, ClusterReason.CONFIGBUNDLE_CONFLICT})
+#: Seconds between two report writes of one shard on one ClusterConfigBundle, at least.
+REPORT_INTERVAL: Final = 1.0
 #: Seconds a created stamp is remembered while the cache does not show it yet.
 _CREATED_TTL: Final = 30.0
 
@@ -110,19 +136,71 @@ class Done:
     status_written: bool = False
 
 
-class ClusterBundleReconciler:
-    """Reconciles one ClusterConfigBundle (see the module docstring).
+class Outcomes:
+    """The failures no stamp shows, per ClusterConfigBundle and namespace (thread-safe).
+
+    What the stamp work learns that the status writer's caches may not show: the
+    namespaces whose stamp the API server refused, and (for a sharded writer, whose
+    cache holds only stamps) those where a foreign ConfigBundle is in the way.
+
+    The stamp reconciler records each namespace's last outcome (a :class:`Failure`, or
+    None when the stamp work went through); the status reconciler reads the failures.
+    A namespace never recorded since the process started is *unknown*
+    (:meth:`known`): the status then keeps what it said before, so a restart writes
+    no status that only lacks the refusals the stamp work has not met again yet.
+
+    Args:
+        changed: ``fn(name)``, called (outside the lock) when ClusterConfigBundle
+            ``name``'s failures changed (the controller enqueues its status key).
+    """
+
+    def __init__(self, changed: Callable[[str], None] | None = None) -> None:
+        self._lock = threading.Lock()
+        self._outcomes: dict[str, dict[str, Failure | None]] = {}
+        self.changed = changed
+
+    def record(self, name: str, namespace: str, failure: Failure | None) -> bool:
+        """Record ``namespace``'s outcome for ``name``; return whether the failures changed."""
+        with self._lock:
+            table = self._outcomes.setdefault(name, {})
+            before = table.get(namespace)
+            table[namespace] = failure
+        changed = before != failure
+        if changed and self.changed is not None:
+            self.changed(name)
+        return changed
+
+    def known(self, name: str, namespace: str) -> bool:
+        """Whether an outcome of ``namespace`` for ``name`` was recorded."""
+        with self._lock:
+            return namespace in self._outcomes.get(name, {})
+
+    def failures(self, name: str) -> list[Failure]:
+        """Return the recorded failures of ``name``, by namespace."""
+        with self._lock:
+            table = dict(self._outcomes.get(name, {}))
+        return [f for ns in sorted(table) if (f := table[ns]) is not None]
+
+    def forget(self, name: str) -> None:
+        """Drop everything recorded for ``name`` (the ClusterConfigBundle is gone)."""
+        with self._lock:
+            self._outcomes.pop(name, None)
+
+
+class StampReconciler:
+    """Reconciles one stamp: key ``<namespace>/<name>`` (see the module docstring).
 
     Args:
         client: the client it writes with (fenced under leader election).
         cluster_bundles: lister of the ClusterConfigBundles.
         namespaces: lister of the Namespaces.
-        bundles: lister of every ConfigBundle, with :data:`CLUSTER_BUNDLE_INDEX`.
+        bundles: lister of the ConfigBundles (at least those of the namespaces served).
+        outcomes: where the failures no stamp shows (a refusal, a foreign ConfigBundle
+            in the way) are recorded for the status.
         recorder: where the NamespaceServed / NamespaceReleased Events go (None: none).
-        monotonic: seconds for the status write interval (tests: a fake clock's).
-        now: the wall clock for condition times (UTC).
-        parallelism: stamp writes one reconcile sends at once (the API server serves
-            them concurrently: a thousand namespaces are not written one by one).
+        monotonic: seconds for the memo of created stamps (tests: a fake clock's).
+        owns: ``fn(namespace) -> bool``, whether this scope serves the namespace (a
+            shard: its name hashes into the shard's range); None: every namespace.
     """
 
     def __init__(
@@ -132,22 +210,18 @@ class ClusterBundleReconciler:
         cluster_bundles: ListingLister,
         namespaces: ListingLister,
         bundles: ListingLister,
+        outcomes: Outcomes,
         recorder: EventSink | None = None,
         monotonic: Callable[[], float] = time.monotonic,
-        now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
-        parallelism: int = DEFAULT_PARALLELISM,
+        owns: Callable[[str], bool] | None = None,
     ) -> None:
-        #: Stamp writes one reconcile sends at once.
-        self.parallelism = max(1, parallelism)
+        self._owns = owns
         self._client = client
         self._cluster_bundles = cluster_bundles
         self._namespaces = namespaces
         self._bundles = bundles
+        self._outcomes = outcomes
         self._recorder = recorder
-        self._monotonic = monotonic
-        self._now = now
-        # Status writes not yet in the cache (value: the server's answer).
-        self._status_writes: OwnWrites[Mapping[str, Any]] = OwnWrites()
         # Stamp updates not yet in the cache (value: the server's answer).
         self._stamp_writes: OwnWrites[Mapping[str, Any]] = OwnWrites()
         # Stamps created and not yet in the cache: key -> the server's answer.
@@ -155,9 +229,6 @@ class ClusterBundleReconciler:
             maxsize=100_000, ttl=_CREATED_TTL, timer=monotonic
         )
         self._lock = threading.Lock()
-        self._last_status_write: dict[str, float] = {}
-
-    # ------------------------------------------------------------------ reading
 
     def _stamp_at(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         """Return the ConfigBundle ``namespace/name`` as this reconciler last knew it."""
@@ -171,79 +242,50 @@ class ClusterBundleReconciler:
         written = self._stamp_writes.pending(key, cached)
         return written if written is not None else cached
 
-    # ------------------------------------------------------------------ reconcile
-
     def reconcile(self, key: str) -> Done:
-        """Reconcile the ClusterConfigBundle named ``key``.
+        """Reconcile the stamp ``key`` (``<namespace>/<ClusterConfigBundle name>``).
 
         Raises:
-            Requeue: a lost race, or a stamp refused (retried rate-limited).
+            Requeue: a lost race, or the stamp refused (retried rate-limited).
             ApiError, ConnectionFailed: another failure (retried rate-limited).
+            ValueError: ``key`` has no namespace.
         """
-        cached = self._cluster_bundles.get(None, key)
-        if cached is None:
-            with self._lock:
-                self._last_status_write.pop(key, None)
-            return Done()
-        written = self._status_writes.pending(key, cached)
-        current = written if written is not None else cached
-        if current["metadata"].get("deletionTimestamp"):
+        namespace, name = split_key(key)
+        if namespace is None:
+            raise ValueError(f"a stamp key needs a namespace: {key!r}")
+        if self._owns is not None and not self._owns(namespace):
+            return Done()  # another shard's namespace
+        cluster_bundle = self._cluster_bundles.get(None, name)
+        if cluster_bundle is None:
+            return Done()  # its outcomes are forgotten with it
+        if cluster_bundle["metadata"].get("deletionTimestamp"):
+            self._outcomes.record(name, namespace, None)
             return Done()  # garbage collection removes the stamps
-        name = str(current["metadata"]["name"])
-        plan = decide(
-            current,
-            namespaces=self._namespaces.list(),
-            bundle_at=lambda namespace: self._stamp_at(namespace, name),
-            stamps=self._bundles.by_index(CLUSTER_BUNDLE_INDEX, name),
+        verdict = decide_namespace(
+            cluster_bundle,
+            self._namespaces.get(None, namespace),
+            current=self._stamp_at(namespace, name),
             others=self._cluster_bundles.list(),
         )
-        refusals: list[Failure] = []
-        outcomes = self._act_all(current, plan.actions, refusals)
-        failed = [o for o in outcomes if isinstance(o, Exception)]
-        if failed:
-            raise failed[0]  # no status from a pass that did not finish: retried
-        writes = sum(1 for o in outcomes if o is True)
-        status = status_of(current, plan, refusals, now=self._now())
-        done = self._write_status(key, current, status, writes)
-        if refusals:
-            log.info(
-                "stamps refused; retrying with backoff",
-                namespaces=[f.namespace for f in refusals[:5]],
-                refused=len(refusals),
-            )
-            raise Requeue(f"{len(refusals)} stamps refused")
-        return done
+        refusal: Failure | None = None
+        written = False
+        if verdict.action is not None:
+            outcome = self._act(cluster_bundle, verdict.action)
+            if isinstance(outcome, Failure):
+                refusal = outcome
+            else:
+                written = outcome
+        unseen = refusal
+        if verdict.failure is not None and verdict.failure.reason in UNSEEN_REASONS:
+            unseen = verdict.failure  # a foreign bundle: not in a sharded writer's cache
+        if self._outcomes.record(name, namespace, unseen) and refusal is not None:
+            log.info("stamp refused; retrying with backoff", stamp_namespace=namespace)
+        if refusal is not None:
+            raise Requeue(f"stamp refused: {refusal.message}")
+        return Done(writes=int(written))
 
-    def _act_all(
-        self,
-        owner: Mapping[str, Any],
-        actions: Sequence[Create | Update | Delete],
-        refusals: list[Failure],
-    ) -> list[bool | Exception]:
-        """Perform ``actions``, up to :attr:`parallelism` at once; return each outcome.
-
-        An outcome is whether the action was written, or the exception it raised (every
-        action is attempted whatever the others do). Each runs in a copy of the caller's
-        context, so its log lines carry the reconcile's fields.
-        """
-
-        def attempt(action: Create | Update | Delete) -> bool | Exception:
-            try:
-                return self._act(owner, action, refusals)
-            except Exception as err:  # noqa: BLE001 - handed back to the caller
-                return err
-
-        if len(actions) <= 1 or self.parallelism <= 1:
-            return [attempt(a) for a in actions]
-        workers = min(self.parallelism, len(actions))
-        with ThreadPoolExecutor(workers, thread_name_prefix="clusterbundle-write") as pool:
-            futures = [pool.submit(contextvars.copy_context().run, attempt, a) for a in actions]
-            return [f.result() for f in futures]
-
-    def _act(
-        self, owner: Mapping[str, Any], action: Create | Update | Delete, refusals: list[Failure]
-    ) -> bool:
-        """Perform one action; return whether it was written. Refusals are collected."""
+    def _act(self, owner: Mapping[str, Any], action: Create | Update | Delete) -> bool | Failure:
+        """Perform one action; return whether it was written, or the refusal met."""
         try:
             if isinstance(action, Create):
                 answer = self._client.create(
@@ -276,12 +318,10 @@ class ClusterBundleReconciler:
                 self._event(owner, "NamespaceReleased", f"released namespace {action.namespace}")
             return True
         except ApiError as err:
-            return self._failed(action, err, refusals)
+            return self._failed(action, err)
 
-    def _failed(
-        self, action: Create | Update | Delete, err: ApiError, refusals: list[Failure]
-    ) -> bool:
-        """Sort an API error of one action: skip, collect a refusal, or raise."""
+    def _failed(self, action: Create | Update | Delete, err: ApiError) -> bool | Failure:
+        """Sort an API error of one action: skip, return a refusal, or raise."""
         if _namespace_going(err):
             return False  # a terminating or deleted namespace: skipped, not retried
         if isinstance(action, Delete) and (err.is_not_found or err.is_conflict):
@@ -289,24 +329,135 @@ class ClusterBundleReconciler:
         if err.is_already_exists or err.is_conflict:
             raise Requeue(str(err)) from err
         if err.is_forbidden or err.is_invalid:
-            with self._lock:
-                refusals.append(
-                    Failure(action.namespace, ClusterReason.REFUSED, err.message or str(err))
-                )
-            return False
+            return Failure(action.namespace, ClusterReason.REFUSED, err.message or str(err))
         raise err
 
+    def _event(self, owner: Mapping[str, Any], reason: str, message: str) -> None:
+        if self._recorder is not None:
+            self._recorder.event(owner, "Normal", reason, message)
+
+
+class StatusReconciler:
+    """Writes one ClusterConfigBundle's status: key its name (see the module docstring).
+
+    Args:
+        client: the client it writes with (fenced under leader election).
+        cluster_bundles: lister of the ClusterConfigBundles.
+        namespaces: lister of every Namespace.
+        bundles: lister of every stamp, with :data:`CLUSTER_BUNDLE_INDEX`.
+        outcomes: the refusals the stamp work met (the same process's).
+        monotonic: seconds for the write interval and the debounce (tests: a fake
+            clock's).
+        now: the wall clock for condition times (UTC).
+        reports: ``fn(cluster_bundle) -> failures``: the failures the stamping shards
+            report (:func:`cbop.clusterbundle.report.reported`), read instead of
+            ``outcomes`` by the sharded writer; ``bundles`` then holds only stamps.
+    """
+
+    def __init__(
+        self,
+        *,
+        client: Client,
+        cluster_bundles: ListingLister,
+        namespaces: ListingLister,
+        bundles: ListingLister,
+        outcomes: Outcomes,
+        monotonic: Callable[[], float] = time.monotonic,
+        now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
+        reports: Callable[[Mapping[str, Any]], list[Failure]] | None = None,
+    ) -> None:
+        self._reports = reports
+        self._client = client
+        self._cluster_bundles = cluster_bundles
+        self._namespaces = namespaces
+        self._bundles = bundles
+        self._outcomes = outcomes
+        self._monotonic = monotonic
+        self._now = now
+        # Status writes not yet in the cache (value: the server's answer).
+        self._status_writes: OwnWrites[Mapping[str, Any]] = OwnWrites()
+        self._lock = threading.Lock()
+        self._last_status_write: dict[str, float] = {}
+        self._last_computed: dict[str, float] = {}
+
+    def reconcile(self, key: str) -> Done:
+        """Compute the status of the ClusterConfigBundle named ``key``; write it if changed.
+
+        Computed at most every :data:`STATUS_DEBOUNCE` s and written at most every
+        :data:`STATUS_INTERVAL` s; a change held back is due at ``requeue_after``.
+
+        Raises:
+            Requeue: the write lost a race (retried rate-limited).
+            ApiError, ConnectionFailed: another failure (retried rate-limited).
+        """
+        cached = self._cluster_bundles.get(None, key)
+        if cached is None:
+            with self._lock:
+                self._last_status_write.pop(key, None)
+                self._last_computed.pop(key, None)
+            self._outcomes.forget(key)
+            return Done()
+        written = self._status_writes.pending(key, cached)
+        current = written if written is not None else cached
+        if current["metadata"].get("deletionTimestamp"):
+            return Done()
+        now = self._monotonic()
+        with self._lock:
+            last = self._last_computed.get(key)
+            if last is not None and now - last < STATUS_DEBOUNCE:
+                return Done(requeue_after=STATUS_DEBOUNCE - (now - last))
+            self._last_computed[key] = now
+        name = str(current["metadata"]["name"])
+        plan = decide(
+            current,
+            namespaces=self._namespaces.list(),
+            bundle_at=lambda namespace: self._bundles.get(namespace, name),
+            stamps=self._bundles.by_index(CLUSTER_BUNDLE_INDEX, name),
+            others=self._cluster_bundles.list(),
+        )
+        status = status_of(current, plan, self._refusals(current, plan.selected), now=self._now())
+        return self._write_status(key, current, status)
+
+    def _refusals(self, current: Mapping[str, Any], selected: Sequence[str]) -> list[Failure]:
+        """Return the refusals of the selected namespaces: recorded, or as the status said.
+
+        A selected namespace with no outcome recorded yet keeps the ``Refused`` entry the
+        status already lists (the stamp work has not met it again since a restart).
+        """
+        name = str(current["metadata"]["name"])
+        wanted = set(selected)
+        if self._reports is not None:
+            # A report older than a stamp now in place (the refusal lifted, the foreign
+            # bundle gone and the stamp made) no longer holds.
+            return [
+                f
+                for f in self._reports(current)
+                if f.namespace in wanted and self._bundles.get(f.namespace, name) is None
+            ]
+        out = [f for f in self._outcomes.failures(name) if f.namespace in wanted]
+        for entry in (current.get("status") or {}).get("failedNamespaces") or ():
+            namespace = str(entry.get("namespace", ""))
+            if (
+                entry.get("reason") == ClusterReason.REFUSED
+                and namespace in wanted
+                and not self._outcomes.known(name, namespace)
+            ):
+                out.append(Failure(namespace, ClusterReason.REFUSED, str(entry.get("message", ""))))
+        return out
+
     def _write_status(
-        self, key: str, current: Mapping[str, Any], status: Mapping[str, Any], writes: int
+        self, key: str, current: Mapping[str, Any], status: Mapping[str, Any]
     ) -> Done:
         """Write ``status`` when it differs, at most every :data:`STATUS_INTERVAL` s."""
         if current.get("status") == status:
-            return Done(writes=writes)
+            return Done()
         now = self._monotonic()
         with self._lock:
             last = self._last_status_write.get(key)
         if last is not None and now - last < STATUS_INTERVAL:
-            return Done(requeue_after=STATUS_INTERVAL - (now - last), writes=writes)
+            # Due when both the write interval and the debounce (a computation just
+            # happened) have passed.
+            return Done(requeue_after=max(STATUS_INTERVAL - (now - last), STATUS_DEBOUNCE))
         body = {**current, "status": status}
         try:
             answer = self._client.update(
@@ -321,16 +472,95 @@ class ClusterBundleReconciler:
             if err.is_conflict:
                 raise Requeue(str(err)) from err
             if err.is_not_found:
-                return Done(writes=writes)
+                return Done()
             raise
         with self._lock:
-            self._last_status_write[key] = now
+            # From the answer: the next write goes out a full interval after this one
+            # landed, however long it took.
+            self._last_status_write[key] = self._monotonic()
         self._status_writes.record(key, current, answer, answer)
-        return Done(writes=writes, status_written=True)
+        return Done(status_written=True)
 
-    def _event(self, owner: Mapping[str, Any], reason: str, message: str) -> None:
-        if self._recorder is not None:
-            self._recorder.event(owner, "Normal", reason, message)
+
+class ReportReconciler:
+    """Reports one shard's failures on a ClusterConfigBundle: key its name (sharded only).
+
+    The value of the shard's annotation (:mod:`cbop.clusterbundle.report`) is the
+    failures :class:`Outcomes` holds for the ClusterConfigBundle, plus the entries the
+    annotation lists already for namespaces the stamp work has not met since this scope
+    started (a new holder of the shard does not clear what it has not looked at yet).
+    Written with a JSON merge patch of that one key, only when it differs from the
+    cached annotation, and at most once per :data:`REPORT_INTERVAL` (a change within is
+    written when it ends; by then the cache shows the previous write, and should it
+    not, the same value patched again changes nothing on the server).
+
+    Args:
+        client: the shard's client (fenced by the shard's Lease).
+        cluster_bundles: lister of every ClusterConfigBundle.
+        outcomes: the shard's stamp outcomes.
+        key: the shard's annotation key (:func:`cbop.clusterbundle.report.report_key`).
+        monotonic: seconds for the write interval (tests: a fake clock's).
+    """
+
+    def __init__(
+        self,
+        *,
+        client: Client,
+        cluster_bundles: ListingLister,
+        outcomes: Outcomes,
+        key: str,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._client = client
+        self._cluster_bundles = cluster_bundles
+        self._outcomes = outcomes
+        self._key = key
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self._last_write: dict[str, float] = {}
+
+    def reconcile(self, key: str) -> Done:
+        """Bring the shard's report on ClusterConfigBundle ``key`` up to date.
+
+        Raises:
+            ApiError, ConnectionFailed: the patch failed (retried rate-limited).
+        """
+        cached = self._cluster_bundles.get(None, key)
+        if cached is None:
+            with self._lock:
+                self._last_write.pop(key, None)
+            self._outcomes.forget(key)
+            return Done()
+        if cached["metadata"].get("deletionTimestamp"):
+            return Done()
+        annotations = cached["metadata"].get("annotations") or {}
+        have = annotations.get(self._key)
+        failures = self._outcomes.failures(key)
+        failures += [f for f in report.decode(have) if not self._outcomes.known(key, f.namespace)]
+        want = report.encode(failures)
+        if want == have:
+            return Done()
+        now = self._monotonic()
+        with self._lock:
+            since = now - self._last_write.get(key, now - REPORT_INTERVAL)
+        if since < REPORT_INTERVAL:
+            return Done(requeue_after=REPORT_INTERVAL - since)
+        try:
+            self._client.patch(
+                CLUSTERCONFIGBUNDLES,
+                None,
+                key,
+                {"metadata": {"annotations": {self._key: want}}},
+                field_manager=FIELD_MANAGER,
+            )
+        except ApiError as err:
+            if err.is_not_found:
+                return Done()
+            raise
+        with self._lock:
+            self._last_write[key] = now
+        log.info("failures reported for the status writer", failed=len(failures))
+        return Done(writes=1)
 
 
 def _namespace_going(err: ApiError) -> bool:

@@ -35,8 +35,9 @@ from cbop.shardrange import ShardRange
 
 __all__ = ["InformerKey", "SharedInformerFactory"]
 
-#: What identifies a shared informer: (resource, namespace or None for all, selector).
-InformerKey = tuple[Resource, str | None, str | None]
+#: What identifies a shared informer: (resource, namespace or None for all, selector,
+#: the slice of a sharded factory it holds: ``"shard"``, ``"whole"`` or ``"name"``).
+InformerKey = tuple[Resource, str | None, str | None, str]
 
 
 class SharedInformerFactory:
@@ -86,6 +87,8 @@ class SharedInformerFactory:
         *,
         label_selector: str | None = None,
         indexers: Mapping[str, IndexFunc] | None = None,
+        whole: bool = False,
+        by_name: bool = False,
     ) -> dict[str | None, SharedInformer]:
         """Return the informer of ``resource`` for each namespace in scope (created once).
 
@@ -96,6 +99,15 @@ class SharedInformerFactory:
             indexers: index name -> index function the caller will query; added to the
                 shared informer's cache unless an index of that name is there already
                 with the same function.
+            whole: in a sharded factory, an informer of the whole collection (no shard
+                selector, no check), for what one shard must see of all of them (the
+                ClusterConfigBundles, every Namespace); a different informer from the
+                sharded one. Its name carries no shard; :meth:`is_whole` tells it apart.
+                No effect in an unsharded factory.
+            by_name: in a sharded factory, the objects whose own *name* hashes into the
+                shard's range (the shard's Namespaces; client-side only, see
+                :meth:`cbop.shardrange.ShardRange.by_object_name`); its name ends in
+                ``by name``. No effect in an unsharded factory, or with ``whole``.
 
         Returns:
             namespace (``None``: all namespaces) -> informer.
@@ -105,8 +117,14 @@ class SharedInformerFactory:
         """
         out: dict[str | None, SharedInformer] = {}
         with self._lock:
+            mode = "shard"
+            shard = self.shard
+            if shard is not None and whole:
+                mode, shard = "whole", None
+            elif shard is not None and by_name:
+                mode, shard = "name", shard.by_object_name()
             for ns in self.scopes:
-                key: InformerKey = (resource, ns, label_selector)
+                key: InformerKey = (resource, ns, label_selector, mode)
                 informer = self._informers.get(key)
                 if informer is None:
                     informer = SharedInformer(
@@ -117,8 +135,8 @@ class SharedInformerFactory:
                         resync_period=self._resync_period,
                         read_timeout=self._read_timeout,
                         clock=self._clock,
-                        name=self._name(resource, ns, label_selector),
-                        shard=self.shard,
+                        name=self._name(resource, ns, label_selector, mode=mode),
+                        shard=shard,
                     )
                     self._informers[key] = informer
                     self._index_funcs[key] = {}
@@ -132,28 +150,46 @@ class SharedInformerFactory:
         *,
         label_selector: str | None = None,
         indexers: Mapping[str, IndexFunc] | None = None,
+        whole: bool = False,
+        by_name: bool = False,
     ) -> MultiNamespaceLister:
         """Return one lister over the informers of :meth:`informers_for` (same arguments).
 
         Raises:
             ValueError: as :meth:`informers_for`.
         """
-        informers = self.informers_for(resource, label_selector=label_selector, indexers=indexers)
+        informers = self.informers_for(
+            resource,
+            label_selector=label_selector,
+            indexers=indexers,
+            whole=whole,
+            by_name=by_name,
+        )
         return MultiNamespaceLister({ns: inf.lister() for ns, inf in informers.items()})
 
-    def _name(self, resource: Resource, namespace: str | None, selector: str | None) -> str:
+    def _name(
+        self, resource: Resource, namespace: str | None, selector: str | None, *, mode: str
+    ) -> str:
         """Return an informer's name: ``configmaps/ns`` (``*``: all namespaces).
 
         ``[selector]`` is appended when another informer of the same resource and scope
-        already has that name, then `` shard <i>/<n>`` for a sharded factory. Called with
-        the lock held.
+        already has that name, then `` shard <i>/<n>`` for a sharded factory (not for a
+        ``whole`` informer; `` shard <i>/<n> by name`` for a ``by_name`` one). Called
+        with the lock held.
         """
         name = f"{resource.plural}/{namespace or '*'}"
         if any(inf.name.split(" shard ")[0] == name for inf in self._informers.values()):
             name += f"[{selector or ''}]"
-        if self.shard is not None:
+        if self.shard is not None and mode != "whole":
             name += f" shard {self.shard}"
+            if mode == "name":
+                name += " by name"
         return name
+
+    def is_whole(self, informer: SharedInformer) -> bool:
+        """Whether ``informer`` is a ``whole`` informer of a sharded factory."""
+        with self._lock:
+            return any(i is informer and k[3] == "whole" for k, i in self._informers.items())
 
     def _add_indexers(
         self, key: InformerKey, informer: SharedInformer, indexers: Mapping[str, IndexFunc]

@@ -65,7 +65,10 @@ class ShardFilter:
 
     def __init__(self, shard: ShardRange | None, *, name: str) -> None:
         self.shard = shard if shard is not None and not shard.everything else None
-        self._selector = self.shard.selector() if self.shard is not None else None
+        by_name = self.shard is not None and self.shard.by_name
+        # The server shards by namespace (or uid), never by name: no selector then.
+        self._selector = self.shard.selector() if self.shard is not None and not by_name else None
+        self._field = "name" if by_name else "namespace"
         self._log = log.bind(informer=name, shard=str(self.shard))
         self._memo: dict[str, bool] = {}
         self.server_side: bool | None = None
@@ -97,13 +100,14 @@ class ShardFilter:
         """Whether ``obj`` (a dict with ``metadata.namespace``) belongs to the shard.
 
         Counts the objects it rejects in :attr:`dropped`. Cluster-scoped objects (no
-        namespace) hash the empty string, as the API server does.
+        namespace) hash the empty string, as the API server does. A range
+        :attr:`~cbop.shardrange.ShardRange.by_name` hashes ``metadata.name`` instead.
         """
         shard = self.shard
         if shard is None:
             return True
         meta = obj.get("metadata")
-        namespace = meta.get("namespace") if isinstance(meta, Mapping) else None
+        namespace = meta.get(self._field) if isinstance(meta, Mapping) else None
         if not isinstance(namespace, str):
             namespace = ""
         mine = self._memo.get(namespace)
@@ -132,7 +136,9 @@ class ShardFilter:
         dropped = self.dropped - self._listed_dropped
         info = list_meta.get("shardInfo")
         echoed = info.get("selector") if isinstance(info, Mapping) else None
-        if self._selector is None:
+        if self.shard.by_name:
+            self._set_mode(False, "sharded by object name (no server selector); client-side")
+        elif self._selector is None:
             self._set_mode(False, "the server rejected shardSelector; filtering client-side")
         elif echoed:
             self._set_mode(True, "the list answer carries metadata.shardInfo")

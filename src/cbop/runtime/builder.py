@@ -48,6 +48,8 @@ class _Watch:
     label_selector: str | None
     converged: ConvergedFunc | None = None
     predicates: tuple[Predicate, ...] = ()
+    whole: bool = False
+    by_name: bool = False
 
 
 @dataclass
@@ -85,6 +87,7 @@ class Builder:
         label_selector: str | None = None,
         converged: ConvergedFunc | None = None,
         predicates: Sequence[Predicate] = (),
+        whole: bool = False,
     ) -> Builder:
         """Reconcile objects of ``resource``: each event enqueues the object's own key.
 
@@ -96,6 +99,8 @@ class Builder:
                 instead of low (see :mod:`cbop.runtime.handlers`). None: all low.
             predicates: events they refuse enqueue nothing
                 (:mod:`cbop.runtime.predicates`).
+            whole: in a shard's scope, watch the whole collection, not the shard's
+                (see :meth:`cbop.informers.SharedInformerFactory.informers_for`).
 
         Raises:
             ValueError: called twice.
@@ -110,6 +115,7 @@ class Builder:
                 label_selector,
                 converged=converged,
                 predicates=tuple(predicates),
+                whole=whole,
             )
         )
         return self
@@ -146,10 +152,23 @@ class Builder:
         *,
         label_selector: str | None = None,
         predicates: Sequence[Predicate] = (),
+        whole: bool = False,
+        by_name: bool = False,
     ) -> Builder:
-        """Watch ``resource``: each event ``predicates`` pass enqueues ``map_func``'s keys."""
+        """Watch ``resource``: each event ``predicates`` pass enqueues ``map_func``'s keys.
+
+        In a shard's scope, ``whole``: the whole collection, not the shard's;
+        ``by_name``: the objects whose own name hashes into the shard (its Namespaces).
+        """
         self._options.watches.append(
-            _Watch(resource, map_func, label_selector, predicates=tuple(predicates))
+            _Watch(
+                resource,
+                map_func,
+                label_selector,
+                predicates=tuple(predicates),
+                whole=whole,
+                by_name=by_name,
+            )
         )
         return self
 
@@ -216,7 +235,10 @@ class Builder:
         )
         for watch in opts.watches:
             informers = manager.informers.informers_for(
-                watch.resource, label_selector=watch.label_selector
+                watch.resource,
+                label_selector=watch.label_selector,
+                whole=watch.whole,
+                by_name=watch.by_name,
             )
             for informer in informers.values():
                 controller.watch(

@@ -146,12 +146,22 @@ class Scope:
         *,
         label_selector: str | None = None,
         indexers: dict[str, IndexFunc] | None = None,
+        whole: bool = False,
+        by_name: bool = False,
     ) -> MultiNamespaceLister:
         """Return a lister over the scope's shared informers of ``resource``.
 
-        See :meth:`cbop.informers.SharedInformerFactory.lister`.
+        See :meth:`cbop.informers.SharedInformerFactory.lister` (``whole``: the whole
+        collection even in a shard's scope; ``by_name``: the objects whose own name
+        hashes into the shard).
         """
-        return self.informers.lister(resource, label_selector=label_selector, indexers=indexers)
+        return self.informers.lister(
+            resource,
+            label_selector=label_selector,
+            indexers=indexers,
+            whole=whole,
+            by_name=by_name,
+        )
 
     def add(self, controller: Controller) -> None:
         """Run ``controller``'s workers with the scope (:class:`cbop.runtime.Builder` calls it).
@@ -372,10 +382,13 @@ class Scope:
         """Return resource plural -> objects cached by the scope's informers.
 
         Objects cached by two informers of one resource (two label selectors) count
-        once. Read at scrape time (``cbop_shard_objects``).
+        once; ``whole`` informers (not the shard's own objects) are left out. Read at
+        scrape time (``cbop_shard_objects``).
         """
         keys: dict[str, set[str]] = {}
         for informer in self.informers.informers:
+            if self.informers.is_whole(informer):
+                continue  # not the shard's own objects
             keys.setdefault(informer.resource.plural, set()).update(informer.indexer().list_keys())
         return {plural: len(found) for plural, found in keys.items()}
 
