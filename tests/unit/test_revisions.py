@@ -1,0 +1,245 @@
+"""Revision ConfigMaps of the ConfigBundle reconcile, on the fake API server.
+
+As the other act-layer tests: the reconcile is called directly, its caches synced from
+the fake server's tracker between reconciles (the watch caught up), and the recorded
+API actions are compared with the expected ones.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from cbop.api import content_hash
+from cbop.api.revisions import LABEL_REVISION_OF, revision_name
+from cbop.configbundle import Action, Reconciler
+from cbop.configbundle.revisions import revision_owners
+from cbop.informers import CONTROLLER_UID_INDEX, index_by_controller_uid
+from cbop.kube import CONFIGBUNDLES, CONFIGMAPS
+from cbop.runtime.events import EventRecorder
+from cbop_testing.fakekube import CacheLister, FakeKube
+from cbop_testing.objects import UID, bundle
+
+NOW = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
+ON = {"enabled": True}
+
+Call = tuple[str, str, str]
+
+
+def writes(kube: FakeKube) -> list[Call]:
+    """The writes made, Events left out: (verb[/subresource], resource, name)."""
+    return [
+        (f"{a.verb}/{a.subresource}" if a.subresource else a.verb, a.resource, a.name or "")
+        for a in kube.actions
+        if a.verb not in ("get", "list") and a.resource != "events"
+    ]
+
+
+def rev(data: dict[str, str], name: str = "app") -> str:
+    """The revision name of ``data`` under ConfigMap ``name``."""
+    return revision_name(name, content_hash(data, {}))
+
+
+class World:
+    """A fake API server and one reconciler whose caches follow it."""
+
+    def __init__(self, spec: dict[str, Any], **kw: Any) -> None:
+        self.kube = FakeKube()
+        self.kube.tracker.add(CONFIGBUNDLES, bundle(spec, **kw))
+        self.bundles = CacheLister(())
+        self.configmaps = CacheLister((), indexers={CONTROLLER_UID_INDEX: index_by_controller_uid})
+        self.recorder = EventRecorder(self.kube, clock=lambda: NOW, level="all")
+        self.reconciler = Reconciler(
+            client=self.kube,
+            bundles=self.bundles,
+            configmaps=self.configmaps,
+            recorder=self.recorder,
+            now=lambda: NOW,
+        )
+        self.key = f"demo/{kw.get('name', 'app')}"
+
+    def reconcile(self) -> list[Call]:
+        """Sync the caches, reconcile once, return the writes made."""
+        self.bundles.sync(self.kube.tracker, CONFIGBUNDLES)
+        self.configmaps.sync(self.kube.tracker, CONFIGMAPS)
+        self.kube.clear_actions()
+        self.result = self.reconciler.reconcile(self.key)
+        self.recorder.flush()
+        return writes(self.kube)
+
+    def settle(self) -> None:
+        """Reconcile until a reconcile writes nothing (at most five times)."""
+        for _ in range(5):
+            if not self.reconcile():
+                return
+        raise AssertionError("the reconcile never settled")
+
+    def bundle(self) -> dict[str, Any]:
+        name = self.key.partition("/")[2]
+        return self.kube.tracker.get(CONFIGBUNDLES, "demo", name)
+
+    def set_spec(self, spec: dict[str, Any]) -> None:
+        b = self.bundle()
+        b["spec"] = spec
+        b["metadata"]["generation"] += 1
+        self.kube.tracker.add(CONFIGBUNDLES, b)
+
+    def configmap(self, name: str) -> dict[str, Any]:
+        return self.kube.tracker.get(CONFIGMAPS, "demo", name)
+
+    def configmap_names(self) -> list[str]:
+        return sorted(o["metadata"]["name"] for o in self.kube.tracker.objects(CONFIGMAPS))
+
+
+def test_a_new_bundle_makes_its_revision_first_then_the_plain_configmap() -> None:
+    """The revision exists before any reader can see the content under the plain name."""
+    w = World({"data": {"a": "1"}, "revisions": ON})
+    assert w.reconcile() == [
+        ("create", "configmaps", rev({"a": "1"})),
+        ("create", "configmaps", "app"),
+        ("patch/status", "configbundles", "app"),
+    ]
+    assert w.bundle()["status"]["revision"] == rev({"a": "1"})
+    assert w.result.ready == "True"
+    revision = w.configmap(rev({"a": "1"}))
+    assert revision["immutable"] is True
+    assert revision["data"] == {"a": "1"}
+    meta = revision["metadata"]
+    assert meta["labels"][LABEL_REVISION_OF] == "app"
+    assert meta["labels"]["app.kubernetes.io/managed-by"] == "cbop"
+    assert meta["annotations"]["cbop.dev/content-hash"] == content_hash({"a": "1"}, {})
+    assert meta["ownerReferences"] == [
+        {
+            "apiVersion": "cbop.dev/v1beta1",
+            "kind": "ConfigBundle",
+            "name": "app",
+            "uid": UID,
+            "controller": False,
+            "blockOwnerDeletion": False,
+        }
+    ]
+    # The plain ConfigMap is as without revisions: mutable, controlled by the bundle.
+    assert "immutable" not in w.configmap("app")
+
+
+def test_steady_state_writes_nothing_and_makes_no_request() -> None:
+    w = World({"data": {"a": "1"}, "revisions": ON})
+    w.settle()
+    for _ in range(3):
+        assert w.reconcile() == []
+        assert w.result.action is Action.NONE
+    assert w.kube.actions == []
+
+
+def test_a_change_makes_a_new_revision_and_keeps_the_old() -> None:
+    w = World({"data": {"a": "1"}, "revisions": ON})
+    w.settle()
+    w.set_spec({"data": {"a": "2"}, "revisions": ON})
+    assert w.reconcile() == [
+        ("create", "configmaps", rev({"a": "2"})),
+        ("update", "configmaps", "app"),
+        ("patch/status", "configbundles", "app"),
+    ]
+    w.settle()
+    assert w.configmap_names() == sorted(["app", rev({"a": "1"}), rev({"a": "2"})])
+    assert w.bundle()["status"]["revision"] == rev({"a": "2"})
+    assert w.configmap("app")["data"] == {"a": "2"}
+
+
+def test_a_revert_creates_no_revision() -> None:
+    """The revision of earlier content exists: only the plain ConfigMap and status change."""
+    w = World({"data": {"a": "1"}, "revisions": ON})
+    w.settle()
+    w.set_spec({"data": {"a": "2"}, "revisions": ON})
+    w.settle()
+    w.set_spec({"data": {"a": "1"}, "revisions": ON})
+    assert w.reconcile() == [
+        ("update", "configmaps", "app"),
+        ("patch/status", "configbundles", "app"),
+    ]
+    assert w.bundle()["status"]["revision"] == rev({"a": "1"})
+    w.settle()
+    assert w.configmap_names() == sorted(["app", rev({"a": "1"}), rev({"a": "2"})])
+
+
+def test_a_revision_deleted_by_hand_is_made_again() -> None:
+    w = World({"data": {"a": "1"}, "revisions": ON})
+    w.settle()
+    name = rev({"a": "1"})
+    revision = w.configmap(name)
+    assert revision_owners(revision) == ["demo/app"]
+    w.kube.tracker.delete(CONFIGMAPS, "demo", name)
+    assert w.reconcile() == [("create", "configmaps", name)]
+    w.settle()
+    assert name in w.configmap_names()
+
+
+def test_a_revision_that_lost_the_bundle_reference_gets_it_back() -> None:
+    w = World({"data": {"a": "1"}, "revisions": ON})
+    w.settle()
+    name = rev({"a": "1"})
+    revision = w.configmap(name)
+    revision["metadata"]["ownerReferences"] = []
+    w.kube.tracker.add(CONFIGMAPS, revision)
+    w.set_spec({"data": {"a": "1"}, "revisions": {"enabled": True, "keep": 2}})
+    assert ("update", "configmaps", name) in w.reconcile()
+    assert [r["uid"] for r in w.configmap(name)["metadata"]["ownerReferences"]] == [UID]
+
+
+def test_a_name_too_long_for_the_suffix_is_invalid_and_the_plain_configmap_kept() -> None:
+    long_name = "b" * 250
+    w = World({"data": {"a": "1"}, "revisions": ON}, name=long_name)
+    w.settle()
+    assert w.configmap_names() == [long_name]
+    assert w.result.ready == "False"
+    status = w.bundle()["status"]
+    (ready,) = status["conditions"]
+    assert ready["reason"] == "InvalidSpec"
+    assert "at most 242" in ready["message"]
+    assert "revision" not in status
+    assert w.reconcile() == []
+
+
+def test_revisions_turned_off_removes_status_revision_and_keeps_the_revisions() -> None:
+    w = World({"data": {"a": "1"}, "revisions": ON})
+    w.settle()
+    w.set_spec({"data": {"a": "1"}, "revisions": {"enabled": False}})
+    assert w.reconcile() == [("patch/status", "configbundles", "app")]
+    assert w.kube.actions[-1].body["status"]["revision"] is None
+    w.settle()
+    assert "revision" not in w.bundle()["status"]
+    assert rev({"a": "1"}) in w.configmap_names()
+
+
+def test_a_foreign_configmap_at_the_revision_name_is_a_conflict() -> None:
+    name = rev({"a": "1"})
+    w = World({"data": {"a": "1"}, "revisions": ON})
+    w.kube.tracker.add(
+        CONFIGMAPS,
+        {"metadata": {"name": name, "namespace": "demo"}, "data": {"x": "y"}},
+    )
+    w.settle()
+    assert w.result.ready == "False"
+    assert w.result.reason is not None
+    assert w.result.reason.value == "ConfigMapConflict"
+    assert name in w.result.message
+    assert w.configmap(name)["data"] == {"x": "y"}
+    assert w.configmap("app")["data"] == {"a": "1"}
+
+
+def test_revisions_off_by_default_make_none() -> None:
+    w = World({"data": {"a": "1"}})
+    w.settle()
+    assert w.configmap_names() == ["app"]
+    assert "revision" not in w.bundle()["status"]
+
+
+def test_revision_owners_maps_only_revisions() -> None:
+    plain = {
+        "metadata": {
+            "namespace": "demo",
+            "name": "app",
+            "ownerReferences": [{"apiVersion": "cbop.dev/v1beta1", "kind": "ConfigBundle"}],
+        }
+    }
+    assert revision_owners(plain) == []
