@@ -13,11 +13,12 @@ from typing import Any
 from cbop.api import content_hash
 from cbop.api.revisions import LABEL_REVISION_OF, revision_name
 from cbop.configbundle import Action, Reconciler
-from cbop.configbundle.revisions import revision_owners
+from cbop.configbundle.revisions import REVISION_OF_INDEX, index_by_revision_of, revision_owners
 from cbop.informers import CONTROLLER_UID_INDEX, index_by_controller_uid
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS
 from cbop.runtime.events import EventRecorder
-from cbop_testing.fakekube import CacheLister, FakeKube
+from cbop_testing.clock import FakeClock
+from cbop_testing.fakekube import CacheLister, FakeKube, ObjectTracker
 from cbop_testing.objects import UID, bundle
 
 NOW = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
@@ -44,10 +45,18 @@ class World:
     """A fake API server and one reconciler whose caches follow it."""
 
     def __init__(self, spec: dict[str, Any], **kw: Any) -> None:
-        self.kube = FakeKube()
+        # The server's clock (creationTimestamp): stepped between changes.
+        self.clock = FakeClock(1_767_225_600.0)
+        self.kube = FakeKube(ObjectTracker(now=self.clock.now))
         self.kube.tracker.add(CONFIGBUNDLES, bundle(spec, **kw))
         self.bundles = CacheLister(())
-        self.configmaps = CacheLister((), indexers={CONTROLLER_UID_INDEX: index_by_controller_uid})
+        self.configmaps = CacheLister(
+            (),
+            indexers={
+                CONTROLLER_UID_INDEX: index_by_controller_uid,
+                REVISION_OF_INDEX: index_by_revision_of,
+            },
+        )
         self.recorder = EventRecorder(self.kube, clock=lambda: NOW, level="all")
         self.reconciler = Reconciler(
             client=self.kube,
@@ -79,6 +88,7 @@ class World:
         return self.kube.tracker.get(CONFIGBUNDLES, "demo", name)
 
     def set_spec(self, spec: dict[str, Any]) -> None:
+        self.clock.step(60)
         b = self.bundle()
         b["spec"] = spec
         b["metadata"]["generation"] += 1
@@ -243,3 +253,64 @@ def test_revision_owners_maps_only_revisions() -> None:
         }
     }
     assert revision_owners(plain) == []
+
+
+def test_the_bundle_holds_the_newest_keep_and_deletes_older_revisions_it_alone_held() -> None:
+    keep2 = {"enabled": True, "keep": 2}
+    w = World({"data": {"a": "1"}, "revisions": keep2})
+    w.settle()
+    w.set_spec({"data": {"a": "2"}, "revisions": keep2})
+    w.settle()
+    assert w.configmap_names() == sorted(["app", rev({"a": "1"}), rev({"a": "2"})])
+    w.set_spec({"data": {"a": "3"}, "revisions": keep2})
+    first = w.configmap(rev({"a": "1"}))
+    assert w.reconcile() == [
+        ("create", "configmaps", rev({"a": "3"})),
+        ("delete", "configmaps", rev({"a": "1"})),
+        ("update", "configmaps", "app"),
+        ("patch/status", "configbundles", "app"),
+    ]
+    # Deleted on the precondition of the version cbop saw: never one that gained an owner.
+    (delete,) = [a for a in w.kube.actions if a.verb == "delete"]
+    assert delete.options["preconditions"] == {
+        "uid": first["metadata"]["uid"],
+        "resourceVersion": first["metadata"]["resourceVersion"],
+    }
+    w.settle()
+    assert w.configmap_names() == sorted(["app", rev({"a": "2"}), rev({"a": "3"})])
+    assert w.reconcile() == []
+
+
+def test_an_older_revision_with_other_owners_only_loses_the_bundle_reference() -> None:
+    keep1 = {"enabled": True, "keep": 1}
+    w = World({"data": {"a": "1"}, "revisions": keep1})
+    w.settle()
+    first = w.configmap(rev({"a": "1"}))
+    replicaset = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-1", "uid": "rs-1"}
+    first["metadata"]["ownerReferences"].append(replicaset)
+    w.kube.tracker.add(CONFIGMAPS, first)
+    w.set_spec({"data": {"a": "2"}, "revisions": keep1})
+    assert ("update", "configmaps", rev({"a": "1"})) in w.reconcile()
+    assert w.configmap(rev({"a": "1"}))["metadata"]["ownerReferences"] == [replicaset]
+    w.settle()
+    # A revert to it: the bundle holds it again, and lets go of the newer one.
+    w.set_spec({"data": {"a": "1"}, "revisions": keep1})
+    w.settle()
+    assert w.bundle()["status"]["revision"] == rev({"a": "1"})
+    assert [r["uid"] for r in w.configmap(rev({"a": "1"}))["metadata"]["ownerReferences"]] == [
+        "rs-1",
+        UID,
+    ]
+    assert w.configmap_names() == sorted(["app", rev({"a": "1"})])
+
+
+def test_a_revert_to_a_collected_revision_makes_it_again() -> None:
+    keep1 = {"enabled": True, "keep": 1}
+    w = World({"data": {"a": "1"}, "revisions": keep1})
+    w.settle()
+    w.set_spec({"data": {"a": "2"}, "revisions": keep1})
+    w.settle()
+    assert w.configmap_names() == sorted(["app", rev({"a": "2"})])
+    w.set_spec({"data": {"a": "1"}, "revisions": keep1})
+    w.settle()
+    assert w.configmap_names() == sorted(["app", rev({"a": "1"})])

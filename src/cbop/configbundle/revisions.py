@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from types import EllipsisType
 from typing import Any, Final
 
+import structlog
+
 from cbop.api import (
     ANNOTATION_CONTENT_HASH,
     ANNOTATION_MANAGED_ANNOTATIONS,
@@ -52,10 +54,14 @@ from cbop.configbundle.status import ConditionStatus
 from cbop.keys import key_of
 from cbop.kube import CONFIGMAPS, ApiError
 
+log = structlog.get_logger("cbop.configbundle")
+
 __all__ = [
     "KEEP_REVISION",
+    "REVISION_OF_INDEX",
     "RevisionOutcome",
     "RevisionWrites",
+    "index_by_revision_of",
     "revision_owners",
     "revision_reference",
 ]
@@ -64,6 +70,10 @@ __all__ = [
 #: so): only then is the current revision kept.
 _KEPT = frozenset({Action.NONE, Action.CREATE, Action.UPDATE, Action.REPLACE})
 
+
+#: The index of the managed-ConfigMap cache that finds a bundle's revisions
+#: (:func:`index_by_revision_of`).
+REVISION_OF_INDEX: Final = "revision-of"
 
 #: ``status.revision`` as it is: the reconcile says nothing about revisions.
 KEEP_REVISION: Final[EllipsisType] = ...
@@ -134,6 +144,20 @@ def revision_owners(configmap: Mapping[str, Any]) -> list[str]:
             if is_bundle_reference(ref) and not ref.get("controller")
         }
     )
+
+
+def index_by_revision_of(configmap: Mapping[str, Any]) -> list[str]:
+    """Index function of the managed-ConfigMap cache: a revision -> ``namespace/<bundle label>``.
+
+    The value is the :data:`cbop.api.revisions.LABEL_REVISION_OF` label (the bundle's
+    name, cut and hashed past 63 characters as ``cbop.dev/bundle``) in the
+    ConfigMap's namespace; ``[]`` for a ConfigMap without it.
+    """
+    meta = configmap.get("metadata") or {}
+    label = (meta.get("labels") or {}).get(LABEL_REVISION_OF)
+    if not isinstance(label, str):
+        return []
+    return [key_of(meta.get("namespace"), label)]
 
 
 def _owned_by(configmap: Mapping[str, Any], bundle: Mapping[str, Any]) -> bool:
@@ -269,6 +293,7 @@ class RevisionWrites(ReconcileReports):
                     f"ConfigMap {name} created: the revision of {desired.content_hash}",
                     routine=True,
                 )
+                self._collect(bundle, desired, name, revisions.keep)
                 return RevisionOutcome(status=name, wrote=True)
             except ApiError as err:
                 if not err.is_already_exists:
@@ -288,7 +313,72 @@ class RevisionWrites(ReconcileReports):
             )
         if not _owned_by(current, bundle):
             wrote = self._own_again(bundle, current)
-        return RevisionOutcome(status=name, wrote=wrote)
+        collected = self._collect(bundle, desired, name, revisions.keep)
+        return RevisionOutcome(status=name, wrote=wrote or collected)
+
+    def _collect(
+        self, bundle: Mapping[str, Any], desired: DesiredConfigMap, current: str, keep: int
+    ) -> bool:
+        """Take the bundle's owner reference off its revisions beyond the newest ``keep``.
+
+        The bundle holds the current revision and the ``keep - 1`` most recently created
+        others (by ``creationTimestamp``, then name). From each older revision it still
+        holds, the reference is removed with one update when other owners remain (the
+        garbage collector deletes the revision once they are gone); a revision left with
+        no owner is deleted, on the precondition of its UID and resourceVersion, so a
+        revision that gained an owner meanwhile is never deleted (the garbage collector
+        never deletes an object without owner references). A lost race or a revision
+        already gone is left to the next reconcile. Returns whether anything was written.
+        """
+        label = _bundle_label(bundle, desired)
+        held = [
+            cm
+            for cm in self._configmaps.by_index(REVISION_OF_INDEX, key_of(desired.namespace, label))
+            if _owned_by(cm, bundle) and cm["metadata"]["name"] != current
+        ]
+        held.sort(
+            key=lambda cm: (cm["metadata"].get("creationTimestamp", ""), cm["metadata"]["name"]),
+            reverse=True,
+        )
+        wrote = False
+        for cm in held[keep - 1 :]:
+            wrote = self._release_revision(bundle, cm) or wrote
+        return wrote
+
+    def _release_revision(self, bundle: Mapping[str, Any], revision: Mapping[str, Any]) -> bool:
+        meta = dict(revision["metadata"])
+        uid = bundle["metadata"]["uid"]
+        others = [r for r in meta.get("ownerReferences") or () if r.get("uid") != uid]
+        try:
+            if others:
+                meta.pop("managedFields", None)
+                meta["ownerReferences"] = others
+                self._client.update(
+                    CONFIGMAPS,
+                    meta["namespace"],
+                    meta["name"],
+                    {**revision, "metadata": meta},
+                    field_manager=self._field_manager,
+                )
+                self._count("update")
+            else:
+                self._client.delete(
+                    CONFIGMAPS,
+                    meta["namespace"],
+                    meta["name"],
+                    preconditions={"uid": meta["uid"], "resourceVersion": meta["resourceVersion"]},
+                )
+                self._count("delete")
+        except ApiError as err:
+            if err.is_conflict or err.is_not_found:
+                return False
+            raise
+        log.info(
+            "revision released" if others else "revision deleted",
+            configmap=meta["name"],
+            kept_by=[f"{r.get('kind')}/{r.get('name')}" for r in others],
+        )
+        return True
 
     def _fresh_revision(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         try:
