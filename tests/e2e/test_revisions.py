@@ -2,8 +2,12 @@
 
 - A change makes a new revision and keeps the old one; ``status.revision`` names the
   current one; a revert to earlier content creates no ConfigMap and leaves the old
-  revision as it was; the steady state writes nothing (the API server's own
-  ``apiserver_request_total``).
+  revision as it was; the steady state writes nothing (no resourceVersion of the
+  namespace's ConfigMaps and bundles changes over three resyncs).
+- Collection: the bundle holds its newest ``keep`` revisions; an older one that only
+  the bundle held is deleted, one that another object also owns loses the bundle's
+  owner reference and is deleted by kube-controller-manager's garbage collector once
+  that owner is gone.
 - The CRD refuses ``keep`` outside 1..20 and a ``configMapName`` too long for the
   revision suffix at admission; a bundle whose own name is too long (which a rule on
   ``spec`` cannot see) is reported ``Ready=False``, reason ``InvalidSpec``, naming the
@@ -22,7 +26,7 @@ from cbop.api import content_hash
 from cbop.api.revisions import LABEL_REVISION_OF, revision_name
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, KubeClient
 
-from .harness import Operator, apiserver_writes, bundle, ready, set_spec, wait_for
+from .harness import Operator, bundle, ready, set_spec, wait_for
 
 ON = {"enabled": True}
 
@@ -40,6 +44,24 @@ def _names(kube: KubeClient, namespace: str) -> set[str]:
     return {cm["metadata"]["name"] for cm in kube.list(CONFIGMAPS, namespace)["items"]} - {
         "kube-root-ca.crt"
     }
+
+
+def _versions(kube: KubeClient, namespace: str) -> dict[str, str]:
+    """The resourceVersion of each ConfigMap and ConfigBundle of ``namespace``, by name."""
+    out = {
+        cm["metadata"]["name"]: cm["metadata"]["resourceVersion"]
+        for cm in kube.list(CONFIGMAPS, namespace)["items"]
+    }
+    for b in kube.list(CONFIGBUNDLES, namespace)["items"]:
+        out[f"ConfigBundle/{b['metadata']['name']}"] = b["metadata"]["resourceVersion"]
+    return out
+
+
+def _assert_quiet(kube: KubeClient, namespace: str, seconds: float = 6.0) -> None:
+    """Nothing in ``namespace`` is written over three 2 s resyncs (nor created, nor deleted)."""
+    before = _versions(kube, namespace)
+    time.sleep(seconds)
+    assert _versions(kube, namespace) == before
 
 
 def test_a_change_makes_a_new_revision_and_a_revert_writes_none(
@@ -74,9 +96,8 @@ def test_a_change_makes_a_new_revision_and_a_revert_writes_none(
     kept = kube.get(CONFIGMAPS, namespace, _revision(first))
     assert kept["metadata"]["resourceVersion"] == old["metadata"]["resourceVersion"]
 
-    # A revert: no ConfigMap created, the old revision untouched, status points back.
-    time.sleep(1)
-    before = apiserver_writes(kube, ("configmaps",))
+    # A revert: no ConfigMap created, both revisions untouched, status points back.
+    before = _versions(kube, namespace)
     set_spec(kube, namespace, "web", spec)
     wait_for(
         lambda: _status_revision(kube, namespace, "web", _revision(first)),
@@ -84,18 +105,14 @@ def test_a_change_makes_a_new_revision_and_a_revert_writes_none(
         message="status.revision back at the first content",
     )
     time.sleep(2)
-    after = apiserver_writes(kube, ("configmaps",))
-    delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
-    assert delta.get(("POST", "configmaps"), 0.0) == 0.0, delta
-    assert delta.get(("PUT", "configmaps"), 0.0) == 1.0, delta  # the plain ConfigMap
-    again = kube.get(CONFIGMAPS, namespace, _revision(first))
-    assert again["metadata"]["resourceVersion"] == old["metadata"]["resourceVersion"]
+    after = _versions(kube, namespace)
+    assert set(after) == set(before)
+    changed = {name for name in after if after[name] != before[name]}
+    assert changed == {"web-conf", "ConfigBundle/web"}
     assert kube.get(CONFIGMAPS, namespace, "web-conf")["data"] == first
 
     # Steady state: resyncs every 2 s write nothing.
-    quiet = apiserver_writes(kube)
-    time.sleep(6)
-    assert apiserver_writes(kube) == quiet
+    _assert_quiet(kube, namespace)
 
 
 def test_a_revision_deleted_by_hand_is_made_again(
@@ -122,6 +139,79 @@ def test_a_revision_deleted_by_hand_is_made_again(
             raise
 
     wait_for(recreated, 10, message="the revision made again")
+
+
+def _gone(kube: KubeClient, namespace: str, name: str) -> bool:
+    try:
+        kube.get(CONFIGMAPS, namespace, name)
+    except ApiError as err:
+        if err.is_not_found:
+            return True
+        raise
+    return False
+
+
+def test_older_revisions_are_collected_once_nothing_else_owns_them(
+    kube: KubeClient, namespace: str, cbop: Callable[..., Operator]
+) -> None:
+    cbop()
+    keep2 = {"enabled": True, "keep": 2}
+    c1, c2, c3 = ({"v": str(i)} for i in (1, 2, 3))
+    spec: dict[str, Any] = {"configMapName": "web-conf", "data": c1, "revisions": keep2}
+    kube.create(CONFIGBUNDLES, namespace, bundle("web", spec))
+    wait_for(lambda: _status_revision(kube, namespace, "web", _revision(c1)), 30, message="c1")
+    # Another owner of the first revision (as a ReplicaSet that reads it would be).
+    holder = kube.create(
+        CONFIGMAPS, namespace, {"metadata": {"name": "holder"}, "data": {"x": "y"}}
+    )
+    kube.patch(
+        CONFIGMAPS,
+        namespace,
+        _revision(c1),
+        [
+            {
+                "op": "add",
+                "path": "/metadata/ownerReferences/-",
+                "value": {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "name": "holder",
+                    "uid": holder["metadata"]["uid"],
+                },
+            }
+        ],
+        patch_type="json",
+    )
+    set_spec(kube, namespace, "web", {**spec, "data": c2})
+    wait_for(lambda: _status_revision(kube, namespace, "web", _revision(c2)), 30, message="c2")
+    time.sleep(1.1)  # creationTimestamp has whole seconds
+    set_spec(kube, namespace, "web", {**spec, "data": c3})
+    wait_for(lambda: _status_revision(kube, namespace, "web", _revision(c3)), 30, message="c3")
+
+    def released() -> bool:
+        refs = kube.get(CONFIGMAPS, namespace, _revision(c1))["metadata"]["ownerReferences"]
+        return [r["name"] for r in refs] == ["holder"]
+
+    wait_for(released, 10, message="the first revision held by its other owner alone")
+    assert _names(kube, namespace) == {
+        "web-conf",
+        "holder",
+        _revision(c1),
+        _revision(c2),
+        _revision(c3),
+    }
+    # c2 older than c3 but within keep: c4 would release it; here c1 is out, c2 and c3 in.
+    kube.delete(CONFIGMAPS, namespace, "holder")
+    wait_for(lambda: _gone(kube, namespace, _revision(c1)), 30, message="collected by the GC")
+    assert _names(kube, namespace) == {"web-conf", _revision(c2), _revision(c3)}
+
+    # One more change: c2 had the bundle alone, so cbop deletes it.
+    time.sleep(1.1)
+    c4 = {"v": "4"}
+    set_spec(kube, namespace, "web", {**spec, "data": c4})
+    wait_for(lambda: _gone(kube, namespace, _revision(c2)), 30, message="c2 deleted")
+    assert _names(kube, namespace) == {"web-conf", _revision(c3), _revision(c4)}
+    _assert_quiet(kube, namespace)
 
 
 @pytest.mark.parametrize("keep", [0, 21], ids=["keep-0", "keep-21"])
