@@ -314,3 +314,27 @@ def test_a_revert_to_a_collected_revision_makes_it_again() -> None:
     w.set_spec({"data": {"a": "1"}, "revisions": keep1})
     w.settle()
     assert w.configmap_names() == sorted(["app", rev({"a": "1"})])
+
+
+def test_a_foreign_configmap_at_the_revision_name_is_rechecked() -> None:
+    """cbop may not watch that ConfigMap, so its deletion is found by a recheck."""
+    w = World({"data": {"a": "1"}, "revisions": ON})
+    w.kube.tracker.add(
+        CONFIGMAPS, {"metadata": {"name": rev({"a": "1"}), "namespace": "demo"}, "data": {}}
+    )
+    w.settle()
+    assert w.result.requeue_after == 15.0
+    w.kube.tracker.delete(CONFIGMAPS, "demo", rev({"a": "1"}))
+    w.settle()
+    assert w.result.ready == "True"
+    assert w.bundle()["status"]["revision"] == rev({"a": "1"})
+
+
+def test_the_bundle_reference_taken_off_the_current_revision_is_put_back() -> None:
+    w = World({"data": {"a": "1"}, "revisions": ON})
+    w.settle()
+    current = w.configmap(rev({"a": "1"}))
+    current["metadata"]["ownerReferences"] = []
+    w.kube.tracker.add(CONFIGMAPS, current)
+    assert w.reconcile() == [("update", "configmaps", rev({"a": "1"}))]
+    assert w.reconcile() == []

@@ -304,7 +304,7 @@ class Reconciler(ConfigMapWrites, FinalizerWrites, RevisionWrites):
             stale = self._delete_stale(bundle, decision)
         self._record_action(bundle, decision)
         ready, reason, message, requeue = self._outcome(decision)
-        ready, reason, message = revision.applied_to(ready, reason, message)
+        ready, reason, message, requeue = revision.applied_to(ready, reason, message, requeue)
         diff, pending = "", False
         if self._dry_run:
             diff = configmap_diff(current, decision.body) if decision.body is not None else ""

@@ -91,20 +91,23 @@ class RevisionOutcome:
         problem: when set, the Ready condition this reconcile reports instead of
             Synced: ``(reason, message)`` (a name too long for the suffix, a revision
             name taken by another ConfigMap). The plain ConfigMap is kept all the same.
-        wrote: whether a revision was created or updated.
+        wrote: whether a revision was created, updated or deleted.
+        recheck: seconds until the bundle is looked at again for ``problem`` (a name
+            taken by a ConfigMap cbop may not watch), or None.
     """
 
     status: str | EllipsisType | None = KEEP_REVISION
     problem: tuple[Reason, str] | None = None
     wrote: bool = False
+    recheck: float | None = None
 
     def applied_to(
-        self, ready: ConditionStatus, reason: Reason, message: str
-    ) -> tuple[ConditionStatus, Reason, str]:
-        """Return the Ready condition to report: ``problem`` over a Synced outcome."""
+        self, ready: ConditionStatus, reason: Reason, message: str, requeue: float | None
+    ) -> tuple[ConditionStatus, Reason, str, float | None]:
+        """Return the Ready condition and requeue to report: ``problem`` over a Synced outcome."""
         if self.problem is None or ready != "True":
-            return ready, reason, message
-        return "False", self.problem[0], self.problem[1]
+            return ready, reason, message, requeue
+        return "False", self.problem[0], self.problem[1], self.recheck
 
 
 def revision_reference(bundle: Mapping[str, Any]) -> JSON:
@@ -236,10 +239,12 @@ class RevisionWrites(ReconcileReports):
         """Whether the revisions part of a full reconcile would find nothing to do.
 
         For the no-op fast path (:meth:`Reconciler._unchanged`): false when
-        ``status.revision`` names a ConfigMap missing from the cache (deleted by hand),
-        or when revisions are off and ``status.revision`` is still set. Every other
-        change that matters (turning revisions on, new content) is a spec change, which
-        the fast path already tells by the bundle's resourceVersion. Cache lookups only.
+        ``status.revision`` names a ConfigMap missing from the cache (deleted by hand)
+        or one without the bundle's owner reference (taken off by hand), or when
+        revisions are off and ``status.revision`` is still set. Every other change that
+        matters (turning revisions on, new content, another ``keep``) is a spec change,
+        which the fast path already tells by the bundle's resourceVersion. Cache lookups
+        only.
         """
         spec = bundle.get("spec") or {}
         raw = spec.get("revisions") if isinstance(spec, Mapping) else None
@@ -250,7 +255,8 @@ class RevisionWrites(ReconcileReports):
         name = status.get("revision")
         if not isinstance(name, str):
             return True
-        return self._configmaps.get(bundle["metadata"]["namespace"], name) is not None
+        current = self._configmaps.get(bundle["metadata"]["namespace"], name)
+        return current is not None and _owned_by(current, bundle)
 
     def _keep_revision(self, bundle: Mapping[str, Any], decision: Decision) -> RevisionOutcome:
         """Make sure the revision of the desired content exists; say what status reports.
@@ -310,6 +316,7 @@ class RevisionWrites(ReconcileReports):
                     "exists and is not that revision of this ConfigBundle; cbop will not "
                     "modify it. Delete it, or choose another spec.configMapName",
                 ),
+                recheck=self._conflict_recheck,
             )
         if not _owned_by(current, bundle):
             wrote = self._own_again(bundle, current)
