@@ -338,3 +338,16 @@ def test_the_bundle_reference_taken_off_the_current_revision_is_put_back() -> No
     w.kube.tracker.add(CONFIGMAPS, current)
     assert w.reconcile() == [("update", "configmaps", rev({"a": "1"}))]
     assert w.reconcile() == []
+
+
+def test_the_plain_configmap_is_never_taken_for_a_revision() -> None:
+    """Even when spec.labels puts the revision label on it, it is neither released nor deleted."""
+    keep1 = {"enabled": True, "keep": 1}
+    spec = {"data": {"a": "1"}, "labels": {LABEL_REVISION_OF: "app"}, "revisions": keep1}
+    w = World(spec)
+    w.settle()
+    w.set_spec({**spec, "data": {"a": "2"}})
+    w.settle()
+    assert w.configmap_names() == sorted(["app", rev({"a": "2"})])
+    refs = w.configmap("app")["metadata"]["ownerReferences"]
+    assert [r["controller"] for r in refs] == [True]

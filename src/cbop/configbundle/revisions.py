@@ -171,6 +171,19 @@ def _owned_by(configmap: Mapping[str, Any], bundle: Mapping[str, Any]) -> bool:
     )
 
 
+def _held_by(configmap: Mapping[str, Any], bundle: Mapping[str, Any]) -> bool:
+    """Whether ``configmap`` carries the bundle's revision reference (never a controller one).
+
+    A ConfigMap the bundle controls (its plain ConfigMap, even with the revision label
+    set through ``spec.labels``) is never taken for a revision.
+    """
+    uid = bundle["metadata"]["uid"]
+    refs = configmap.get("metadata", {}).get("ownerReferences") or ()
+    if any(r.get("uid") == uid and r.get("controller") for r in refs):
+        return False
+    return any(r.get("uid") == uid and is_bundle_reference(r) for r in refs)
+
+
 def _is_revision_of(
     configmap: Mapping[str, Any], desired: DesiredConfigMap, bundle_label: str
 ) -> bool:
@@ -341,7 +354,7 @@ class RevisionWrites(ReconcileReports):
         held = [
             cm
             for cm in self._configmaps.by_index(REVISION_OF_INDEX, key_of(desired.namespace, label))
-            if _owned_by(cm, bundle) and cm["metadata"]["name"] != current
+            if _held_by(cm, bundle) and cm["metadata"]["name"] != current
         ]
         held.sort(
             key=lambda cm: (cm["metadata"].get("creationTimestamp", ""), cm["metadata"]["name"]),
