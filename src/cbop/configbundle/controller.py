@@ -29,6 +29,7 @@ from typing import Any, Final
 from cbop.api import MANAGED_SELECTOR, config_map_name_of
 from cbop.configbundle import Reconciler, Requeue, Result
 from cbop.configbundle.interfaces import Client, Observer
+from cbop.configbundle.revisions import REVISION_OF_INDEX, index_by_revision_of, revision_owners
 from cbop.configbundle.status import is_converged
 from cbop.informers import MultiNamespaceLister, SharedInformerFactory, index_by_controller_uid
 from cbop.keys import CONFIGMAP_NAME_INDEX, CONTROLLER_UID_INDEX, key_of, object_key
@@ -115,7 +116,10 @@ def new_reconciler(
         configmaps=informers.lister(
             CONFIGMAPS,
             label_selector=MANAGED_SELECTOR,
-            indexers={CONTROLLER_UID_INDEX: index_by_controller_uid},
+            indexers={
+                CONTROLLER_UID_INDEX: index_by_controller_uid,
+                REVISION_OF_INDEX: index_by_revision_of,
+            },
         ),
         recorder=recorder,
         observer=observer,
@@ -155,6 +159,7 @@ def setup(
         .for_(CONFIGBUNDLES, converged=is_converged)
         .owns(CONFIGMAPS, label_selector=MANAGED_SELECTOR)
         .watches(CONFIGMAPS, bundles_naming(bundles), label_selector=MANAGED_SELECTOR)
+        .watches(CONFIGMAPS, revision_owners, label_selector=MANAGED_SELECTOR)
         .with_options(workers=workers, priority_queue=priority_queue)
         .complete(reconciler)
     )

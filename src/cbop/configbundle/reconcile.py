@@ -60,6 +60,7 @@ from cbop.configbundle.interfaces import (
 from cbop.configbundle.memo import DecisionMemo
 from cbop.configbundle.release import FinalizerWrites
 from cbop.configbundle.report import RejectedError
+from cbop.configbundle.revisions import RevisionWrites
 from cbop.configbundle.writes import GIVE_UP, ConfigMapWrites
 from cbop.keys import split_key
 from cbop.kube import ApiError
@@ -75,7 +76,7 @@ _WRITES = frozenset({Action.CREATE, Action.UPDATE, Action.REPLACE})
 log = structlog.get_logger("cbop.configbundle")
 
 
-class Reconciler(ConfigMapWrites, FinalizerWrites):
+class Reconciler(ConfigMapWrites, FinalizerWrites, RevisionWrites):
     """Reconciles one ConfigBundle key at a time; safe to call from many threads.
 
     Args:
@@ -235,7 +236,7 @@ class Reconciler(ConfigMapWrites, FinalizerWrites):
         """
         namespace = bundle["metadata"]["namespace"]
         stored = self._memo.noop(bundle, lambda name: self._configmaps.get(namespace, name))
-        if stored is None:
+        if stored is None or not self._revision_in_place(bundle):
             return None
         known: Result = stored[0]
         name = stored[1]["metadata"]["name"]
@@ -282,6 +283,7 @@ class Reconciler(ConfigMapWrites, FinalizerWrites):
             bundle = self._set_finalizer(bundle, decision.finalizer)
 
         current = self._cached_configmap(bundle, spec)
+        revision = self._keep_revision(bundle, decision)
         attempts = 0
         while True:
             attempts += 1
@@ -302,6 +304,7 @@ class Reconciler(ConfigMapWrites, FinalizerWrites):
             stale = self._delete_stale(bundle, decision)
         self._record_action(bundle, decision)
         ready, reason, message, requeue = self._outcome(decision)
+        ready, reason, message, requeue = revision.applied_to(ready, reason, message, requeue)
         diff, pending = "", False
         if self._dry_run:
             diff = configmap_diff(current, decision.body) if decision.body is not None else ""
@@ -317,6 +320,7 @@ class Reconciler(ConfigMapWrites, FinalizerWrites):
             reason,
             message,
             desired_hash=decision.desired.content_hash if decision.desired else None,
+            revision=revision.status,
         )
         result = Result(
             key,

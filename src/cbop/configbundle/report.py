@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Callable, Mapping
+from types import EllipsisType
 from typing import Any
 
 import structlog
@@ -128,8 +129,12 @@ class ReconcileReports:
         message: str,
         *,
         desired_hash: str | None = None,
+        revision: str | EllipsisType | None = ...,
     ) -> bool:
         """Write ``status`` if its content changed; return whether a write was sent.
+
+        ``revision`` is what ``status.revision`` is to say: a name, None to remove it, or
+        ``...`` (the default) to leave it as it is (:mod:`cbop.configbundle.revisions`).
 
         ``desired_hash`` is the content hash the decision already computed; it is
         computed here only when the decision had no desired ConfigMap (a suspended
@@ -151,6 +156,12 @@ class ReconcileReports:
             key_count=valid.key_count if valid else None,
             now=self._now(),
         )
+        if revision is not ...:
+            new_status.pop("revision", None)
+            if revision is not None:
+                new_status["revision"] = revision
+            elif "revision" in (bundle.get("status") or {}):
+                new_status["revision"] = None  # the merge patch removes it
         if status_equal(bundle.get("status"), new_status):
             return False
         meta = bundle["metadata"]

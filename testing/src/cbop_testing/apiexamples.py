@@ -23,6 +23,7 @@ FULL_CONFIGBUNDLE_SPEC: Final[dict[str, Any]] = {
     "immutable": True,
     "deletionPolicy": "Orphan",
     "suspend": True,
+    "revisions": {"enabled": True, "keep": 5},
 }
 
 

@@ -1,0 +1,434 @@
+"""The revision ConfigMaps of a ConfigBundle reconcile (``spec.revisions``).
+
+This module owns :class:`RevisionWrites`, the part of the act layer
+(:class:`cbop.configbundle.Reconciler` is built on it) that keeps, with
+``spec.revisions.enabled``, one immutable ConfigMap per content version besides the
+ConfigMap of ``configMapName``: ``<configMapName>-<the first 10 hex digits of the
+content hash>`` (:func:`cbop.api.revisions.revision_name`), and tells which one
+``status.revision`` names (docs/revisions.md). It also owns :func:`revision_owners`,
+which maps a revision's events to the bundle that owns it, so that a revision deleted by
+hand is made again at once.
+
+A revision carries cbop's labels (so the managed-ConfigMap informer holds it), the label
+:data:`cbop.api.revisions.LABEL_REVISION_OF`, the content hash annotation, and an owner
+reference to the bundle that is not a controller reference: every holder of a revision
+(the bundle, and later the ReplicaSets whose template reads it) is an equal owner, and
+the garbage collector deletes a revision once none is left. Not being controlled by the
+bundle also keeps revisions out of the deletion of ConfigMaps a bundle controls under a
+name it no longer declares (:mod:`cbop.configbundle.writes`).
+
+Writes: a revision is created once; a revision that exists (a revert to earlier
+content) is left as it is, unless it lost the bundle's owner reference, which is then
+put back with one update. So a steady state writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import EllipsisType
+from typing import Any, Final
+
+import structlog
+
+from cbop.api import (
+    ANNOTATION_CONTENT_HASH,
+    ANNOTATION_MANAGED_ANNOTATIONS,
+    ANNOTATION_MANAGED_LABELS,
+    API_VERSION,
+    KIND,
+    LABEL_BUNDLE,
+    LABEL_MANAGED_BY,
+    MANAGED_BY_VALUE,
+    Reason,
+    SpecError,
+    encode_binary,
+    is_bundle_reference,
+)
+from cbop.api.revisions import LABEL_REVISION_OF, parse_revisions, revision_name
+from cbop.configbundle.decision import Action, Decision
+from cbop.configbundle.desired import JSON, DesiredConfigMap
+from cbop.configbundle.interfaces import Lister
+from cbop.configbundle.report import ReconcileReports
+from cbop.configbundle.status import ConditionStatus
+from cbop.keys import key_of
+from cbop.kube import CONFIGMAPS, ApiError
+
+log = structlog.get_logger("cbop.configbundle")
+
+__all__ = [
+    "KEEP_REVISION",
+    "REVISION_OF_INDEX",
+    "RevisionOutcome",
+    "RevisionWrites",
+    "index_by_revision_of",
+    "revision_owners",
+    "revision_reference",
+]
+
+#: The decisions after which the plain ConfigMap is as the spec says (or is being made
+#: so): only then is the current revision kept.
+_KEPT = frozenset({Action.NONE, Action.CREATE, Action.UPDATE, Action.REPLACE})
+
+
+#: The index of the managed-ConfigMap cache that finds a bundle's revisions
+#: (:func:`index_by_revision_of`).
+REVISION_OF_INDEX: Final = "revision-of"
+
+#: ``status.revision`` as it is: the reconcile says nothing about revisions.
+KEEP_REVISION: Final[EllipsisType] = ...
+
+
+@dataclass(frozen=True, slots=True)
+class RevisionOutcome:
+    """What the revisions part of one reconcile found and did.
+
+    Attributes:
+        status: what ``status.revision`` is to say: the current revision's name, None
+            to remove it (revisions off, or no revision could be kept), or
+            :data:`KEEP_REVISION` to leave it as it is (a decision that keeps no
+            ConfigMap: suspended, invalid, conflict, a dry run).
+        problem: when set, the Ready condition this reconcile reports instead of
+            Synced: ``(reason, message)`` (a name too long for the suffix, a revision
+            name taken by another ConfigMap). The plain ConfigMap is kept all the same.
+        wrote: whether a revision was created, updated or deleted.
+        recheck: seconds until the bundle is looked at again for ``problem`` (a name
+            taken by a ConfigMap cbop may not watch), or None.
+    """
+
+    status: str | EllipsisType | None = KEEP_REVISION
+    problem: tuple[Reason, str] | None = None
+    wrote: bool = False
+    recheck: float | None = None
+
+    def applied_to(
+        self, ready: ConditionStatus, reason: Reason, message: str, requeue: float | None
+    ) -> tuple[ConditionStatus, Reason, str, float | None]:
+        """Return the Ready condition and requeue to report: ``problem`` over a Synced outcome."""
+        if self.problem is None or ready != "True":
+            return ready, reason, message, requeue
+        return "False", self.problem[0], self.problem[1], self.recheck
+
+
+def revision_reference(bundle: Mapping[str, Any]) -> JSON:
+    """Return the owner reference a revision carries to ``bundle``: not a controller.
+
+    ``controller: false``, so the bundle is one owner among equals (the ReplicaSets that
+    read the revision are the others), and ``blockOwnerDeletion: false``, so writing it
+    needs no permission on the bundle's ``finalizers``.
+    """
+    meta = bundle["metadata"]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": False,
+        "blockOwnerDeletion": False,
+    }
+
+
+def revision_owners(configmap: Mapping[str, Any]) -> list[str]:
+    """Map function of the managed-ConfigMap informer: a revision -> its bundles' keys.
+
+    Returns:
+        ``["namespace/name"]`` of each ConfigBundle a non-controller owner reference of
+        a ConfigMap labelled :data:`cbop.api.revisions.LABEL_REVISION_OF` names, sorted;
+        ``[]`` for any other ConfigMap. Lookups only: no API call.
+    """
+    meta = configmap.get("metadata") or {}
+    if LABEL_REVISION_OF not in (meta.get("labels") or {}):
+        return []
+    namespace = meta.get("namespace")
+    return sorted(
+        {
+            key_of(namespace, str(ref.get("name", "")))
+            for ref in meta.get("ownerReferences") or ()
+            if is_bundle_reference(ref) and not ref.get("controller")
+        }
+    )
+
+
+def index_by_revision_of(configmap: Mapping[str, Any]) -> list[str]:
+    """Index function of the managed-ConfigMap cache: a revision -> ``namespace/<bundle label>``.
+
+    The value is the :data:`cbop.api.revisions.LABEL_REVISION_OF` label (the bundle's
+    name, cut and hashed past 63 characters as ``cbop.dev/bundle``) in the
+    ConfigMap's namespace; ``[]`` for a ConfigMap without it.
+    """
+    meta = configmap.get("metadata") or {}
+    label = (meta.get("labels") or {}).get(LABEL_REVISION_OF)
+    if not isinstance(label, str):
+        return []
+    return [key_of(meta.get("namespace"), label)]
+
+
+def _owned_by(configmap: Mapping[str, Any], bundle: Mapping[str, Any]) -> bool:
+    uid = bundle["metadata"]["uid"]
+    return any(
+        r.get("uid") == uid and is_bundle_reference(r)
+        for r in configmap.get("metadata", {}).get("ownerReferences") or ()
+    )
+
+
+def _held_by(configmap: Mapping[str, Any], bundle: Mapping[str, Any]) -> bool:
+    """Whether ``configmap`` carries the bundle's revision reference (never a controller one).
+
+    A ConfigMap the bundle controls (its plain ConfigMap, even with the revision label
+    set through ``spec.labels``) is never taken for a revision.
+    """
+    uid = bundle["metadata"]["uid"]
+    refs = configmap.get("metadata", {}).get("ownerReferences") or ()
+    if any(r.get("uid") == uid and r.get("controller") for r in refs):
+        return False
+    return any(r.get("uid") == uid and is_bundle_reference(r) for r in refs)
+
+
+def _is_revision_of(
+    configmap: Mapping[str, Any], desired: DesiredConfigMap, bundle_label: str
+) -> bool:
+    """Whether ``configmap`` is this bundle's revision of ``desired``'s content."""
+    meta = configmap.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    return (
+        labels.get(LABEL_REVISION_OF) == bundle_label
+        and labels.get(LABEL_MANAGED_BY) == MANAGED_BY_VALUE
+        and annotations.get(ANNOTATION_CONTENT_HASH) == desired.content_hash
+        and configmap.get("immutable") is True
+    )
+
+
+def revision_body(bundle: Mapping[str, Any], desired: DesiredConfigMap, name: str) -> JSON:
+    """Return the revision ConfigMap ``name`` of ``desired``'s content, ready to create.
+
+    Its labels are the plain ConfigMap's (``spec.labels`` and cbop's) plus
+    :data:`cbop.api.revisions.LABEL_REVISION_OF`; its annotations the plain
+    ConfigMap's without cbop's bookkeeping of managed keys (a revision's metadata is
+    never updated); ``immutable: true``; the owner reference of
+    :func:`revision_reference`.
+    """
+    labels = dict(desired.labels)
+    labels[LABEL_REVISION_OF] = _bundle_label(bundle, desired)
+    annotations = {
+        k: v
+        for k, v in desired.annotations.items()
+        if k not in (ANNOTATION_MANAGED_LABELS, ANNOTATION_MANAGED_ANNOTATIONS)
+    }
+    out: JSON = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": name,
+            "namespace": desired.namespace,
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [revision_reference(bundle)],
+        },
+        "immutable": True,
+    }
+    if desired.data:
+        out["data"] = dict(desired.data)
+    if desired.binary_data:
+        out["binaryData"] = encode_binary(desired.binary_data)
+    return out
+
+
+def _bundle_label(bundle: Mapping[str, Any], desired: DesiredConfigMap) -> str:
+    """Return the bundle's name as a label value (``cbop.dev/bundle``: cut and hashed past 63)."""
+    return str(desired.labels.get(LABEL_BUNDLE, bundle["metadata"]["name"]))
+
+
+class RevisionWrites(ReconcileReports):
+    """The revision ConfigMaps of a reconcile (a base of :class:`Reconciler`).
+
+    The attributes below are the reconciler's state, set by
+    :class:`cbop.configbundle.Reconciler`.
+    """
+
+    _configmaps: Lister
+
+    def _revision_in_place(self, bundle: Mapping[str, Any]) -> bool:
+        """Whether the revisions part of a full reconcile would find nothing to do.
+
+        For the no-op fast path (:meth:`Reconciler._unchanged`): false when
+        ``status.revision`` names a ConfigMap missing from the cache (deleted by hand)
+        or one without the bundle's owner reference (taken off by hand), or when
+        revisions are off and ``status.revision`` is still set. Every other change that
+        matters (turning revisions on, new content, another ``keep``) is a spec change,
+        which the fast path already tells by the bundle's resourceVersion. Cache lookups
+        only.
+        """
+        spec = bundle.get("spec") or {}
+        raw = spec.get("revisions") if isinstance(spec, Mapping) else None
+        status = bundle.get("status") or {}
+        enabled = isinstance(raw, Mapping) and raw.get("enabled") is True
+        if not enabled:
+            return "revision" not in status
+        name = status.get("revision")
+        if not isinstance(name, str):
+            return True
+        current = self._configmaps.get(bundle["metadata"]["namespace"], name)
+        return current is not None and _owned_by(current, bundle)
+
+    def _keep_revision(self, bundle: Mapping[str, Any], decision: Decision) -> RevisionOutcome:
+        """Make sure the revision of the desired content exists; say what status reports.
+
+        Called before the plain ConfigMap is written, so a revision exists before any
+        reader can see its content under the plain name.
+
+        Returns:
+            The :class:`RevisionOutcome`.
+
+        Raises:
+            ApiError, ConnectionFailed: a write failed in a way a retry may fix.
+        """
+        if self._dry_run or decision.action not in _KEPT or decision.desired is None:
+            return RevisionOutcome()
+        try:
+            revisions = parse_revisions(bundle)
+        except SpecError as err:
+            return RevisionOutcome(status=None, problem=(err.reason, err.message))
+        if not revisions.enabled:
+            return RevisionOutcome(status=None)
+        desired = decision.desired
+        name = revision_name(desired.name, desired.content_hash)
+        namespace = desired.namespace
+        current = self._configmaps.get(namespace, name)
+        wrote = False
+        if current is None:
+            try:
+                self._client.create(
+                    CONFIGMAPS,
+                    namespace,
+                    revision_body(bundle, desired, name),
+                    field_manager=self._field_manager,
+                )
+                self._count("create")
+                self._event(
+                    bundle,
+                    "Normal",
+                    "RevisionCreated",
+                    f"ConfigMap {name} created: the revision of {desired.content_hash}",
+                    routine=True,
+                )
+                self._collect(bundle, desired, name, revisions.keep)
+                return RevisionOutcome(status=name, wrote=True)
+            except ApiError as err:
+                if not err.is_already_exists:
+                    raise
+                current = self._fresh_revision(namespace, name)
+                if current is None:
+                    raise
+        if not _is_revision_of(current, desired, _bundle_label(bundle, desired)):
+            return RevisionOutcome(
+                status=None,
+                problem=(
+                    Reason.CONFIGMAP_CONFLICT,
+                    f"ConfigMap {name}, the name of the revision of {desired.content_hash}, "
+                    "exists and is not that revision of this ConfigBundle; cbop will not "
+                    "modify it. Delete it, or choose another spec.configMapName",
+                ),
+                recheck=self._conflict_recheck,
+            )
+        if not _owned_by(current, bundle):
+            wrote = self._own_again(bundle, current)
+        collected = self._collect(bundle, desired, name, revisions.keep)
+        return RevisionOutcome(status=name, wrote=wrote or collected)
+
+    def _collect(
+        self, bundle: Mapping[str, Any], desired: DesiredConfigMap, current: str, keep: int
+    ) -> bool:
+        """Take the bundle's owner reference off its revisions beyond the newest ``keep``.
+
+        The bundle holds the current revision and the ``keep - 1`` most recently created
+        others (by ``creationTimestamp``, then name). From each older revision it still
+        holds, the reference is removed with one update when other owners remain (the
+        garbage collector deletes the revision once they are gone); a revision left with
+        no owner is deleted, on the precondition of its UID and resourceVersion, so a
+        revision that gained an owner meanwhile is never deleted (the garbage collector
+        never deletes an object without owner references). A lost race or a revision
+        already gone is left to the next reconcile. Returns whether anything was written.
+        """
+        label = _bundle_label(bundle, desired)
+        held = [
+            cm
+            for cm in self._configmaps.by_index(REVISION_OF_INDEX, key_of(desired.namespace, label))
+            if _held_by(cm, bundle) and cm["metadata"]["name"] != current
+        ]
+        held.sort(
+            key=lambda cm: (cm["metadata"].get("creationTimestamp", ""), cm["metadata"]["name"]),
+            reverse=True,
+        )
+        wrote = False
+        for cm in held[keep - 1 :]:
+            wrote = self._release_revision(bundle, cm) or wrote
+        return wrote
+
+    def _release_revision(self, bundle: Mapping[str, Any], revision: Mapping[str, Any]) -> bool:
+        meta = dict(revision["metadata"])
+        uid = bundle["metadata"]["uid"]
+        others = [r for r in meta.get("ownerReferences") or () if r.get("uid") != uid]
+        try:
+            if others:
+                meta.pop("managedFields", None)
+                meta["ownerReferences"] = others
+                self._client.update(
+                    CONFIGMAPS,
+                    meta["namespace"],
+                    meta["name"],
+                    {**revision, "metadata": meta},
+                    field_manager=self._field_manager,
+                )
+                self._count("update")
+            else:
+                self._client.delete(
+                    CONFIGMAPS,
+                    meta["namespace"],
+                    meta["name"],
+                    preconditions={"uid": meta["uid"], "resourceVersion": meta["resourceVersion"]},
+                )
+                self._count("delete")
+        except ApiError as err:
+            if err.is_conflict or err.is_not_found:
+                return False
+            raise
+        log.info(
+            "revision released" if others else "revision deleted",
+            configmap=meta["name"],
+            kept_by=[f"{r.get('kind')}/{r.get('name')}" for r in others],
+        )
+        return True
+
+    def _fresh_revision(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        try:
+            return self._client.get(CONFIGMAPS, namespace, name)
+        except ApiError as err:
+            if err.is_not_found:
+                return None
+            raise
+
+    def _own_again(self, bundle: Mapping[str, Any], current: Mapping[str, Any]) -> bool:
+        """Put the bundle's owner reference back on a revision that lost it (a revert).
+
+        One update carrying the revision's resourceVersion; a lost race (409) or a
+        revision deleted meanwhile (404) is left to the next reconcile, which the
+        revision's watch event brings.
+        """
+        meta = dict(current["metadata"])
+        meta.pop("managedFields", None)
+        meta["ownerReferences"] = [*(meta.get("ownerReferences") or ()), revision_reference(bundle)]
+        try:
+            self._client.update(
+                CONFIGMAPS,
+                meta["namespace"],
+                meta["name"],
+                {**current, "metadata": meta},
+                field_manager=self._field_manager,
+            )
+        except ApiError as err:
+            if err.is_conflict or err.is_not_found:
+                return False
+            raise
+        self._count("update")
+        return True

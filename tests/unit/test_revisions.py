@@ -1,0 +1,353 @@
+"""Revision ConfigMaps of the ConfigBundle reconcile, on the fake API server.
+
+As the other act-layer tests: the reconcile is called directly, its caches synced from
+the fake server's tracker between reconciles (the watch caught up), and the recorded
+API actions are compared with the expected ones.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from cbop.api import content_hash
+from cbop.api.revisions import LABEL_REVISION_OF, revision_name
+from cbop.configbundle import Action, Reconciler
+from cbop.configbundle.revisions import REVISION_OF_INDEX, index_by_revision_of, revision_owners
+from cbop.informers import CONTROLLER_UID_INDEX, index_by_controller_uid
+from cbop.kube import CONFIGBUNDLES, CONFIGMAPS
+from cbop.runtime.events import EventRecorder
+from cbop_testing.clock import FakeClock
+from cbop_testing.fakekube import CacheLister, FakeKube, ObjectTracker
+from cbop_testing.objects import UID, bundle
+
+NOW = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
+ON = {"enabled": True}
+
+Call = tuple[str, str, str]
+
+
+def writes(kube: FakeKube) -> list[Call]:
+    """The writes made, Events left out: (verb[/subresource], resource, name)."""
+    return [
+        (f"{a.verb}/{a.subresource}" if a.subresource else a.verb, a.resource, a.name or "")
+        for a in kube.actions
+        if a.verb not in ("get", "list") and a.resource != "events"
+    ]
+
+
+def rev(data: dict[str, str], name: str = "app") -> str:
+    """The revision name of ``data`` under ConfigMap ``name``."""
+    return revision_name(name, content_hash(data, {}))
+
+
+class World:
+    """A fake API server and one reconciler whose caches follow it."""
+
+    def __init__(self, spec: dict[str, Any], **kw: Any) -> None:
+        # The server's clock (creationTimestamp): stepped between changes.
+        self.clock = FakeClock(1_767_225_600.0)
+        self.kube = FakeKube(ObjectTracker(now=self.clock.now))
+        self.kube.tracker.add(CONFIGBUNDLES, bundle(spec, **kw))
+        self.bundles = CacheLister(())
+        self.configmaps = CacheLister(
+            (),
+            indexers={
+                CONTROLLER_UID_INDEX: index_by_controller_uid,
+                REVISION_OF_INDEX: index_by_revision_of,
+            },
+        )
+        self.recorder = EventRecorder(self.kube, clock=lambda: NOW, level="all")
+        self.reconciler = Reconciler(
+            client=self.kube,
+            bundles=self.bundles,
+            configmaps=self.configmaps,
+            recorder=self.recorder,
+            now=lambda: NOW,
+        )
+        self.key = f"demo/{kw.get('name', 'app')}"
+
+    def reconcile(self) -> list[Call]:
+        """Sync the caches, reconcile once, return the writes made."""
+        self.bundles.sync(self.kube.tracker, CONFIGBUNDLES)
+        self.configmaps.sync(self.kube.tracker, CONFIGMAPS)
+        self.kube.clear_actions()
+        self.result = self.reconciler.reconcile(self.key)
+        self.recorder.flush()
+        return writes(self.kube)
+
+    def settle(self) -> None:
+        """Reconcile until a reconcile writes nothing (at most five times)."""
+        for _ in range(5):
+            if not self.reconcile():
+                return
+        raise AssertionError("the reconcile never settled")
+
+    def bundle(self) -> dict[str, Any]:
+        name = self.key.partition("/")[2]
+        return self.kube.tracker.get(CONFIGBUNDLES, "demo", name)
+
+    def set_spec(self, spec: dict[str, Any]) -> None:
+        self.clock.step(60)
+        b = self.bundle()
+        b["spec"] = spec
+        b["metadata"]["generation"] += 1
+        self.kube.tracker.add(CONFIGBUNDLES, b)
+
+    def configmap(self, name: str) -> dict[str, Any]:
+        return self.kube.tracker.get(CONFIGMAPS, "demo", name)
+
+    def configmap_names(self) -> list[str]:
+        return sorted(o["metadata"]["name"] for o in self.kube.tracker.objects(CONFIGMAPS))
+
+
+def test_a_new_bundle_makes_its_revision_first_then_the_plain_configmap() -> None:
+    """The revision exists before any reader can see the content under the plain name."""
+    w = World({"data": {"a": "1"}, "revisions": ON})
+    assert w.reconcile() == [
+        ("create", "configmaps", rev({"a": "1"})),
+        ("create", "configmaps", "app"),
+        ("patch/status", "configbundles", "app"),
+    ]
+    assert w.bundle()["status"]["revision"] == rev({"a": "1"})
+    assert w.result.ready == "True"
+    revision = w.configmap(rev({"a": "1"}))
+    assert revision["immutable"] is True
+    assert revision["data"] == {"a": "1"}
+    meta = revision["metadata"]
+    assert meta["labels"][LABEL_REVISION_OF] == "app"
+    assert meta["labels"]["app.kubernetes.io/managed-by"] == "cbop"
+    assert meta["annotations"]["cbop.dev/content-hash"] == content_hash({"a": "1"}, {})
+    assert meta["ownerReferences"] == [
+        {
+            "apiVersion": "cbop.dev/v1beta1",
+            "kind": "ConfigBundle",
+            "name": "app",
+            "uid": UID,
+            "controller": False,
+            "blockOwnerDeletion": False,
+        }
+    ]
+    # The plain ConfigMap is as without revisions: mutable, controlled by the bundle.
+    assert "immutable" not in w.configmap("app")
+
+
+def test_steady_state_writes_nothing_and_makes_no_request() -> None:
+    w = World({"data": {"a": "1"}, "revisions": ON})
+    w.settle()
+    for _ in range(3):
+        assert w.reconcile() == []
+        assert w.result.action is Action.NONE
+    assert w.kube.actions == []
+
+
+def test_a_change_makes_a_new_revision_and_keeps_the_old() -> None:
+    w = World({"data": {"a": "1"}, "revisions": ON})
+    w.settle()
+    w.set_spec({"data": {"a": "2"}, "revisions": ON})
+    assert w.reconcile() == [
+        ("create", "configmaps", rev({"a": "2"})),
+        ("update", "configmaps", "app"),
+        ("patch/status", "configbundles", "app"),
+    ]
+    w.settle()
+    assert w.configmap_names() == sorted(["app", rev({"a": "1"}), rev({"a": "2"})])
+    assert w.bundle()["status"]["revision"] == rev({"a": "2"})
+    assert w.configmap("app")["data"] == {"a": "2"}
+
+
+def test_a_revert_creates_no_revision() -> None:
+    """The revision of earlier content exists: only the plain ConfigMap and status change."""
+    w = World({"data": {"a": "1"}, "revisions": ON})
+    w.settle()
+    w.set_spec({"data": {"a": "2"}, "revisions": ON})
+    w.settle()
+    w.set_spec({"data": {"a": "1"}, "revisions": ON})
+    assert w.reconcile() == [
+        ("update", "configmaps", "app"),
+        ("patch/status", "configbundles", "app"),
+    ]
+    assert w.bundle()["status"]["revision"] == rev({"a": "1"})
+    w.settle()
+    assert w.configmap_names() == sorted(["app", rev({"a": "1"}), rev({"a": "2"})])
+
+
+def test_a_revision_deleted_by_hand_is_made_again() -> None:
+    w = World({"data": {"a": "1"}, "revisions": ON})
+    w.settle()
+    name = rev({"a": "1"})
+    revision = w.configmap(name)
+    assert revision_owners(revision) == ["demo/app"]
+    w.kube.tracker.delete(CONFIGMAPS, "demo", name)
+    assert w.reconcile() == [("create", "configmaps", name)]
+    w.settle()
+    assert name in w.configmap_names()
+
+
+def test_a_revision_that_lost_the_bundle_reference_gets_it_back() -> None:
+    w = World({"data": {"a": "1"}, "revisions": ON})
+    w.settle()
+    name = rev({"a": "1"})
+    revision = w.configmap(name)
+    revision["metadata"]["ownerReferences"] = []
+    w.kube.tracker.add(CONFIGMAPS, revision)
+    w.set_spec({"data": {"a": "1"}, "revisions": {"enabled": True, "keep": 2}})
+    assert ("update", "configmaps", name) in w.reconcile()
+    assert [r["uid"] for r in w.configmap(name)["metadata"]["ownerReferences"]] == [UID]
+
+
+def test_a_name_too_long_for_the_suffix_is_invalid_and_the_plain_configmap_kept() -> None:
+    long_name = "b" * 250
+    w = World({"data": {"a": "1"}, "revisions": ON}, name=long_name)
+    w.settle()
+    assert w.configmap_names() == [long_name]
+    assert w.result.ready == "False"
+    status = w.bundle()["status"]
+    (ready,) = status["conditions"]
+    assert ready["reason"] == "InvalidSpec"
+    assert "at most 242" in ready["message"]
+    assert "revision" not in status
+    assert w.reconcile() == []
+
+
+def test_revisions_turned_off_removes_status_revision_and_keeps_the_revisions() -> None:
+    w = World({"data": {"a": "1"}, "revisions": ON})
+    w.settle()
+    w.set_spec({"data": {"a": "1"}, "revisions": {"enabled": False}})
+    assert w.reconcile() == [("patch/status", "configbundles", "app")]
+    assert w.kube.actions[-1].body["status"]["revision"] is None
+    w.settle()
+    assert "revision" not in w.bundle()["status"]
+    assert rev({"a": "1"}) in w.configmap_names()
+
+
+def test_a_foreign_configmap_at_the_revision_name_is_a_conflict() -> None:
+    name = rev({"a": "1"})
+    w = World({"data": {"a": "1"}, "revisions": ON})
+    w.kube.tracker.add(
+        CONFIGMAPS,
+        {"metadata": {"name": name, "namespace": "demo"}, "data": {"x": "y"}},
+    )
+    w.settle()
+    assert w.result.ready == "False"
+    assert w.result.reason is not None
+    assert w.result.reason.value == "ConfigMapConflict"
+    assert name in w.result.message
+    assert w.configmap(name)["data"] == {"x": "y"}
+    assert w.configmap("app")["data"] == {"a": "1"}
+
+
+def test_revisions_off_by_default_make_none() -> None:
+    w = World({"data": {"a": "1"}})
+    w.settle()
+    assert w.configmap_names() == ["app"]
+    assert "revision" not in w.bundle()["status"]
+
+
+def test_revision_owners_maps_only_revisions() -> None:
+    plain = {
+        "metadata": {
+            "namespace": "demo",
+            "name": "app",
+            "ownerReferences": [{"apiVersion": "cbop.dev/v1beta1", "kind": "ConfigBundle"}],
+        }
+    }
+    assert revision_owners(plain) == []
+
+
+def test_the_bundle_holds_the_newest_keep_and_deletes_older_revisions_it_alone_held() -> None:
+    keep2 = {"enabled": True, "keep": 2}
+    w = World({"data": {"a": "1"}, "revisions": keep2})
+    w.settle()
+    w.set_spec({"data": {"a": "2"}, "revisions": keep2})
+    w.settle()
+    assert w.configmap_names() == sorted(["app", rev({"a": "1"}), rev({"a": "2"})])
+    w.set_spec({"data": {"a": "3"}, "revisions": keep2})
+    first = w.configmap(rev({"a": "1"}))
+    assert w.reconcile() == [
+        ("create", "configmaps", rev({"a": "3"})),
+        ("delete", "configmaps", rev({"a": "1"})),
+        ("update", "configmaps", "app"),
+        ("patch/status", "configbundles", "app"),
+    ]
+    # Deleted on the precondition of the version cbop saw: never one that gained an owner.
+    (delete,) = [a for a in w.kube.actions if a.verb == "delete"]
+    assert delete.options["preconditions"] == {
+        "uid": first["metadata"]["uid"],
+        "resourceVersion": first["metadata"]["resourceVersion"],
+    }
+    w.settle()
+    assert w.configmap_names() == sorted(["app", rev({"a": "2"}), rev({"a": "3"})])
+    assert w.reconcile() == []
+
+
+def test_an_older_revision_with_other_owners_only_loses_the_bundle_reference() -> None:
+    keep1 = {"enabled": True, "keep": 1}
+    w = World({"data": {"a": "1"}, "revisions": keep1})
+    w.settle()
+    first = w.configmap(rev({"a": "1"}))
+    replicaset = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-1", "uid": "rs-1"}
+    first["metadata"]["ownerReferences"].append(replicaset)
+    w.kube.tracker.add(CONFIGMAPS, first)
+    w.set_spec({"data": {"a": "2"}, "revisions": keep1})
+    assert ("update", "configmaps", rev({"a": "1"})) in w.reconcile()
+    assert w.configmap(rev({"a": "1"}))["metadata"]["ownerReferences"] == [replicaset]
+    w.settle()
+    # A revert to it: the bundle holds it again, and lets go of the newer one.
+    w.set_spec({"data": {"a": "1"}, "revisions": keep1})
+    w.settle()
+    assert w.bundle()["status"]["revision"] == rev({"a": "1"})
+    assert [r["uid"] for r in w.configmap(rev({"a": "1"}))["metadata"]["ownerReferences"]] == [
+        "rs-1",
+        UID,
+    ]
+    assert w.configmap_names() == sorted(["app", rev({"a": "1"})])
+
+
+def test_a_revert_to_a_collected_revision_makes_it_again() -> None:
+    keep1 = {"enabled": True, "keep": 1}
+    w = World({"data": {"a": "1"}, "revisions": keep1})
+    w.settle()
+    w.set_spec({"data": {"a": "2"}, "revisions": keep1})
+    w.settle()
+    assert w.configmap_names() == sorted(["app", rev({"a": "2"})])
+    w.set_spec({"data": {"a": "1"}, "revisions": keep1})
+    w.settle()
+    assert w.configmap_names() == sorted(["app", rev({"a": "1"})])
+
+
+def test_a_foreign_configmap_at_the_revision_name_is_rechecked() -> None:
+    """cbop may not watch that ConfigMap, so its deletion is found by a recheck."""
+    w = World({"data": {"a": "1"}, "revisions": ON})
+    w.kube.tracker.add(
+        CONFIGMAPS, {"metadata": {"name": rev({"a": "1"}), "namespace": "demo"}, "data": {}}
+    )
+    w.settle()
+    assert w.result.requeue_after == 15.0
+    w.kube.tracker.delete(CONFIGMAPS, "demo", rev({"a": "1"}))
+    w.settle()
+    assert w.result.ready == "True"
+    assert w.bundle()["status"]["revision"] == rev({"a": "1"})
+
+
+def test_the_bundle_reference_taken_off_the_current_revision_is_put_back() -> None:
+    w = World({"data": {"a": "1"}, "revisions": ON})
+    w.settle()
+    current = w.configmap(rev({"a": "1"}))
+    current["metadata"]["ownerReferences"] = []
+    w.kube.tracker.add(CONFIGMAPS, current)
+    assert w.reconcile() == [("update", "configmaps", rev({"a": "1"}))]
+    assert w.reconcile() == []
+
+
+def test_the_plain_configmap_is_never_taken_for_a_revision() -> None:
+    """Even when spec.labels puts the revision label on it, it is neither released nor deleted."""
+    keep1 = {"enabled": True, "keep": 1}
+    spec = {"data": {"a": "1"}, "labels": {LABEL_REVISION_OF: "app"}, "revisions": keep1}
+    w = World(spec)
+    w.settle()
+    w.set_spec({**spec, "data": {"a": "2"}})
+    w.settle()
+    assert w.configmap_names() == sorted(["app", rev({"a": "2"})])
+    refs = w.configmap("app")["metadata"]["ownerReferences"]
+    assert [r["controller"] for r in refs] == [True]
