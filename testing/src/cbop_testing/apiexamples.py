@@ -23,6 +23,18 @@ FULL_CONFIGBUNDLE_SPEC: Final[dict[str, Any]] = {
     "immutable": True,
     "deletionPolicy": "Orphan",
     "suspend": True,
+    "sources": [
+        {
+            "configMap": {
+                "name": "logging-defaults",
+                "namespace": "platform",
+                "items": [{"key": "log.yaml", "path": "log.yaml"}],
+                "optional": True,
+            }
+        },
+        {"configMap": {"name": "team-overrides", "optional": False}},
+    ],
+    "merge": [{"key": "log.yaml", "format": "yaml"}],
 }
 
 
