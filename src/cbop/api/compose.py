@@ -42,6 +42,7 @@ provenance, whatever the order of the cache or of dictionaries.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -69,6 +70,7 @@ __all__ = [
     "SourceStatus",
     "bounded_key_sources",
     "compose",
+    "composed_spec",
     "shared_with",
 ]
 
@@ -347,3 +349,27 @@ def bounded_key_sources(
     """Return the first ``limit`` entries of ``key_sources`` by key, and how many are left out."""
     keys = sorted(key_sources)
     return {k: key_sources[k] for k in keys[:limit]}, max(0, len(keys) - limit)
+
+
+def composed_spec(spec: BundleSpec, composed: Composed) -> BundleSpec:
+    """Return ``spec`` with ``composed`` as its content, and the status fields that say so.
+
+    The result's ``data``, ``binary_data`` and ``size`` are the composed content;
+    its ``provenance`` holds ``sources`` (list of ``{namespace, name, contentHash}``),
+    ``keySources`` (at most :data:`MAX_KEY_SOURCES` entries) and, when keys were left
+    out, ``keySourcesOmitted``. Compose from the spec as parsed, never from this one.
+    """
+    shown, omitted = bounded_key_sources(composed.key_sources)
+    provenance: dict[str, Any] = {
+        "sources": [s.as_status() for s in composed.sources],
+        "keySources": shown,
+    }
+    if omitted:
+        provenance["keySourcesOmitted"] = omitted
+    return dataclasses.replace(
+        spec,
+        data=composed.data,
+        binary_data=composed.binary_data,
+        size=composed.size,
+        provenance=provenance,
+    )

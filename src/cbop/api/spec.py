@@ -133,6 +133,10 @@ class BundleSpec:
         sources: the ConfigMaps laid under ``data``/``binary_data``, in order
             (:mod:`cbop.api.compose`).
         merge: key -> format of the keys whose values are merged across the layers.
+        provenance: for a spec whose sources are composed into ``data`` and
+            ``binary_data`` (:func:`cbop.api.compose.composed_spec`), the status fields
+            that say so (``sources``, ``keySources``, ``keySourcesOmitted``); None for
+            a spec as parsed.
     """
 
     config_map_name: str
@@ -146,6 +150,7 @@ class BundleSpec:
     size: int
     sources: tuple[SourceRef, ...] = ()
     merge: Mapping[str, MergeFormat] = field(default_factory=dict)
+    provenance: Mapping[str, Any] | None = None
 
     @property
     def composed(self) -> bool:

@@ -35,8 +35,9 @@ from cbop.shardrange import ShardRange
 
 __all__ = ["InformerKey", "SharedInformerFactory"]
 
-#: What identifies a shared informer: (resource, namespace or None for all, selector).
-InformerKey = tuple[Resource, str | None, str | None]
+#: What identifies a shared informer: (resource, namespace or None for all, selector,
+#: whether it holds only the factory's shard).
+InformerKey = tuple[Resource, str | None, str | None, bool]
 
 
 class SharedInformerFactory:
@@ -86,6 +87,7 @@ class SharedInformerFactory:
         *,
         label_selector: str | None = None,
         indexers: Mapping[str, IndexFunc] | None = None,
+        sharded: bool = True,
     ) -> dict[str | None, SharedInformer]:
         """Return the informer of ``resource`` for each namespace in scope (created once).
 
@@ -96,6 +98,10 @@ class SharedInformerFactory:
             indexers: index name -> index function the caller will query; added to the
                 shared informer's cache unless an index of that name is there already
                 with the same function.
+            sharded: in a sharded factory, hold only the factory's shard (the
+                default); False: every object of the namespaces in scope, for objects
+                that objects of any shard may read (a bundle's source ConfigMaps). No
+                effect in an unsharded factory.
 
         Returns:
             namespace (``None``: all namespaces) -> informer.
@@ -105,8 +111,9 @@ class SharedInformerFactory:
         """
         out: dict[str | None, SharedInformer] = {}
         with self._lock:
+            shard = self.shard if sharded else None
             for ns in self.scopes:
-                key: InformerKey = (resource, ns, label_selector)
+                key: InformerKey = (resource, ns, label_selector, shard is not None)
                 informer = self._informers.get(key)
                 if informer is None:
                     informer = SharedInformer(
@@ -117,8 +124,8 @@ class SharedInformerFactory:
                         resync_period=self._resync_period,
                         read_timeout=self._read_timeout,
                         clock=self._clock,
-                        name=self._name(resource, ns, label_selector),
-                        shard=self.shard,
+                        name=self._name(resource, ns, label_selector, shard),
+                        shard=shard,
                     )
                     self._informers[key] = informer
                     self._index_funcs[key] = {}
@@ -132,27 +139,36 @@ class SharedInformerFactory:
         *,
         label_selector: str | None = None,
         indexers: Mapping[str, IndexFunc] | None = None,
+        sharded: bool = True,
     ) -> MultiNamespaceLister:
         """Return one lister over the informers of :meth:`informers_for` (same arguments).
 
         Raises:
             ValueError: as :meth:`informers_for`.
         """
-        informers = self.informers_for(resource, label_selector=label_selector, indexers=indexers)
+        informers = self.informers_for(
+            resource, label_selector=label_selector, indexers=indexers, sharded=sharded
+        )
         return MultiNamespaceLister({ns: inf.lister() for ns, inf in informers.items()})
 
-    def _name(self, resource: Resource, namespace: str | None, selector: str | None) -> str:
+    def _name(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        selector: str | None,
+        shard: ShardRange | None,
+    ) -> str:
         """Return an informer's name: ``configmaps/ns`` (``*``: all namespaces).
 
         ``[selector]`` is appended when another informer of the same resource and scope
-        already has that name, then `` shard <i>/<n>`` for a sharded factory. Called with
-        the lock held.
+        already has that name, then `` shard <i>/<n>`` for a sharded informer. Called
+        with the lock held.
         """
         name = f"{resource.plural}/{namespace or '*'}"
         if any(inf.name.split(" shard ")[0] == name for inf in self._informers.values()):
             name += f"[{selector or ''}]"
-        if self.shard is not None:
-            name += f" shard {self.shard}"
+        if shard is not None:
+            name += f" shard {shard}"
         return name
 
     def _add_indexers(

@@ -48,6 +48,7 @@ class _Watch:
     label_selector: str | None
     converged: ConvergedFunc | None = None
     predicates: tuple[Predicate, ...] = ()
+    sharded: bool = True
 
 
 @dataclass
@@ -146,10 +147,17 @@ class Builder:
         *,
         label_selector: str | None = None,
         predicates: Sequence[Predicate] = (),
+        sharded: bool = True,
     ) -> Builder:
-        """Watch ``resource``: each event ``predicates`` pass enqueues ``map_func``'s keys."""
+        """Watch ``resource``: each event ``predicates`` pass enqueues ``map_func``'s keys.
+
+        ``sharded=False`` watches every object of the scope's namespaces, also in a
+        shard's scope (see :meth:`cbop.informers.SharedInformerFactory.informers_for`).
+        """
         self._options.watches.append(
-            _Watch(resource, map_func, label_selector, predicates=tuple(predicates))
+            _Watch(
+                resource, map_func, label_selector, predicates=tuple(predicates), sharded=sharded
+            )
         )
         return self
 
@@ -216,7 +224,7 @@ class Builder:
         )
         for watch in opts.watches:
             informers = manager.informers.informers_for(
-                watch.resource, label_selector=watch.label_selector
+                watch.resource, label_selector=watch.label_selector, sharded=watch.sharded
             )
             for informer in informers.values():
                 controller.watch(

@@ -146,12 +146,15 @@ class Scope:
         *,
         label_selector: str | None = None,
         indexers: dict[str, IndexFunc] | None = None,
+        sharded: bool = True,
     ) -> MultiNamespaceLister:
         """Return a lister over the scope's shared informers of ``resource``.
 
         See :meth:`cbop.informers.SharedInformerFactory.lister`.
         """
-        return self.informers.lister(resource, label_selector=label_selector, indexers=indexers)
+        return self.informers.lister(
+            resource, label_selector=label_selector, indexers=indexers, sharded=sharded
+        )
 
     def add(self, controller: Controller) -> None:
         """Run ``controller``'s workers with the scope (:class:`cbop.runtime.Builder` calls it).
