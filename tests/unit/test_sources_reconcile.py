@@ -26,17 +26,31 @@ from cbop_testing.objects import bundle
 NOW = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
 
 
-def source(name: str, data: dict[str, str], namespace: str = "demo", **annotations: str) -> Any:
+def source(
+    name: str, data: dict[str, str], namespace: str = "demo", share_with: str | None = None
+) -> Any:
     meta: dict[str, Any] = {
         "name": name,
         "namespace": namespace,
         "labels": {"cbop.dev/source": "true"},
     }
-    if annotations:
-        meta["annotations"] = {
-            k.replace("_", "-").replace("cbop-dev-", "cbop.dev/"): v for k, v in annotations.items()
-        }
+    if share_with is not None:
+        meta["annotations"] = {"cbop.dev/share-with": share_with}
     return {"metadata": meta, "data": data}
+
+
+class Counts:
+    """The reconciler's metrics hooks, counted."""
+
+    def __init__(self) -> None:
+        self.writes: list[str] = []
+        self.drift = 0
+
+    def configmap_write(self, operation: str) -> None:
+        self.writes.append(operation)
+
+    def drift_corrected(self) -> None:
+        self.drift += 1
 
 
 class Harness:
@@ -50,8 +64,10 @@ class Harness:
         self.configmaps = CacheLister(indexers={CONTROLLER_UID_INDEX: index_by_controller_uid})
         self.sources = CacheLister()
         self.sync()
+        self.counts = Counts()
         self.reconciler = Reconciler(
             client=self.kube,
+            observer=self.counts,
             bundles=self.bundles,
             configmaps=self.configmaps,
             sources=self.sources,
@@ -113,7 +129,7 @@ def harness() -> Harness:
                 "logging-defaults",
                 {"log.yaml": "level: info\nformat: {time: iso}\n", "owner": "platform"},
                 "platform",
-                cbop_dev_share_with="demo",
+                share_with="demo",
             ),
         ),
         (CONFIGBUNDLES, bundle(SPEC)),
@@ -153,6 +169,9 @@ def test_a_source_change_is_one_write_and_an_unchanged_result_none(harness: Harn
     assert harness.status()["keySources"]["log.yaml"] == (
         "platform/logging-defaults+demo/team-overrides"
     )
+    # New content from a source is no drift (no DriftCorrected Event, not counted).
+    assert harness.counts.drift == 0
+    assert harness.counts.writes == ["create", "update"]
     # A change of the source that leaves the merged result as it is writes nothing.
     harness.kube.tracker.add(
         CONFIGMAPS, source("team-overrides", {"log.yaml": "level:   debug  # same\n", "extra": "1"})
@@ -185,7 +204,7 @@ def test_a_deleted_required_source_keeps_the_last_good_content(harness: Harness)
             "logging-defaults",
             {"log.yaml": "level: warn\n"},
             "platform",
-            cbop_dev_share_with="*",
+            share_with="*",
         ),
     )
     harness.sync()
@@ -210,7 +229,7 @@ def test_an_unshared_source_is_refused_and_a_grant_heals() -> None:
     assert h.reconcile().reason is Reason.SOURCE_NOT_SHARED
     h.kube.tracker.add(
         CONFIGMAPS,
-        source("logging-defaults", {"a": "1"}, "platform", cbop_dev_share_with="team-x, demo"),
+        source("logging-defaults", {"a": "1"}, "platform", share_with="team-x, demo"),
     )
     h.sync()
     assert h.reconcile().ready == "True"
@@ -221,7 +240,7 @@ def test_outside_the_watched_namespaces_a_source_is_not_found_naming_them() -> N
     h = Harness(
         (
             CONFIGMAPS,
-            source("logging-defaults", {"a": "1"}, "platform", cbop_dev_share_with="*"),
+            source("logging-defaults", {"a": "1"}, "platform", share_with="*"),
         ),
         (CONFIGBUNDLES, bundle(SPEC)),
         scope=["demo"],
@@ -246,7 +265,7 @@ def test_dry_run_shows_a_source_driven_change(harness: Harness) -> None:
             "logging-defaults",
             {"log.yaml": "level: error\n"},
             "platform",
-            cbop_dev_share_with="demo",
+            share_with="demo",
         ),
     )
     harness.sync()
