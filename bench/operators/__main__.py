@@ -22,7 +22,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.operators import apf, cluster, clusterbundles, procs, report, scale, sharded
+from bench.operators import (
+    apf,
+    cluster,
+    clusterbundles,
+    procs,
+    report,
+    scale,
+    sharded,
+    sources,
+)
 from bench.operators.scenarios import Bench, Settings, log
 from cbop_testing.envtest import ControlPlane
 from cbop_testing.envtest.binaries import pinned_versions
@@ -69,6 +78,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--s9-new", type=int, default=50, help="S9: namespaces created later (50)")
     p.add_argument("--s9-idle", type=float, default=60.0, help="S9: idle seconds (60)")
+    p.add_argument(
+        "--s10-bundles",
+        type=int,
+        default=1000,
+        help="S10: bundles reading one source, half in its namespace (default 1000; "
+        "not in the default --scenarios)",
+    )
+    p.add_argument("--s10-idle", type=float, default=60.0, help="S10: idle seconds (60)")
+    p.add_argument(
+        "--s10-unlabelled", type=int, default=10_000, help="S10: unlabelled ConfigMaps (10000)"
+    )
     p.add_argument("--name", help="results file name without extension (default DATE-HOST)")
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--loader-threads", type=int, default=8)
@@ -186,6 +206,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     namespaces=args.s9_namespaces, new=args.s9_new, idle=args.s9_idle
                 ),
             )
+        if scenarios & sources.SCENARIOS and "cbop" in impls:
+            log("=== S10: one source read by many bundles, against raw")
+            half = args.s10_bundles // 2
+            results["s10"] = sources.run(
+                bench,
+                sources.Sizes(
+                    local=half,
+                    elsewhere=args.s10_bundles - half,
+                    unlabelled=args.s10_unlabelled,
+                    idle=args.s10_idle,
+                ),
+            )
         if "apf" in scenarios:
             results["apf"] = apf.run_all(
                 bench,
@@ -224,6 +256,7 @@ def write(results: dict[str, Any], out: Path, update_readme: bool) -> Path:
         + scale.markdown(results)
         + sharded.markdown(results)
         + clusterbundles.markdown(results)
+        + sources.markdown(results)
     )
     md_path = out / f"{base}.md"
     md_path.write_text(md)

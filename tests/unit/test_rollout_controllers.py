@@ -46,11 +46,21 @@ def test_rollout_controllers_share_the_configbundle_controllers_configmap_inform
     assert set(manager.controllers) == {"configbundle", *(c.name for c in controllers)}
     factory = manager.informers
     # One informer per (resource, namespace): the managed-ConfigMap informer serves all
-    # four controllers (a second selector would add "configmaps/a[...]").
+    # four controllers (a second selector would add "configmaps/a[...]"); the other
+    # ConfigMap informer is the ConfigBundle controller's source ConfigMaps.
     assert sorted(inf.name for inf in factory.informers) == sorted(
-        f"{plural}/{ns}"
-        for plural in ("configbundles", "configmaps", "daemonsets", "deployments", "statefulsets")
-        for ns in ("a", "b")
+        [
+            f"{plural}/{ns}"
+            for plural in (
+                "configbundles",
+                "configmaps",
+                "daemonsets",
+                "deployments",
+                "statefulsets",
+            )
+            for ns in ("a", "b")
+        ]
+        + [f"configmaps/{ns}[cbop.dev/source=true]" for ns in ("a", "b")]
     )
     configmaps = factory.informers_for(CONFIGMAPS, label_selector=configbundle.MANAGED_SELECTOR)
     for informer in configmaps.values():
@@ -92,4 +102,5 @@ def test_cbop_manager_runs_the_rollout_only_with_the_flag(enabled: bool) -> None
         assert sorted(inf.name for inf in made.informers.informers) == [
             "configbundles/a",
             "configmaps/a",
+            "configmaps/a[cbop.dev/source=true]",
         ]

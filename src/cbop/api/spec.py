@@ -20,7 +20,7 @@ import enum
 import functools
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cbop.api.types import MAX_CONFIGMAP_BYTES, RESERVED_ANNOTATIONS, RESERVED_LABELS, Reason
@@ -32,6 +32,11 @@ _QUALIFIED_NAME_PART = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _MAX_KEY_LENGTH = 253
 _MAX_NAME_PART_LENGTH = 63
 _MAX_LABEL_VALUE_LENGTH = 63
+_DNS1123_LABEL_ONLY = re.compile(rf"^{_DNS1123_LABEL}$")
+#: At most this many sources, items per source and merge keys (the CRD's maxItems).
+MAX_SOURCES = 16
+MAX_SOURCE_ITEMS = 64
+MAX_MERGE_KEYS = 64
 #: kube-apiserver's limit on the total size of an object's annotations (256 KiB).
 _MAX_ANNOTATIONS_BYTES = 256 * 1024
 
@@ -74,6 +79,43 @@ class TooLargeError(SpecError):
         self.size = size
 
 
+class MergeFormat(enum.StrEnum):
+    """How the values of a ``spec.merge`` key are parsed and written."""
+
+    YAML = "yaml"
+    JSON = "json"
+
+
+@dataclass(frozen=True, slots=True)
+class SourceItem:
+    """One entry of a source's ``items``: the source's ``key``, written as ``path``."""
+
+    key: str
+    path: str
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRef:
+    """One entry of ``spec.sources``: a ConfigMap whose content is a layer of the bundle's.
+
+    Attributes:
+        namespace: the ConfigMap's namespace (the bundle's own when the spec omits it).
+        name: the ConfigMap's name.
+        items: the keys to take and the keys they become, or None for every key as is.
+        optional: a missing source counts as empty instead of failing the bundle.
+    """
+
+    namespace: str
+    name: str
+    items: tuple[SourceItem, ...] | None = None
+    optional: bool = False
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``: how status and messages name the source."""
+        return f"{self.namespace}/{self.name}"
+
+
 @dataclass(frozen=True, slots=True)
 class BundleSpec:
     """A validated ConfigBundle spec.
@@ -88,6 +130,13 @@ class BundleSpec:
         deletion_policy: what happens to the ConfigMap when the bundle goes.
         suspend: while True, cbop makes no writes for this bundle.
         size: summed byte length of data values and binary_data values.
+        sources: the ConfigMaps laid under ``data``/``binary_data``, in order
+            (:mod:`cbop.api.compose`).
+        merge: key -> format of the keys whose values are merged across the layers.
+        provenance: for a spec whose sources are composed into ``data`` and
+            ``binary_data`` (:func:`cbop.api.compose.composed_spec`), the status fields
+            that say so (``sources``, ``keySources``, ``keySourcesOmitted``); None for
+            a spec as parsed.
     """
 
     config_map_name: str
@@ -99,6 +148,14 @@ class BundleSpec:
     deletion_policy: DeletionPolicy
     suspend: bool
     size: int
+    sources: tuple[SourceRef, ...] = ()
+    merge: Mapping[str, MergeFormat] = field(default_factory=dict)
+    provenance: Mapping[str, Any] | None = None
+
+    @property
+    def composed(self) -> bool:
+        """Whether the content is composed from layers (sources or merge keys are given)."""
+        return bool(self.sources or self.merge)
 
     @property
     def key_count(self) -> int:
@@ -304,6 +361,7 @@ def parse_spec(bundle: Mapping[str, Any]) -> BundleSpec:
     if size > MAX_CONFIGMAP_BYTES:
         raise TooLargeError(size)
 
+    namespace = str(bundle.get("metadata", {}).get("namespace") or "")
     return BundleSpec(
         config_map_name=name,
         data=data,
@@ -314,4 +372,78 @@ def parse_spec(bundle: Mapping[str, Any]) -> BundleSpec:
         deletion_policy=policy,
         suspend=_bool(raw_spec, "suspend"),
         size=size,
+        sources=_sources(raw_spec.get("sources"), namespace),
+        merge=_merge(raw_spec.get("merge")),
     )
+
+
+def _list(raw: Any, field: str, limit: int) -> list[Any]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise SpecError(f"{field} must be a list, not {type(raw).__name__}")
+    if len(raw) > limit:
+        raise SpecError(f"{field} has {len(raw)} entries, more than {limit}")
+    return raw
+
+
+def _sources(raw: Any, namespace: str) -> tuple[SourceRef, ...]:
+    """Parse ``spec.sources`` (see :class:`SourceRef`); the CRD checks the same at admission."""
+    out = []
+    for i, entry in enumerate(_list(raw, "spec.sources", MAX_SOURCES)):
+        where = f"spec.sources[{i}].configMap"
+        ref = entry.get("configMap") if isinstance(entry, Mapping) else None
+        if not isinstance(ref, Mapping):
+            raise SpecError(f"{where} is required (a source is a ConfigMap)")
+        name = ref.get("name")
+        if not isinstance(name, str) or not _DNS1123_SUBDOMAIN.match(name) or len(name) > 253:
+            raise SpecError(f"{where}.name {_show(str(name))} is not a valid ConfigMap name")
+        ns = ref.get("namespace") or namespace
+        if not isinstance(ns, str) or not _DNS1123_LABEL_ONLY.match(ns) or len(ns) > 63:
+            raise SpecError(f"{where}.namespace {_show(str(ns))} is not a valid namespace")
+        items = None
+        if ref.get("items") is not None:
+            items = tuple(_items(ref.get("items"), f"{where}.items"))
+        optional = ref.get("optional", False)
+        if not isinstance(optional, bool):
+            raise SpecError(f"{where}.optional must be true or false")
+        out.append(SourceRef(ns, name, items, optional))
+    return tuple(out)
+
+
+def _items(raw: Any, where: str) -> list[SourceItem]:
+    items = []
+    paths: set[str] = set()
+    for j, item in enumerate(_list(raw, where, MAX_SOURCE_ITEMS)):
+        key = item.get("key") if isinstance(item, Mapping) else None
+        path = item.get("path") if isinstance(item, Mapping) else None
+        if not isinstance(key, str) or not isinstance(path, str):
+            raise SpecError(f"{where}[{j}] needs a key and a path (strings)")
+        for part, value in (("key", key), ("path", path)):
+            error = configmap_key_error(value)
+            if error:
+                raise SpecError(f"{where}[{j}].{part}: {error}")
+        if path in paths:
+            raise SpecError(f"{where}: path {_show(path)} appears more than once")
+        paths.add(path)
+        items.append(SourceItem(key, path))
+    return items
+
+
+def _merge(raw: Any) -> dict[str, MergeFormat]:
+    """Parse ``spec.merge``: key -> :class:`MergeFormat`, each key once."""
+    out: dict[str, MergeFormat] = {}
+    for i, entry in enumerate(_list(raw, "spec.merge", MAX_MERGE_KEYS)):
+        key = entry.get("key") if isinstance(entry, Mapping) else None
+        fmt = entry.get("format") if isinstance(entry, Mapping) else None
+        if not isinstance(key, str) or configmap_key_error(key):
+            raise SpecError(f"spec.merge[{i}].key {_show(str(key))} is not a ConfigMap key")
+        if key in out:
+            raise SpecError(f"spec.merge: key {_show(key)} appears more than once")
+        try:
+            out[key] = MergeFormat(str(fmt))
+        except ValueError:
+            raise SpecError(
+                f"spec.merge[{i}].format {_show(str(fmt))} must be 'yaml' or 'json'"
+            ) from None
+    return out

@@ -50,6 +50,15 @@ RESERVED_ANNOTATIONS: Final = frozenset(
     }
 )
 
+#: Label a ConfigMap carries to be readable as a bundle's source (value ``"true"``);
+#: cbop caches only ConfigMaps with it (docs/sources.md).
+LABEL_SOURCE: Final = "cbop.dev/source"
+#: The server-side label selector of the source ConfigMaps cbop caches.
+SOURCE_SELECTOR: Final = f"{LABEL_SOURCE}=true"
+#: Annotation of a source naming the other namespaces whose bundles may read it: a
+#: comma-separated list of namespaces, or ``*`` for every namespace.
+ANNOTATION_SHARE_WITH: Final = "cbop.dev/share-with"
+
 #: Finalizer cbop puts on a bundle whose ``deletionPolicy`` is ``Orphan``: before the
 #: bundle goes, cbop strips its owner reference and labels from the ConfigMap.
 FINALIZER_ORPHAN: Final = "cbop.dev/orphan"
@@ -68,6 +77,9 @@ class Reason(enum.StrEnum):
     INVALID_SPEC = "InvalidSpec"
     CONFIGMAP_CONFLICT = "ConfigMapConflict"
     CONFIGMAP_TOO_LARGE = "ConfigMapTooLarge"
+    SOURCE_NOT_FOUND = "SourceNotFound"
+    SOURCE_NOT_SHARED = "SourceNotShared"
+    INVALID_SOURCE = "InvalidSource"
     RECONCILE_ERROR = "ReconcileError"
     SUSPENDED = "Suspended"
     DELETING = "Deleting"

@@ -5,14 +5,20 @@ It owns three decisions and nothing else:
 - **its caches**: ConfigBundles, and only the ConfigMaps cbop manages (label
   ``app.kubernetes.io/managed-by=cbop``, filtered by the API server), the latter with
   the :data:`cbop.keys.CONTROLLER_UID_INDEX` index the reconciler finds a bundle's
-  ConfigMaps by (:func:`new_reconciler`);
+  ConfigMaps by (:func:`new_reconciler`); and the source ConfigMaps (label
+  ``cbop.dev/source=true``, filtered by the API server), in every namespace in scope
+  and never shard-filtered, since a bundle of any shard may read a source of any
+  namespace (docs/sources.md);
 - **its key mapping**: a ConfigBundle event enqueues the bundle's key, a managed
   ConfigMap event the key of its controller owner when that is a ConfigBundle
   (``for_`` / ``owns`` in :func:`setup`) and the keys of the bundles that keep a
   ConfigMap of that name (:func:`bundles_naming`, through the
   :data:`cbop.keys.CONFIGMAP_NAME_INDEX` index), so a bundle waiting on a name held by
   another bundle's ConfigMap is retried as soon as that ConfigMap is deleted or
-  released; and after a restart the listed bundles that are not converged
+  released; a source ConfigMap event (created, changed, deleted, labelled or
+  unlabelled) the keys of the bundles that read it (:func:`bundles_reading`, through
+  the :data:`SOURCE_INDEX` index: no GET, also for sources that do not exist yet);
+  and after a restart the listed bundles that are not converged
   (:func:`cbop.configbundle.status.is_converged`) go ahead of those that are;
 - **its reconciler**: :class:`cbop.configbundle.Reconciler`, built with the manager's
   (fenced) client and the shared listers.
@@ -26,12 +32,17 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from cbop.api import MANAGED_SELECTOR, config_map_name_of
+from cbop.api import MANAGED_SELECTOR, SOURCE_SELECTOR, config_map_name_of
 from cbop.configbundle import Reconciler, Requeue, Result
 from cbop.configbundle.interfaces import Client, Observer
 from cbop.configbundle.revisions import REVISION_OF_INDEX, index_by_revision_of, revision_owners
 from cbop.configbundle.status import is_converged
-from cbop.informers import MultiNamespaceLister, SharedInformerFactory, index_by_controller_uid
+from cbop.informers import (
+    IndexFunc,
+    MultiNamespaceLister,
+    SharedInformerFactory,
+    index_by_controller_uid,
+)
 from cbop.keys import CONFIGMAP_NAME_INDEX, CONTROLLER_UID_INDEX, key_of, object_key
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS
 from cbop.metrics.controller import BundleReadinessCollector, ConfigMapWriteMetrics
@@ -43,8 +54,11 @@ __all__ = [
     "CONTROLLER_NAME",
     "DEFINITION",
     "MANAGED_SELECTOR",
+    "SOURCE_INDEX",
     "bundles_naming",
+    "bundles_reading",
     "index_by_configmap_name",
+    "index_by_source",
     "install",
     "new_reconciler",
     "reconcile_all",
@@ -53,6 +67,51 @@ __all__ = [
 
 #: The controller's name (metrics' ``controller`` label, the workqueue's name, logs).
 CONTROLLER_NAME: Final = "configbundle"
+
+#: Index of the ConfigBundle cache: ``namespace/name`` of each source a bundle reads.
+SOURCE_INDEX: Final = "source"
+
+
+def index_by_source(bundle: Mapping[str, Any]) -> list[str]:
+    """Index function of the ConfigBundle cache: the keys of the sources ``bundle`` reads.
+
+    Returns:
+        ``["namespace/name", ...]`` of ``spec.sources`` (the bundle's namespace where a
+        source names none; a ClusterConfigBundle's stamps each their own), sorted and
+        each once; ``[]`` without sources. Read from the raw spec, so a source that
+        does not exist yet is indexed too.
+    """
+    raw = (bundle.get("spec") or {}).get("sources")
+    if not isinstance(raw, list):
+        return []
+    namespace = (bundle.get("metadata") or {}).get("namespace")
+    keys = set()
+    for entry in raw:
+        ref = entry.get("configMap") if isinstance(entry, Mapping) else None
+        if isinstance(ref, Mapping) and isinstance(ref.get("name"), str):
+            keys.add(key_of(ref.get("namespace") or namespace, ref["name"]))
+    return sorted(keys)
+
+
+def bundles_reading(bundles: MultiNamespaceLister) -> Callable[[Mapping[str, Any]], list[str]]:
+    """Return the map function: a source ConfigMap -> the bundles that read it.
+
+    Args:
+        bundles: the ConfigBundle lister, with the :data:`SOURCE_INDEX` index.
+
+    Returns:
+        ``fn(configmap) -> ["namespace/name", ...]``, sorted: every bundle whose
+        ``spec.sources`` names the ConfigMap, in any namespace. Lookups only: no API
+        call. Under ``--shards`` the lister holds the shard's bundles, so each shard
+        enqueues its own readers.
+    """
+
+    def map_source(configmap: Mapping[str, Any]) -> list[str]:
+        meta = configmap.get("metadata") or {}
+        value = key_of(meta.get("namespace"), str(meta.get("name", "")))
+        return sorted(object_key(b) for b in bundles.by_index(SOURCE_INDEX, value))
+
+    return map_source
 
 
 def index_by_configmap_name(bundle: Mapping[str, Any]) -> list[str]:
@@ -90,6 +149,13 @@ def bundles_naming(bundles: MultiNamespaceLister) -> Callable[[Mapping[str, Any]
     return map_configmap
 
 
+#: The indexes of the ConfigBundle cache the controller reads.
+_BUNDLE_INDEXERS: Final[dict[str, IndexFunc]] = {
+    CONFIGMAP_NAME_INDEX: index_by_configmap_name,
+    SOURCE_INDEX: index_by_source,
+}
+
+
 def new_reconciler(
     client: Client,
     informers: SharedInformerFactory,
@@ -102,17 +168,16 @@ def new_reconciler(
 
     Args:
         client: the client the reconciler writes with (fenced under leader election).
-        informers: the shared informer factory; the ConfigBundle and managed-ConfigMap
-            informers are requested from it (and the ConfigMaps' owner index added).
+        informers: the shared informer factory; the ConfigBundle, managed-ConfigMap
+            and source-ConfigMap informers are requested from it (and the ConfigMaps'
+            owner index added).
         recorder: where Events go (None: none).
         observer: the ConfigMap write metrics (None: none).
         dry_run: see :class:`cbop.configbundle.Reconciler`.
     """
     return Reconciler(
         client=client,
-        bundles=informers.lister(
-            CONFIGBUNDLES, indexers={CONFIGMAP_NAME_INDEX: index_by_configmap_name}
-        ),
+        bundles=informers.lister(CONFIGBUNDLES, indexers=_BUNDLE_INDEXERS),
         configmaps=informers.lister(
             CONFIGMAPS,
             label_selector=MANAGED_SELECTOR,
@@ -124,6 +189,8 @@ def new_reconciler(
         recorder=recorder,
         observer=observer,
         dry_run=dry_run,
+        sources=informers.lister(CONFIGMAPS, label_selector=SOURCE_SELECTOR, whole=True),
+        source_scope=[ns for ns in informers.scopes if ns] or None,
     )
 
 
@@ -151,15 +218,16 @@ def setup(
     reconciler = new_reconciler(
         manager.client, manager.informers, recorder=recorder, observer=observer
     )
-    bundles = manager.lister(
-        CONFIGBUNDLES, indexers={CONFIGMAP_NAME_INDEX: index_by_configmap_name}
-    )
+    bundles = manager.lister(CONFIGBUNDLES, indexers=_BUNDLE_INDEXERS)
     return (
         Builder(manager, CONTROLLER_NAME)
         .for_(CONFIGBUNDLES, converged=is_converged)
         .owns(CONFIGMAPS, label_selector=MANAGED_SELECTOR)
         .watches(CONFIGMAPS, bundles_naming(bundles), label_selector=MANAGED_SELECTOR)
         .watches(CONFIGMAPS, revision_owners, label_selector=MANAGED_SELECTOR)
+        .watches(
+            CONFIGMAPS, bundles_reading(bundles), label_selector=SOURCE_SELECTOR, whole=True
+        )
         .with_options(workers=workers, priority_queue=priority_queue)
         .complete(reconciler)
     )
@@ -238,7 +306,7 @@ DEFINITION: Final = ControllerDefinition(
             ("",),
             ("configmaps",),
             ("get", "list", "watch", "create", "update", "patch", "delete"),
-            "the managed ConfigMaps",
+            "the managed ConfigMaps; list and watch the source ConfigMaps",
         ),
     ),
 )

@@ -109,10 +109,17 @@ def has_finalizer(bundle: Mapping[str, Any]) -> bool:
     return FINALIZER_ORPHAN in (bundle.get("metadata", {}).get("finalizers") or ())
 
 
-def _was_synced(bundle: Mapping[str, Any]) -> bool:
-    """Whether status says cbop already made the ConfigMap match this generation."""
+def _was_synced(bundle: Mapping[str, Any], desired: DesiredConfigMap) -> bool:
+    """Whether status says cbop already made the ConfigMap match this generation's content.
+
+    Then a ConfigMap that differs was changed by someone else (drift). The content hash
+    in status must be the desired one too: a bundle with sources gets new content from
+    a changed source within one generation, and that is no drift.
+    """
     status = bundle.get("status") or {}
     if status.get("observedGeneration") != bundle["metadata"].get("generation"):
+        return False
+    if status.get("contentHash") not in (None, desired.content_hash):
         return False
     return any(
         c.get("type") == CONDITION_READY and c.get("status") == "True"
@@ -229,7 +236,7 @@ def decide(
             Action.CREATE,
             desired=desired,
             body=render(desired, None),
-            drift=_was_synced(bundle),
+            drift=_was_synced(bundle, desired),
             message=f"ConfigMap {name} created",
             finalizer=finalizer,
         )
@@ -256,7 +263,7 @@ def decide(
     if synced(desired, current):
         return Decision(Action.NONE, desired=desired, finalizer=finalizer)
 
-    drift = _was_synced(bundle)
+    drift = _was_synced(bundle, desired)
     message = ""
     if adopted:
         restored = "" if content_matches(desired, current) else "; its content was restored"

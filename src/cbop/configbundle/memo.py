@@ -12,7 +12,11 @@ bundle; almost all of those find nothing to do. What they compute depends on lit
   ConfigMap, keyed by its ``(uid, resourceVersion)``: every change of an object gives
   it a new resourceVersion.
 
-So a changed bundle or ConfigMap never finds a stale entry: it has a new key.
+So a changed bundle or ConfigMap never finds a stale entry: it has a new key. A
+bundle with ``spec.sources`` also depends on its sources: the caller passes their
+``inputs`` (the UID and resourceVersion of each source found, in spec order), which
+are part of the keys of the desired ConfigMaps, of the verdicts and of the stored
+outcomes, so a changed source never finds a stale entry either.
 
 A fourth cache holds, per bundle UID, the outcome of the bundle's last full reconcile
 when it wrote nothing (:meth:`DecisionMemo.noop`), with the resourceVersions of the
@@ -63,12 +67,12 @@ DEFAULT_MAXSIZE = 65_536
 DEFAULT_WORKING_SET = 1_024
 
 
-def _bundle_key(bundle: Mapping[str, Any]) -> tuple[str, int] | None:
+def _bundle_key(bundle: Mapping[str, Any], inputs: Hashable = None) -> tuple[Any, ...] | None:
     meta = bundle.get("metadata") or {}
     uid, generation = meta.get("uid"), meta.get("generation")
     if not isinstance(uid, str) or not uid or not isinstance(generation, int):
         return None
-    return uid, generation
+    return (uid, generation) if inputs is None else (uid, generation, inputs)
 
 
 def _object_key(obj: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -105,8 +109,10 @@ class DecisionMemo:
         # Bundle UID -> (bundle resourceVersion, ConfigMap UID, ConfigMap
         # resourceVersion, ConfigMap name, the outcome); only bundles whose last full
         # reconcile wrote nothing.
-        self._noops: cachetools.LRUCache[str, tuple[str, str, str, str, Any]] = cachetools.LRUCache(
-            maxsize
+        # (bundle resourceVersion, ConfigMap UID, ConfigMap resourceVersion, ConfigMap
+        # name, sources' inputs, the outcome)
+        self._noops: cachetools.LRUCache[str, tuple[str, str, str, str, Hashable, Any]] = (
+            cachetools.LRUCache(maxsize)
         )
         self._lock = YieldingLock()
         #: Lookups answered from a cache, and computed, over all three caches (exact
@@ -170,14 +176,20 @@ class DecisionMemo:
         return got, False
 
     def desired(
-        self, bundle: Mapping[str, Any], spec: BundleSpec, *, keep: bool = True
+        self,
+        bundle: Mapping[str, Any],
+        spec: BundleSpec,
+        *,
+        keep: bool = True,
+        inputs: Hashable = None,
     ) -> DesiredConfigMap:
         """Return :func:`cbop.configbundle.desired.desired_configmap` ``(bundle, spec)``.
 
-        ``spec`` must be the parsed spec of ``bundle`` (as :meth:`spec` returns it); one
-        that had to be rendered is put into the working set only with ``keep``.
+        ``spec`` must be the parsed spec of ``bundle`` (as :meth:`spec` returns it, with
+        its sources composed for ``inputs``); one that had to be rendered is put into
+        the working set only with ``keep``.
         """
-        key = _bundle_key(bundle)
+        key = _bundle_key(bundle, inputs)
         got: DesiredConfigMap | None = self._get(self._desired, key)
         if got is None:
             got = desired_configmap(bundle, spec)
@@ -192,16 +204,18 @@ class DecisionMemo:
         current: Mapping[str, Any] | None,
         *,
         keep: bool = True,
+        inputs: Hashable = None,
     ) -> Decision:
         """Return :func:`cbop.configbundle.decision.decide` ``(bundle, spec, current)``.
 
         The same decision, with the desired ConfigMap and the in-sync verdict looked up
         in the working set; what had to be computed is put into it only with ``keep``.
+        ``inputs``: the sources' versions (module docstring), None without sources.
         """
-        bundle_key = _bundle_key(bundle)
+        bundle_key = _bundle_key(bundle, inputs)
 
         def desired_of(bundle: Mapping[str, Any], spec: BundleSpec) -> DesiredConfigMap:
-            return self.desired(bundle, spec, keep=keep)
+            return self.desired(bundle, spec, keep=keep, inputs=inputs)
 
         def synced(desired: DesiredConfigMap, cm: Mapping[str, Any]) -> bool:
             cm_key = _object_key(cm)
@@ -216,23 +230,29 @@ class DecisionMemo:
         return decide(bundle, spec, current, desired_of=desired_of, synced=synced)
 
     def keep(
-        self, bundle: Mapping[str, Any], spec: BundleSpec | SpecError, decision: Decision
+        self,
+        bundle: Mapping[str, Any],
+        spec: BundleSpec | SpecError,
+        decision: Decision,
+        *,
+        inputs: Hashable = None,
     ) -> None:
         """Put ``bundle``'s parsed spec and ``decision``'s desired ConfigMap in the working set.
 
         For a reconcile that looked them up without ``keep`` and then wrote: the watch
         events of its writes bring the bundle back within seconds, and those reconciles
-        find them here.
+        find them here. ``spec`` is the spec as parsed (never one with its sources
+        composed into it); ``inputs`` as for :meth:`decide`.
         """
-        key = _bundle_key(bundle)
-        self._put(self._specs, key, spec)
+        self._put(self._specs, _bundle_key(bundle), spec)
         if decision.desired is not None:
-            self._put(self._desired, key, decision.desired)
+            self._put(self._desired, _bundle_key(bundle, inputs), decision.desired)
 
     def noop(
         self,
         bundle: Mapping[str, Any],
         configmap_named: Callable[[str], Mapping[str, Any] | None],
+        inputs: Hashable = None,
     ) -> tuple[Any, Mapping[str, Any]] | None:
         """Return the outcome :meth:`remember_noop` stored for ``bundle``, and its ConfigMap.
 
@@ -241,11 +261,12 @@ class DecisionMemo:
             configmap_named: the cached ConfigMap of a name in the bundle's namespace, or
                 None; called with the name stored with the outcome, so that the spec
                 need not be parsed (the same bundle resourceVersion has the same spec).
+            inputs: the sources' versions now (module docstring), None without sources.
 
         Returns:
             ``(outcome, configmap)``, or None unless the bundle's last full reconcile
-            wrote nothing and was computed from the same bundle resourceVersion and the
-            same ConfigMap (UID, resourceVersion).
+            wrote nothing and was computed from the same bundle resourceVersion, the
+            same ConfigMap (UID, resourceVersion) and the same ``inputs``.
         """
         meta = bundle.get("metadata") or {}
         uid = meta.get("uid")
@@ -256,27 +277,31 @@ class DecisionMemo:
                 entry = self._noops.get(uid)
         else:
             entry = None
-        if entry is None or entry[0] != meta.get("resourceVersion"):
+        if entry is None or entry[0] != meta.get("resourceVersion") or entry[4] != inputs:
             return None
         configmap = configmap_named(entry[3])
         if configmap is None or _object_key(configmap) != entry[1:3]:
             return None
-        return entry[4], configmap
+        return entry[5], configmap
 
     def remember_noop(
-        self, bundle: Mapping[str, Any], configmap: Mapping[str, Any], outcome: Any
+        self,
+        bundle: Mapping[str, Any],
+        configmap: Mapping[str, Any],
+        outcome: Any,
+        inputs: Hashable = None,
     ) -> None:
         """Store ``outcome`` of a full reconcile of ``bundle`` that wrote nothing.
 
-        ``configmap`` is the ConfigMap it was decided against. Objects without a UID or
-        resourceVersion are not stored.
+        ``configmap`` is the ConfigMap it was decided against, ``inputs`` the sources'
+        versions it read. Objects without a UID or resourceVersion are not stored.
         """
         bundle_key = _object_key(bundle)
         key = _object_key(configmap)
         name = (configmap.get("metadata") or {}).get("name")
         if bundle_key is not None and key is not None and isinstance(name, str):
             with self._lock:
-                self._noops[bundle_key[0]] = (bundle_key[1], *key, name, outcome)
+                self._noops[bundle_key[0]] = (bundle_key[1], *key, name, inputs, outcome)
 
     def forget_noop(self, bundle: Mapping[str, Any]) -> None:
         """Drop the stored outcome of ``bundle`` (a full reconcile of it begins)."""

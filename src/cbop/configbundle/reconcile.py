@@ -38,13 +38,14 @@ from __future__ import annotations
 
 import datetime
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 import cachetools
 import structlog
 
 from cbop.api import BundleSpec, SpecError, config_map_name_of
+from cbop.api.compose import compose, composed_spec
 from cbop.configbundle.decision import Action, Decision, decide
 from cbop.configbundle.diff import configmap_diff
 from cbop.configbundle.dryrun import dry_run_account
@@ -91,6 +92,10 @@ class Reconciler(ConfigMapWrites, FinalizerWrites, RevisionWrites):
         conflict_recheck: seconds between rechecks of a name taken by a foreign ConfigMap.
         now: wall clock for condition transition times.
         field_manager: the field manager name sent with writes.
+        sources: lister over the source-ConfigMap cache (label ``cbop.dev/source=true``,
+            every namespace in scope, never shard-filtered); None: no source is found.
+        source_scope: the namespaces cbop watches (``--namespace``), None for all; a
+            source elsewhere is reported as not found, naming them.
     """
 
     def __init__(
@@ -105,8 +110,12 @@ class Reconciler(ConfigMapWrites, FinalizerWrites, RevisionWrites):
         conflict_recheck: float = 15.0,
         now: Callable[[], datetime.datetime] | None = None,
         field_manager: str = "cbop",
+        sources: Lister | None = None,
+        source_scope: Sequence[str] | None = None,
     ) -> None:
         self._client = client
+        self._sources = sources
+        self._source_scope = tuple(source_scope) if source_scope else None
         self._bundles = bundles
         self._configmaps = configmaps
         self._recorder = recorder
@@ -149,8 +158,9 @@ class Reconciler(ConfigMapWrites, FinalizerWrites, RevisionWrites):
         if bundle is None:
             return Result(key, None, message="bundle not found; nothing to do")
         started = time.monotonic()
+        inputs = self._source_inputs(bundle)
         if not self._dry_run:
-            unchanged = self._unchanged(bundle)
+            unchanged = self._unchanged(bundle, inputs)
             if unchanged is not None:
                 log.debug(
                     "reconciled",
@@ -162,7 +172,8 @@ class Reconciler(ConfigMapWrites, FinalizerWrites, RevisionWrites):
                 return unchanged
         # A bundle version in the working set is a follow-up of a recent write; only
         # then, or when this reconcile writes, are the computed parts kept (see memo).
-        spec, known = self._memo.lookup(bundle)
+        parsed, known = self._memo.lookup(bundle)
+        spec = self._compose(bundle, parsed)
         current = self._cached_configmap(bundle, spec)
         self._memo.forget_noop(bundle)
         # The controller binds controller, namespace, name and reconcile_id to every
@@ -170,9 +181,11 @@ class Reconciler(ConfigMapWrites, FinalizerWrites, RevisionWrites):
         logger = log
         if current is None and isinstance(spec, BundleSpec) and self._known_conflict(key):
             current = self._fresh_configmap(namespace or "", spec.config_map_name)
-        decision = self._memo.decide(bundle, spec, current, keep=known)
+        decision = self._memo.decide(bundle, spec, current, keep=known, inputs=inputs)
         try:
-            result = self._act(key, bundle, spec, decision, keep=not known)
+            result = self._act(
+                key, bundle, spec, decision, keep=not known, parsed=parsed, inputs=inputs
+            )
         except RejectedError as err:
             # The API server refused the ConfigMap in a way no retry can fix (a label
             # value it rejects, a request body over its limit): a spec problem, reported
@@ -222,7 +235,65 @@ class Reconciler(ConfigMapWrites, FinalizerWrites, RevisionWrites):
         )
         return result
 
-    def _unchanged(self, bundle: Mapping[str, Any]) -> Result | None:
+    def _source_inputs(self, bundle: Mapping[str, Any]) -> Hashable:
+        """Return the versions of the sources ``bundle`` reads, or None when it reads none.
+
+        For each ``spec.sources`` entry, in order: ``(namespace, name, uid,
+        resourceVersion)`` of the cached source, or ``(namespace, name)`` when it is not
+        in the cache. A lookup per source, from the raw spec (nothing parsed): the memo
+        keys of :class:`cbop.configbundle.memo.DecisionMemo` include it, so a changed,
+        created or deleted source is never answered from a stale entry.
+        """
+        raw = (bundle.get("spec") or {}).get("sources")
+        if not raw or not isinstance(raw, list):
+            return None
+        namespace = bundle["metadata"]["namespace"]
+        out: list[tuple[Any, ...]] = []
+        for entry in raw:
+            ref = entry.get("configMap") if isinstance(entry, Mapping) else None
+            if not isinstance(ref, Mapping):
+                continue
+            ns, name = ref.get("namespace") or namespace, ref.get("name")
+            found = (
+                self._sources.get(ns, name)
+                if self._sources is not None and isinstance(ns, str) and isinstance(name, str)
+                else None
+            )
+            if found is None:
+                out.append((ns, name))
+            else:
+                meta = found["metadata"]
+                out.append((ns, name, meta.get("uid"), meta.get("resourceVersion")))
+        return tuple(out)
+
+    def _compose(
+        self, bundle: Mapping[str, Any], spec: BundleSpec | SpecError
+    ) -> BundleSpec | SpecError:
+        """Return ``spec`` with its sources composed in, or why that cannot be done.
+
+        A spec without sources and merge keys, an invalid one and a suspended one come
+        back as they are. A source that is missing, not shared, managed by cbop or
+        holds a merge key that does not parse comes back as the
+        :class:`cbop.api.compose.SourceError` (a content over the size limit as the
+        :class:`cbop.api.TooLargeError`): the decision then writes nothing, so the
+        ConfigMap keeps its last good content (or is not created) and status names it.
+        """
+        if not isinstance(spec, BundleSpec) or not spec.composed or spec.suspend:
+            return spec
+        sources = self._sources
+
+        def lookup(namespace: str, name: str) -> Mapping[str, Any] | None:
+            return sources.get(namespace, name) if sources is not None else None
+
+        try:
+            composed = compose(
+                spec, bundle["metadata"]["namespace"], lookup, scope=self._source_scope
+            )
+        except SpecError as err:
+            return err.with_traceback(None)
+        return composed_spec(spec, composed)
+
+    def _unchanged(self, bundle: Mapping[str, Any], inputs: Hashable = None) -> Result | None:
         """Return the outcome of the bundle's last full reconcile if it still holds, else None.
 
         It holds when that reconcile wrote nothing, the bundle and its ConfigMap in the
@@ -235,7 +306,9 @@ class Reconciler(ConfigMapWrites, FinalizerWrites, RevisionWrites):
         the one stored with the outcome (the same bundle version has the same spec).
         """
         namespace = bundle["metadata"]["namespace"]
-        stored = self._memo.noop(bundle, lambda name: self._configmaps.get(namespace, name))
+        stored = self._memo.noop(
+            bundle, lambda name: self._configmaps.get(namespace, name), inputs
+        )
         if stored is None or not self._revision_in_place(bundle):
             return None
         known: Result = stored[0]
@@ -271,8 +344,14 @@ class Reconciler(ConfigMapWrites, FinalizerWrites, RevisionWrites):
         decision: Decision,
         *,
         keep: bool = False,
+        parsed: BundleSpec | SpecError | None = None,
+        inputs: Hashable = None,
     ) -> Result:
-        """Carry out ``decision``; with ``keep``, memoise its spec and render if it wrote."""
+        """Carry out ``decision``; with ``keep``, memoise its spec and render if it wrote.
+
+        ``spec`` is the spec with its sources composed in; ``parsed`` the spec as parsed
+        (what the memo keeps; None: ``spec``), ``inputs`` the sources' versions.
+        """
         meta = bundle["metadata"]
         namespace = meta["namespace"]
         if decision.action is Action.DELETING:
@@ -340,7 +419,7 @@ class Reconciler(ConfigMapWrites, FinalizerWrites, RevisionWrites):
             and current is not None
             and not (stale or wrote_status or requeue or self._dry_run)
         ):
-            self._memo.remember_noop(bundle, current, result)
+            self._memo.remember_noop(bundle, current, result, inputs)
         elif (
             keep
             and not self._dry_run
@@ -352,5 +431,5 @@ class Reconciler(ConfigMapWrites, FinalizerWrites, RevisionWrites):
             )
         ):
             # The watch events of its writes bring the bundle back within seconds.
-            self._memo.keep(bundle, spec, decision)
+            self._memo.keep(bundle, spec if parsed is None else parsed, decision, inputs=inputs)
         return result

@@ -146,6 +146,11 @@ class ReconcileReports:
         valid = spec if isinstance(spec, BundleSpec) else None
         if valid is not None and desired_hash is None:
             desired_hash = content_hash(valid.data, valid.binary_data)
+        # A bundle without sources has no provenance fields (none are written, so no
+        # bundle of before sources gets a status write); a composed one has its own.
+        provenance = None
+        if valid is not None:
+            provenance = valid.provenance if valid.composed else {}
         new_status = compute_status(
             bundle,
             ready=ready,
@@ -155,6 +160,7 @@ class ReconcileReports:
             content_hash=desired_hash if valid else None,
             key_count=valid.key_count if valid else None,
             now=self._now(),
+            provenance=provenance,
         )
         if revision is not ...:
             new_status.pop("revision", None)

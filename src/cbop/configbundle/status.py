@@ -16,6 +16,8 @@ from typing import Any, Literal
 from cbop.api import CONDITION_READY, Reason
 
 JSON = dict[str, Any]
+#: The status fields that tell where a composed content came from (docs/sources.md).
+_PROVENANCE = frozenset({"sources", "keySources", "keySourcesOmitted"})
 ConditionStatus = Literal["True", "False", "Unknown"]
 
 
@@ -87,6 +89,7 @@ def compute_status(
     content_hash: str | None,
     key_count: int | None,
     now: datetime.datetime,
+    provenance: Mapping[str, Any] | None = None,
 ) -> JSON:
     """Return the full ``status`` for ``bundle`` after a reconcile.
 
@@ -99,6 +102,10 @@ def compute_status(
         content_hash: ``sha256:<hex>`` of the desired content, or None (invalid spec).
         key_count: number of keys in the desired content, or None.
         now: the time used for a condition transition.
+        provenance: the fields of a composed content (``sources``, ``keySources``,
+            ``keySourcesOmitted``; ``{}`` for a bundle without sources), replacing those
+            of the current status; None keeps the current ones (the content was not
+            composed this time: a source failed, the bundle is suspended).
 
     Returns:
         A dict with ``observedGeneration``, ``conditions`` and, when known,
@@ -111,7 +118,9 @@ def compute_status(
         k: v
         for k, v in current.items()
         if k not in ("observedGeneration", "conditions", "configMapName", "contentHash", "keyCount")
+        and (provenance is None or k not in _PROVENANCE)
     }
+    status.update(provenance or {})
     if generation is not None:
         status["observedGeneration"] = generation
     if config_map_name is not None:

@@ -24,6 +24,18 @@ FULL_CONFIGBUNDLE_SPEC: Final[dict[str, Any]] = {
     "deletionPolicy": "Orphan",
     "suspend": True,
     "revisions": {"enabled": True, "keep": 5},
+    "sources": [
+        {
+            "configMap": {
+                "name": "logging-defaults",
+                "namespace": "platform",
+                "items": [{"key": "log.yaml", "path": "log.yaml"}],
+                "optional": True,
+            }
+        },
+        {"configMap": {"name": "team-overrides", "optional": False}},
+    ],
+    "merge": [{"key": "log.yaml", "format": "yaml"}],
 }
 
 

@@ -1,0 +1,375 @@
+"""Compose a bundle's content from its sources: layers, precedence, structured merge.
+
+Pure, no I/O. :func:`compose` takes a parsed spec whose ``sources`` or ``merge`` are
+given, the bundle's namespace and a lookup of cached source ConfigMaps, and returns
+the :class:`Composed` content (``data``, ``binaryData``, what was read, which layers
+made each key) or raises a :class:`SourceError` naming the source. The reconciler
+writes what it returns; docs/sources.md is the user's account of the same rules.
+
+**Layers and precedence**, exactly: the sources in ``spec.sources`` order, then
+``spec.data`` and ``spec.binaryData`` (the layer ``spec``). A later layer wins a key
+(its value replaces the earlier one, text or binary), so the spec wins over every
+source. ``items`` selects keys of a source and renames them, as the items of a
+ConfigMap volume do; without ``items`` every key is taken as it is.
+
+**Structured merge** for the keys of ``spec.merge``: the value of each layer that has
+the key is parsed (YAML or JSON); maps merge deeply, the later layer winning at the
+leaves; lists and scalars replace what was there whole; an empty value (a YAML document
+holding nothing) adds nothing. The result is written canonically: keys sorted, YAML
+block style with an indent of 2 (PyYAML's ``safe_dump``), JSON with an indent of 2 and
+a final newline. Comments and the original formatting are not kept.
+
+**What is read.** A source must be in the cache: cbop caches only ConfigMaps labelled
+``cbop.dev/source: "true"``, so a ConfigMap that is missing and one without the label
+look alike (:attr:`Reason.SOURCE_NOT_FOUND`, the message says to label it). A source in
+another namespace must name the bundle's namespace (or ``*``) in its annotation
+``cbop.dev/share-with`` (:attr:`Reason.SOURCE_NOT_SHARED`). With ``--namespace``, a
+source outside the watched namespaces is not found either, and the message names the
+scope. An optional source that is missing (or outside the scope) counts as empty.
+
+**No loops.** A ConfigMap that cbop manages (label ``app.kubernetes.io/managed-by:
+cbop`` or a controller owner reference to a ConfigBundle) is refused as a source
+(:attr:`Reason.INVALID_SOURCE`): a bundle's output never feeds a bundle, so chains of
+bundles, and cycles among them, cannot form. They are refused, not settled.
+
+**Content hash of a source**: :func:`cbop.api.content.content_hash` of its whole
+``data`` and ``binaryData`` (the framing of the ``cbop.dev/content-hash`` annotation),
+``sha256:<hex>``.
+
+Deterministic: the same spec and the same sources give the same bytes and the same
+provenance, whatever the order of the cache or of dictionaries.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import yaml
+
+from cbop.api.content import content_hash, decode_binary
+from cbop.api.ownership import controller_reference, is_bundle_reference
+from cbop.api.spec import BundleSpec, MergeFormat, SourceRef, SpecError, TooLargeError
+from cbop.api.types import (
+    ANNOTATION_SHARE_WITH,
+    LABEL_MANAGED_BY,
+    LABEL_SOURCE,
+    MANAGED_BY_VALUE,
+    MAX_CONFIGMAP_BYTES,
+    Reason,
+)
+
+__all__ = [
+    "MAX_KEY_SOURCES",
+    "SPEC_LAYER",
+    "Composed",
+    "SourceError",
+    "SourceStatus",
+    "bounded_key_sources",
+    "compose",
+    "composed_spec",
+    "shared_with",
+]
+
+#: The layer name of ``spec.data`` and ``spec.binaryData`` in ``status.keySources``.
+SPEC_LAYER: Final = "spec"
+#: At most this many keys are listed in ``status.keySources`` (the first by name).
+MAX_KEY_SOURCES: Final = 100
+#: The indent of merged YAML and JSON values.
+INDENT: Final = 2
+
+#: ``fn(namespace, name) -> ConfigMap or None``: a source ConfigMap from the cache.
+Lookup = Callable[[str, str], Mapping[str, Any] | None]
+
+
+class SourceError(SpecError):
+    """A source cannot be used; the bundle's ConfigMap keeps its last good content.
+
+    Attributes:
+        reason: :attr:`Reason.SOURCE_NOT_FOUND`, :attr:`Reason.SOURCE_NOT_SHARED` or
+            :attr:`Reason.INVALID_SOURCE`.
+        source: ``namespace/name`` of the source, or ``spec`` for the spec's own layer.
+    """
+
+    def __init__(self, message: str, reason: Reason, source: str) -> None:
+        super().__init__(message, reason)
+        self.source = source
+
+
+@dataclass(frozen=True, slots=True)
+class SourceStatus:
+    """One source as read: an entry of ``status.sources``."""
+
+    namespace: str
+    name: str
+    content_hash: str
+
+    def as_status(self) -> dict[str, str]:
+        """Return the entry as the status carries it."""
+        return {"namespace": self.namespace, "name": self.name, "contentHash": self.content_hash}
+
+
+@dataclass(frozen=True, slots=True)
+class Composed:
+    """A bundle's content composed from its layers.
+
+    Attributes:
+        data: key -> text, in key order.
+        binary_data: key -> bytes, in key order.
+        sources: the sources read, in spec order (a missing optional one is left out).
+        key_sources: key -> the layers that made its value, ``+``-joined, every key.
+        size: summed byte length of the text (UTF-8) and binary values.
+    """
+
+    data: Mapping[str, str]
+    binary_data: Mapping[str, bytes]
+    sources: tuple[SourceStatus, ...]
+    key_sources: Mapping[str, str]
+    size: int
+
+
+def shared_with(configmap: Mapping[str, Any], namespace: str) -> bool:
+    """Whether a source's ``cbop.dev/share-with`` lets bundles of ``namespace`` read it.
+
+    The annotation is a comma-separated list of namespaces (spaces around them
+    ignored), or ``*`` for every namespace. No annotation: nobody else.
+    """
+    annotations = (configmap.get("metadata") or {}).get("annotations") or {}
+    names = {n.strip() for n in str(annotations.get(ANNOTATION_SHARE_WITH, "")).split(",")}
+    return "*" in names or namespace in names
+
+
+def _managed_by_cbop(configmap: Mapping[str, Any]) -> str | None:
+    """Return why ``configmap`` is cbop's own output, or None when it is not."""
+    meta = configmap.get("metadata") or {}
+    ref = controller_reference(configmap)
+    if ref is not None and is_bundle_reference(ref):
+        return f"it is the ConfigMap of ConfigBundle {meta.get('namespace')}/{ref.get('name')}"
+    if (meta.get("labels") or {}).get(LABEL_MANAGED_BY) == MANAGED_BY_VALUE:
+        return f"it carries {LABEL_MANAGED_BY}={MANAGED_BY_VALUE}"
+    return None
+
+
+def _scope_words(scope: Sequence[str]) -> str:
+    return ", ".join(sorted(scope))
+
+
+def _read(
+    source: SourceRef, namespace: str, lookup: Lookup, scope: Sequence[str] | None
+) -> Mapping[str, Any] | None:
+    """Return the source ConfigMap, None for a missing optional one; raise when unusable."""
+    if scope is not None and source.namespace not in scope:
+        if source.optional:
+            return None
+        raise SourceError(
+            f"source ConfigMap {source.key} is outside the namespaces cbop watches "
+            f"(--namespace {_scope_words(scope)}); cbop reads sources only there",
+            Reason.SOURCE_NOT_FOUND,
+            source.key,
+        )
+    configmap = lookup(source.namespace, source.name)
+    labels = ((configmap or {}).get("metadata") or {}).get("labels") or {}
+    if configmap is None or labels.get(LABEL_SOURCE) != "true":
+        if source.optional:
+            return None
+        raise SourceError(
+            f"source ConfigMap {source.key} not found: it does not exist or is not labelled "
+            f'{LABEL_SOURCE}: "true"; label it to use it as a source',
+            Reason.SOURCE_NOT_FOUND,
+            source.key,
+        )
+    managed = _managed_by_cbop(configmap)
+    if managed is not None:
+        raise SourceError(
+            f"ConfigMap {source.key} cannot be a source: {managed}, and a ConfigMap cbop "
+            "writes is never read as a source (no chains of bundles)",
+            Reason.INVALID_SOURCE,
+            source.key,
+        )
+    if source.namespace != namespace and not shared_with(configmap, namespace):
+        raise SourceError(
+            f"source ConfigMap {source.key} is not shared with namespace {namespace}: "
+            f'its annotation {ANNOTATION_SHARE_WITH} must name "{namespace}" or "*"',
+            Reason.SOURCE_NOT_SHARED,
+            source.key,
+        )
+    return configmap
+
+
+def _layer(source: SourceRef, configmap: Mapping[str, Any]) -> dict[str, str | bytes]:
+    """Return the keys ``source`` contributes: every key, or its ``items`` renamed."""
+    data: Mapping[str, str] = configmap.get("data") or {}
+    binary = decode_binary(configmap.get("binaryData"))
+    if binary is None:
+        raise SourceError(
+            f"source ConfigMap {source.key} has binaryData that is not valid base64",
+            Reason.INVALID_SOURCE,
+            source.key,
+        )
+    everything: dict[str, str | bytes] = {**binary, **data}
+    if source.items is None:
+        return everything
+    out: dict[str, str | bytes] = {}
+    for item in source.items:
+        if item.key in everything:
+            out[item.path] = everything[item.key]
+        elif not source.optional:
+            raise SourceError(
+                f"source ConfigMap {source.key} has no key {item.key!r} (listed in its items)",
+                Reason.INVALID_SOURCE,
+                source.key,
+            )
+    return out
+
+
+def _parse(value: str | bytes, fmt: MergeFormat, layer: str, key: str) -> Any:
+    """Parse one layer's value of a merge key; raise naming the layer and the key."""
+    try:
+        text = value.decode("utf-8") if isinstance(value, bytes) else value
+        if fmt is MergeFormat.JSON:
+            return json.loads(text) if text.strip() else None
+        return yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as err:
+        where = "spec.data" if layer == SPEC_LAYER else f"source ConfigMap {layer}"
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise SourceError(
+            f"{where}: key {key!r} is not valid {fmt.value} ({first}); spec.merge lists it",
+            Reason.INVALID_SPEC if layer == SPEC_LAYER else Reason.INVALID_SOURCE,
+            layer,
+        ) from None
+
+
+def _merge(base: Any, over: Any) -> Any:
+    """Merge ``over`` into ``base``: maps deeply, the rest replaced whole. Never mutates."""
+    if isinstance(base, dict) and isinstance(over, dict):
+        out = dict(base)
+        for k, v in over.items():
+            out[k] = _merge(out[k], v) if k in out else v
+        return out
+    return over
+
+
+def _dump(value: Any, fmt: MergeFormat, key: str, layers: str) -> str:
+    """Write a merged value canonically (sorted keys, indent 2); nothing at all as ``""``."""
+    if value is None:
+        return ""
+    try:
+        if fmt is MergeFormat.JSON:
+            return json.dumps(value, sort_keys=True, indent=INDENT, ensure_ascii=False) + "\n"
+        out: str = yaml.safe_dump(
+            value, sort_keys=True, indent=INDENT, default_flow_style=False, allow_unicode=True
+        )
+        return out
+    except (TypeError, ValueError, yaml.YAMLError) as err:
+        raise SourceError(
+            f"key {key!r} merged from {layers} cannot be written as canonical {fmt.value} ({err})",
+            Reason.INVALID_SOURCE,
+            layers,
+        ) from None
+
+
+def compose(
+    spec: BundleSpec,
+    namespace: str,
+    lookup: Lookup,
+    *,
+    scope: Sequence[str] | None = None,
+) -> Composed:
+    """Compose the content of a bundle of ``namespace`` from its layers (module docstring).
+
+    Args:
+        spec: the bundle's parsed spec (its ``sources``, ``merge``, ``data``,
+            ``binary_data``).
+        namespace: the bundle's namespace.
+        lookup: the cached source ConfigMaps (never mutated).
+        scope: the namespaces cbop watches (``--namespace``), or None for all.
+
+    Returns:
+        The :class:`Composed` content.
+
+    Raises:
+        SourceError: a required source is missing, not shared, managed by cbop, or a
+            value of a merge key does not parse; the message names the source (and key).
+        TooLargeError: the composed content is over 1,048,576 bytes.
+    """
+    values: dict[str, str | bytes] = {}
+    provenance: dict[str, list[str]] = {}
+    parsed: dict[str, Any] = {}
+    read: list[SourceStatus] = []
+    spec_layer: dict[str, str | bytes] = {**spec.binary_data, **spec.data}
+    layers: list[tuple[str, Mapping[str, str | bytes]]] = []
+    for source in spec.sources:
+        configmap = _read(source, namespace, lookup, scope)
+        if configmap is None:
+            continue
+        picked = _layer(source, configmap)
+        digest = content_hash(
+            configmap.get("data") or {}, decode_binary(configmap.get("binaryData")) or {}
+        )
+        read.append(SourceStatus(source.namespace, source.name, digest))
+        layers.append((source.key, picked))
+    layers.append((SPEC_LAYER, spec_layer))
+
+    for name, layer in layers:
+        for key in sorted(layer):
+            value = layer[key]
+            fmt = spec.merge.get(key)
+            if fmt is None:
+                values[key] = value
+                provenance[key] = [name]
+                continue
+            doc = _parse(value, fmt, name, key)
+            if doc is None and key in parsed:  # an empty document adds nothing
+                continue
+            if key in parsed and isinstance(parsed[key], dict) and isinstance(doc, dict):
+                parsed[key] = _merge(parsed[key], doc)
+                provenance[key].append(name)
+            else:
+                parsed[key] = doc
+                provenance[key] = [name]
+
+    for key, doc in parsed.items():
+        values[key] = _dump(doc, spec.merge[key], key, "+".join(provenance[key]))
+    data = {k: v for k, v in sorted(values.items()) if isinstance(v, str)}
+    binary = {k: v for k, v in sorted(values.items()) if isinstance(v, bytes)}
+    size = sum(len(v.encode("utf-8", "surrogatepass")) for v in data.values())
+    size += sum(len(v) for v in binary.values())
+    if size > MAX_CONFIGMAP_BYTES:
+        raise TooLargeError(size)
+    key_sources = {k: "+".join(provenance[k]) for k in sorted(values)}
+    return Composed(data, binary, tuple(read), key_sources, size)
+
+
+def bounded_key_sources(
+    key_sources: Mapping[str, str], limit: int = MAX_KEY_SOURCES
+) -> tuple[dict[str, str], int]:
+    """Return the first ``limit`` entries of ``key_sources`` by key, and how many are left out."""
+    keys = sorted(key_sources)
+    return {k: key_sources[k] for k in keys[:limit]}, max(0, len(keys) - limit)
+
+
+def composed_spec(spec: BundleSpec, composed: Composed) -> BundleSpec:
+    """Return ``spec`` with ``composed`` as its content, and the status fields that say so.
+
+    The result's ``data``, ``binary_data`` and ``size`` are the composed content;
+    its ``provenance`` holds ``sources`` (list of ``{namespace, name, contentHash}``),
+    ``keySources`` (at most :data:`MAX_KEY_SOURCES` entries) and, when keys were left
+    out, ``keySourcesOmitted``. Compose from the spec as parsed, never from this one.
+    """
+    shown, omitted = bounded_key_sources(composed.key_sources)
+    provenance: dict[str, Any] = {
+        "sources": [s.as_status() for s in composed.sources],
+        "keySources": shown,
+    }
+    if omitted:
+        provenance["keySourcesOmitted"] = omitted
+    return dataclasses.replace(
+        spec,
+        data=composed.data,
+        binary_data=composed.binary_data,
+        size=composed.size,
+        provenance=provenance,
+    )
