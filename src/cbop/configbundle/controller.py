@@ -225,9 +225,7 @@ def setup(
         .owns(CONFIGMAPS, label_selector=MANAGED_SELECTOR)
         .watches(CONFIGMAPS, bundles_naming(bundles), label_selector=MANAGED_SELECTOR)
         .watches(CONFIGMAPS, revision_owners, label_selector=MANAGED_SELECTOR)
-        .watches(
-            CONFIGMAPS, bundles_reading(bundles), label_selector=SOURCE_SELECTOR, whole=True
-        )
+        .watches(CONFIGMAPS, bundles_reading(bundles), label_selector=SOURCE_SELECTOR, whole=True)
         .with_options(workers=workers, priority_queue=priority_queue)
         .complete(reconciler)
     )

@@ -306,9 +306,7 @@ class Reconciler(ConfigMapWrites, FinalizerWrites, RevisionWrites):
         the one stored with the outcome (the same bundle version has the same spec).
         """
         namespace = bundle["metadata"]["namespace"]
-        stored = self._memo.noop(
-            bundle, lambda name: self._configmaps.get(namespace, name), inputs
-        )
+        stored = self._memo.noop(bundle, lambda name: self._configmaps.get(namespace, name), inputs)
         if stored is None or not self._revision_in_place(bundle):
             return None
         known: Result = stored[0]
