@@ -236,7 +236,7 @@ EXPECTED_CLUSTER_GRANTS = {
     ("cbop.dev", "configbundles/finalizers", "update"),
     # ClusterConfigBundles: their stamped ConfigBundles, the kind itself, namespaces.
     *(("cbop.dev", "configbundles", v) for v in ("create", "update", "delete")),
-    *(("cbop.dev", "clusterconfigbundles", v) for v in ("get", "list", "watch")),
+    *(("cbop.dev", "clusterconfigbundles", v) for v in ("get", "list", "watch", "patch")),
     *(("cbop.dev", "clusterconfigbundles/status", v) for v in ("get", "update", "patch")),
     ("cbop.dev", "clusterconfigbundles/finalizers", "update"),
     *(("", "namespaces", v) for v in ("get", "list", "watch")),
@@ -356,6 +356,8 @@ CAN_I = [
     CanI(True, "watch", "clusterconfigbundles.cbop.dev", None, None),
     CanI(False, "create", "clusterconfigbundles.cbop.dev", None, None),
     CanI(False, "update", "clusterconfigbundles.cbop.dev", None, None),
+    # Each shard's report of failures no stamp shows (docs/cluster-bundles.md).
+    CanI(True, "patch", "clusterconfigbundles.cbop.dev", None, None),
     CanI(True, "update", "clusterconfigbundles.cbop.dev", "status", None),
     CanI(True, "update", "clusterconfigbundles.cbop.dev", "finalizers", None),
     CanI(True, "list", "namespaces", None, None),
