@@ -1,5 +1,5 @@
 """How the tests are spread over pytest-xdist workers (``make test``, ``make test-e2e``,
-``make test-tooling``: ``-n $(E2E_WORKERS) --dist loadgroup``; loaded by tests/conftest.py).
+``make test-tooling``: ``-n $(TEST_WORKERS) --dist loadgroup``; loaded by tests/conftest.py).
 
 Every test gets an ``xdist_group`` mark, and each group runs on one worker, its tests in
 their file order:
@@ -17,7 +17,7 @@ A new module that uses the standard fixtures needs nothing more. Each worker is 
 pytest session: its own session control plane, base temporary directory
 (``<basetemp>/popen-gw<N>``) and therefore work directories, namespaces and node names;
 ports come from :func:`cbop_testing.envtest.process.free_ports`, reserved machine-wide,
-so two workers are never given the same one. Without ``-n`` (``E2E_WORKERS=0``) the
+so two workers are never given the same one. Without ``-n`` (``TEST_WORKERS=0``) the
 marks change nothing.
 
 How the groups reach the scheduler: pytest-xdist's ``loadgroup`` learns a test's group

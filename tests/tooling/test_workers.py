@@ -1,4 +1,4 @@
-"""Parallel test workers (tests/workers.py, ``make test`` with ``-n $(E2E_WORKERS)``):
+"""Parallel test workers (tests/workers.py, ``make test`` with ``-n $(TEST_WORKERS)``):
 what must stay on one worker does, and what workers share cannot collide.
 
 * Every collected test has one ``xdist_group``: the node tests one of their own, the
