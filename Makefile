@@ -44,22 +44,27 @@ tools: ## install promtool (Debian's prometheus) when missing
 	  else echo "promtool is missing: install Debian's prometheus package" >&2; exit 1; fi; }
 
 # Lint first: a broken contract, a type error or a format slip fails in a minute,
-# before the half-hour of tests. Then the tiers in one pytest session, fastest first
-# (one control plane serves the tooling and e2e tests): a broken unit test fails in a
-# minute too. README.md, "Tests", describes the tiers and their markers.
+# before the tests. Then the tiers in one pytest session on
+# TEST_WORKERS pytest-xdist workers: the e2e and tooling tests mostly wait (lease
+# expiries, quiet windows, control-plane starts), so several run at once even on two
+# cores. tests/workers.py keeps a module, the modules of a shared control plane, and
+# the node tests each on one worker; each worker has its own control planes.
+# TEST_WORKERS=0: one process, serially. README.md, "Tests", describes the tiers.
 TIERS := tests/unit tests/tooling tests/e2e
+TEST_WORKERS ?= 3
+XDIST = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
 
-test: venv lint binaries tools ## lint, then the unit, tooling and e2e tests (PYTEST_ARGS=...)
-	$(PY) -m pytest $(TIERS) $(PYTEST_ARGS)
+test: venv lint binaries tools ## lint, then the unit, tooling and e2e tests (PYTEST_ARGS=..., TEST_WORKERS=3)
+	$(PY) -m pytest $(XDIST) $(TIERS) $(PYTEST_ARGS)
 
-test-unit: venv ## the operator's unit tests (about a minute)
-	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+test-unit: venv ## the operator's unit tests (under a minute; TEST_WORKERS=3)
+	$(PY) -m pytest $(XDIST) tests/unit $(PYTEST_ARGS)
 
 test-tooling: venv binaries ## tests of the Makefile, hack/ scripts and the local control plane
-	$(PY) -m pytest tests/tooling $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) tests/tooling $(PYTEST_ARGS)
 
-test-e2e: venv binaries tools ## e2e tests against a local control plane
-	$(PY) -m pytest tests/e2e $(PYTEST_ARGS)
+test-e2e: venv binaries tools ## e2e tests against a local control plane (TEST_WORKERS=3)
+	$(PY) -m pytest $(XDIST) tests/e2e $(PYTEST_ARGS)
 
 # Each checkout has its own local control plane, kept in DEV_CLUSTER_DIR.
 DEV_CLUSTER_DIR ?= $(CURDIR)/.dev-cluster

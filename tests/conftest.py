@@ -1,5 +1,6 @@
 """Test-suite wiring: the tiers' markers, the control-plane fixtures
-(tests/e2e/control_plane.py) and the operator's e2e fixtures (tests/e2e/fixtures.py).
+(tests/e2e/control_plane.py), the operator's e2e fixtures (tests/e2e/fixtures.py) and
+the groups that keep tests together on one pytest-xdist worker (tests/workers.py).
 
 Every test gets the marker of its tier from its directory: ``unit`` (tests/unit),
 ``tooling`` (tests/tooling) or ``e2e`` (tests/e2e), so ``pytest -m "not e2e"`` and the
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["tests.e2e.control_plane", "tests.e2e.fixtures"]
+pytest_plugins = ["tests.e2e.control_plane", "tests.e2e.fixtures", "tests.workers"]
 
 _HERE = Path(__file__).parent.resolve()
 #: The tier marker of each directory under tests/.

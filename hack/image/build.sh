@@ -26,6 +26,12 @@ ca="${CBOP_BUILD_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}"
 if [[ -s "$ca" ]]; then
   args+=(--secret "id=ca-bundle,src=$ca")
 fi
+# Concurrent builds (parallel test workers, other checkouts) wait for each other, so
+# cbop:dev and cbop:<version> always name the same image.
+lock="${XDG_CACHE_HOME:-$HOME/.cache}/cbop/images"
+mkdir -p "$lock"
+exec 9>"$lock/.build.lock"
+flock 9
 start=$SECONDS
 echo "image: podman build (base $base)" >&2
 podman build --quiet "${args[@]}" --file "$repo/Dockerfile" "$repo" >/dev/null

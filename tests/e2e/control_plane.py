@@ -31,6 +31,7 @@ import signal
 import warnings
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client, config
@@ -56,6 +57,9 @@ _BINARIES = pytest.StashKey[Binaries | str]()
 _FAILED = pytest.StashKey[list[str]]()
 _SESSION_CP = pytest.StashKey[ControlPlane]()
 _STARTUP = pytest.StashKey[float]()
+#: pytest-xdist: each worker's summary facts, by worker id (on the controller).
+_WORKERS = pytest.StashKey[dict[str, dict[str, Any]]]()
+_WORKER_OUTPUT = "cbop_control_plane"
 
 
 def _is_e2e(item: pytest.Item) -> bool:
@@ -207,23 +211,53 @@ def pytest_runtest_makereport(
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Report the control plane's start-up time and, after failures, where its logs are."""
-    stash = terminalreporter.config.stash
+    """Report the control plane's start-up time and, after failures, where its logs are
+    (under pytest-xdist: each worker's, as :func:`pytest_testnodedown` collected them)."""
+    config = terminalreporter.config
+    stash = config.stash
+    workers = stash.get(_WORKERS, {})
     startup = stash.get(_STARTUP, None)
     if startup is not None:
         terminalreporter.write_line(f"control plane: ready in {startup:.1f}s")
+    elif times := [
+        f"{w['startup']:.1f}s ({n})" for n, w in sorted(workers.items()) if w["startup"]
+    ]:
+        terminalreporter.write_line(f"control plane: ready in {', '.join(times)}")
     failed = stash.get(_FAILED, [])
-    control = stash.get(_SESSION_CP, None)
-    if failed and control is not None:
-        base = terminalreporter.config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
+    if failed and stash.get(_SESSION_CP, None) is not None:
+        base = config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
         terminalreporter.write_line(
             f"control plane: {len(failed)} e2e failure(s); component logs are kept under {base}"
         )
+    for name, worker in sorted(workers.items()):
+        if worker["failed"]:
+            terminalreporter.write_line(
+                f"control plane: {worker['failed']} e2e failure(s) on {name}; component logs"
+                f" are kept under {worker['base']}"
+            )
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """pytest-xdist, on the controller: keep what a finished worker reported for the
+    summary (its control plane's start-up time, its e2e failures, its base temp)."""
+    output = getattr(node, "workeroutput", {}).get(_WORKER_OUTPUT)
+    if output is not None:
+        node.config.stash.setdefault(_WORKERS, {})[node.gateway.id] = output
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Fail the session if any process started under the base temp directory survives."""
+    """Fail the session if any process started under the base temp directory survives.
+
+    On a pytest-xdist worker, also hand the summary's facts to the controller."""
     factory = getattr(session.config, "_tmp_path_factory", None)
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None and factory is not None:
+        workeroutput[_WORKER_OUTPUT] = {
+            "startup": session.config.stash.get(_STARTUP, None),
+            "failed": len(session.config.stash.get(_FAILED, [])),
+            "base": str(factory.getbasetemp()),
+        }
     if factory is None or _BINARIES not in session.config.stash:
         return
     base = factory.getbasetemp()

@@ -35,13 +35,13 @@ RESYNC = "2s"
 #: The session-scoped fixtures of control planes that several modules share.
 SHARED_PLANES = ("workload_control_plane",)
 
-_LAST_USERS = pytest.StashKey[dict[str, str]]()
+_LAST_USERS = pytest.StashKey[dict[str, pytest.Item]]()
 _RUNNING = pytest.StashKey[dict[str, ControlPlane]]()
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Note, per shared control plane, the node id of the test after which it stops:
+    """Note, per shared control plane, the test after which it stops:
     the last selected test of the last module that uses it (so that module's own
     fixtures, a client or a cbop process, end first). trylast: after ``-k`` and ``-m``."""
     last_module: dict[str, pytest.Module | None] = {}
@@ -49,11 +49,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for name in SHARED_PLANES:
             if name in getattr(item, "fixturenames", ()):
                 last_module[name] = item.getparent(pytest.Module)
-    stop_after: dict[str, str] = {}
+    stop_after: dict[str, pytest.Item] = {}
     for item in items:
         for name, module in last_module.items():
             if item.getparent(pytest.Module) is module:
-                stop_after[name] = item.nodeid
+                stop_after[name] = item
     config.stash[_LAST_USERS] = stop_after
 
 
@@ -66,8 +66,9 @@ def pytest_runtest_teardown(
         yield
     finally:
         running = item.config.stash.get(_RUNNING, {})
-        for name, nodeid in item.config.stash.get(_LAST_USERS, {}).items():
-            if nodeid == item.nodeid and name in running:
+        for name, last in item.config.stash.get(_LAST_USERS, {}).items():
+            # The item itself, not its node id: pytest-xdist's loadgroup renames it.
+            if last is item and name in running:
                 running.pop(name).stop()
 
 

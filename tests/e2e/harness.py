@@ -11,7 +11,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, EVENTS, NAMESPACES, ApiError, KubeClient
+from cbop_testing.envtest.process import free_ports
 
 REPO = Path(__file__).resolve().parents[2]
 CRD = REPO / "manifests" / "crd" / "cbop.dev_configbundles.yaml"
@@ -60,9 +60,10 @@ def wait_for(
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """Return a free loopback port, reserved machine-wide for a while (as the control
+    plane's: :func:`cbop_testing.envtest.process.free_ports`), so that tests on parallel
+    workers are never given the same one."""
+    return free_ports(1)[0]
 
 
 def bundle(name: str, spec: Mapping[str, Any], **metadata: Any) -> dict[str, Any]:

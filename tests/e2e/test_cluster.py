@@ -193,16 +193,21 @@ def test_an_api_server_outage_fails_readyz_not_healthz(
         assert op.get("/healthz")[0] == 200
         control_plane.pause_apiserver()
         try:
+            # Each informer's own check names the failing request. The informers' watches
+            # time out one by one (each 3 s after its own last read): wait for this one's.
+            failed = f"[-]informer configmaps/{namespace} failed: "
             wait_for(
-                lambda: "[-]informers-connected failed" in op.get("/readyz")[1],
+                lambda: all(
+                    line in op.get("/readyz")[1]
+                    for line in ("[-]informers-connected failed", failed)
+                ),
                 120,
                 interval=1,
-                message="/readyz 503 with informers-connected failed",
+                message="/readyz 503 with informers-connected and configmaps failed",
             )
             status, body = op.get("/readyz")
             assert status == 503, body
-            # Each informer's own check names the failing request.
-            assert f"[-]informer configmaps/{namespace} failed: " in body, body
+            assert failed in body, body
             assert op.get("/healthz")[0] == 200, "an outage must not fail liveness"
             connected = [v for k, v in op.metrics().items() if "cbop_informer_connected" in k]
             assert 0.0 in connected, connected

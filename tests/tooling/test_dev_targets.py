@@ -482,10 +482,14 @@ def test_the_dev_cluster_runs_kube_controller_managers_default_controllers(
 
 @pytest.mark.node
 @pytest.mark.timeout(BUILD_TIMEOUT + 900)
-def test_make_dev_cluster_with_a_node_serves_kubectl_logs_and_exec(tmp_path: Path) -> None:
+def test_make_dev_cluster_with_a_node_serves_kubectl_logs_and_exec(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
     """`make dev-cluster WITH_NODE=1` as docs/control-plane.md has a user run it; the API
     server reaches the kubelet in the node's network namespace for logs and exec."""
-    state = tmp_path / "dev"
+    # A short directory: the kubelet's Unix sockets under it must stay below 108 bytes,
+    # also under a pytest-xdist worker's longer base temp (<base>/popen-gw<N>/).
+    state = tmp_path_factory.mktemp("dev")
     env = _env()
     try:
         started = _make(

@@ -14,7 +14,8 @@ Three layers, so that no etcd or kube-apiserver is left behind by a test run:
   planes from a thread that lives as long as they should (normally the main thread).
 
 Also two small helpers the components' owners share: free loopback ports
-(:func:`free_ports`) and the tail of a log file (:func:`tail_file`).
+(:func:`free_ports`, reserved machine-wide for a while, so that parallel test workers
+are never given the same port) and the tail of a log file (:func:`tail_file`).
 """
 
 from __future__ import annotations
@@ -22,14 +23,17 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import fcntl
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import IO, Protocol
@@ -255,19 +259,69 @@ def unregister(owner: Stoppable) -> None:
         _registry.pop(id(owner), None)
 
 
+#: Seconds a port handed out by :func:`free_ports` stays reserved for its caller: long
+#: enough for a control plane to bind its last port (kube-controller-manager's, after
+#: the API server is ready).
+PORT_HOLD_SECONDS = 300.0
+#: The machine-wide record of reserved ports (a JSON object, port -> expiry as Unix
+#: time), with its lock file beside it; in the temporary directory, shared by every
+#: process of the user (pytest-xdist workers, several checkouts).
+_PORT_RECORD = "cbop-envtest-ports.json"
+
+
+@contextlib.contextmanager
+def _reserved_ports() -> Iterator[dict[int, float]]:
+    """Yield the unexpired reservations, under an exclusive lock; write them back after.
+
+    Without a usable record (an unwritable temporary directory) it yields an empty dict
+    and keeps nothing: ports are then only as free as the kernel says.
+    """
+    record = Path(tempfile.gettempdir()) / _PORT_RECORD
+    try:
+        lock = open(record.with_suffix(".lock"), "a")  # noqa: SIM115 - closed below
+    except OSError:
+        yield {}
+        return
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        now = time.time()
+        try:
+            loaded = json.loads(record.read_text(encoding="utf-8"))
+            held = {int(port): float(until) for port, until in loaded.items() if until > now}
+        except (OSError, ValueError, TypeError, AttributeError):
+            held = {}
+        yield held
+        with contextlib.suppress(OSError):
+            partial = record.with_suffix(f".{os.getpid()}.tmp")
+            partial.write_text(json.dumps({str(p): u for p, u in held.items()}), "utf-8")
+            partial.replace(record)
+
+
 def free_ports(count: int) -> list[int]:
     """Return ``count`` distinct TCP ports on 127.0.0.1 that are free right now.
 
-    Another process may take one before the caller binds it; callers that start servers
-    on them retry with new ports when a bind fails.
+    The kernel picks them (bind to port 0); each is then reserved machine-wide for
+    :data:`PORT_HOLD_SECONDS`, so that no other caller of this function, in this process
+    or another (parallel test workers, another checkout's tests), is given it before its
+    owner binds it. Another program may still take one; callers that start servers on
+    them retry with new ports when a bind fails.
     """
     sockets: list[socket.socket] = []
+    chosen: list[int] = []
     try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [s.getsockname()[1] for s in sockets]
+        with _reserved_ports() as held:
+            # A reserved port stays bound here while looking further, so the kernel
+            # does not offer it again.
+            while len(chosen) < count:
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                sockets.append(sock)
+                sock.bind(("127.0.0.1", 0))
+                port = int(sock.getsockname()[1])
+                if port not in held:
+                    chosen.append(port)
+            until = time.time() + PORT_HOLD_SECONDS
+            held.update(dict.fromkeys(chosen, until))
+        return chosen
     finally:
         for sock in sockets:
             sock.close()
