@@ -1,0 +1,194 @@
+"""The workload's history holds revisions, end to end (docs/revisions.md).
+
+The session's control plane with kube-controller-manager's deployment, replicaset and
+garbage-collector controllers (``workload_control_plane``, in a namespace of its own),
+and one cbop process with ``--rollout``. A Deployment with ``revisionHistoryLimit: 1``
+(and no replicas: no pod needs a node) reads a bundle with revisions and ``keep: 1``.
+Each change makes a new revision and a new ReplicaSet; that ReplicaSet becomes an owner
+of the revision its template was made for. A revision beyond ``keep`` that a ReplicaSet
+in the history still reads stays; once the history limit deletes that ReplicaSet, the
+garbage collector deletes the revision.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cbop.api import content_hash
+from cbop.api.revisions import PARAMS_NAME, parse_pins, pins_key, revision_name
+from cbop.kube import (
+    CONFIGBUNDLES,
+    CONFIGMAPS,
+    DEPLOYMENTS,
+    NAMESPACES,
+    REPLICASETS,
+    ApiError,
+    KubeClient,
+)
+from cbop.rollout import ANNOTATION_CONFIG_HASH, LABEL_ROLLOUT
+from cbop_testing.envtest import ControlPlane
+
+from .harness import Operator, bundle, set_spec, wait_for
+
+NAMESPACE = "revision-history-e2e"
+WAIT = 90.0
+
+
+@pytest.fixture(scope="module")
+def kube(workload_control_plane: ControlPlane) -> Iterator[KubeClient]:
+    config = str(workload_control_plane.kubeconfig_path)
+    with KubeClient.from_config(kubeconfig=config, qps=0) as client:
+        client.create(NAMESPACES, None, {"metadata": {"name": NAMESPACE}})
+        yield client
+
+
+@pytest.fixture(scope="module")
+def cbop(
+    workload_control_plane: ControlPlane,
+    kube: KubeClient,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Operator]:
+    logs: Path = tmp_path_factory.mktemp("revision-history-cbop")
+    op = Operator(
+        workload_control_plane.kubeconfig_path,
+        [NAMESPACE],
+        args=["--rollout", "--resync-period", "2s"],
+        log_path=logs / "cbop.log",
+    ).wait_ready(WAIT)
+    yield op
+    for item in kube.list(CONFIGBUNDLES, NAMESPACE)["items"]:
+        kube.delete(CONFIGBUNDLES, NAMESPACE, item["metadata"]["name"])
+    wait_for(lambda: not kube.list(CONFIGBUNDLES, NAMESPACE)["items"], 30, message="bundles gone")
+    code = op.stop()
+    assert code in (0, -9), f"cbop did not stop cleanly ({code}):\n{op.logs()[-4000:]}"
+
+
+def _revision(data: dict[str, str]) -> str:
+    return revision_name("web-conf", content_hash(data, {}))
+
+
+def _deployment() -> dict[str, Any]:
+    labels = {"app": "web"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "labels": {LABEL_ROLLOUT: "true"}},
+        "spec": {
+            "replicas": 0,
+            "revisionHistoryLimit": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "app",
+                            "image": "registry.invalid/app:1",
+                            "volumeMounts": [{"name": "conf", "mountPath": "/etc/app"}],
+                        }
+                    ],
+                    "volumes": [{"name": "conf", "configMap": {"name": "web-conf"}}],
+                },
+            },
+        },
+    }
+
+
+def _replicaset_for(kube: KubeClient, data: dict[str, str]) -> dict[str, Any] | None:
+    """The Deployment's ReplicaSet whose template digest pins ``data``'s revision."""
+    try:
+        pins = kube.get(CONFIGMAPS, NAMESPACE, PARAMS_NAME).get("data") or {}
+    except ApiError as err:
+        if err.is_not_found:
+            return None
+        raise
+    for rs in kube.list(REPLICASETS, NAMESPACE)["items"]:
+        annotations = rs["spec"]["template"]["metadata"].get("annotations") or {}
+        entry = pins.get(pins_key(annotations.get(ANNOTATION_CONFIG_HASH, "")))
+        if entry is not None and parse_pins(entry).get("web-conf") == _revision(data):
+            return dict(rs)
+    return None
+
+
+def _owners(kube: KubeClient, name: str) -> list[tuple[str, str]] | None:
+    try:
+        cm = kube.get(CONFIGMAPS, NAMESPACE, name)
+    except ApiError as err:
+        if err.is_not_found:
+            return None
+        raise
+    return sorted((r["kind"], r["uid"]) for r in cm["metadata"].get("ownerReferences") or ())
+
+
+def _held_by(kube: KubeClient, data: dict[str, str]) -> str:
+    """Wait until ``data``'s ReplicaSet owns ``data``'s revision; return its UID."""
+
+    def owned() -> str | None:
+        rs = _replicaset_for(kube, data)
+        if rs is None:
+            return None
+        owners = _owners(kube, _revision(data)) or []
+        uid = str(rs["metadata"]["uid"])
+        return uid if ("ReplicaSet", uid) in owners else None
+
+    found: str = wait_for(owned, WAIT, message=f"the ReplicaSet of {data} owns its revision")
+    return found
+
+
+def _gone(kube: KubeClient, name: str) -> bool:
+    return _owners(kube, name) is None
+
+
+def _change(kube: KubeClient, spec: dict[str, Any], data: dict[str, str]) -> None:
+    time.sleep(1.1)  # creationTimestamp has whole seconds: the newest is unambiguous
+    set_spec(kube, NAMESPACE, "web", {**spec, "data": data})
+
+
+def test_history_holds_revisions_until_its_limit_drops_them(
+    kube: KubeClient, cbop: Operator
+) -> None:
+    c1, c2, c3, c4 = ({"v": str(i)} for i in (1, 2, 3, 4))
+    spec: dict[str, Any] = {"configMapName": "web-conf", "revisions": {"enabled": True, "keep": 1}}
+    kube.create(CONFIGBUNDLES, NAMESPACE, bundle("web", {**spec, "data": c1}))
+    wait_for(lambda: _owners(kube, _revision(c1)) is not None, WAIT, message="c1's revision")
+    kube.create(DEPLOYMENTS, NAMESPACE, _deployment())
+    # cbop records the baseline (the template keeps no annotation: nothing rolls).
+    wait_for(
+        lambda: (
+            "cbop.dev/config-baseline"
+            in kube.get(DEPLOYMENTS, NAMESPACE, "web")["metadata"]["labels"]
+        ),
+        WAIT,
+        message="baseline",
+    )
+
+    _change(kube, spec, c2)
+    rs2 = _held_by(kube, c2)
+    _change(kube, spec, c3)
+    rs3 = _held_by(kube, c3)
+    # c2 is beyond keep (1): the bundle lets it go, its ReplicaSet (in the history:
+    # revisionHistoryLimit 1) still holds it.
+    wait_for(
+        lambda: _owners(kube, _revision(c2)) == [("ReplicaSet", rs2)],
+        WAIT,
+        message="c2's revision held by its ReplicaSet alone",
+    )
+
+    _change(kube, spec, c4)
+    _held_by(kube, c4)
+    # The history limit deletes c2's ReplicaSet; the garbage collector, its revision.
+    wait_for(lambda: _gone(kube, _revision(c2)), WAIT, message="c2's revision collected")
+    wait_for(
+        lambda: _owners(kube, _revision(c3)) == [("ReplicaSet", rs3)],
+        WAIT,
+        message="c3's revision held by its ReplicaSet alone",
+    )
+    assert _gone(kube, _revision(c1))  # beyond keep, never read by a ReplicaSet
+    names = {cm["metadata"]["name"] for cm in kube.list(CONFIGMAPS, NAMESPACE)["items"]}
+    assert {_revision(c3), _revision(c4)} <= names
+    assert _revision(c2) not in names
