@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from cbop.api import content_hash
 from cbop.api.revisions import PARAMS_NAME, parse_pins, pins_key, revision_name
@@ -29,6 +30,7 @@ from cbop.kube import (
     REPLICASETS,
     ApiError,
     KubeClient,
+    Resource,
 )
 from cbop.rollout import ANNOTATION_CONFIG_HASH, LABEL_ROLLOUT
 from cbop_testing.envtest import ControlPlane
@@ -36,7 +38,25 @@ from cbop_testing.envtest import ControlPlane
 from .harness import Operator, bundle, set_spec, wait_for
 
 NAMESPACE = "revision-history-e2e"
+#: A namespace without cbop's pins (no bundle with revisions there).
+UNPINNED = "revision-history-e2e-plain"
 WAIT = 90.0
+POLICY_FILE = Path(__file__).parents[2] / "manifests/revisions/pin_revisions.yaml"
+PODS = Resource("", "v1", "pods", "Pod")
+POLICIES = Resource(
+    "admissionregistration.k8s.io",
+    "v1",
+    "mutatingadmissionpolicies",
+    "MutatingAdmissionPolicy",
+    namespaced=False,
+)
+BINDINGS = Resource(
+    "admissionregistration.k8s.io",
+    "v1",
+    "mutatingadmissionpolicybindings",
+    "MutatingAdmissionPolicyBinding",
+    namespaced=False,
+)
 
 
 @pytest.fixture(scope="module")
@@ -68,16 +88,16 @@ def cbop(
     assert code in (0, -9), f"cbop did not stop cleanly ({code}):\n{op.logs()[-4000:]}"
 
 
-def _revision(data: dict[str, str]) -> str:
-    return revision_name("web-conf", content_hash(data, {}))
+def _revision(data: dict[str, str], plain: str = "web-conf") -> str:
+    return revision_name(plain, content_hash(data, {}))
 
 
-def _deployment() -> dict[str, Any]:
-    labels = {"app": "web"}
+def _deployment(name: str = "web", plain: str = "web-conf") -> dict[str, Any]:
+    labels = {"app": name}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": "web", "labels": {LABEL_ROLLOUT: "true"}},
+        "metadata": {"name": name, "labels": {LABEL_ROLLOUT: "true"}},
         "spec": {
             "replicas": 0,
             "revisionHistoryLimit": 1,
@@ -92,7 +112,10 @@ def _deployment() -> dict[str, Any]:
                             "volumeMounts": [{"name": "conf", "mountPath": "/etc/app"}],
                         }
                     ],
-                    "volumes": [{"name": "conf", "configMap": {"name": "web-conf"}}],
+                    "volumes": [
+                        {"name": "conf", "configMap": {"name": plain}},
+                        {"name": "other", "configMap": {"name": "not-cbops"}},
+                    ],
                 },
             },
         },
@@ -192,3 +215,81 @@ def test_history_holds_revisions_until_its_limit_drops_them(
     names = {cm["metadata"]["name"] for cm in kube.list(CONFIGMAPS, NAMESPACE)["items"]}
     assert {_revision(c3), _revision(c4)} <= names
     assert _revision(c2) not in names
+
+
+def _pod(kube: KubeClient, namespace: str, template: dict[str, Any]) -> dict[str, Any]:
+    """Create a pod of ``template`` (as a ReplicaSet would) in ``namespace``; return it."""
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {**template["metadata"], "generateName": "pinned-"},
+        "spec": template["spec"],
+    }
+    return dict(kube.create(PODS, namespace, body))
+
+
+def _volumes(pod: dict[str, Any]) -> dict[str, str]:
+    return {v["name"]: v["configMap"]["name"] for v in pod["spec"]["volumes"] if "configMap" in v}
+
+
+@pytest.fixture
+def pin_policy(kube: KubeClient) -> Iterator[None]:
+    """The shipped policy and binding (manifests/revisions/), removed afterwards."""
+    docs = list(yaml.safe_load_all(POLICY_FILE.read_text()))
+    for doc in docs:
+        kube.create(POLICIES if doc["kind"] == "MutatingAdmissionPolicy" else BINDINGS, None, doc)
+    yield
+    for doc in docs:
+        resource = POLICIES if doc["kind"] == "MutatingAdmissionPolicy" else BINDINGS
+        kube.delete(resource, None, doc["metadata"]["name"])
+
+
+def test_a_new_pod_of_a_pinned_template_reads_its_revision(
+    kube: KubeClient, cbop: Operator, pin_policy: None
+) -> None:
+    spec: dict[str, Any] = {"configMapName": "api-conf", "revisions": {"enabled": True}}
+    d1, d2 = {"v": "1"}, {"v": "2"}
+    kube.create(CONFIGBUNDLES, NAMESPACE, bundle("api", {**spec, "data": d1}))
+    wait_for(lambda: _owners(kube, _revision(d1, "api-conf")) is not None, WAIT, message="d1")
+    kube.create(DEPLOYMENTS, NAMESPACE, _deployment("api", "api-conf"))
+    wait_for(
+        lambda: (
+            "cbop.dev/config-baseline"
+            in kube.get(DEPLOYMENTS, NAMESPACE, "api")["metadata"]["labels"]
+        ),
+        WAIT,
+        message="baseline",
+    )
+    set_spec(kube, NAMESPACE, "api", {**spec, "data": d2})
+
+    def rolled() -> dict[str, Any] | None:
+        template = kube.get(DEPLOYMENTS, NAMESPACE, "api")["spec"]["template"]
+        annotations = template["metadata"].get("annotations") or {}
+        return dict(template) if ANNOTATION_CONFIG_HASH in annotations else None
+
+    template: dict[str, Any] = wait_for(rolled, WAIT, message="api rolled")
+
+    # The policy takes effect within moments of its creation: retry until a pod is pinned.
+    def pinned_pod() -> dict[str, Any] | None:
+        pod = _pod(kube, NAMESPACE, template)
+        return pod if _volumes(pod)["conf"] != "api-conf" else None
+
+    pinned: dict[str, Any] = wait_for(pinned_pod, WAIT, message="a pod pinned")
+    assert _volumes(pinned) == {"conf": _revision(d2, "api-conf"), "other": "not-cbops"}
+    # The rest of the pod is as its template wrote it.
+    assert (
+        pinned["metadata"]["annotations"][ANNOTATION_CONFIG_HASH]
+        == (template["metadata"]["annotations"][ANNOTATION_CONFIG_HASH])
+    )
+    # Where the params are missing, the same template keeps the plain name.
+    kube.create(NAMESPACES, None, {"metadata": {"name": UNPINNED}})
+    assert _volumes(_pod(kube, UNPINNED, template)) == {"conf": "api-conf", "other": "not-cbops"}
+    # A digest without an entry keeps the plain name too.
+    unknown = {
+        **template,
+        "metadata": {
+            **template["metadata"],
+            "annotations": {ANNOTATION_CONFIG_HASH: "sha256:" + "0" * 64},
+        },
+    }
+    assert _volumes(_pod(kube, NAMESPACE, unknown)) == {"conf": "api-conf", "other": "not-cbops"}
