@@ -281,6 +281,16 @@ def test_a_new_pod_of_a_pinned_template_reads_its_revision(
         pinned["metadata"]["annotations"][ANNOTATION_CONFIG_HASH]
         == (template["metadata"]["annotations"][ANNOTATION_CONFIG_HASH])
     )
+    # A pinned digest on a pod with no volume of a pinned ConfigMap: volumes untouched.
+    unpinned_volumes = {
+        **template,
+        "spec": {
+            **template["spec"],
+            "volumes": [v for v in template["spec"]["volumes"] if v["name"] == "other"],
+            "containers": [{**template["spec"]["containers"][0], "volumeMounts": []}],
+        },
+    }
+    assert _volumes(_pod(kube, NAMESPACE, unpinned_volumes)) == {"other": "not-cbops"}
     # Where the params are missing, the same template keeps the plain name.
     kube.create(NAMESPACES, None, {"metadata": {"name": UNPINNED}})
     assert _volumes(_pod(kube, UNPINNED, template)) == {"conf": "api-conf", "other": "not-cbops"}
