@@ -177,6 +177,7 @@ class HistoryReconciler:
         if any(ref.get("uid") == reference["uid"] for ref in refs):
             return False
         body = copy.deepcopy(dict(revision))
+        body["metadata"].pop("managedFields", None)
         body["metadata"]["ownerReferences"] = [*refs, dict(reference)]
         try:
             self._client.update(CONFIGMAPS, namespace, name, body)
