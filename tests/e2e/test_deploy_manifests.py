@@ -254,6 +254,12 @@ EXPECTED_CLUSTER_GRANTS = {
         for workloads in ("deployments", "statefulsets", "daemonsets")
         for v in ("get", "list", "watch", "patch")
     ),
+    # Revisions: the workloads' history holds the revisions its templates read.
+    *(
+        ("apps", history, v)
+        for history in ("replicasets", "controllerrevisions")
+        for v in ("get", "list", "watch")
+    ),
 }
 EXPECTED_LEASE_GRANTS = {("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")}
 
@@ -380,6 +386,9 @@ CAN_I = [
     CanI(False, "create", "deployments.apps", None, "default"),
     CanI(False, "delete", "daemonsets.apps", None, "default"),
     CanI(False, "patch", "replicasets.apps", None, "default"),
+    CanI(True, "watch", "replicasets.apps", None, None),
+    CanI(True, "list", "controllerrevisions.apps", None, None),
+    CanI(False, "update", "controllerrevisions.apps", None, "default"),
     CanI(True, "get", "leases.coordination.k8s.io", None, NAMESPACE),
     CanI(True, "create", "leases.coordination.k8s.io", None, NAMESPACE),
     CanI(True, "update", "leases.coordination.k8s.io", None, NAMESPACE),

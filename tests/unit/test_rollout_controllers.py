@@ -42,11 +42,13 @@ def test_rollout_controllers_share_the_configbundle_controllers_configmap_inform
         "rollout-deployment",
         "rollout-statefulset",
         "rollout-daemonset",
+        "history-replicaset",
+        "history-controllerrevision",
     ]
     assert set(manager.controllers) == {"configbundle", *(c.name for c in controllers)}
     factory = manager.informers
     # One informer per (resource, namespace): the managed-ConfigMap informer serves all
-    # four controllers (a second selector would add "configmaps/a[...]"); the other
+    # six controllers (a second selector would add "configmaps/a[...]"); the other
     # ConfigMap informer is the ConfigBundle controller's source ConfigMaps.
     assert sorted(inf.name for inf in factory.informers) == sorted(
         [
@@ -54,8 +56,10 @@ def test_rollout_controllers_share_the_configbundle_controllers_configmap_inform
             for plural in (
                 "configbundles",
                 "configmaps",
+                "controllerrevisions",
                 "daemonsets",
                 "deployments",
+                "replicasets",
                 "statefulsets",
             )
             for ns in ("a", "b")
@@ -78,8 +82,9 @@ def test_a_second_setup_is_refused(manager: Manager) -> None:
 
 @pytest.mark.parametrize("enabled", [True, False], ids=["rollout", "no-rollout"])
 def test_cbop_manager_runs_the_rollout_only_with_the_flag(enabled: bool) -> None:
-    """``--rollout`` adds the three controllers and ``cbop_rollouts_total{kind}`` (each
-    kind at 0); without it neither, and no apps informer is created."""
+    """``--rollout`` adds the three controllers, the two of the history and
+    ``cbop_rollouts_total{kind}`` (each kind at 0); without it neither, and no apps
+    informer is created."""
     made = CbopManager(
         FakeKube(),
         Options(
@@ -89,7 +94,13 @@ def test_cbop_manager_runs_the_rollout_only_with_the_flag(enabled: bool) -> None
             settings={"rollout": enabled},
         ),
     )
-    rollouts = {"rollout-deployment", "rollout-statefulset", "rollout-daemonset"}
+    rollouts = {
+        "rollout-deployment",
+        "rollout-statefulset",
+        "rollout-daemonset",
+        "history-replicaset",
+        "history-controllerrevision",
+    }
     assert set(made.controllers) == {"configbundle", *(rollouts if enabled else ())}
     counted = {
         kind: made.registry.get_sample_value("cbop_rollouts_total", {"kind": kind})

@@ -26,9 +26,14 @@ __all__ = [
     "MAX_KEEP",
     "MAX_REVISIONED_NAME",
     "MIN_KEEP",
+    "PARAMS_NAME",
+    "PINS_KEY_DIGITS",
     "REVISION_HASH_DIGITS",
     "RevisionsSpec",
+    "parse_pins",
     "parse_revisions",
+    "pins_key",
+    "pins_value",
     "revision_name",
 ]
 
@@ -131,3 +136,51 @@ def revision_name(config_map_name: str, content_hash: str) -> str:
 
 def _is_hex(text: str) -> bool:
     return all(c in "0123456789abcdef" for c in text)
+
+
+#: The per-namespace ConfigMap mapping template digests to revisions (the pins), which
+#: the rollout writes before a template annotation and the history and the admission
+#: policy read (docs/revisions.md).
+PARAMS_NAME: Final = "cbop-revisions"
+#: Hex digits of a template digest in a pin's key (as the rollout's baseline label).
+PINS_KEY_DIGITS: Final = 40
+
+
+def pins_key(digest: str) -> str:
+    """Return the pins ConfigMap's key for the template digest ``digest``.
+
+    Args:
+        digest: the pod template annotation ``cbop.dev/config-hash``, ``sha256:<hex>``.
+
+    Returns:
+        The first :data:`PINS_KEY_DIGITS` hex digits (a valid ConfigMap key), or ``""``
+        when ``digest`` is not ``sha256:`` and that many hex digits.
+    """
+    algorithm, _, hex_digits = digest.partition(":")
+    head = hex_digits[:PINS_KEY_DIGITS]
+    if algorithm != "sha256" or len(head) != PINS_KEY_DIGITS or not _is_hex(head):
+        return ""
+    return head
+
+
+def pins_value(pins: Mapping[str, str]) -> str:
+    """Return the pins ConfigMap value for ``pins`` (plain name -> revision name).
+
+    One ``plain=revision`` line per pair, sorted by the plain name: the same pairs
+    always give the same value, so rewriting an entry that is there writes nothing new.
+    """
+    return "".join(f"{plain}={revision}\n" for plain, revision in sorted(pins.items()))
+
+
+def parse_pins(value: str) -> dict[str, str]:
+    """Return the plain name -> revision name pairs of one pins ConfigMap value.
+
+    The inverse of :func:`pins_value`; lines without ``=`` or with an empty side are
+    skipped (an entry edited by hand pins what it still names correctly).
+    """
+    out = {}
+    for line in value.splitlines():
+        plain, sep, revision = line.strip().partition("=")
+        if sep and plain and revision:
+            out[plain] = revision
+    return out

@@ -129,3 +129,7 @@ CLUSTERCONFIGBUNDLES = Resource(
 DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment")
 STATEFULSETS = Resource("apps", "v1", "statefulsets", "StatefulSet")
 DAEMONSETS = Resource("apps", "v1", "daemonsets", "DaemonSet")
+#: apps/v1 workload history: a revision ConfigMap is owned by the entries that read it
+#: (docs/revisions.md).
+REPLICASETS = Resource("apps", "v1", "replicasets", "ReplicaSet")
+CONTROLLERREVISIONS = Resource("apps", "v1", "controllerrevisions", "ControllerRevision")

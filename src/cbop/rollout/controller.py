@@ -25,7 +25,15 @@ from typing import Final
 
 from cbop import defaults
 from cbop.api import MANAGED_SELECTOR
-from cbop.kube import CONFIGMAPS, DAEMONSETS, DEPLOYMENTS, STATEFULSETS, Resource
+from cbop.kube import (
+    CONFIGMAPS,
+    CONTROLLERREVISIONS,
+    DAEMONSETS,
+    DEPLOYMENTS,
+    REPLICASETS,
+    STATEFULSETS,
+    Resource,
+)
 from cbop.metrics.rollout import RolloutMetrics
 from cbop.rollout import (
     CONFIGMAP_INDEX,
@@ -36,12 +44,21 @@ from cbop.rollout import (
     configmap_mapper,
     index_by_configmap,
 )
+from cbop.rollout.history import DIGEST_INDEX, HistoryReconciler, index_by_digest, pins_mapper
 from cbop.runtime import Builder, Controller, Scope
 from cbop.runtime.definition import Context, ControllerDefinition, Flag, PolicyRule, SetupFunc
 from cbop.runtime.predicates import GENERATION_CHANGED, LABELS_CHANGED, any_of
 from cbop.runtime.seams import EventSink
 
-__all__ = ["DEFINITION", "WORKLOADS", "WORKLOAD_CHANGED", "controller_name", "install", "setup"]
+__all__ = [
+    "DEFINITION",
+    "HISTORY",
+    "WORKLOADS",
+    "WORKLOAD_CHANGED",
+    "controller_name",
+    "install",
+    "setup",
+]
 
 #: The workload events a rollout reconcile can act on: a new generation (the pod
 #: template, ``paused``, a deletion begun) or new labels (opting in or out, the
@@ -51,6 +68,9 @@ WORKLOAD_CHANGED: Final = any_of(GENERATION_CHANGED, LABELS_CHANGED)
 
 #: The workload kinds cbop rolls, one controller each.
 WORKLOADS: Final = (DEPLOYMENTS, STATEFULSETS, DAEMONSETS)
+#: The workload history kinds that own the revisions their templates read, one
+#: controller each (``history-replicaset``, ``history-controllerrevision``).
+HISTORY: Final = (REPLICASETS, CONTROLLERREVISIONS)
 
 
 def controller_name(resource: Resource) -> str:
@@ -110,6 +130,24 @@ def setup(
             .with_options(workers=workers, priority_queue=priority_queue)
             .complete(reconciler)
         )
+    for resource in HISTORY:
+        # No server-side selector can pick the opted-in workloads' entries (they carry
+        # the template's labels): the index keeps those with a digest apart.
+        history = manager.lister(resource, indexers={DIGEST_INDEX: index_by_digest})
+        controllers.append(
+            Builder(manager, f"history-{resource.kind.lower()}")
+            .for_(resource)
+            .watches(CONFIGMAPS, pins_mapper(history), label_selector=MANAGED_SELECTOR)
+            .with_options(workers=workers, priority_queue=priority_queue)
+            .complete(
+                HistoryReconciler(
+                    resource=resource,
+                    client=manager.client,
+                    history=history,
+                    configmaps=configmaps,
+                )
+            )
+        )
     return controllers
 
 
@@ -146,8 +184,8 @@ DEFINITION: Final = ControllerDefinition(
         ),
     ),
     enabled=lambda settings: bool(settings.get("rollout")),
-    resources=(CONFIGMAPS, *WORKLOADS),
-    controllers=len(WORKLOADS),
+    resources=(CONFIGMAPS, *WORKLOADS, *HISTORY),
+    controllers=len(WORKLOADS) + len(HISTORY),
     rbac=(
         PolicyRule(
             ("apps",),
@@ -156,6 +194,18 @@ DEFINITION: Final = ControllerDefinition(
             "the opted-in workloads; patch is the server-side apply of the annotation "
             "and the baseline label",
         ),
-        PolicyRule(("",), ("configmaps",), ("get", "list", "watch"), "the managed ConfigMaps"),
+        PolicyRule(
+            ("apps",),
+            ("replicasets", "controllerrevisions"),
+            ("get", "list", "watch"),
+            "the workloads' history, which owns the revisions its templates read",
+        ),
+        PolicyRule(
+            ("",),
+            ("configmaps",),
+            ("get", "list", "watch", "create", "update", "patch"),
+            "the managed ConfigMaps; create and patch the pins (cbop-revisions), update "
+            "a revision's owner references",
+        ),
     ),
 )

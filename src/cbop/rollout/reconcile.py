@@ -72,6 +72,7 @@ from cbop.rollout.decision import (
     referenced_configmaps,
 )
 from cbop.rollout.index import CONFIGMAP_INDEX, configmap_index_value
+from cbop.rollout.pins import pins_for, write_pins
 from cbop.runtime.ownwrites import OwnWrites
 from cbop.runtime.reconcile import TerminalError
 from cbop.runtime.seams import Client, EventSink, Lister
@@ -384,6 +385,10 @@ class RolloutReconciler:
             workload, self._resource.api_version, self._resource.kind, decision.digest, roll=roll
         )
         took_back: tuple[FieldOwner, ...] = ()
+        # The pins before the annotation: no ReplicaSet of the new template exists
+        # before its entry does (docs/revisions.md).
+        pins = pins_for(self._configmaps, meta["namespace"], decision.configmaps)
+        write_pins(self._client, self._configmaps, meta["namespace"], decision.digest, pins)
         try:
             try:
                 applied = self._patch(meta, body, force=self._force)

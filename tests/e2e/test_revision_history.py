@@ -1,0 +1,305 @@
+"""The workload's history holds revisions, end to end (docs/revisions.md).
+
+The session's control plane with kube-controller-manager's deployment, replicaset and
+garbage-collector controllers (``workload_control_plane``, in a namespace of its own),
+and one cbop process with ``--rollout``. A Deployment with ``revisionHistoryLimit: 1``
+(and no replicas: no pod needs a node) reads a bundle with revisions and ``keep: 1``.
+Each change makes a new revision and a new ReplicaSet; that ReplicaSet becomes an owner
+of the revision its template was made for. A revision beyond ``keep`` that a ReplicaSet
+in the history still reads stays; once the history limit deletes that ReplicaSet, the
+garbage collector deletes the revision.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from cbop.api import content_hash
+from cbop.api.revisions import PARAMS_NAME, parse_pins, pins_key, revision_name
+from cbop.kube import (
+    CONFIGBUNDLES,
+    CONFIGMAPS,
+    DEPLOYMENTS,
+    NAMESPACES,
+    REPLICASETS,
+    ApiError,
+    KubeClient,
+    Resource,
+)
+from cbop.rollout import ANNOTATION_CONFIG_HASH, LABEL_ROLLOUT
+from cbop_testing.envtest import ControlPlane
+
+from .harness import Operator, bundle, set_spec, wait_for
+
+NAMESPACE = "revision-history-e2e"
+#: A namespace without cbop's pins (no bundle with revisions there).
+UNPINNED = "revision-history-e2e-plain"
+WAIT = 90.0
+POLICY_FILE = Path(__file__).parents[2] / "manifests/revisions/pin_revisions.yaml"
+PODS = Resource("", "v1", "pods", "Pod")
+POLICIES = Resource(
+    "admissionregistration.k8s.io",
+    "v1",
+    "mutatingadmissionpolicies",
+    "MutatingAdmissionPolicy",
+    namespaced=False,
+)
+BINDINGS = Resource(
+    "admissionregistration.k8s.io",
+    "v1",
+    "mutatingadmissionpolicybindings",
+    "MutatingAdmissionPolicyBinding",
+    namespaced=False,
+)
+
+
+@pytest.fixture(scope="module")
+def kube(workload_control_plane: ControlPlane) -> Iterator[KubeClient]:
+    config = str(workload_control_plane.kubeconfig_path)
+    with KubeClient.from_config(kubeconfig=config, qps=0) as client:
+        client.create(NAMESPACES, None, {"metadata": {"name": NAMESPACE}})
+        yield client
+
+
+@pytest.fixture(scope="module")
+def cbop(
+    workload_control_plane: ControlPlane,
+    kube: KubeClient,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Operator]:
+    logs: Path = tmp_path_factory.mktemp("revision-history-cbop")
+    op = Operator(
+        workload_control_plane.kubeconfig_path,
+        [NAMESPACE],
+        args=["--rollout", "--resync-period", "2s"],
+        log_path=logs / "cbop.log",
+    ).wait_ready(WAIT)
+    yield op
+    for item in kube.list(CONFIGBUNDLES, NAMESPACE)["items"]:
+        kube.delete(CONFIGBUNDLES, NAMESPACE, item["metadata"]["name"])
+    wait_for(lambda: not kube.list(CONFIGBUNDLES, NAMESPACE)["items"], 30, message="bundles gone")
+    code = op.stop()
+    assert code in (0, -9), f"cbop did not stop cleanly ({code}):\n{op.logs()[-4000:]}"
+
+
+def _revision(data: dict[str, str], plain: str = "web-conf") -> str:
+    return revision_name(plain, content_hash(data, {}))
+
+
+def _deployment(name: str = "web", plain: str = "web-conf") -> dict[str, Any]:
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "labels": {LABEL_ROLLOUT: "true"}},
+        "spec": {
+            "replicas": 0,
+            "revisionHistoryLimit": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "app",
+                            "image": "registry.invalid/app:1",
+                            "volumeMounts": [{"name": "conf", "mountPath": "/etc/app"}],
+                        }
+                    ],
+                    "volumes": [
+                        {"name": "conf", "configMap": {"name": plain}},
+                        {"name": "other", "configMap": {"name": "not-cbops"}},
+                    ],
+                },
+            },
+        },
+    }
+
+
+def _replicaset_for(kube: KubeClient, data: dict[str, str]) -> dict[str, Any] | None:
+    """The Deployment's ReplicaSet whose template digest pins ``data``'s revision."""
+    try:
+        pins = kube.get(CONFIGMAPS, NAMESPACE, PARAMS_NAME).get("data") or {}
+    except ApiError as err:
+        if err.is_not_found:
+            return None
+        raise
+    for rs in kube.list(REPLICASETS, NAMESPACE)["items"]:
+        annotations = rs["spec"]["template"]["metadata"].get("annotations") or {}
+        entry = pins.get(pins_key(annotations.get(ANNOTATION_CONFIG_HASH, "")))
+        if entry is not None and parse_pins(entry).get("web-conf") == _revision(data):
+            return dict(rs)
+    return None
+
+
+def _owners(kube: KubeClient, name: str) -> list[tuple[str, str]] | None:
+    try:
+        cm = kube.get(CONFIGMAPS, NAMESPACE, name)
+    except ApiError as err:
+        if err.is_not_found:
+            return None
+        raise
+    return sorted((r["kind"], r["uid"]) for r in cm["metadata"].get("ownerReferences") or ())
+
+
+def _held_by(kube: KubeClient, data: dict[str, str]) -> str:
+    """Wait until ``data``'s ReplicaSet owns ``data``'s revision; return its UID."""
+
+    def owned() -> str | None:
+        rs = _replicaset_for(kube, data)
+        if rs is None:
+            return None
+        owners = _owners(kube, _revision(data)) or []
+        uid = str(rs["metadata"]["uid"])
+        return uid if ("ReplicaSet", uid) in owners else None
+
+    found: str = wait_for(owned, WAIT, message=f"the ReplicaSet of {data} owns its revision")
+    return found
+
+
+def _gone(kube: KubeClient, name: str) -> bool:
+    return _owners(kube, name) is None
+
+
+def _change(kube: KubeClient, spec: dict[str, Any], data: dict[str, str]) -> None:
+    time.sleep(1.1)  # creationTimestamp has whole seconds: the newest is unambiguous
+    set_spec(kube, NAMESPACE, "web", {**spec, "data": data})
+
+
+def test_history_holds_revisions_until_its_limit_drops_them(
+    kube: KubeClient, cbop: Operator
+) -> None:
+    c1, c2, c3, c4 = ({"v": str(i)} for i in (1, 2, 3, 4))
+    spec: dict[str, Any] = {"configMapName": "web-conf", "revisions": {"enabled": True, "keep": 1}}
+    kube.create(CONFIGBUNDLES, NAMESPACE, bundle("web", {**spec, "data": c1}))
+    wait_for(lambda: _owners(kube, _revision(c1)) is not None, WAIT, message="c1's revision")
+    kube.create(DEPLOYMENTS, NAMESPACE, _deployment())
+    # cbop records the baseline (the template keeps no annotation: nothing rolls).
+    wait_for(
+        lambda: (
+            "cbop.dev/config-baseline"
+            in kube.get(DEPLOYMENTS, NAMESPACE, "web")["metadata"]["labels"]
+        ),
+        WAIT,
+        message="baseline",
+    )
+
+    _change(kube, spec, c2)
+    rs2 = _held_by(kube, c2)
+    _change(kube, spec, c3)
+    rs3 = _held_by(kube, c3)
+    # c2 is beyond keep (1): the bundle lets it go, its ReplicaSet (in the history:
+    # revisionHistoryLimit 1) still holds it.
+    wait_for(
+        lambda: _owners(kube, _revision(c2)) == [("ReplicaSet", rs2)],
+        WAIT,
+        message="c2's revision held by its ReplicaSet alone",
+    )
+
+    _change(kube, spec, c4)
+    _held_by(kube, c4)
+    # The history limit deletes c2's ReplicaSet; the garbage collector, its revision.
+    wait_for(lambda: _gone(kube, _revision(c2)), WAIT, message="c2's revision collected")
+    wait_for(
+        lambda: _owners(kube, _revision(c3)) == [("ReplicaSet", rs3)],
+        WAIT,
+        message="c3's revision held by its ReplicaSet alone",
+    )
+    assert _gone(kube, _revision(c1))  # beyond keep, never read by a ReplicaSet
+    names = {cm["metadata"]["name"] for cm in kube.list(CONFIGMAPS, NAMESPACE)["items"]}
+    assert {_revision(c3), _revision(c4)} <= names
+    assert _revision(c2) not in names
+
+
+def _pod(kube: KubeClient, namespace: str, template: dict[str, Any]) -> dict[str, Any]:
+    """Create a pod of ``template`` (as a ReplicaSet would) in ``namespace``; return it."""
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {**template["metadata"], "generateName": "pinned-"},
+        "spec": template["spec"],
+    }
+    return dict(kube.create(PODS, namespace, body))
+
+
+def _volumes(pod: dict[str, Any]) -> dict[str, str]:
+    return {v["name"]: v["configMap"]["name"] for v in pod["spec"]["volumes"] if "configMap" in v}
+
+
+@pytest.fixture
+def pin_policy(kube: KubeClient) -> Iterator[None]:
+    """The shipped policy and binding (manifests/revisions/), removed afterwards."""
+    docs = list(yaml.safe_load_all(POLICY_FILE.read_text()))
+    for doc in docs:
+        kube.create(POLICIES if doc["kind"] == "MutatingAdmissionPolicy" else BINDINGS, None, doc)
+    yield
+    for doc in docs:
+        resource = POLICIES if doc["kind"] == "MutatingAdmissionPolicy" else BINDINGS
+        kube.delete(resource, None, doc["metadata"]["name"])
+
+
+def test_a_new_pod_of_a_pinned_template_reads_its_revision(
+    kube: KubeClient, cbop: Operator, pin_policy: None
+) -> None:
+    spec: dict[str, Any] = {"configMapName": "api-conf", "revisions": {"enabled": True}}
+    d1, d2 = {"v": "1"}, {"v": "2"}
+    kube.create(CONFIGBUNDLES, NAMESPACE, bundle("api", {**spec, "data": d1}))
+    wait_for(lambda: _owners(kube, _revision(d1, "api-conf")) is not None, WAIT, message="d1")
+    kube.create(DEPLOYMENTS, NAMESPACE, _deployment("api", "api-conf"))
+    wait_for(
+        lambda: (
+            "cbop.dev/config-baseline"
+            in kube.get(DEPLOYMENTS, NAMESPACE, "api")["metadata"]["labels"]
+        ),
+        WAIT,
+        message="baseline",
+    )
+    set_spec(kube, NAMESPACE, "api", {**spec, "data": d2})
+
+    def rolled() -> dict[str, Any] | None:
+        template = kube.get(DEPLOYMENTS, NAMESPACE, "api")["spec"]["template"]
+        annotations = template["metadata"].get("annotations") or {}
+        return dict(template) if ANNOTATION_CONFIG_HASH in annotations else None
+
+    template: dict[str, Any] = wait_for(rolled, WAIT, message="api rolled")
+
+    # The policy takes effect within moments of its creation: retry until a pod is pinned.
+    def pinned_pod() -> dict[str, Any] | None:
+        pod = _pod(kube, NAMESPACE, template)
+        return pod if _volumes(pod)["conf"] != "api-conf" else None
+
+    pinned: dict[str, Any] = wait_for(pinned_pod, WAIT, message="a pod pinned")
+    assert _volumes(pinned) == {"conf": _revision(d2, "api-conf"), "other": "not-cbops"}
+    # The rest of the pod is as its template wrote it.
+    assert (
+        pinned["metadata"]["annotations"][ANNOTATION_CONFIG_HASH]
+        == (template["metadata"]["annotations"][ANNOTATION_CONFIG_HASH])
+    )
+    # A pinned digest on a pod with no volume of a pinned ConfigMap: volumes untouched.
+    unpinned_volumes = {
+        **template,
+        "spec": {
+            **template["spec"],
+            "volumes": [v for v in template["spec"]["volumes"] if v["name"] == "other"],
+            "containers": [{**template["spec"]["containers"][0], "volumeMounts": []}],
+        },
+    }
+    assert _volumes(_pod(kube, NAMESPACE, unpinned_volumes)) == {"other": "not-cbops"}
+    # Where the params are missing, the same template keeps the plain name.
+    kube.create(NAMESPACES, None, {"metadata": {"name": UNPINNED}})
+    assert _volumes(_pod(kube, UNPINNED, template)) == {"conf": "api-conf", "other": "not-cbops"}
+    # A digest without an entry keeps the plain name too.
+    unknown = {
+        **template,
+        "metadata": {
+            **template["metadata"],
+            "annotations": {ANNOTATION_CONFIG_HASH: "sha256:" + "0" * 64},
+        },
+    }
+    assert _volumes(_pod(kube, NAMESPACE, unknown)) == {"conf": "api-conf", "other": "not-cbops"}
