@@ -398,12 +398,13 @@ def _wait_quiet_writes(kube: KubeClient, quiet: float = 3.0, timeout: float = 12
     return time.monotonic() - start
 
 
-def _parallel(fn: Any, items: list[str], threads: int) -> None:
+def run_parallel(fn: Any, items: list[Any], threads: int) -> list[Any]:
+    """``fn`` over ``items`` on ``threads`` threads; the results in ``items``' order."""
     with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(fn, items))
+        return list(pool.map(fn, items))
 
 
-def _share(bench: Bench) -> CpuShare:
+def cpu_share_of(bench: Bench) -> CpuShare:
     return CpuShare(bench.s.components() if bench.s.components else {})
 
 
@@ -458,7 +459,7 @@ def run(bench: Bench, sizes: Sizes) -> dict[str, Any]:
 
     rec["load"]["namespaces"] = load()
     t = time.monotonic()
-    _parallel(lambda ns: create_namespace(kube, ns), namespaces, bench.s.loader_threads)
+    run_parallel(lambda ns: create_namespace(kube, ns), namespaces, bench.s.loader_threads)
     log(f"S9: {len(namespaces)} namespaces created in {time.monotonic() - t:.1f} s")
     cluster.wait_api_quiet(kube)
 
@@ -467,10 +468,10 @@ def run(bench: Bench, sizes: Sizes) -> dict[str, Any]:
     watcher = Watcher(kube, first, stamped=False).start()
     try:
         body = raw_configmap(first, FIRST)
-        share = _share(bench)
+        share = cpu_share_of(bench)
         t0 = time.monotonic()
         log(f"S9 raw: creating {len(namespaces)} ConfigMaps with {threads} threads")
-        _parallel(lambda ns: kube.create(CONFIGMAPS, ns, body), namespaces, threads)
+        run_parallel(lambda ns: kube.create(CONFIGMAPS, ns, body), namespaces, threads)
         complete = watcher.wait_done(namespaces, timeout=300)
         done = [d for _, d in watcher.times(namespaces).values() if d is not None]
         shares = share.stop()
@@ -483,7 +484,7 @@ def run(bench: Bench, sizes: Sizes) -> dict[str, Any]:
         "seconds": max(done) - t0 if done else float("nan"),
     }
     log(f"S9 raw: {len(done)}/{len(namespaces)} in {rec['raw']['seconds']:.2f} s")
-    _parallel(lambda ns: kube.delete(CONFIGMAPS, ns, NAME), namespaces, bench.s.loader_threads)
+    run_parallel(lambda ns: kube.delete(CONFIGMAPS, ns, NAME), namespaces, bench.s.loader_threads)
     cluster.wait_api_quiet(kube)
 
     # ---- cbop
@@ -542,7 +543,7 @@ def _converge(
     if bench.s.profile is not None:
         spy = profiler(op.pid, bench.s.profile / f"cbop-s9-converge-{op.pid}.collapsed")
     log(f"S9 cbop: one ClusterConfigBundle over {len(namespaces)} namespaces")
-    share = _share(bench)
+    share = cpu_share_of(bench)
     t0 = time.monotonic()
     bench.kube.create(CLUSTERCONFIGBUNDLES, None, cluster_bundle_body(FIRST))
     complete = watcher.wait_done(namespaces, timeout=600)
@@ -592,7 +593,7 @@ def _template_change(
     if bench.s.profile is not None:
         spy = profiler(op.pid, bench.s.profile / f"cbop-s9-template-{op.pid}.collapsed")
     log("S9 cbop: template change")
-    share = _share(bench)
+    share = cpu_share_of(bench)
     t0 = time.monotonic()
     spec = cluster_bundle_body(SECOND)["spec"]
     bench.kube.patch(CLUSTERCONFIGBUNDLES, None, NAME, {"spec": {"template": spec["template"]}})
@@ -711,7 +712,7 @@ def _new_namespaces(bench: Bench, watcher: Watcher, sizes: Sizes) -> dict[str, A
 # ------------------------------------------------------------------------- report
 
 
-def _goal(ok: bool) -> str:
+def goal_word(ok: bool) -> str:
     return "met" if ok else "missed"
 
 
@@ -737,34 +738,34 @@ def markdown(results: dict[str, Any]) -> str:
         f"s | {r['raw']['seconds']:.2f} | floor |",
         f"| cbop: ClusterConfigBundle create to all Ready and matching, s "
         f"| {r['cbop']['seconds']:.2f} | |",
-        f"| cbop / raw | {r['ratio']:.2f}x | <= 1.2x: {_goal(r['ratio'] <= 1.2)} |",
+        f"| cbop / raw | {r['ratio']:.2f}x | <= 1.2x: {goal_word(r['ratio'] <= 1.2)} |",
         f"| cbop: all ConfigMaps matching (stamps not yet all Ready), s "
         f"| {r['cbop']['configmaps_seconds']:.2f} | |",
         f"| cbop: last stamped ConfigBundle seen (p50), s "
         f"| {r['cbop'].get('stamps_seconds', float('nan')):.2f} "
         f"({r['cbop'].get('stamps_p50', float('nan')):.2f}) | |",
         f"| cbop CPU s during the converge | {r['cbop']['cpu_seconds']:.1f} | |",
-        f"| kube-apiserver CPU s / machine busy: raw | {_cpu(r['raw'])} | |",
-        f"| kube-apiserver CPU s / machine busy: cbop converge | {_cpu(r['cbop'])} | |",
-        f"| kube-apiserver CPU s / machine busy: template change | {_cpu(t)} | |",
+        f"| kube-apiserver CPU s / machine busy: raw | {cpu_cell(r['raw'])} | |",
+        f"| kube-apiserver CPU s / machine busy: cbop converge | {cpu_cell(r['cbop'])} | |",
+        f"| kube-apiserver CPU s / machine busy: template change | {cpu_cell(t)} | |",
         f"| template change: all done again, s | {t['seconds']:.2f} | |",
         f"| template change: ConfigMap writes (apiserver_request_total) "
         f"| {t['configmap_writes']:.0f} | {r['namespaces']:,} |",
         f"| template change: namespaces with exactly one ConfigMap MODIFIED event "
-        f"| {per_ns.get(1, per_ns.get('1', 0))} | all: {_goal(exactly_one)} |",
-        f"| template change: ConfigMap writes by answer | {_codes(t, 'configmaps')} | |",
+        f"| {per_ns.get(1, per_ns.get('1', 0))} | all: {goal_word(exactly_one)} |",
+        f"| template change: ConfigMap writes by answer | {code_cells(t, 'configmaps')} | |",
         f"| template change: stamp writes / stamp status writes "
         f"| {t['stamp_writes']:.0f} / {t['stamp_status_writes']:.0f} | |",
         f"| template change: ClusterConfigBundle status writes, over s "
         f"| {t['status_writes']:.0f} over {t['status_last_seconds']:.1f} | |",
         f"| template change: most status writes within {STATUS_WINDOW} s (min gap s) "
         f"| {t['status_max_in_1s']} ({_gap(t['status_min_gap'])}) "
-        f"| <= 1/s: {_goal(t['status_max_in_1s'] <= 1)} |",
+        f"| <= 1/s: {goal_word(t['status_max_in_1s'] <= 1)} |",
         f"| idle {idle['seconds']:.0f} s: writes (CPU s) | {idle['writes']:.0f} "
-        f"({idle['cpu_seconds']:.2f}) | 0: {_goal(idle['writes'] == 0)} |",
+        f"({idle['cpu_seconds']:.2f}) | 0: {goal_word(idle['writes'] == 0)} |",
         f"| new namespace to its ConfigMap, p50 / p99 / max s ({new['served']}/{new['count']}) "
         f"| {new['p50']:.3f} / {new['p99']:.3f} / {new['max']:.3f} "
-        f"| p99 <= 1 s: {_goal(new['p99'] <= 1.0)} |",
+        f"| p99 <= 1 s: {goal_word(new['p99'] <= 1.0)} |",
         f"| new namespace to its stamp Ready, p50 / p99 s "
         f"| {new['ready_p50']:.3f} / {new['ready_p99']:.3f} | |",
         f"| steady RSS, 0 namespaces / {rss['served']:,} served, MiB "
@@ -780,7 +781,7 @@ def _gap(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def _cpu(phase: Mapping[str, Any]) -> str:
+def cpu_cell(phase: Mapping[str, Any]) -> str:
     share = phase.get("cpu_share") or {}
     total = share.get("machine total")
     if not total:
@@ -789,7 +790,7 @@ def _cpu(phase: Mapping[str, Any]) -> str:
     return f"{share.get('kube-apiserver', float('nan')):.1f} / {busy:.0f} %"
 
 
-def _codes(phase: Mapping[str, Any], resource: str) -> str:
+def code_cells(phase: Mapping[str, Any], resource: str) -> str:
     """``PUT 200: 1000, PUT 409: 9`` from a phase's ``writes_by_code``."""
     cells = []
     for key, value in sorted((phase.get("writes_by_code") or {}).items()):

@@ -35,13 +35,21 @@ import os
 import threading
 import time
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from bench.operators import cluster
-from bench.operators.clusterbundles import Counter, code_delta, write_codes
-from bench.operators.procs import CpuShare, Operator, Sampler, cbop_revision, wait_quiet
+from bench.operators.clusterbundles import (
+    Counter,
+    code_cells,
+    code_delta,
+    cpu_cell,
+    cpu_share_of,
+    goal_word,
+    run_parallel,
+    write_codes,
+)
+from bench.operators.procs import Operator, Sampler, cbop_revision, wait_quiet
 from bench.operators.scenarios import Bench, log
 from cbop.api import ANNOTATION_SHARE_WITH, SOURCE_SELECTOR
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, NAMESPACES, ApiError, ConnectionFailed, KubeClient
@@ -245,15 +253,6 @@ class Watcher:
 # -------------------------------------------------------------------------- helpers
 
 
-def _parallel(fn: Any, items: list[Any], threads: int) -> list[Any]:
-    with ThreadPoolExecutor(threads) as pool:
-        return list(pool.map(fn, items))
-
-
-def _share(bench: Bench) -> CpuShare:
-    return CpuShare(bench.s.components() if bench.s.components else {})
-
-
 def _steady_mib(bench: Bench, op: Operator) -> float:
     sampler = Sampler(op.pid, interval=0.25).start()
     try:
@@ -284,7 +283,7 @@ def run(bench: Bench, sizes: Sizes) -> dict[str, Any]:
     threads = bench.s.workers
     rec: dict[str, Any] = {"bundles": sizes.local + sizes.elsewhere, "load": {}}
     namespaces = [SOURCE_NS, *other_namespaces(sizes)]
-    _parallel(
+    run_parallel(
         lambda ns: kube.create(NAMESPACES, None, {"metadata": {"name": ns}}),
         namespaces,
         bench.s.loader_threads,
@@ -308,7 +307,7 @@ def _raw(bench: Bench, watcher: Watcher, sizes: Sizes, threads: int) -> dict[str
     pairs = layout(sizes, "raw")
     keys = _keys(pairs)
     watcher.expect("1")
-    created = _parallel(
+    created = run_parallel(
         lambda p: kube.create(CONFIGMAPS, p[0], raw_body(p[1], "1")), pairs, bench.s.loader_threads
     )
     watcher.wait_all(keys, 120)
@@ -323,15 +322,15 @@ def _raw(bench: Bench, watcher: Watcher, sizes: Sizes, threads: int) -> dict[str
         kube.update(CONFIGMAPS, meta["namespace"], meta["name"], body)
 
     log(f"S10 raw: updating {len(created)} ConfigMaps with {threads} threads")
-    share = _share(bench)
+    share = cpu_share_of(bench)
     t0 = time.monotonic()
-    _parallel(update, created, threads)
+    run_parallel(update, created, threads)
     rec["complete"] = watcher.wait_all(keys, 300)
     rec["cpu_share"] = share.stop()
     last = watcher.last_seen(keys)
     rec["seconds"] = (last - t0) if last is not None else float("nan")
     log(f"S10 raw: {len(keys)} ConfigMaps updated in {rec['seconds']:.2f} s")
-    _parallel(lambda p: kube.delete(CONFIGMAPS, p[0], p[1]), pairs, bench.s.loader_threads)
+    run_parallel(lambda p: kube.delete(CONFIGMAPS, p[0], p[1]), pairs, bench.s.loader_threads)
     cluster.wait_api_quiet(kube)
     return rec
 
@@ -359,7 +358,7 @@ def _cbop(bench: Bench, watcher: Watcher, sizes: Sizes) -> dict[str, Any]:
     watcher.expect("1")
     rec["load_converge"] = load()
     t0 = time.monotonic()
-    _parallel(
+    run_parallel(
         lambda p: kube.create(CONFIGBUNDLES, p[0], bundle_body(p[1])),
         pairs,
         bench.s.loader_threads,
@@ -380,7 +379,7 @@ def _cbop(bench: Bench, watcher: Watcher, sizes: Sizes) -> dict[str, Any]:
     watcher.expect("2")
     counter = Counter(kube).mark()
     codes0 = write_codes(kube)
-    share = _share(bench)
+    share = cpu_share_of(bench)
     log(f"S10 cbop: the source changes; {len(keys)} readers")
     t0 = time.monotonic()
     kube.patch(CONFIGMAPS, SOURCE_NS, SOURCE, {"data": {"v": "2"}})
@@ -431,7 +430,7 @@ def _cbop(bench: Bench, watcher: Watcher, sizes: Sizes) -> dict[str, Any]:
         kube.create(CONFIGMAPS, other, body)
 
     t = time.monotonic()
-    _parallel(unlabelled, list(range(sizes.unlabelled)), bench.s.loader_threads)
+    run_parallel(unlabelled, list(range(sizes.unlabelled)), bench.s.loader_threads)
     log(f"S10: {sizes.unlabelled} unlabelled ConfigMaps in {time.monotonic() - t:.1f} s")
     cluster.wait_api_quiet(kube, quiet=3.0, timeout=180)
     rec["rss_unlabelled_mib"] = _steady_mib(bench, op)
@@ -444,28 +443,6 @@ def _cbop(bench: Bench, watcher: Watcher, sizes: Sizes) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------- report
-
-
-def _goal(ok: bool) -> str:
-    return "met" if ok else "missed"
-
-
-def _codes(phase: Mapping[str, Any]) -> str:
-    cells = []
-    for key, value in sorted((phase.get("writes_by_code") or {}).items()):
-        verb, res, sub, code = key.split("|")
-        if res == "configmaps" and not sub:
-            cells.append(f"{verb} {code}: {value:.0f}")
-    return ", ".join(cells) or "-"
-
-
-def _cpu(phase: Mapping[str, Any]) -> str:
-    share = phase.get("cpu_share") or {}
-    total = share.get("machine total")
-    if not total:
-        return "-"
-    busy = 100 * share.get("machine busy", 0.0) / total
-    return f"{share.get('kube-apiserver', float('nan')):.1f} / {busy:.0f} %"
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -490,18 +467,19 @@ def markdown(results: dict[str, Any]) -> str:
         f"threads, s | {raw['seconds']:.2f} | floor |",
         f"| cbop: source change to all {r['bundles']:,} ConfigMaps changed, s "
         f"| {change['seconds']:.2f} | |",
-        f"| cbop / raw | {r['ratio']:.2f}x | <= 1.2x: {_goal(r['ratio'] <= 1.2)} |",
-        f"| kube-apiserver CPU s / machine busy: raw | {_cpu(raw)} | |",
-        f"| kube-apiserver CPU s / machine busy: source change | {_cpu(change)} | |",
+        f"| cbop / raw | {r['ratio']:.2f}x | <= 1.2x: {goal_word(r['ratio'] <= 1.2)} |",
+        f"| kube-apiserver CPU s / machine busy: raw | {cpu_cell(raw)} | |",
+        f"| kube-apiserver CPU s / machine busy: source change | {cpu_cell(change)} | |",
         f"| source change: ConfigMap GETs (apiserver_request_total) "
-        f"| {change['configmap_gets']:.0f} | 0: {_goal(change['configmap_gets'] == 0)} |",
-        f"| source change: ConfigMap writes by answer | {_codes(change)} | one per bundle |",
+        f"| {change['configmap_gets']:.0f} | 0: {goal_word(change['configmap_gets'] == 0)} |",
+        f"| source change: ConfigMap writes by answer | {code_cells(change, 'configmaps')} "
+        "| one per bundle |",
         f"| source change: ConfigMaps with exactly one MODIFIED event | {ones} "
-        f"| all: {_goal(ones == r['bundles'])} |",
+        f"| all: {goal_word(ones == r['bundles'])} |",
         f"| cbop: {r['bundles']:,} bundles created to all ConfigMaps matching, s "
         f"| {c['converge']['seconds']:.2f} | |",
         f"| idle {c['idle']['seconds']:.0f} s: writes | {c['idle']['writes']:.0f} "
-        f"| 0: {_goal(c['idle']['writes'] == 0)} |",
+        f"| 0: {goal_word(c['idle']['writes'] == 0)} |",
         f"| steady RSS converged / with {c['unlabelled']:,} unlabelled ConfigMaps, MiB "
         f"| {c['rss_mib']:.1f} / {c['rss_unlabelled_mib']:.1f} | flat |",
     ]
