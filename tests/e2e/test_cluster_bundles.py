@@ -28,41 +28,35 @@ from cbop.kube import (
     CLUSTERCONFIGBUNDLES,
     CONFIGBUNDLES,
     CONFIGMAPS,
-    CUSTOM_RESOURCE_DEFINITIONS,
     EVENTS,
     NAMESPACES,
     ApiError,
     KubeClient,
-    Resource,
 )
 from cbop_testing.envtest import ControlPlane
 
+from .clusterbundles import (
+    BINDINGS,
+    POLICIES,
+    WAIT,
+    configmap_data,
+    get,
+    install_cluster_crd,
+    make_ccb,
+    make_namespace,
+    relabel,
+    status,
+    wait_status,
+)
 from .control_plane import START_TIMEOUT, _binaries
 from .fixtures import install_crd
 from .harness import REPO, Operator, apiserver_writes, wait_for
 
 #: Seconds a selected namespace created or relabelled gets its ConfigMap within.
 SERVE_WITHIN = 2.0
-#: Generous bound for anything garbage collection or a controller chain does.
-WAIT = 30.0
 #: Seconds from a namespace created or relabelled in to its ConfigMap, as measured
 #: (written to cluster-bundles.json in the base temp directory).
 FIGURES: dict[str, list[float]] = {"created": [], "relabelled": []}
-
-POLICIES = Resource(
-    "admissionregistration.k8s.io",
-    "v1",
-    "validatingadmissionpolicies",
-    "ValidatingAdmissionPolicy",
-    namespaced=False,
-)
-BINDINGS = Resource(
-    "admissionregistration.k8s.io",
-    "v1",
-    "validatingadmissionpolicybindings",
-    "ValidatingAdmissionPolicyBinding",
-    namespaced=False,
-)
 
 
 @dataclass
@@ -88,21 +82,6 @@ class Cluster:
         self.operators.append(op)
         op.wait_ready(60)
         return op
-
-
-def _install_cluster_crd(kube: KubeClient) -> None:
-    path = REPO / "manifests" / "crd" / "cbop.dev_clusterconfigbundles.yaml"
-    body = yaml.safe_load(path.read_text())
-    kube.create(CUSTOM_RESOURCE_DEFINITIONS, None, body)
-
-    def served() -> bool:
-        try:
-            kube.list(CLUSTERCONFIGBUNDLES, None, limit=1)
-        except ApiError:
-            return False
-        return True
-
-    wait_for(served, WAIT, message="ClusterConfigBundle CRD served")
 
 
 def _wait_for_garbage_collection(kube: KubeClient) -> None:
@@ -161,7 +140,7 @@ def cluster(
     kube = KubeClient.from_config(kubeconfig=str(control.kubeconfig_path), qps=0)
     try:
         install_crd(control)
-        _install_cluster_crd(kube)
+        install_cluster_crd(kube)
         _wait_for_garbage_collection(kube)
         found = Cluster(control, kube, tmp_path_factory.mktemp("cluster-bundles"))
         found.start()
@@ -177,67 +156,6 @@ def cluster(
 
 
 # ---------------------------------------------------------------------- helpers
-
-
-def make_namespace(kube: KubeClient, name: str, labels: dict[str, str] | None = None) -> str:
-    kube.create(NAMESPACES, None, {"metadata": {"name": name, "labels": labels or {}}})
-    return name
-
-
-def relabel(kube: KubeClient, name: str, labels: dict[str, str | None]) -> None:
-    kube.patch(NAMESPACES, None, name, {"metadata": {"labels": labels}})
-
-
-def make_ccb(
-    kube: KubeClient,
-    name: str,
-    selector: dict[str, Any],
-    template: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    body = {
-        "apiVersion": CLUSTERCONFIGBUNDLES.api_version,
-        "kind": CLUSTERCONFIGBUNDLES.kind,
-        "metadata": {"name": name},
-        "spec": {
-            "namespaceSelector": selector,
-            "template": template if template is not None else {"data": {"ca.crt": "CA-1"}},
-        },
-    }
-    return kube.create(CLUSTERCONFIGBUNDLES, None, body)
-
-
-def get(kube: KubeClient, res: Resource, namespace: str | None, name: str) -> dict[str, Any] | None:
-    try:
-        return kube.get(res, namespace, name)
-    except ApiError as err:
-        if err.is_not_found:
-            return None
-        raise
-
-
-def configmap_data(kube: KubeClient, namespace: str, name: str) -> dict[str, str] | None:
-    found = get(kube, CONFIGMAPS, namespace, name)
-    return None if found is None else dict(found.get("data") or {})
-
-
-def status(kube: KubeClient, name: str) -> dict[str, Any]:
-    found = get(kube, CLUSTERCONFIGBUNDLES, None, name) or {}
-    return dict(found.get("status") or {})
-
-
-def wait_status(kube: KubeClient, name: str, **counts: int) -> dict[str, Any]:
-    """Wait until the status, for the current generation, has these namespace counts."""
-
-    def matches() -> dict[str, Any] | None:
-        found = get(kube, CLUSTERCONFIGBUNDLES, None, name) or {}
-        got = found.get("status") or {}
-        if got.get("observedGeneration") != found.get("metadata", {}).get("generation"):
-            return None
-        have = got.get("namespaces") or {}
-        return got if all(have.get(k) == v for k, v in counts.items()) else None
-
-    result: dict[str, Any] = wait_for(matches, WAIT, message=f"status of {name}: {counts}")
-    return result
 
 
 def ready_reason(found: dict[str, Any]) -> tuple[str, str]:

@@ -29,21 +29,21 @@ from cbop.kube import (
 from cbop.shardrange import shard_of
 from cbop_testing.envtest import ControlPlane
 
-from .control_plane import START_TIMEOUT, _binaries
-from .fixtures import install_crd
-from .harness import REPO, Operator, apiserver_writes, wait_for
-from .test_cluster_bundles import (
+from .clusterbundles import (
     BINDINGS,
     POLICIES,
     WAIT,
-    _install_cluster_crd,
     configmap_data,
     get,
+    install_cluster_crd,
     make_ccb,
     make_namespace,
     relabel,
     wait_status,
 )
+from .control_plane import START_TIMEOUT, _binaries
+from .fixtures import install_crd
+from .harness import REPO, Operator, apiserver_writes, wait_for
 
 SHARDS = 2
 TIMINGS = (
@@ -118,7 +118,7 @@ def plane(
     kube = KubeClient.from_config(kubeconfig=str(control.kubeconfig_path), qps=0)
     try:
         install_crd(control)
-        _install_cluster_crd(kube)
+        install_cluster_crd(kube)
         found = Plane(control, kube, tmp_path_factory.mktemp("sharded-cluster-bundles"))
         yield found
         for op in found.replicas:

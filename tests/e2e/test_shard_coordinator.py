@@ -46,7 +46,7 @@ from cbop.stop import StopSignal
 from cbop_testing.envtest import ControlPlane
 
 from .harness import wait_for
-from .test_informers import TcpProxy, proxied_kubeconfig
+from .netproxy import TcpProxy, proxied_kubeconfig
 
 LEASE_DURATION = 4.0
 RENEW_DEADLINE = 3.0

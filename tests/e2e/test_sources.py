@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from cbop.cli.exits import EXIT_PENDING
@@ -28,16 +27,16 @@ from cbop.kube import (
     CLUSTERCONFIGBUNDLES,
     CONFIGBUNDLES,
     CONFIGMAPS,
-    CUSTOM_RESOURCE_DEFINITIONS,
     NAMESPACES,
     ApiError,
     KubeClient,
 )
 from cbop_testing.envtest import ControlPlane
 
+from .clusterbundles import install_cluster_crd
 from .control_plane import START_TIMEOUT, _binaries
 from .fixtures import install_crd
-from .harness import REPO, Operator, apiserver_writes, bundle, raw_get, run_cli, wait_for
+from .harness import Operator, apiserver_writes, bundle, raw_get, run_cli, wait_for
 
 #: Generous bound for a change to travel through cbop.
 WAIT = 30.0
@@ -82,11 +81,7 @@ def cluster(
     kube = KubeClient.from_config(kubeconfig=str(control.kubeconfig_path), qps=0)
     try:
         install_crd(control)
-        body = yaml.safe_load(
-            (REPO / "manifests" / "crd" / "cbop.dev_clusterconfigbundles.yaml").read_text()
-        )
-        kube.create(CUSTOM_RESOURCE_DEFINITIONS, None, body)
-        wait_for(lambda: kube.list(CLUSTERCONFIGBUNDLES, None, limit=1) is not None, WAIT)
+        install_cluster_crd(kube)
         found = Cluster(control, kube, tmp_path_factory.mktemp("sources"))
         found.start()
         yield found

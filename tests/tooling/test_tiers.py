@@ -73,3 +73,18 @@ def test_operator_unit_tests_need_no_node() -> None:
         if "pytest.mark.node" in path.read_text()
     ]
     assert not marked, marked
+
+
+def test_no_test_module_imports_another() -> None:
+    """Shared helpers live in helper modules (cbop_testing, tests/e2e/harness.py, ...), so
+    collecting or changing one test module never drags in another's fixtures and tests."""
+    importing = re.compile(
+        r"^\s*(from\s+(\.|tests\.\w+\.)test_\w*\s+import|import\s+tests\.\w+\.test_)"
+    )
+    offenders = [
+        f"{path.relative_to(REPO)}:{number}: {line.strip()}"
+        for path in sorted(TESTS.rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if importing.match(line)
+    ]
+    assert offenders == []
