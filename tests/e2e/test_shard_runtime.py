@@ -111,7 +111,15 @@ def test_two_processes_share_two_shards_and_every_bundle_converges(
     expected = {
         (shard, resource): float(count if resource in ("configbundles", "configmaps") else 0)
         for shard, count in bundles_per_shard.items()
-        for resource in ("configbundles", "configmaps", "daemonsets", "deployments", "statefulsets")
+        for resource in (
+            "configbundles",
+            "configmaps",
+            "controllerrevisions",
+            "daemonsets",
+            "deployments",
+            "replicasets",
+            "statefulsets",
+        )
     }
 
     ops = [first, second]

@@ -243,7 +243,13 @@ _APPS_RULES: list[dict[str, Any]] = [
         "apiGroups": ["apps"],
         "resources": ["deployments", "statefulsets", "daemonsets"],
         "verbs": ["get", "list", "watch", "patch"],
-    }
+    },
+    # The workloads' history, which holds revisions (docs/revisions.md).
+    {
+        "apiGroups": ["apps"],
+        "resources": ["replicasets", "controllerrevisions"],
+        "verbs": ["get", "list", "watch"],
+    },
 ]
 _CONFIGMAPS_WITHOUT_LIST = {
     "apiGroups": [""],
