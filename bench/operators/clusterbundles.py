@@ -404,8 +404,9 @@ def run_parallel(fn: Any, items: list[Any], threads: int) -> list[Any]:
         return list(pool.map(fn, items))
 
 
-def cpu_share_of(bench: Bench) -> CpuShare:
-    return CpuShare(bench.s.components() if bench.s.components else {})
+def cpu_share_of(bench: Bench, /, **more: int) -> CpuShare:
+    """CPU seconds of the control plane's processes, the machine, and ``more`` (name=pid)."""
+    return CpuShare({**(bench.s.components() if bench.s.components else {}), **more})
 
 
 def _start(bench: Bench, tag: str) -> Operator:

@@ -322,7 +322,7 @@ def _raw(bench: Bench, watcher: Watcher, sizes: Sizes, threads: int) -> dict[str
         kube.update(CONFIGMAPS, meta["namespace"], meta["name"], body)
 
     log(f"S10 raw: updating {len(created)} ConfigMaps with {threads} threads")
-    share = cpu_share_of(bench)
+    share = cpu_share_of(bench, bench=os.getpid())
     t0 = time.monotonic()
     run_parallel(update, created, threads)
     rec["complete"] = watcher.wait_all(keys, 300)
@@ -379,7 +379,7 @@ def _cbop(bench: Bench, watcher: Watcher, sizes: Sizes) -> dict[str, Any]:
     watcher.expect("2")
     counter = Counter(kube).mark()
     codes0 = write_codes(kube)
-    share = cpu_share_of(bench)
+    share = cpu_share_of(bench, cbop=op.pid, bench=os.getpid())
     log(f"S10 cbop: the source changes; {len(keys)} readers")
     t0 = time.monotonic()
     kube.patch(CONFIGMAPS, SOURCE_NS, SOURCE, {"data": {"v": "2"}})
@@ -445,6 +445,11 @@ def _cbop(bench: Bench, watcher: Watcher, sizes: Sizes) -> dict[str, Any]:
 # ------------------------------------------------------------------------- report
 
 
+def _cpu(phase: Mapping[str, Any], name: str) -> str:
+    value = (phase.get("cpu_share") or {}).get(name)
+    return "-" if value is None else f"{value:.1f}"
+
+
 def markdown(results: dict[str, Any]) -> str:
     """The S10 section of the results file ("" when it did not run)."""
     r = results.get("s10")
@@ -470,6 +475,9 @@ def markdown(results: dict[str, Any]) -> str:
         f"| cbop / raw | {r['ratio']:.2f}x | <= 1.2x: {goal_word(r['ratio'] <= 1.2)} |",
         f"| kube-apiserver CPU s / machine busy: raw | {cpu_cell(raw)} | |",
         f"| kube-apiserver CPU s / machine busy: source change | {cpu_cell(change)} | |",
+        f"| CPU s of cbop / of the bench's own client: raw | - / {_cpu(raw, 'bench')} | |",
+        f"| CPU s of cbop / of the bench's own client: source change "
+        f"| {_cpu(change, 'cbop')} / {_cpu(change, 'bench')} | |",
         f"| source change: ConfigMap GETs (apiserver_request_total) "
         f"| {change['configmap_gets']:.0f} | 0: {goal_word(change['configmap_gets'] == 0)} |",
         f"| source change: ConfigMap writes by answer | {code_cells(change, 'configmaps')} "

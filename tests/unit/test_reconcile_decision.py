@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from cbop.api import ANNOTATION_CONTENT_HASH, SpecError, TooLargeError, content_hash, parse_spec
-from cbop.configbundle.decision import Action, FinalizerChange
+from cbop.configbundle.decision import Action, FinalizerChange, status_can_wait
 from cbop.configbundle.desired import in_sync
 from cbop_testing.objects import UID, bundle, decide_for, synced_status, written
 
@@ -563,3 +563,42 @@ def test_an_owner_reference_written_as_v1alpha1_is_kept_and_needs_no_write() -> 
     assert fixed.action is Action.UPDATE
     assert fixed.body is not None
     assert fixed.body["metadata"]["ownerReferences"][0]["apiVersion"] == "cbop.dev/v1beta1"
+
+
+def _ready_with(content: str, generation: int = 1) -> dict[str, Any]:
+    status = synced_status(generation)
+    status["conditions"][0]["observedGeneration"] = generation
+    status["contentHash"] = content_hash({"a": content}, {})
+    return status
+
+
+def test_new_content_within_a_ready_generation_lets_the_status_wait() -> None:
+    """What a changed source brings: the ConfigMap now, the status on the next round."""
+    old = bundle({"data": {"a": "1"}}, status=_ready_with("1"))
+    new = bundle({"data": {"a": "2"}}, status=_ready_with("1"))
+    d = decide_for(new, written(old))
+    assert d.action is Action.UPDATE
+    assert status_can_wait(new, d)
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["spec change", "drift", "not ready", "in sync", "created", "condition of an older generation"],
+)
+def test_every_other_write_reports_in_the_same_reconcile(case: str) -> None:
+    old = bundle({"data": {"a": "1"}}, status=_ready_with("1"))
+    new = bundle({"data": {"a": "2"}}, status=_ready_with("1"))
+    current: dict[str, Any] | None = written(old)
+    if case == "spec change":
+        new = bundle({"data": {"a": "2"}}, generation=2, status=_ready_with("1"))
+    elif case == "drift":
+        new = bundle({"data": {"a": "2"}}, status=_ready_with("2"))
+    elif case == "not ready":
+        new["status"]["conditions"][0]["status"] = "False"
+    elif case == "in sync":
+        current = written(new)
+    elif case == "created":
+        current = None
+    else:
+        new["status"]["conditions"][0]["observedGeneration"] = 0
+    assert not status_can_wait(new, decide_for(new, current))

@@ -127,6 +127,35 @@ def _was_synced(bundle: Mapping[str, Any], desired: DesiredConfigMap) -> bool:
     )
 
 
+def status_can_wait(bundle: Mapping[str, Any], decision: Decision) -> bool:
+    """Whether the status write of ``decision`` may wait for the ConfigMap's watch event.
+
+    True for a ConfigMap update or replace that carries new content within a generation
+    whose status already says Ready: what a changed source brings (docs/sources.md). The
+    spec did not change, so ``observedGeneration`` and the Ready condition stay true; only
+    ``contentHash``, the provenance and ``revision`` are behind, and the reconcile that
+    the ConfigMap's own watch event brings writes them. Writing every reader's ConfigMap
+    before any reader's status is what makes one source change reach its readers with
+    one write each (the status writes follow, as a second round). False for a spec change,
+    a bundle not Ready, drift (the status already says this content) and every other
+    action: their status is written in the same reconcile.
+    """
+    if decision.action not in (Action.UPDATE, Action.REPLACE) or decision.drift:
+        return False
+    desired = decision.desired
+    status = bundle.get("status") or {}
+    if desired is None or status.get("contentHash") in (None, desired.content_hash):
+        return False
+    if status.get("observedGeneration") != bundle["metadata"].get("generation"):
+        return False
+    return any(
+        c.get("type") == CONDITION_READY
+        and c.get("status") == "True"
+        and c.get("observedGeneration") == status.get("observedGeneration")
+        for c in status.get("conditions") or ()
+    )
+
+
 def release_body(current: Mapping[str, Any], bundle: Mapping[str, Any]) -> JSON:
     """Return ``current`` without cbop's owner reference, labels and annotations.
 

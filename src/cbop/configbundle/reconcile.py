@@ -46,7 +46,7 @@ import structlog
 
 from cbop.api import BundleSpec, SpecError, config_map_name_of
 from cbop.api.compose import compose, composed_spec
-from cbop.configbundle.decision import Action, Decision, decide
+from cbop.configbundle.decision import Action, Decision, decide, status_can_wait
 from cbop.configbundle.diff import configmap_diff
 from cbop.configbundle.dryrun import dry_run_account
 from cbop.configbundle.interfaces import (
@@ -390,15 +390,19 @@ class Reconciler(ConfigMapWrites, FinalizerWrites, RevisionWrites):
         if not isinstance(spec, BundleSpec) and decision.action is not Action.INVALID:
             # A bug, not bad input: the decision acted on a spec that did not parse.
             raise RuntimeError(f"decided {decision.action.value} for an invalid spec of {key}")
-        wrote_status = self._write_status(
-            bundle,
-            spec,
-            ready,
-            reason,
-            message,
-            desired_hash=decision.desired.content_hash if decision.desired else None,
-            revision=revision.status,
-        )
+        # New content from a source within a Ready generation: the status follows in the
+        # reconcile the ConfigMap's watch event brings, after the other readers' writes.
+        wrote_status = False
+        if not (ready == "True" and status_can_wait(bundle, decision)):
+            wrote_status = self._write_status(
+                bundle,
+                spec,
+                ready,
+                reason,
+                message,
+                desired_hash=decision.desired.content_hash if decision.desired else None,
+                revision=revision.status,
+            )
         result = Result(
             key,
             decision.action,
