@@ -240,6 +240,14 @@ class Watcher:
             times = [self.seen[k] for k in keys if k in self.seen]
         return max(times) if times else None
 
+    def spread(self, keys: list[str], t0: float) -> list[float]:
+        """Seconds after ``t0`` when the first, the median and the last of ``keys`` changed."""
+        with self._lock:
+            times = sorted(self.seen[k] - t0 for k in keys if k in self.seen)
+        if not times:
+            return []
+        return [round(times[0], 3), round(times[len(times) // 2], 3), round(times[-1], 3)]
+
     def modified_histogram(self, keys: list[str]) -> dict[int, int]:
         """k -> how many of ``keys`` saw k MODIFIED events since :meth:`expect`."""
         with self._lock:
@@ -329,6 +337,7 @@ def _raw(bench: Bench, watcher: Watcher, sizes: Sizes, threads: int) -> dict[str
     rec["cpu_share"] = share.stop()
     last = watcher.last_seen(keys)
     rec["seconds"] = (last - t0) if last is not None else float("nan")
+    rec["spread"] = watcher.spread(keys, t0)
     log(f"S10 raw: {len(keys)} ConfigMaps updated in {rec['seconds']:.2f} s")
     run_parallel(lambda p: kube.delete(CONFIGMAPS, p[0], p[1]), pairs, bench.s.loader_threads)
     cluster.wait_api_quiet(kube)
@@ -400,6 +409,7 @@ def _cbop(bench: Bench, watcher: Watcher, sizes: Sizes) -> dict[str, Any]:
         ),
         "writes_by_code": codes,
         "modified_per_configmap": watcher.modified_histogram(keys),
+        "spread": watcher.spread(keys, t0),
         "requests": {"|".join(k): v for k, v in sorted(api.items())},
     }
     log(
@@ -445,6 +455,10 @@ def _cbop(bench: Bench, watcher: Watcher, sizes: Sizes) -> dict[str, Any]:
 # ------------------------------------------------------------------------- report
 
 
+def _spread(phase: Mapping[str, Any]) -> str:
+    return " / ".join(f"{t:.2f}" for t in phase.get("spread") or ()) or "-"
+
+
 def _cpu(phase: Mapping[str, Any], name: str) -> str:
     value = (phase.get("cpu_share") or {}).get(name)
     return "-" if value is None else f"{value:.1f}"
@@ -472,6 +486,8 @@ def markdown(results: dict[str, Any]) -> str:
         f"threads, s | {raw['seconds']:.2f} | floor |",
         f"| cbop: source change to all {r['bundles']:,} ConfigMaps changed, s "
         f"| {change['seconds']:.2f} | |",
+        f"| first / median / last ConfigMap changed, s: raw | {_spread(raw)} | |",
+        f"| first / median / last ConfigMap changed, s: source change | {_spread(change)} | |",
         f"| cbop / raw | {r['ratio']:.2f}x | <= 1.2x: {goal_word(r['ratio'] <= 1.2)} |",
         f"| kube-apiserver CPU s / machine busy: raw | {cpu_cell(raw)} | |",
         f"| kube-apiserver CPU s / machine busy: source change | {cpu_cell(change)} | |",
