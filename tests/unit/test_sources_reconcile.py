@@ -191,6 +191,7 @@ def test_a_source_change_is_one_write_and_an_unchanged_result_none(harness: Harn
 def test_a_deleted_required_source_keeps_the_last_good_content(harness: Harness) -> None:
     harness.reconcile()
     before = harness.configmap()
+    good = harness.status()
     harness.kube.tracker.delete(CONFIGMAPS, "platform", "logging-defaults")
     harness.sync()
     result = harness.reconcile()
@@ -201,8 +202,16 @@ def test_a_deleted_required_source_keeps_the_last_good_content(harness: Harness)
     ready = harness.status()["conditions"][0]
     assert ready["reason"] == "SourceNotFound"
     assert "platform/logging-defaults" in ready["message"]
-    # The provenance of the last good content stays.
+    # The provenance of the last good content stays, and so do its hash and key count:
+    # the status still says what the ConfigMap holds.
     assert harness.status()["keySources"]["log.yaml"] == "platform/logging-defaults"
+    assert harness.status()["contentHash"] == good["contentHash"]
+    assert harness.status()["keyCount"] == good["keyCount"] == 2
+    assert harness.status()["configMapName"] == "app"
+    # So the next look finds the status as it should be, and writes nothing.
+    harness.sync()
+    harness.reconcile()
+    assert harness.writes() == []
     # Re-created: healed.
     harness.kube.tracker.add(
         CONFIGMAPS,
@@ -225,6 +234,29 @@ def test_a_missing_source_on_a_first_render_creates_nothing() -> None:
     assert h.writes() == [("patch/status", "configbundles")]
     with pytest.raises(Exception, match="not found"):
         h.configmap()
+
+
+def test_an_orphan_bundle_whose_source_is_missing_still_gets_its_finalizer() -> None:
+    """deletionPolicy Orphan holds while a source fails: deleting the bundle then keeps
+    the ConfigMap (with its last good content) instead of leaving it to the collector."""
+    h = Harness(
+        (CONFIGMAPS, source("logging-defaults", {"a": "1"}, "platform", share_with="demo")),
+        (CONFIGBUNDLES, bundle(SPEC)),
+    )
+    assert h.reconcile().ready == "True"
+    # The policy changes to Orphan in the same edit that adds a source not there yet.
+    spec = {
+        **SPEC,
+        "deletionPolicy": "Orphan",
+        "sources": [*SPEC["sources"], {"configMap": {"name": "not-yet"}}],
+    }
+    h.kube.tracker.put(CONFIGBUNDLES, bundle(spec, generation=2))
+    h.sync()
+    result = h.reconcile()
+    assert result.reason is Reason.SOURCE_NOT_FOUND
+    stored = h.kube.tracker.get(CONFIGBUNDLES, "demo", "app")
+    assert stored["metadata"]["finalizers"] == ["cbop.dev/orphan"]
+    assert [w for w in h.writes() if w[1] == "configmaps"] == []
 
 
 def test_an_unshared_source_is_refused_and_a_grant_heals() -> None:

@@ -54,12 +54,17 @@ class SpecError(ValueError):
     Attributes:
         reason: the ``Ready`` condition reason to report (a :class:`Reason`).
         message: a sentence naming the offending field and value.
+        spec: the parsed spec when the spec itself is valid and only composing it failed
+            (a source missing, not shared or unparsable, a composed content over the size
+            limit; :mod:`cbop.api.compose`), else None. Its ``deletionPolicy`` and name
+            still hold, and the ConfigMap keeps the last good content.
     """
 
     def __init__(self, message: str, reason: Reason = Reason.INVALID_SPEC) -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message
+        self.spec: BundleSpec | None = None
 
 
 class TooLargeError(SpecError):

@@ -243,15 +243,18 @@ def decide(
         )
 
     finalizer = None
-    if isinstance(spec, BundleSpec):
-        wants = spec.deletion_policy is DeletionPolicy.ORPHAN
+    # A spec whose sources failed is still a valid spec: its deletionPolicy holds, so an
+    # Orphan bundle deleted meanwhile still leaves its ConfigMap (with the last good content).
+    parsed = spec if isinstance(spec, BundleSpec) else spec.spec
+    if parsed is not None:
+        wants = parsed.deletion_policy is DeletionPolicy.ORPHAN
         if wants and not has_finalizer(bundle):
             finalizer = FinalizerChange.ADD
         elif not wants and has_finalizer(bundle):
             finalizer = FinalizerChange.REMOVE
 
     if isinstance(spec, SpecError):
-        return Decision(Action.INVALID, error=spec, message=spec.message)
+        return Decision(Action.INVALID, error=spec, message=spec.message, finalizer=finalizer)
     if spec.suspend:
         return Decision(
             Action.SUSPENDED,

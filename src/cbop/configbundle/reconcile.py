@@ -277,6 +277,8 @@ class Reconciler(ConfigMapWrites, FinalizerWrites, RevisionWrites):
         :class:`cbop.api.compose.SourceError` (a content over the size limit as the
         :class:`cbop.api.TooLargeError`): the decision then writes nothing, so the
         ConfigMap keeps its last good content (or is not created) and status names it.
+        The error carries ``spec`` (:attr:`cbop.api.SpecError.spec`), whose
+        ``deletionPolicy`` is still honoured.
         """
         if not isinstance(spec, BundleSpec) or not spec.composed or spec.suspend:
             return spec
@@ -290,6 +292,7 @@ class Reconciler(ConfigMapWrites, FinalizerWrites, RevisionWrites):
                 spec, bundle["metadata"]["namespace"], lookup, scope=self._source_scope
             )
         except SpecError as err:
+            err.spec = spec
             return err.with_traceback(None)
         return composed_spec(spec, composed)
 

@@ -151,14 +151,25 @@ class ReconcileReports:
         provenance = None
         if valid is not None:
             provenance = valid.provenance if valid.composed else {}
+        name = valid.config_map_name if valid else config_map_name_of(bundle)
+        key_count = valid.key_count if valid else None
+        if valid is None and isinstance(spec, SpecError) and spec.spec is not None:
+            # Composing failed: the ConfigMap keeps the last good content, and the
+            # status keeps saying which (its hash and key count).
+            kept = bundle.get("status") or {}
+            name = spec.spec.config_map_name
+            desired_hash, key_count = kept.get("contentHash"), kept.get("keyCount")
+            valid_hash = desired_hash
+        else:
+            valid_hash = desired_hash if valid else None
         new_status = compute_status(
             bundle,
             ready=ready,
             reason=reason,
             message=message,
-            config_map_name=valid.config_map_name if valid else config_map_name_of(bundle),
-            content_hash=desired_hash if valid else None,
-            key_count=valid.key_count if valid else None,
+            config_map_name=name,
+            content_hash=valid_hash,
+            key_count=key_count,
             now=self._now(),
             provenance=provenance,
         )
