@@ -25,13 +25,15 @@ def pool_size(args: argparse.Namespace) -> int:
     One per open watch and one per concurrent reconcile, for every shard a replica may
     hold (all ``--shards`` of them, when it is the only one), plus a few for Leases and
     Events; at least 16. Each informer (one per resource and ``--namespace``) holds a
-    watch: the resources the enabled controllers declare (shared ones once); each of
+    watch: the resources the enabled controllers declare (shared ones once, plus their
+    ``more_informers``, such as the source ConfigMaps' own informer); each of
     their controllers has ``--workers`` workers. A pool that is too small opens and
     drops a connection per request beyond it (urllib3's "Connection pool is full"
     warning).
     """
     enabled = enabled_controllers(controller_settings(args))
     kinds = len({resource for d in enabled for resource in d.resources})
+    kinds += sum(len(d.more_informers) for d in enabled)
     controllers = sum(d.controllers for d in enabled)
     scopes = len(args.namespaces or [None])
     per_shard: int = kinds * scopes + controllers * args.workers

@@ -285,6 +285,7 @@ DEFINITION: Final = ControllerDefinition(
     summary="keeps a managed ConfigMap equal to each ConfigBundle",
     install=install,
     resources=(CONFIGBUNDLES, CONFIGMAPS),
+    more_informers=(CONFIGMAPS,),  # the sources (cbop.dev/source=true)
     controllers=1,
     rbac=(
         PolicyRule(

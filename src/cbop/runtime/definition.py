@@ -113,6 +113,9 @@ class ControllerDefinition:
         flags: the command-line flags it owns.
         enabled: ``fn(settings) -> bool``: whether it runs (default: always).
         resources: the resources its informers watch (shared ones too).
+        more_informers: resources it watches once more per scope, through an informer of
+            its own with another label selector (the ConfigBundle controller's source
+            ConfigMaps beside the managed ones): each is one more watch.
         controllers: how many controllers (worker pools) its setup adds per scope.
         rbac: the RBAC rules it needs.
     """
@@ -123,6 +126,7 @@ class ControllerDefinition:
     flags: tuple[Flag, ...] = ()
     enabled: Callable[[Mapping[str, Any]], bool] = _always
     resources: tuple[Resource, ...] = ()
+    more_informers: tuple[Resource, ...] = ()
     controllers: int = 1
     rbac: tuple[PolicyRule, ...] = field(default_factory=tuple)
 
