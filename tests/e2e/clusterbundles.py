@@ -7,8 +7,11 @@ test_sources.py, so that no test module imports another.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
 import yaml
 
 from cbop.kube import (
@@ -20,7 +23,10 @@ from cbop.kube import (
     KubeClient,
     Resource,
 )
+from cbop_testing.envtest import ControlPlane
 
+from .control_plane import START_TIMEOUT, _binaries
+from .fixtures import install_crd
 from .harness import REPO, wait_for
 
 #: Generous bound for anything garbage collection or a controller chain does.
@@ -40,6 +46,29 @@ BINDINGS = Resource(
     "ValidatingAdmissionPolicyBinding",
     namespaced=False,
 )
+
+
+@contextlib.contextmanager
+def bundle_plane(
+    config: pytest.Config, tmp_path_factory: pytest.TempPathFactory, name: str
+) -> Iterator[tuple[ControlPlane, KubeClient]]:
+    """A control plane of its own serving both of cbop's CRDs, and a client of it.
+
+    ``name`` names its working directory. Stops the client and the control plane on
+    the way out, whatever the module's fixture did with them.
+    """
+    control = ControlPlane(
+        binaries=_binaries(config), workdir=tmp_path_factory.mktemp(f"{name}-control-plane")
+    )
+    control.start(timeout=START_TIMEOUT)
+    kube = KubeClient.from_config(kubeconfig=str(control.kubeconfig_path), qps=0)
+    try:
+        install_crd(control)
+        install_cluster_crd(kube)
+        yield control, kube
+    finally:
+        kube.close()
+        control.stop()
 
 
 def install_cluster_crd(kube: KubeClient) -> None:

@@ -39,17 +39,15 @@ from .clusterbundles import (
     BINDINGS,
     POLICIES,
     WAIT,
+    bundle_plane,
     configmap_data,
     get,
-    install_cluster_crd,
     make_ccb,
     make_namespace,
     relabel,
     status,
     wait_status,
 )
-from .control_plane import START_TIMEOUT, _binaries
-from .fixtures import install_crd
 from .harness import REPO, Operator, apiserver_writes, wait_for
 
 #: Seconds a selected namespace created or relabelled gets its ConfigMap within.
@@ -132,15 +130,7 @@ def _wait_for_garbage_collection(kube: KubeClient) -> None:
 def cluster(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Cluster]:
-    control = ControlPlane(
-        binaries=_binaries(request.config),
-        workdir=tmp_path_factory.mktemp("cluster-bundles-control-plane"),
-    )
-    control.start(timeout=START_TIMEOUT)
-    kube = KubeClient.from_config(kubeconfig=str(control.kubeconfig_path), qps=0)
-    try:
-        install_crd(control)
-        install_cluster_crd(kube)
+    with bundle_plane(request.config, tmp_path_factory, "cluster-bundles") as (control, kube):
         _wait_for_garbage_collection(kube)
         found = Cluster(control, kube, tmp_path_factory.mktemp("cluster-bundles"))
         found.start()
@@ -150,9 +140,6 @@ def cluster(
         for op in found.operators:
             code = op.stop()
             assert code in (0, -9), f"cbop did not stop cleanly ({code}):\n{op.logs()[-4000:]}"
-    finally:
-        kube.close()
-        control.stop()
 
 
 # ---------------------------------------------------------------------- helpers

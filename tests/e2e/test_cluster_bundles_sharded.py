@@ -33,16 +33,14 @@ from .clusterbundles import (
     BINDINGS,
     POLICIES,
     WAIT,
+    bundle_plane,
     configmap_data,
     get,
-    install_cluster_crd,
     make_ccb,
     make_namespace,
     relabel,
     wait_status,
 )
-from .control_plane import START_TIMEOUT, _binaries
-from .fixtures import install_crd
 from .harness import REPO, Operator, apiserver_writes, wait_for
 
 SHARDS = 2
@@ -110,23 +108,15 @@ class Plane:
 def plane(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Plane]:
-    control = ControlPlane(
-        binaries=_binaries(request.config),
-        workdir=tmp_path_factory.mktemp("sharded-cluster-bundles-control-plane"),
-    )
-    control.start(timeout=START_TIMEOUT)
-    kube = KubeClient.from_config(kubeconfig=str(control.kubeconfig_path), qps=0)
-    try:
-        install_crd(control)
-        install_cluster_crd(kube)
+    with bundle_plane(request.config, tmp_path_factory, "sharded-cluster-bundles") as (
+        control,
+        kube,
+    ):
         found = Plane(control, kube, tmp_path_factory.mktemp("sharded-cluster-bundles"))
         yield found
         for op in found.replicas:
             if op.proc.poll() is None:
                 assert op.stop(timeout=80.0) in (0, -9), op.logs()[-4000:]
-    finally:
-        kube.close()
-        control.stop()
 
 
 def names_in(shard: int, count: int) -> list[str]:

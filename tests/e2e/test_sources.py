@@ -33,9 +33,7 @@ from cbop.kube import (
 )
 from cbop_testing.envtest import ControlPlane
 
-from .clusterbundles import install_cluster_crd
-from .control_plane import START_TIMEOUT, _binaries
-from .fixtures import install_crd
+from .clusterbundles import bundle_plane
 from .harness import Operator, apiserver_writes, bundle, raw_get, run_cli, wait_for
 
 #: Generous bound for a change to travel through cbop.
@@ -73,24 +71,13 @@ class Cluster:
 def cluster(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Cluster]:
-    control = ControlPlane(
-        binaries=_binaries(request.config),
-        workdir=tmp_path_factory.mktemp("sources-control-plane"),
-    )
-    control.start(timeout=START_TIMEOUT)
-    kube = KubeClient.from_config(kubeconfig=str(control.kubeconfig_path), qps=0)
-    try:
-        install_crd(control)
-        install_cluster_crd(kube)
+    with bundle_plane(request.config, tmp_path_factory, "sources") as (control, kube):
         found = Cluster(control, kube, tmp_path_factory.mktemp("sources"))
         found.start()
         yield found
         for op in found.operators:
             code = op.stop()
             assert code in (0, -9), f"cbop did not stop cleanly ({code}):\n{op.logs()[-4000:]}"
-    finally:
-        kube.close()
-        control.stop()
 
 
 # ---------------------------------------------------------------------- helpers
