@@ -73,6 +73,8 @@ WATCHED = frozenset({"configbundles", "configmaps", "events", "deployments", "re
 PER_DEPLOYMENT = 10
 FILLER = "".join(f"setting-{i:02d}=value-{i:02d}\n" for i in range(20))
 VARIANTS = ("off", "on")
+#: Audit verbs that are writes (the audit log also records some GETs, for S5).
+AUDIT_WRITES = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 
 
 @dataclass(frozen=True)
@@ -180,7 +182,7 @@ def by_client(writes: Mapping[str, int], client: str) -> dict[str, int]:
     out: dict[str, int] = {}
     for key, n in writes.items():
         who, verb, what, code = key.split("|")
-        if who == client or who.startswith(client + "/"):
+        if verb in AUDIT_WRITES and (who == client or who.startswith(client + "/")):
             k = f"{verb} {what} {code}"
             out[k] = out.get(k, 0) + n
     return dict(sorted(out.items()))
@@ -611,16 +613,24 @@ def _idle(
 # ---------------------------------------------------------------------------- report
 
 
-def _sum(d: Mapping[str, int]) -> int:
-    return sum(d.values())
+def _sum(d: Mapping[str, float]) -> float:
+    return sum(v for k, v in d.items() if k.split(" ")[0] in AUDIT_WRITES)
 
 
-def _cells(d: Mapping[str, int]) -> str:
-    return ", ".join(f"{k}: {v}" for k, v in sorted(d.items())) or "none"
+def _writes_only(d: Mapping[str, float]) -> dict[str, float]:
+    return {k: v for k, v in d.items() if k.split(" ")[0] in AUDIT_WRITES}
 
 
-def _merge(ds: Iterable[Mapping[str, int]]) -> dict[str, int]:
-    out: dict[str, int] = {}
+def _count(x: float) -> str:
+    return f"{x:,.0f}" if x == int(x) else f"{x:,.1f}"
+
+
+def _cells(d: Mapping[str, float]) -> str:
+    return ", ".join(f"{k}: {_count(v)}" for k, v in sorted(_writes_only(d).items())) or "none"
+
+
+def _merge(ds: Iterable[Mapping[str, float]]) -> dict[str, float]:
+    out: dict[str, float] = {}
     for d in ds:
         for k, v in d.items():
             out[k] = out.get(k, 0) + v
@@ -728,7 +738,5 @@ def markdown(results: dict[str, Any]) -> str:
     for name, v in r["variants"].items():
         merged = _merge(x["cbop"] for x in v["rounds"])
         n = len(v["rounds"])
-        lines.append(
-            f"| {name} | " + ", ".join(f"{k}: {x / n:,.0f}" for k, x in merged.items()) + " |"
-        )
+        lines.append(f"| {name} | {_cells({k: x / n for k, x in merged.items()})} |")
     return "\n".join(lines) + "\n"
