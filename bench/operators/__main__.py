@@ -28,6 +28,7 @@ from bench.operators import (
     clusterbundles,
     procs,
     report,
+    revisions,
     scale,
     sharded,
     sources,
@@ -35,6 +36,7 @@ from bench.operators import (
 from bench.operators.scenarios import Bench, Settings, log
 from cbop_testing.envtest import ControlPlane
 from cbop_testing.envtest.binaries import pinned_versions
+from cbop_testing.envtest.components import DEFAULT_CONTROLLERS
 
 RESULTS = cluster.REPO / "bench" / "results"
 README = cluster.REPO / "bench" / "README.md"
@@ -88,6 +90,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--s10-idle", type=float, default=60.0, help="S10: idle seconds (60)")
     p.add_argument(
         "--s10-unlabelled", type=int, default=10_000, help="S10: unlabelled ConfigMaps (10000)"
+    )
+    p.add_argument(
+        "--s11-bundles",
+        type=int,
+        default=1000,
+        help="S11: bundles with revisions per variant, 10 per Deployment (default 1000; "
+        "not in the default --scenarios)",
+    )
+    p.add_argument("--s11-namespaces", type=int, default=10, help="S11: namespaces (10)")
+    p.add_argument("--s11-changes", type=int, default=10, help="S11: changes of each bundle (10)")
+    p.add_argument("--s11-keep", type=int, default=2, help="S11: spec.revisions.keep (2)")
+    p.add_argument(
+        "--s11-history", type=int, default=3, help="S11: the Deployments' revisionHistoryLimit (3)"
+    )
+    p.add_argument("--s11-idle", type=float, default=30.0, help="S11: idle seconds (30)")
+    p.add_argument(
+        "--s11-replicas",
+        type=int,
+        default=0,
+        help="S11: the Deployments' replicas (0; their pods stay Pending, which holds the "
+        "history: see bench/operators/revisions.py)",
+    )
+    p.add_argument(
+        "--s11-variants", default="off,on", help="S11: variants in the order they run (off,on)"
     )
     p.add_argument("--name", help="results file name without extension (default DATE-HOST)")
     p.add_argument("--workers", type=int, default=4)
@@ -152,8 +178,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     results["settings"]["heal_rate"] = settings.heal_rate
     t_start = time.monotonic()
     settings.audit = workdir / "audit" / "audit.log"
+    with_s11 = bool(scenarios & revisions.SCENARIOS) and "cbop" in impls
     cp = ControlPlane(
-        workdir=workdir / "cluster", extra_apiserver_flags=cluster.audit_flags(workdir / "audit")
+        workdir=workdir / "cluster",
+        extra_apiserver_flags=cluster.audit_flags(
+            workdir / "audit", revisions.audit_write_rules() if with_s11 else ""
+        ),
+        # S11's Deployments need their ReplicaSets and history.
+        controllers=(*DEFAULT_CONTROLLERS, *revisions.CONTROLLERS)
+        if with_s11
+        else DEFAULT_CONTROLLERS,
     )
     bench: Bench | None = None
     try:
@@ -218,6 +252,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     idle=args.s10_idle,
                 ),
             )
+        if with_s11:
+            log("=== S11: revisions, with rolled Deployments and their history")
+            results["s11"] = revisions.run(
+                bench,
+                revisions.Sizes(
+                    bundles=args.s11_bundles,
+                    deployments=args.s11_bundles // revisions.PER_DEPLOYMENT,
+                    namespaces=args.s11_namespaces,
+                    changes=args.s11_changes,
+                    keep=args.s11_keep,
+                    history=args.s11_history,
+                    idle=args.s11_idle,
+                    replicas=args.s11_replicas,
+                    variants=tuple(v for v in args.s11_variants.split(",") if v),
+                ),
+            )
         if "apf" in scenarios:
             results["apf"] = apf.run_all(
                 bench,
@@ -257,6 +307,7 @@ def write(results: dict[str, Any], out: Path, update_readme: bool) -> Path:
         + sharded.markdown(results)
         + clusterbundles.markdown(results)
         + sources.markdown(results)
+        + revisions.markdown(results)
     )
     md_path = out / f"{base}.md"
     md_path.write_text(md)

@@ -316,15 +316,17 @@ rules:
 """
 
 
-def audit_flags(workdir: Path) -> list[str]:
-    """kube-apiserver flags that log only single-object GETs of our resources.
+def audit_flags(workdir: Path, extra_rules: str = "") -> list[str]:
+    """kube-apiserver flags that log only single-object GETs of our resources, and what
+    ``extra_rules`` (audit policy rules, YAML list items) adds.
 
     apiserver_request_total has no client label; this log tells who made the reads
     outside list/watch (an operator, or kube-controller-manager's garbage collector).
     """
     workdir.mkdir(parents=True, exist_ok=True)
     policy = workdir / "audit-policy.yaml"
-    policy.write_text(AUDIT_POLICY)
+    last = "  - level: None\n"
+    policy.write_text(AUDIT_POLICY.replace(last, extra_rules + last))
     return [
         f"--audit-policy-file={policy}",
         f"--audit-log-path={workdir / 'audit.log'}",

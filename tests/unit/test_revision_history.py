@@ -253,3 +253,51 @@ def test_rollout_without_revisions_writes_no_pins() -> None:
     kube.clear_actions()
     assert reconciler.reconcile("demo/web").written
     assert [a.resource for a in kube.write_actions()] == ["deployments"]
+
+
+def test_reconcile_before_the_cache_shows_its_own_update_writes_nothing() -> None:
+    """The watch event of the owner-reference update reaches the cache after the
+    update's answer; a reconcile of the same entry in between (the ReplicaSet's status
+    changed, the pins woke it) must not send the update again (it would be refused
+    with 409, as the cached resourceVersion is the one before the update, and retried)."""
+    f = Fixture()
+    rev = f.add_cm(revision("web-conf", {"k": "1"}))
+    name = rev["metadata"]["name"]
+    f.pins(DIGEST, {"web-conf": name})
+    f.history.add(replicaset("web-7d9", DIGEST))
+    reconciler = f.reconciler()
+    assert reconciler.reconcile("demo/web-7d9").owned == (name,)
+    f.kube.clear_actions()
+
+    # The cache still holds the revision as it was before the update.
+    assert reconciler.reconcile("demo/web-7d9").owned == ()
+    assert f.kube.write_actions() == []
+
+    # Once the cache shows the update, still nothing; a second ReplicaSet of the same
+    # template (a rollback's) then adds its own reference on top of the first.
+    f.sync()
+    assert reconciler.reconcile("demo/web-7d9").owned == ()
+    f.history.add(replicaset("web-8e0", DIGEST))
+    assert reconciler.reconcile("demo/web-8e0").owned == (name,)
+    assert [o["kind"] for o in f.owners(name)] == ["ConfigBundle", "ReplicaSet", "ReplicaSet"]
+
+
+def test_a_second_entry_before_the_cache_shows_the_first_keeps_both_references() -> None:
+    """Two ReplicaSets reading one revision, reconciled before the cache shows the
+    first one's update: the second update starts from what the first one wrote, so
+    it is not refused and neither reference is lost."""
+    f = Fixture()
+    rev = f.add_cm(revision("web-conf", {"k": "1"}))
+    name = rev["metadata"]["name"]
+    f.pins(DIGEST, {"web-conf": name})
+    f.history.add(replicaset("web-7d9", DIGEST), replicaset("web-8e0", DIGEST))
+    reconciler = f.reconciler()
+    assert reconciler.reconcile("demo/web-7d9").owned == (name,)
+    f.kube.clear_actions()
+
+    assert reconciler.reconcile("demo/web-8e0").owned == (name,)
+
+    writes = f.kube.write_actions()
+    assert [(a.verb, a.name) for a in writes] == [("update", name)]
+    owners = [(o["kind"], o["name"]) for o in f.owners(name)]
+    assert owners == [("ConfigBundle", "app"), ("ReplicaSet", "web-7d9"), ("ReplicaSet", "web-8e0")]

@@ -9,6 +9,11 @@ owner reference (``blockOwnerDeletion: false``) on every revision the pins
 the revision among its newest ``keep``, the garbage collector deletes the revision, as
 it deletes any object whose owners are all gone.
 
+The watch event of an update reaches the cache after the update's answer; until it
+does, the reconciler starts from the answer it got (:class:`cbop.runtime.OwnWrites`),
+so a reconcile in between neither sends the same update again nor bases another
+entry's update on the stale resourceVersion (either would be refused with 409).
+
 Error policy: an update refused with 409 (the revision changed meanwhile) or any other
 failure is raised for a rate-limited retry; a revision gone (404) is skipped.
 """
@@ -26,6 +31,7 @@ from cbop.api.revisions import LABEL_REVISION_OF, PARAMS_NAME, parse_pins, pins_
 from cbop.keys import key_of, object_key, split_key
 from cbop.kube import CONFIGMAPS, ApiError, Resource
 from cbop.rollout.decision import ANNOTATION_CONFIG_HASH
+from cbop.runtime.ownwrites import OwnWrites
 from cbop.runtime.seams import Client, Lister
 
 __all__ = [
@@ -125,6 +131,8 @@ class HistoryReconciler:
         self._client = client
         self._history = history
         self._configmaps = configmaps
+        # Revision key -> the revision as this reconciler's last update of it returned it.
+        self._updated: OwnWrites[Mapping[str, Any]] = OwnWrites()
 
     def reconcile(self, key: str) -> HistoryResult:
         """Add entry ``key``'s owner reference to each revision its pins name and lack it.
@@ -167,9 +175,12 @@ class HistoryReconciler:
         return HistoryResult(key, tuple(owned))
 
     def _own(self, namespace: str, name: str, reference: Mapping[str, Any]) -> bool:
-        revision = self._configmaps.get(namespace, name)
-        if revision is None:
+        cached = self._configmaps.get(namespace, name)
+        if cached is None:
             return False
+        key = key_of(namespace, name)
+        # The cache may not show this reconciler's last update of the revision yet.
+        revision = self._updated.pending(key, cached) or cached
         meta = revision.get("metadata") or {}
         if LABEL_REVISION_OF not in (meta.get("labels") or {}):
             return False  # not a revision: never another's ConfigMap
@@ -180,9 +191,11 @@ class HistoryReconciler:
         body["metadata"].pop("managedFields", None)
         body["metadata"]["ownerReferences"] = [*refs, dict(reference)]
         try:
-            self._client.update(CONFIGMAPS, namespace, name, body)
+            written = self._client.update(CONFIGMAPS, namespace, name, body)
         except ApiError as err:
             if err.is_not_found:
+                self._updated.forget(key)
                 return False
             raise
+        self._updated.record(key, revision, written, written)
         return True
