@@ -1,7 +1,7 @@
 """Helpers for the e2e tests of revisions and the pods pinned to them (docs/revisions.md).
 
-* :data:`POLICY_FILE`, :func:`install_pin_policy`, :func:`remove_pin_policy`: the
-  shipped MutatingAdmissionPolicy and its binding (``manifests/revisions/``).
+* :data:`POLICY_FILE`, :func:`install_pin_policy`: the shipped
+  MutatingAdmissionPolicy and its binding (``manifests/revisions/``), left installed.
 * :func:`wait_policy_effective`: until the policy pins a probe pod (it takes effect
   within moments of its creation, not at once).
 * :func:`configmap_volumes`: a pod's ``volumes[].configMap`` names, by volume.
@@ -51,22 +51,23 @@ def _resource(doc: Mapping[str, Any]) -> Resource:
 
 
 def install_pin_policy(kube: KubeClient) -> None:
-    """Create the shipped policy and binding (``manifests/revisions/pin_revisions.yaml``).
+    """Create the shipped policy and binding (``manifests/revisions/pin_revisions.yaml``)
+    unless they exist; never removed.
+
+    They stay for the control plane's life, because kube-apiserver 1.36 stops reading a
+    built-in ``paramKind`` (ConfigMap) for good once no binding names it for a second
+    (kubernetes/kubernetes#130887): a policy deleted and made again pins no pod until
+    kube-apiserver restarts. Left in place, the policy acts only on pods of a namespace
+    with cbop's pins, so the other tests of the control plane see no change.
 
     Raises:
-        ApiError: the API server refused one (``is_already_exists`` when installed).
+        ApiError: the API server refused one for another reason than its existence.
     """
     for doc in _policy_docs():
-        kube.create(_resource(doc), None, doc)
-
-
-def remove_pin_policy(kube: KubeClient) -> None:
-    """Delete the shipped policy and binding; absent ones are no error."""
-    for doc in _policy_docs():
         try:
-            kube.delete(_resource(doc), None, doc["metadata"]["name"])
+            kube.create(_resource(doc), None, doc)
         except ApiError as err:
-            if not err.is_not_found:
+            if not err.is_already_exists:
                 raise
 
 

@@ -34,7 +34,7 @@ from cbop.rollout import ANNOTATION_CONFIG_HASH, LABEL_ROLLOUT
 from cbop_testing.envtest import ControlPlane
 
 from .harness import Operator, bundle, set_spec, wait_for
-from .revisions import PODS, configmap_volumes, install_pin_policy, remove_pin_policy
+from .revisions import PODS, configmap_volumes, install_pin_policy
 
 NAMESPACE = "revision-history-e2e"
 #: A namespace without cbop's pins (no bundle with revisions there).
@@ -212,11 +212,10 @@ def _pod(kube: KubeClient, namespace: str, template: dict[str, Any]) -> dict[str
 
 
 @pytest.fixture
-def pin_policy(kube: KubeClient) -> Iterator[None]:
-    """The shipped policy and binding (manifests/revisions/), removed afterwards."""
+def pin_policy(kube: KubeClient) -> None:
+    """The shipped policy and binding (manifests/revisions/), left installed
+    (:func:`tests.e2e.revisions.install_pin_policy` says why)."""
     install_pin_policy(kube)
-    yield
-    remove_pin_policy(kube)
 
 
 def test_a_new_pod_of_a_pinned_template_reads_its_revision(

@@ -35,7 +35,6 @@ from .revisions import (
     configmap_volumes,
     install_pin_policy,
     pods_by_replicaset,
-    remove_pin_policy,
     revision_of,
     wait_policy_effective,
 )
@@ -92,20 +91,15 @@ def cbop(
     plane: ControlPlane, kube: KubeClient, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Cbop]:
     install_pin_policy(kube)
-    try:
-        wait_policy_effective(kube, f"{NAMESPACE}-probe", WAIT)
-        running = Cbop(plane.kubeconfig_path, tmp_path_factory.mktemp("revision-rollouts"))
-        yield running
-        if running.op is None:
-            running.start()
-        for item in kube.list(CONFIGBUNDLES, NAMESPACE)["items"]:
-            kube.delete(CONFIGBUNDLES, NAMESPACE, item["metadata"]["name"])
-        wait_for(
-            lambda: not kube.list(CONFIGBUNDLES, NAMESPACE)["items"], 30, message="bundles gone"
-        )
-        running.stop()
-    finally:
-        remove_pin_policy(kube)
+    wait_policy_effective(kube, f"{NAMESPACE}-probe", WAIT)
+    running = Cbop(plane.kubeconfig_path, tmp_path_factory.mktemp("revision-rollouts"))
+    yield running
+    if running.op is None:
+        running.start()
+    for item in kube.list(CONFIGBUNDLES, NAMESPACE)["items"]:
+        kube.delete(CONFIGBUNDLES, NAMESPACE, item["metadata"]["name"])
+    wait_for(lambda: not kube.list(CONFIGBUNDLES, NAMESPACE)["items"], 30, message="bundles gone")
+    running.stop()
 
 
 # -- helpers ---------------------------------------------------------------------------
