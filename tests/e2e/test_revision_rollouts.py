@@ -202,9 +202,10 @@ def pods_reading(kube: KubeClient, name: str, *want: tuple[int, str]) -> dict[st
             return None
         return {rs: sorted(p["metadata"]["uid"] for p in ps) for rs, ps in got.items()}
 
-    found: dict[str, list[str]] = wait_for(
-        seen, WAIT, message=f"{name}'s pods reading {want}: {pods_summary(kube, name)}"
-    )
+    try:
+        found: dict[str, list[str]] = wait_for(seen, WAIT, message=f"{name}'s pods: {want}")
+    except AssertionError as err:
+        raise AssertionError(f"{err}; pods by ReplicaSet: {pods_summary(kube, name)}") from None
     return found
 
 
@@ -235,8 +236,9 @@ def applies(kube: KubeClient) -> float:
     return sum(n for (verb, _), n in writes.items() if verb == "APPLY")
 
 
-def writes_by_others(obj: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """(manager, operation, time) of the object's managedFields, status writes aside."""
+def managed_fields(obj: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(manager, operation, time) of the object's managedFields entries, sorted; the
+    entries of status writes left out."""
     return sorted(
         (e["manager"], e["operation"], e.get("time", ""))
         for e in obj["metadata"]["managedFields"]
@@ -255,8 +257,43 @@ def assert_quiet(kube: KubeClient, name: str) -> dict[str, Any]:
     assert after["metadata"]["generation"] == before["metadata"]["generation"]
     assert after["metadata"]["labels"] == before["metadata"]["labels"]
     assert after["spec"] == before["spec"]
-    assert writes_by_others(after) == writes_by_others(before)
+    assert managed_fields(after) == managed_fields(before)
     return dict(after)
+
+
+def rollouts(cbop: Cbop) -> float:
+    """cbop's ``cbop_rollouts_total`` for Deployments (0 before its first rollout)."""
+    assert cbop.op is not None
+    return cbop.op.metrics().get('cbop_rollouts_total{kind="Deployment"}', 0.0)
+
+
+def flux_apply(kube: KubeClient, manifest: dict[str, Any]) -> dict[str, Any]:
+    """Apply ``manifest`` as Flux's kustomize-controller does (its field manager, force)."""
+    return kube.patch(
+        DEPLOYMENTS,
+        NAMESPACE,
+        manifest["metadata"]["name"],
+        manifest,
+        patch_type="apply",
+        field_manager=FLUX,
+        force=True,
+    )
+
+
+def flux_apply_unchanged(kube: KubeClient, manifest: dict[str, Any]) -> dict[str, Any]:
+    """Apply ``manifest`` as Flux does and return the result, which must carry the
+    resourceVersion read just before: no write. The Deployment controller may write the
+    status in between, so a few rounds are allowed; a write by the apply itself would
+    change it every round."""
+    rounds: list[tuple[str, str]] = []
+    for _ in range(10):
+        before = kube.get(DEPLOYMENTS, NAMESPACE, manifest["metadata"]["name"])
+        after = flux_apply(kube, manifest)
+        if after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]:
+            return after
+        rounds.append((before["metadata"]["resourceVersion"], after["metadata"]["resourceVersion"]))
+        time.sleep(0.5)
+    raise AssertionError(f"every apply wrote a new resourceVersion: {rounds}")
 
 
 def kubectl(plane: ControlPlane, *args: str) -> str:
@@ -352,36 +389,26 @@ def test_a_forced_gitops_apply_fights_nothing_and_pods_keep_their_revision(
     r2 = revision_of("flux-conf", c2)
     start(kube, "flux", c1)
     manifest = deployment("flux", replicas=1, rolling=False)
-    kube.patch(
-        DEPLOYMENTS, NAMESPACE, "flux", manifest, patch_type="apply", field_manager=FLUX, force=True
-    )
+    flux_apply(kube, manifest)
     baseline(kube, "flux")
     change(kube, "flux", c2)
     h2 = rolled(kube, "flux", {""})
     pods_reading(kube, "flux", (1, r2))
     rs2 = replicaset_of(kube, "flux", r2)
     cbop_entry = [
-        w
-        for w in writes_by_others(kube.get(DEPLOYMENTS, NAMESPACE, "flux"))
-        if w[0] == FIELD_MANAGER
+        w for w in managed_fields(kube.get(DEPLOYMENTS, NAMESPACE, "flux")) if w[0] == FIELD_MANAGER
     ]
-    assert op_rollouts(cbop) >= 1
-    rollouts = op_rollouts(cbop)
+    rolled_before = rollouts(cbop)
+    assert rolled_before >= 1
 
-    # Flux applies its manifest again (no annotation in it; force): nothing changes.
-    before = kube.get(DEPLOYMENTS, NAMESPACE, "flux")
-    synced = kube.patch(
-        DEPLOYMENTS, NAMESPACE, "flux", manifest, patch_type="apply", field_manager=FLUX, force=True
-    )
-    assert synced["metadata"]["generation"] == before["metadata"]["generation"]
+    # Flux applies its manifest again (no annotation in it; force): nothing is written.
+    synced = flux_apply_unchanged(kube, manifest)
     assert config_hash(kube, "flux") == h2
     # Then a new image in Git: a new ReplicaSet, whose template keeps the annotation, so
     # its pods read the same revision, which it owns too.
     manifest["spec"]["template"]["spec"]["containers"][0]["image"] = "registry.invalid/app:2"
-    updated = kube.patch(
-        DEPLOYMENTS, NAMESPACE, "flux", manifest, patch_type="apply", field_manager=FLUX, force=True
-    )
-    assert updated["metadata"]["generation"] == before["metadata"]["generation"] + 1
+    updated = flux_apply(kube, manifest)
+    assert updated["metadata"]["generation"] == synced["metadata"]["generation"] + 1
     assert config_hash(kube, "flux") == h2
 
     def new_replicaset() -> str | None:
@@ -393,19 +420,14 @@ def test_a_forced_gitops_apply_fights_nothing_and_pods_keep_their_revision(
     wait_for(lambda: ("ReplicaSet", rs2b) in (owners(kube, r2) or ()), WAIT, message="owned")
     # cbop writes nothing to the workload: no apply, its own managedFields entry as before.
     quiet = assert_quiet(kube, "flux")
-    assert [w for w in writes_by_others(quiet) if w[0] == FIELD_MANAGER] == cbop_entry
-    assert op_rollouts(cbop) == rollouts
+    assert [w for w in managed_fields(quiet) if w[0] == FIELD_MANAGER] == cbop_entry
+    assert rollouts(cbop) == rolled_before
     assert not [
         e
         for e in events(kube, NAMESPACE, "RolloutConflict")
         if e["involvedObject"]["name"] == "flux"
     ]
     assert config_hash(kube, "flux") == h2
-
-
-def op_rollouts(cbop: Cbop) -> float:
-    assert cbop.op is not None
-    return cbop.op.metrics().get('cbop_rollouts_total{kind="Deployment"}', 0.0)
 
 
 def test_with_cbop_stopped_new_pods_still_read_their_revision(
