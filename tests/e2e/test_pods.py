@@ -39,11 +39,13 @@ import yaml
 from kubernetes import client, config, watch
 from urllib3.exceptions import ProtocolError
 
+from cbop.kube import KubeClient
 from cbop.metrics.secure import self_signed_certificate
 from cbop_testing.envtest import ControlPlane
 from cbop_testing.envtest.node import Node
 from tests.e2e.helm import CHART, helm_binary
 from tests.e2e.images import BUILD_TIMEOUT, cbop_image, pause_image, podman_env
+from tests.e2e.revisions import configmap_volumes, revision_of, wait_policy_effective
 
 pytestmark = pytest.mark.node
 
@@ -511,6 +513,201 @@ def test_a_bundle_change_restarts_the_pods_of_a_labelled_deployment_with_the_new
         assert any("greeting" in e["message"] for e in events), events
     finally:
         cluster.kubectl("delete", "namespace", ROLLOUT_NAMESPACE, "--wait=false", check=False)
+
+
+# ------------------------------------------------------------------ revisions
+
+#: The namespace of the Deployment whose pods read revisions.
+REVISIONS_NAMESPACE = "revision-pods"
+#: What the reading container runs: nothing but waiting for SIGTERM; the test reads its
+#: files with `kubectl exec`.
+WAIT_PROGRAM = """\
+import signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+while True:
+    time.sleep(3600)
+"""
+READ_PROGRAM = "import sys; print(open(sys.argv[1]).read(), end='')"
+
+
+def _reader_deployment() -> dict[str, Any]:
+    """A labelled Deployment of no replicas mounting ConfigMap ``pinned-cm`` (a bundle's,
+    with revisions) at /etc/pinned and ``control-cm`` (not cbop's) at /etc/control.
+
+    ``minReadySeconds`` keeps a new pod unavailable for longer than the test, and
+    ``maxUnavailable: 0`` keeps every old pod until a new one is available: during a
+    rollout, one pod of each ReplicaSet runs.
+    """
+    labels = {"app": "reader"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": "reader",
+            "namespace": REVISIONS_NAMESPACE,
+            "labels": {"cbop.dev/rollout": "true"},
+        },
+        "spec": {
+            "replicas": 0,
+            "minReadySeconds": 600,
+            "progressDeadlineSeconds": 1200,
+            "strategy": {"rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "terminationGracePeriodSeconds": 5,
+                    "containers": [
+                        {
+                            "name": "reader",
+                            "image": "cbop:dev",
+                            "imagePullPolicy": "Never",
+                            "command": ["python3", "-c", WAIT_PROGRAM],
+                            "volumeMounts": [
+                                {"name": "pinned", "mountPath": "/etc/pinned"},
+                                {"name": "control", "mountPath": "/etc/control"},
+                            ],
+                            "securityContext": RESTRICTED_CONTAINER,
+                            "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
+                        }
+                    ],
+                    "volumes": [
+                        {"name": "pinned", "configMap": {"name": "pinned-cm"}},
+                        {"name": "control", "configMap": {"name": "control-cm"}},
+                    ],
+                },
+            },
+        },
+    }
+
+
+class Reader:
+    """Reads the Deployment ``reader``, its pods, and the files they mount."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+
+    def config_hash(self) -> str:
+        deployment = self.cluster.get("deployment", "-n", REVISIONS_NAMESPACE, "reader")
+        annotations = deployment["spec"]["template"]["metadata"].get("annotations") or {}
+        return str(annotations.get("cbop.dev/config-hash", ""))
+
+    def running(self) -> list[dict[str, Any]]:
+        items = self.cluster.get("pods", "-n", REVISIONS_NAMESPACE, "-l", "app=reader")["items"]
+        return [
+            p
+            for p in items
+            if not p["metadata"].get("deletionTimestamp")
+            and p.get("status", {}).get("phase") == "Running"
+        ]
+
+    def read(self, pod: dict[str, Any], path: str) -> str:
+        return self.cluster.kubectl(
+            "exec", "-n", REVISIONS_NAMESPACE, pod["metadata"]["name"], "-c", "reader", "--",
+            "python3", "-c", READ_PROGRAM, path,
+        )  # fmt: skip
+
+    def patch_bundle(self, greeting: str) -> None:
+        self.cluster.kubectl(
+            "patch", "configbundle", "-n", REVISIONS_NAMESPACE, "pinned", "--type=merge", "-p",
+            json.dumps({"spec": {"data": {"greeting": greeting}}}),
+        )  # fmt: skip
+
+    def rolled(self, old: set[str]) -> str:
+        found: str = wait_until(
+            lambda: (h := self.config_hash()) not in old and h, WAIT, "a rollout", self.cluster
+        )
+        return found
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_old_pods_read_the_old_revision_while_new_pods_read_the_new(deployed: Cluster) -> None:
+    """With the shipped admission policy (``manifests/revisions/``), a pod of the old
+    ReplicaSet keeps reading the content its template was made for, while the kubelet
+    updates the files of a plain ConfigMap in the same pod; a pod of the new ReplicaSet
+    reads the new content."""
+    cluster = deployed
+    began = time.monotonic()
+    cluster.kubectl("apply", "-k", str(MANIFESTS / "revisions"))
+    with KubeClient.from_config(kubeconfig=str(cluster.cp.kubeconfig_path)) as kube:
+        wait_policy_effective(kube, f"{REVISIONS_NAMESPACE}-probe", WAIT)
+    cluster.kubectl("create", "namespace", REVISIONS_NAMESPACE)
+    reader = Reader(cluster)
+    try:
+        bundle = {
+            "apiVersion": "cbop.dev/v1beta1",
+            "kind": "ConfigBundle",
+            "metadata": {"name": "pinned", "namespace": REVISIONS_NAMESPACE},
+            "spec": {
+                "configMapName": "pinned-cm",
+                "data": {"greeting": "v1"},
+                "revisions": {"enabled": True},
+            },
+        }
+        cluster.kubectl("apply", "-f", "-", stdin=json.dumps(bundle))
+        cluster.kubectl(
+            "create", "configmap", "control-cm", "-n", REVISIONS_NAMESPACE,
+            "--from-literal=greeting=v1",
+        )  # fmt: skip
+        wait_until(
+            lambda: _configmap_data(cluster, "pinned-cm", REVISIONS_NAMESPACE),
+            WAIT,
+            "the bundle's ConfigMap",
+            cluster,
+        )
+        cluster.kubectl("apply", "-f", "-", stdin=json.dumps(_reader_deployment()))
+
+        def baseline() -> str:
+            deployment = cluster.get("deployment", "-n", REVISIONS_NAMESPACE, "reader")
+            return str(deployment["metadata"]["labels"].get("cbop.dev/config-baseline", ""))
+
+        wait_until(baseline, WAIT, "the baseline label", cluster)
+        # The first rolled template is the first one pinned; then one pod of it.
+        reader.patch_bundle("v2")
+        h2 = reader.rolled({""})
+        cluster.kubectl("scale", "deployment/reader", "-n", REVISIONS_NAMESPACE, "--replicas=1")
+        (old,) = wait_until(reader.running, WAIT, "the pod of the first pinned template")
+        assert reader.read(old, "/etc/pinned/greeting") == "v2"
+
+        reader.patch_bundle("v3")
+        cluster.kubectl(
+            "patch", "configmap", "control-cm", "-n", REVISIONS_NAMESPACE, "--type=merge", "-p",
+            json.dumps({"data": {"greeting": "v3"}}),
+        )  # fmt: skip
+        h3 = reader.rolled({"", h2})
+
+        def new_pod() -> dict[str, Any] | None:
+            fresh = [p for p in reader.running() if p["metadata"]["uid"] != old["metadata"]["uid"]]
+            return fresh[0] if fresh else None
+
+        new = wait_until(new_pod, WAIT, "a pod of the new ReplicaSet Running", cluster)
+        assert new["metadata"]["annotations"]["cbop.dev/config-hash"] == h3
+        assert reader.read(new, "/etc/pinned/greeting") == "v3"
+        assert reader.read(new, "/etc/control/greeting") == "v3"
+        # The kubelet has updated the old pod's plain ConfigMap; its revision's file,
+        # an immutable ConfigMap's, still holds what its template was made for.
+        wait_until(
+            lambda: reader.read(old, "/etc/control/greeting") == "v3",
+            WAIT,
+            "the kubelet to update the old pod's plain ConfigMap",
+            cluster,
+        )
+        assert reader.read(old, "/etc/pinned/greeting") == "v2"
+        assert old["metadata"]["uid"] in {p["metadata"]["uid"] for p in reader.running()}
+        volumes = {p["metadata"]["uid"]: configmap_volumes(p)["pinned"] for p in reader.running()}
+        pinned = cluster.get("configbundle", "-n", REVISIONS_NAMESPACE, "pinned")
+        assert pinned["status"]["revision"] == revision_of("pinned-cm", {"greeting": "v3"})
+        assert volumes == {
+            old["metadata"]["uid"]: revision_of("pinned-cm", {"greeting": "v2"}),
+            new["metadata"]["uid"]: revision_of("pinned-cm", {"greeting": "v3"}),
+        }
+        MEASURED["revisions: the test, policy applied to old and new files read (s)"] = (
+            time.monotonic() - began
+        )
+    finally:
+        # The policy stays: kube-apiserver would not read its params again if it were
+        # made anew (tests/e2e/revisions.py, install_pin_policy).
+        cluster.kubectl("delete", "namespace", REVISIONS_NAMESPACE, "--wait=false", check=False)
 
 
 # ------------------------------------------------------------------ failover

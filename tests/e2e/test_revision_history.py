@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from cbop.api import content_hash
 from cbop.api.revisions import PARAMS_NAME, parse_pins, pins_key, revision_name
@@ -30,33 +29,17 @@ from cbop.kube import (
     REPLICASETS,
     ApiError,
     KubeClient,
-    Resource,
 )
 from cbop.rollout import ANNOTATION_CONFIG_HASH, LABEL_ROLLOUT
 from cbop_testing.envtest import ControlPlane
 
 from .harness import Operator, bundle, set_spec, wait_for
+from .revisions import PODS, configmap_volumes, install_pin_policy
 
 NAMESPACE = "revision-history-e2e"
 #: A namespace without cbop's pins (no bundle with revisions there).
 UNPINNED = "revision-history-e2e-plain"
 WAIT = 90.0
-POLICY_FILE = Path(__file__).parents[2] / "manifests/revisions/pin_revisions.yaml"
-PODS = Resource("", "v1", "pods", "Pod")
-POLICIES = Resource(
-    "admissionregistration.k8s.io",
-    "v1",
-    "mutatingadmissionpolicies",
-    "MutatingAdmissionPolicy",
-    namespaced=False,
-)
-BINDINGS = Resource(
-    "admissionregistration.k8s.io",
-    "v1",
-    "mutatingadmissionpolicybindings",
-    "MutatingAdmissionPolicyBinding",
-    namespaced=False,
-)
 
 
 @pytest.fixture(scope="module")
@@ -228,20 +211,11 @@ def _pod(kube: KubeClient, namespace: str, template: dict[str, Any]) -> dict[str
     return dict(kube.create(PODS, namespace, body))
 
 
-def _volumes(pod: dict[str, Any]) -> dict[str, str]:
-    return {v["name"]: v["configMap"]["name"] for v in pod["spec"]["volumes"] if "configMap" in v}
-
-
 @pytest.fixture
-def pin_policy(kube: KubeClient) -> Iterator[None]:
-    """The shipped policy and binding (manifests/revisions/), removed afterwards."""
-    docs = list(yaml.safe_load_all(POLICY_FILE.read_text()))
-    for doc in docs:
-        kube.create(POLICIES if doc["kind"] == "MutatingAdmissionPolicy" else BINDINGS, None, doc)
-    yield
-    for doc in docs:
-        resource = POLICIES if doc["kind"] == "MutatingAdmissionPolicy" else BINDINGS
-        kube.delete(resource, None, doc["metadata"]["name"])
+def pin_policy(kube: KubeClient) -> None:
+    """The shipped policy and binding (manifests/revisions/), left installed
+    (:func:`tests.e2e.revisions.install_pin_policy` says why)."""
+    install_pin_policy(kube)
 
 
 def test_a_new_pod_of_a_pinned_template_reads_its_revision(
@@ -272,10 +246,10 @@ def test_a_new_pod_of_a_pinned_template_reads_its_revision(
     # The policy takes effect within moments of its creation: retry until a pod is pinned.
     def pinned_pod() -> dict[str, Any] | None:
         pod = _pod(kube, NAMESPACE, template)
-        return pod if _volumes(pod)["conf"] != "api-conf" else None
+        return pod if configmap_volumes(pod)["conf"] != "api-conf" else None
 
     pinned: dict[str, Any] = wait_for(pinned_pod, WAIT, message="a pod pinned")
-    assert _volumes(pinned) == {"conf": _revision(d2, "api-conf"), "other": "not-cbops"}
+    assert configmap_volumes(pinned) == {"conf": _revision(d2, "api-conf"), "other": "not-cbops"}
     # The rest of the pod is as its template wrote it.
     assert (
         pinned["metadata"]["annotations"][ANNOTATION_CONFIG_HASH]
@@ -290,10 +264,13 @@ def test_a_new_pod_of_a_pinned_template_reads_its_revision(
             "containers": [{**template["spec"]["containers"][0], "volumeMounts": []}],
         },
     }
-    assert _volumes(_pod(kube, NAMESPACE, unpinned_volumes)) == {"other": "not-cbops"}
+    assert configmap_volumes(_pod(kube, NAMESPACE, unpinned_volumes)) == {"other": "not-cbops"}
     # Where the params are missing, the same template keeps the plain name.
     kube.create(NAMESPACES, None, {"metadata": {"name": UNPINNED}})
-    assert _volumes(_pod(kube, UNPINNED, template)) == {"conf": "api-conf", "other": "not-cbops"}
+    assert configmap_volumes(_pod(kube, UNPINNED, template)) == {
+        "conf": "api-conf",
+        "other": "not-cbops",
+    }
     # A digest without an entry keeps the plain name too.
     unknown = {
         **template,
@@ -302,4 +279,7 @@ def test_a_new_pod_of_a_pinned_template_reads_its_revision(
             "annotations": {ANNOTATION_CONFIG_HASH: "sha256:" + "0" * 64},
         },
     }
-    assert _volumes(_pod(kube, NAMESPACE, unknown)) == {"conf": "api-conf", "other": "not-cbops"}
+    assert configmap_volumes(_pod(kube, NAMESPACE, unknown)) == {
+        "conf": "api-conf",
+        "other": "not-cbops",
+    }
