@@ -2,8 +2,7 @@
 
 * :data:`POLICY_FILE`: the shipped MutatingAdmissionPolicy and its binding
   (``manifests/revisions/pin_revisions.yaml``).
-* :func:`installed_policy`: a context manager that creates them on a control plane and
-  deletes them afterwards (the policy is cluster-wide: one module at a time).
+* :func:`install_policy`: creates them on a control plane, once (they stay: see there).
 * :func:`create_pod`: creates a pod (as a ReplicaSet would, or with ``dryRun=All``) and
   returns it as the API server stored it, after admission.
 
@@ -13,14 +12,13 @@ Pods are API objects: admission needs no kubelet, and a pod no node ever runs st
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from cbop.kube import KubeClient, Resource
+from cbop.kube import ApiError, KubeClient, Resource
 
 POLICY_FILE = Path(__file__).parents[2] / "manifests/revisions/pin_revisions.yaml"
 PODS = Resource("", "v1", "pods", "Pod")
@@ -44,21 +42,21 @@ def _resource(doc: Mapping[str, Any]) -> Resource:
     return POLICIES if doc["kind"] == "MutatingAdmissionPolicy" else BINDINGS
 
 
-@contextlib.contextmanager
-def installed_policy(kube: KubeClient) -> Iterator[None]:
-    """Create the shipped policy and binding; delete them when the block ends.
+def install_policy(kube: KubeClient) -> None:
+    """Create the shipped policy and binding unless they exist; never remove them.
 
-    The API server takes a new policy into account within moments, not at once: a
-    caller retries its first pod until it is pinned.
+    They stay until the control plane stops: on Kubernetes 1.36.3, once no binding
+    names the ConfigMap param kind, kube-apiserver stops its informer of ConfigMap
+    params for good (kubernetes/kubernetes#130887), and a binding created afterwards
+    never sees params created since. The API server takes a new policy into account
+    within moments, not at once: a caller retries its first pod until it is pinned.
     """
-    docs = list(yaml.safe_load_all(POLICY_FILE.read_text()))
-    for doc in docs:
-        kube.create(_resource(doc), None, doc)
-    try:
-        yield
-    finally:
-        for doc in docs:
-            kube.delete(_resource(doc), None, doc["metadata"]["name"])
+    for doc in yaml.safe_load_all(POLICY_FILE.read_text()):
+        try:
+            kube.create(_resource(doc), None, doc)
+        except ApiError as err:
+            if not err.is_already_exists:
+                raise
 
 
 def create_pod(

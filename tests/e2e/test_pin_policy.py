@@ -2,7 +2,7 @@
 
 The session's ``workload_control_plane`` (Kubernetes 1.36, which serves
 MutatingAdmissionPolicy), in namespaces of this module's own, with the policy and
-binding of ``manifests/revisions/pin_revisions.yaml`` installed for the module. The
+binding of ``manifests/revisions/pin_revisions.yaml`` installed (and left there). The
 params are written in cbop's own pins format (:func:`cbop.api.revisions.pins_key` and
 :func:`cbop.api.revisions.pins_value`), as the rollout writes them
 (tests/e2e/test_revision_history.py checks them end to end with cbop running). Each
@@ -26,7 +26,7 @@ from cbop.rollout import ANNOTATION_CONFIG_HASH
 from cbop_testing.envtest import ControlPlane
 
 from .harness import wait_for
-from .pinpolicy import create_pod, installed_policy
+from .pinpolicy import create_pod, install_policy
 
 NAMESPACE = "pin-policy-e2e"
 WAIT = 60.0
@@ -54,15 +54,15 @@ def kube(workload_control_plane: ControlPlane) -> Iterator[KubeClient]:
             "data": {pins_key(DIGEST): pins_value(PINNED), pins_key(EDITED): edited},
         }
         client.create(CONFIGMAPS, NAMESPACE, params)
-        with installed_policy(client):
-            # A new policy takes effect within moments: wait for a pinned pod.
-            probe = {"containers": [_container("probe", env=[_env_ref("A", "key-conf")])]}
-            wait_for(
-                lambda: _env_names(_pod(client, probe, DIGEST))[0] == PINNED["key-conf"],
-                WAIT,
-                message="the policy pins a pod",
-            )
-            yield client
+        install_policy(client)
+        # A new policy takes effect within moments: wait for a pinned pod.
+        probe = {"containers": [_container("probe", env=[_env_ref("A", "key-conf")])]}
+        wait_for(
+            lambda: _env_names(_pod(client, probe, DIGEST))[0] == PINNED["key-conf"],
+            WAIT,
+            message="the policy pins a pod",
+        )
+        yield client
         client.delete(NAMESPACES, None, NAMESPACE)
 
 

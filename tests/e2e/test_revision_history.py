@@ -34,7 +34,7 @@ from cbop.rollout import ANNOTATION_CONFIG_HASH, LABEL_ROLLOUT
 from cbop_testing.envtest import ControlPlane
 
 from .harness import Operator, bundle, set_spec, wait_for
-from .pinpolicy import create_pod, installed_policy
+from .pinpolicy import create_pod, install_policy
 
 NAMESPACE = "revision-history-e2e"
 #: A namespace without cbop's pins (no bundle with revisions there).
@@ -227,10 +227,9 @@ def _volumes(pod: dict[str, Any]) -> dict[str, str]:
 
 
 @pytest.fixture
-def pin_policy(kube: KubeClient) -> Iterator[None]:
-    """The shipped policy and binding (manifests/revisions/), removed afterwards."""
-    with installed_policy(kube):
-        yield
+def pin_policy(kube: KubeClient) -> None:
+    """The shipped policy and binding (manifests/revisions/), left installed."""
+    install_policy(kube)
 
 
 def test_a_new_pod_of_a_pinned_template_reads_its_revision(
