@@ -84,9 +84,9 @@ def wait_policy_effective(kube: KubeClient, namespace: str, timeout: float) -> N
     """Wait until the installed policy pins a new pod; leave ``namespace`` deleting.
 
     In ``namespace`` (created here; it must not exist, and no cbop may watch it) a pins
-    ConfigMap of our own maps the digest ``sha256:0...0`` to ``probe=probe-pinned``; a
+    ConfigMap of our own maps the digest ``sha256:0...0`` to ``probe=probe-0123456789``; a
     pod with that digest and a ``probe`` volume is created with ``dryRun`` (admitted,
-    mutated, never stored) until its volume names ``probe-pinned``.
+    mutated, never stored) until its volume names ``probe-0123456789``.
 
     Raises:
         AssertionError: no pod was pinned within ``timeout`` seconds.
@@ -95,7 +95,7 @@ def wait_policy_effective(kube: KubeClient, namespace: str, timeout: float) -> N
     kube.create(
         CONFIGMAPS,
         namespace,
-        {"metadata": {"name": PARAMS_NAME}, "data": {"0" * 40: "probe=probe-pinned"}},
+        {"metadata": {"name": PARAMS_NAME}, "data": {"0" * 40: "probe=probe-0123456789"}},
     )
     body = {
         "metadata": {
@@ -110,7 +110,7 @@ def wait_policy_effective(kube: KubeClient, namespace: str, timeout: float) -> N
 
     def pinned() -> bool:
         pod = kube.create(PODS, namespace, body, dry_run=True)
-        return configmap_volumes(pod)["probe"] == "probe-pinned"
+        return configmap_volumes(pod)["probe"] == "probe-0123456789"
 
     try:
         wait_for(pinned, timeout, interval=0.5, message="the pin policy to take effect")

@@ -12,6 +12,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from cbop.api import content_hash
+from cbop.api.revisions import revision_name
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, DEPLOYMENTS, KubeClient, Resource
 from cbop.rollout import LABEL_CONFIG_BASELINE, LABEL_ROLLOUT
 from cbop_testing.envtest import ControlPlane
@@ -83,6 +85,38 @@ def test_dry_run_of_a_pending_replace_is_pending_not_ready(
     rows = _rows(broken.stdout)
     assert rows["taken"].endswith("ConfigMapConflict")
     assert rows["imm"].endswith("Pending (then Ready)")
+
+
+def test_dry_run_names_the_revision_a_change_would_create(
+    kube: KubeClient, namespace: str, kubeconfig: str
+) -> None:
+    """Issue 36: with ``spec.revisions`` the dry run names the revision ConfigMap it
+    would create, creates none, and the real run then creates that one."""
+    spec: dict[str, Any] = {"configMapName": "rev-conf", "revisions": {"enabled": True}}
+    kube.create(CONFIGBUNDLES, namespace, bundle("rev", {**spec, "data": {"a": "1"}}))
+    first = run_cli(kubeconfig, "--once", f"--namespace={namespace}")
+    assert first.returncode == 0, first.stdout + first.stderr
+    set_spec(kube, namespace, "rev", {**spec, "data": {"a": "2"}})
+    revision = revision_name("rev-conf", content_hash({"a": "2"}, {}))
+
+    def names() -> set[str]:
+        return {cm["metadata"]["name"] for cm in kube.list(CONFIGMAPS, namespace)["items"]}
+
+    before = names()
+    dry = run_cli(kubeconfig, "--once", "--dry-run", f"--namespace={namespace}")
+    assert dry.returncode == 3, dry.stdout + dry.stderr
+    assert f"# {namespace}/rev: would create revision {revision}; would update" in dry.stdout
+    as_json = run_cli(
+        kubeconfig, "--once", "--dry-run", "--output=json", f"--namespace={namespace}"
+    )
+    (row,) = json.loads(as_json.stdout)
+    assert row["wouldCreateRevision"] == revision
+    assert names() == before
+    assert revision not in before
+
+    assert run_cli(kubeconfig, "--once", f"--namespace={namespace}").returncode == 0
+    assert names() == before | {revision}
+    assert kube.get(CONFIGBUNDLES, namespace, "rev")["status"]["revision"] == revision
 
 
 def test_dry_run_diff_of_a_huge_one_line_value_is_bounded(

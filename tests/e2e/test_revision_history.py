@@ -34,7 +34,8 @@ from cbop.rollout import ANNOTATION_CONFIG_HASH, LABEL_ROLLOUT
 from cbop_testing.envtest import ControlPlane
 
 from .harness import Operator, bundle, set_spec, wait_for
-from .revisions import PODS, configmap_volumes, install_pin_policy
+from .pinpolicy import create_pod
+from .revisions import configmap_volumes, install_pin_policy
 
 NAMESPACE = "revision-history-e2e"
 #: A namespace without cbop's pins (no bundle with revisions there).
@@ -75,9 +76,16 @@ def _revision(data: dict[str, str], plain: str = "web-conf") -> str:
     return revision_name(plain, content_hash(data, {}))
 
 
-def _deployment(name: str = "web", plain: str = "web-conf") -> dict[str, Any]:
+def _deployment(
+    name: str = "web", plain: str = "web-conf", *, every_kind: bool = False
+) -> dict[str, Any]:
+    """A Deployment of no replicas whose template mounts ``plain`` (and ``not-cbops``).
+
+    With ``every_kind`` it also reads ``plain`` through ``envFrom``, ``env``, a
+    projected volume and an init container's ``env``.
+    """
     labels = {"app": name}
-    return {
+    deployment: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": name, "labels": {LABEL_ROLLOUT: "true"}},
@@ -103,6 +111,16 @@ def _deployment(name: str = "web", plain: str = "web-conf") -> dict[str, Any]:
             },
         },
     }
+    if every_kind:
+        spec: dict[str, Any] = deployment["spec"]["template"]["spec"]
+        ref = {"valueFrom": {"configMapKeyRef": {"name": plain, "key": "v"}}}
+        spec["containers"][0]["envFrom"] = [{"configMapRef": {"name": plain}}]
+        spec["containers"][0]["env"] = [{"name": "V", **ref}, {"name": "W", "value": plain}]
+        spec["initContainers"] = [{"name": "init", "image": "registry.invalid/app:1"}]
+        spec["initContainers"][0]["env"] = [{"name": "V", **ref}]
+        projected = {"sources": [{"configMap": {"name": plain}}, {"secret": {"name": plain}}]}
+        spec["volumes"].append({"name": "proj", "projected": projected})
+    return deployment
 
 
 def _replicaset_for(kube: KubeClient, data: dict[str, str]) -> dict[str, Any] | None:
@@ -202,13 +220,7 @@ def test_history_holds_revisions_until_its_limit_drops_them(
 
 def _pod(kube: KubeClient, namespace: str, template: dict[str, Any]) -> dict[str, Any]:
     """Create a pod of ``template`` (as a ReplicaSet would) in ``namespace``; return it."""
-    body = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {**template["metadata"], "generateName": "pinned-"},
-        "spec": template["spec"],
-    }
-    return dict(kube.create(PODS, namespace, body))
+    return create_pod(kube, namespace, template["metadata"], template["spec"])
 
 
 @pytest.fixture
@@ -225,7 +237,7 @@ def test_a_new_pod_of_a_pinned_template_reads_its_revision(
     d1, d2 = {"v": "1"}, {"v": "2"}
     kube.create(CONFIGBUNDLES, NAMESPACE, bundle("api", {**spec, "data": d1}))
     wait_for(lambda: _owners(kube, _revision(d1, "api-conf")) is not None, WAIT, message="d1")
-    kube.create(DEPLOYMENTS, NAMESPACE, _deployment("api", "api-conf"))
+    kube.create(DEPLOYMENTS, NAMESPACE, _deployment("api", "api-conf", every_kind=True))
     wait_for(
         lambda: (
             "cbop.dev/config-baseline"
@@ -249,7 +261,20 @@ def test_a_new_pod_of_a_pinned_template_reads_its_revision(
         return pod if configmap_volumes(pod)["conf"] != "api-conf" else None
 
     pinned: dict[str, Any] = wait_for(pinned_pod, WAIT, message="a pod pinned")
-    assert configmap_volumes(pinned) == {"conf": _revision(d2, "api-conf"), "other": "not-cbops"}
+    revision = _revision(d2, "api-conf")
+    assert configmap_volumes(pinned) == {"conf": revision, "other": "not-cbops"}
+    # And in every other kind of reference the template has (tests/e2e/test_pin_policy.py
+    # checks each kind and the fields around it).
+    app, init = pinned["spec"]["containers"][0], pinned["spec"]["initContainers"][0]
+    assert app["envFrom"] == [{"configMapRef": {"name": revision}}]
+    ref = {"valueFrom": {"configMapKeyRef": {"name": revision, "key": "v"}}}
+    assert app["env"] == [{"name": "V", **ref}, {"name": "W", "value": "api-conf"}]
+    assert init["env"] == [{"name": "V", **ref}]
+    projected = next(v for v in pinned["spec"]["volumes"] if v["name"] == "proj")["projected"]
+    assert projected["sources"] == [
+        {"configMap": {"name": revision}},
+        {"secret": {"name": "api-conf"}},
+    ]
     # The rest of the pod is as its template wrote it.
     assert (
         pinned["metadata"]["annotations"][ANNOTATION_CONFIG_HASH]

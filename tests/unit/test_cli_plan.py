@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 import structlog
 
-from cbop.api import Reason
+from cbop.api import Reason, content_hash
+from cbop.api.revisions import revision_name
 from cbop.cli import build_parser, run_once
 from cbop.cli.once import _table
 from cbop.cli.plan import (
@@ -354,6 +355,31 @@ def test_run_once_prints_the_plan_and_writes_nothing(changed: FakeKube) -> None:
 
     code, table = _run_once(changed)
     assert "# would roll: Deployment/web" in table
+
+
+def test_run_once_names_the_revision_a_change_would_create(changed: FakeKube) -> None:
+    app = changed.tracker.get(CONFIGBUNDLES, "demo", "app")
+    app["spec"]["revisions"] = {"enabled": True}
+    changed.tracker.update(CONFIGBUNDLES, "demo", "app", app)
+    revision = revision_name("app", content_hash({"a": "2"}, {}))
+    changed.clear_actions()
+    code, out = _run_once(changed, "--output=json")
+    assert code == 3
+    (row,) = json.loads(out)
+    assert row["wouldCreateRevision"] == revision
+    assert row["message"].startswith(f"would create revision {revision}; would update")
+    assert row["wouldRoll"] == [{"kind": "Deployment", "name": "web"}]
+    assert all(a.options.get("dry_run") for a in changed.write_actions())
+    assert all(a.name != revision for a in changed.actions)
+    code, table = _run_once(changed)
+    assert f"# demo/app: would create revision {revision}; would update ConfigMap app" in table
+
+
+def test_run_once_names_no_revision_without_revisions(changed: FakeKube) -> None:
+    _, out = _run_once(changed, "--output=json")
+    (row,) = json.loads(out)
+    assert row["wouldCreateRevision"] is None
+    assert "revision" not in row["message"]
 
 
 def test_run_once_without_rollouts_lists_no_workloads(changed: FakeKube) -> None:

@@ -8,13 +8,22 @@ manifest's.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from cbop.api.revisions import PARAMS_NAME, PINS_KEY_DIGITS, pins_key
+from cbop.api.revisions import (
+    PARAMS_NAME,
+    PINS_KEY_DIGITS,
+    REVISION_HASH_DIGITS,
+    parse_pins,
+    pins_key,
+    pins_value,
+    revision_name,
+)
 from cbop.rollout import ANNOTATION_CONFIG_HASH
 
 REPO = Path(__file__).parents[2]
@@ -70,3 +79,118 @@ def test_the_policy_reads_the_pins_cbop_writes() -> None:
 def _expressions(policy: dict[str, Any]) -> list[dict[str, Any]]:
     spec = policy["spec"]
     return [*spec["matchConditions"], *spec["variables"]]
+
+
+def _mutations(policy: dict[str, Any]) -> list[str]:
+    """The JSONPatch expressions of ``policy``, whitespace collapsed."""
+    out = []
+    for mutation in policy["spec"]["mutations"]:
+        assert mutation["patchType"] == "JSONPatch"
+        out.append(re.sub(r"\s+", " ", mutation["jsonPatch"]["expression"]).strip())
+    return out
+
+
+def _patches(expression: str) -> list[tuple[str, str, str]]:
+    """(op, path with ``{i}``, ``{j}`` for indexes, value) of each JSONPatch in ``expression``."""
+    found = []
+    for op, path, value in re.findall(
+        r"JSONPatch\{ op: '(\w+)', path: (.*?), value: (.*?)\}", expression
+    ):
+        flat = re.sub(r"' \+ string\((\w)\) \+ '", r"{\1}", path.replace("' + '", ""))
+        found.append((op, flat.strip("'").replace("' '", ""), value))
+    return found
+
+
+#: Every place a new pod names a ConfigMap (ephemeral containers are never in a CREATE),
+#: and the field the name is read from.
+_REFERENCES = {
+    "/spec/volumes/{i}/configMap/name": "v.configMap.name",
+    "/spec/volumes/{i}/projected/sources/{j}/configMap/name": "s.configMap.name",
+    "/spec/containers/{i}/envFrom/{j}/configMapRef/name": "e.configMapRef.name",
+    "/spec/containers/{i}/env/{j}/valueFrom/configMapKeyRef/name": (
+        "e.valueFrom.configMapKeyRef.name"
+    ),
+    "/spec/initContainers/{i}/envFrom/{j}/configMapRef/name": "e.configMapRef.name",
+    "/spec/initContainers/{i}/env/{j}/valueFrom/configMapKeyRef/name": (
+        "e.valueFrom.configMapKeyRef.name"
+    ),
+}
+
+
+def test_the_policy_replaces_the_name_of_every_kind_of_reference_and_nothing_else() -> None:
+    policy, _ = _manifest()
+    patches = [p for expression in _mutations(policy) for p in _patches(expression)]
+    assert {path: value for _, path, value in patches} == {
+        path: f"variables.pins[{field}]" for path, field in _REFERENCES.items()
+    }
+    assert len(patches) == len(_REFERENCES)
+    # Only replaces of a name that is there: no entry is added, moved or removed.
+    assert {op for op, _, _ in patches} == {"replace"}
+    # Each name is replaced only when the pins have it, and read where it is replaced.
+    for expression in _mutations(policy):
+        for _, _, value in _patches(expression):
+            field = value.removeprefix("variables.pins[").removesuffix("]")
+            assert f"{field} in variables.pins" in expression
+            assert f"has({field})" in expression
+
+
+def test_init_containers_are_pinned_as_containers_are() -> None:
+    policy, _ = _manifest()
+    volumes, containers, init = _mutations(policy)
+    assert "initContainers" not in containers
+    assert "containers" not in volumes
+    as_init = containers.replace("containers", "initContainers")
+    assert init == f"has(object.spec.initContainers) ? {as_init} : []"
+
+
+def test_pods_that_read_configmaps_only_through_env_or_projections_are_matched() -> None:
+    policy, _ = _manifest()
+    condition = next(
+        re.sub(r"\s+", " ", c["expression"])
+        for c in policy["spec"]["matchConditions"]
+        if c["name"] == "reads-configmaps"
+    )
+    for reads in (
+        "has(v.configMap)",
+        "has(v.projected)",
+        "object.spec.containers.exists(c, has(c.envFrom) || has(c.env))",
+        "object.spec.initContainers.exists(c, has(c.envFrom) || has(c.env))",
+    ):
+        assert reads in condition
+
+
+def _pins_expression(policy: dict[str, Any]) -> str:
+    variables = {
+        v["name"]: re.sub(r"\s+", " ", v["expression"]) for v in policy["spec"]["variables"]
+    }
+    return variables["lines"] + " " + variables["pins"]
+
+
+def test_the_policy_reads_an_entry_as_cbop_writes_and_parses_it() -> None:
+    policy, _ = _manifest()
+    cel = _pins_expression(policy)
+    # Lines split on newline, trimmed, the plain name before the first "=".
+    assert ".split('\\n').map(l, l.trim()).filter(l, l.indexOf('=') > 0)" in cel
+    # Of lines naming the same ConfigMap, the last counts (as parse_pins).
+    assert "variables.lines.all(k, m, k <= i || !m.startsWith(" in cel
+    assert parse_pins("a=a-0000000000\na=a-1111111111\n") == {"a": "a-1111111111"}
+    # A line counts when its revision is "<plain>-" and the suffix revision_name adds.
+    suffix = re.search(r"\.matches\('(.*?)'\)", cel)
+    assert suffix is not None
+    hex_digits = "0123456789abcdef" * 4
+    pins = {"web-conf": revision_name("web-conf", "sha256:" + hex_digits), "a.b": "a.b-" + "f" * 10}
+    for line in pins_value(pins).splitlines():
+        plain, _, revision = line.partition("=")
+        assert revision.startswith(plain + "-")
+        assert re.fullmatch(suffix.group(1), revision[len(plain) + 1 :])
+        assert len(revision) == len(plain) + 1 + REVISION_HASH_DIGITS
+    assert parse_pins(pins_value(pins)) == pins
+    assert not re.fullmatch(suffix.group(1), "f" * (REVISION_HASH_DIGITS + 1))
+    assert not re.fullmatch(suffix.group(1), "F" * REVISION_HASH_DIGITS)
+
+
+def test_the_policy_does_not_mutate_what_a_pod_create_lacks() -> None:
+    policy, _ = _manifest()
+    text = " ".join(_mutations(policy)) + json.dumps(policy["spec"]["matchConditions"])
+    assert "ephemeralContainers" not in text  # never set at CREATE
+    assert policy["spec"]["reinvocationPolicy"] == "Never"

@@ -44,7 +44,7 @@ def rev(data: dict[str, str], name: str = "app") -> str:
 class World:
     """A fake API server and one reconciler whose caches follow it."""
 
-    def __init__(self, spec: dict[str, Any], **kw: Any) -> None:
+    def __init__(self, spec: dict[str, Any], *, dry_run: bool = False, **kw: Any) -> None:
         # The server's clock (creationTimestamp): stepped between changes.
         self.clock = FakeClock(1_767_225_600.0)
         self.kube = FakeKube(ObjectTracker(now=self.clock.now))
@@ -64,6 +64,7 @@ class World:
             configmaps=self.configmaps,
             recorder=self.recorder,
             now=lambda: NOW,
+            dry_run=dry_run,
         )
         self.key = f"demo/{kw.get('name', 'app')}"
 
@@ -351,3 +352,91 @@ def test_the_plain_configmap_is_never_taken_for_a_revision() -> None:
     assert w.configmap_names() == sorted(["app", rev({"a": "2"})])
     refs = w.configmap("app")["metadata"]["ownerReferences"]
     assert [r["controller"] for r in refs] == [True]
+
+
+# ---------------------------------------------------------------- dry runs
+
+
+def dry_run_of(w: World) -> World:
+    """A dry-run reconciler on ``w``'s fake API server (its objects as they are)."""
+    dry = World({}, dry_run=True)
+    dry.kube = w.kube
+    dry.reconciler = Reconciler(
+        client=w.kube,
+        bundles=dry.bundles,
+        configmaps=dry.configmaps,
+        now=lambda: NOW,
+        dry_run=True,
+    )
+    return dry
+
+
+def test_a_dry_run_names_the_revision_a_new_bundle_would_create_and_creates_none() -> None:
+    w = World({"data": {"a": "1"}, "revisions": ON}, dry_run=True)
+    w.reconcile()
+    assert w.result.new_revision == rev({"a": "1"})
+    assert w.result.pending
+    assert w.result.message.startswith(
+        f"would create revision {rev({'a': '1'})}; would create ConfigMap app (1 keys, "
+    )
+    assert w.result.message.endswith("; the bundle would then be Ready")
+    assert [(a.verb, a.name, a.options.get("dry_run")) for a in w.kube.write_actions()] == [
+        ("create", "app", True)  # the plain ConfigMap, with dryRun=All; no revision
+    ]
+    assert w.configmap_names() == []
+
+
+def test_a_dry_run_of_a_change_names_the_new_revision() -> None:
+    w = World({"data": {"a": "1"}, "revisions": ON})
+    w.settle()
+    w.set_spec({"data": {"a": "2"}, "revisions": ON})
+    dry = dry_run_of(w)
+    dry.reconcile()
+    assert dry.result.new_revision == rev({"a": "2"})
+    assert dry.result.message.startswith(f"would create revision {rev({'a': '2'})}; would update")
+    assert rev({"a": "2"}) not in w.configmap_names()
+
+
+def test_a_dry_run_of_turning_revisions_on_is_pending_for_the_revision_alone() -> None:
+    w = World({"data": {"a": "1"}})
+    w.settle()
+    w.set_spec({"data": {"a": "1"}, "revisions": ON})
+    dry = dry_run_of(w)
+    dry.reconcile()
+    assert dry.result.action is Action.NONE
+    assert dry.result.pending
+    assert dry.result.new_revision == rev({"a": "1"})
+    assert dry.result.message == (
+        f"would create revision {rev({'a': '1'})}; the bundle would then be Ready"
+    )
+
+
+def test_a_dry_run_of_a_revert_or_without_revisions_names_none() -> None:
+    w = World({"data": {"a": "1"}, "revisions": ON})
+    w.settle()
+    w.set_spec({"data": {"a": "2"}, "revisions": ON})
+    w.settle()
+    w.set_spec({"data": {"a": "1"}, "revisions": ON})  # its revision exists
+    dry = dry_run_of(w)
+    dry.reconcile()
+    assert dry.result.pending
+    assert dry.result.new_revision is None
+    assert "revision" not in dry.result.message
+    w.set_spec({"data": {"a": "3"}})
+    dry.reconcile()
+    assert dry.result.pending
+    assert dry.result.new_revision is None
+
+
+def test_a_dry_run_says_what_a_revision_problem_would_make_the_bundle() -> None:
+    taken = World({"data": {"a": "1"}, "revisions": ON}, dry_run=True)
+    taken.kube.tracker.add(
+        CONFIGMAPS, {"metadata": {"name": rev({"a": "1"}), "namespace": "demo"}, "data": {}}
+    )
+    taken.reconcile()
+    assert taken.result.new_revision is None
+    assert taken.result.message.endswith("the bundle would then be ConfigMapConflict")
+    long_name = World({"data": {"a": "1"}, "revisions": ON}, dry_run=True, name="b" * 250)
+    long_name.reconcile()
+    assert long_name.result.new_revision is None
+    assert long_name.result.message.endswith("the bundle would then be InvalidSpec")

@@ -95,7 +95,7 @@ def run_once(args: argparse.Namespace, client: KubeClient) -> int:
                 "ready": r.ready,
                 "reason": r.reason.value if r.reason else None,
                 "message": r.message,
-                **({"diff": r.diff} if args.dry_run else {}),
+                **({"diff": r.diff, "wouldCreateRevision": r.new_revision} if args.dry_run else {}),
                 **(_plan_json(plans.get(r.key)) if plans is not None else {}),
             }
             for r in results

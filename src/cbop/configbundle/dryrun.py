@@ -17,17 +17,25 @@ __all__ = ["dry_run_account"]
 
 
 def dry_run_account(
-    decision: Decision, message: str, stale: Sequence[str], after: str
+    decision: Decision,
+    message: str,
+    stale: Sequence[str],
+    after: str,
+    revision: str | None = None,
 ) -> tuple[str, bool]:
     """For a dry run: the result's message and whether a write is pending.
 
     ``message`` is the outcome's own message, ``stale`` the ConfigMaps that would be
-    deleted, ``after`` the Ready word or reason the bundle would then have.
+    deleted, ``after`` the Ready word or reason the bundle would then have, ``revision``
+    the revision ConfigMap the reconcile would create (``spec.revisions``), or None.
 
-    The message says what would be written and what the bundle would then be; it never
-    says that the ConfigMap matches when a write is pending.
+    The message says what would be written, in the order it would be (a revision
+    before the ConfigMap it is a revision of), and what the bundle would then be; it
+    never says that the ConfigMap matches when a write is pending.
     """
     pending: list[str] = []
+    if revision is not None:
+        pending.append(f"would create revision {revision}")
     desired = decision.desired
     if decision.action in (Action.CREATE, Action.UPDATE, Action.REPLACE) and desired is not None:
         keys = len(desired.data) + len(desired.binary_data)

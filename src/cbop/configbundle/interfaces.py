@@ -82,6 +82,8 @@ class Result:
             ConfigMap as the reconcile would write it (its request body: labels, owner
             reference, ``data`` and ``binaryData``), else None. Never mutated; left out
             of comparisons. ``cbop --once --dry-run`` plans the rollouts with it.
+        new_revision: for dry runs, the revision ConfigMap (``spec.revisions``) the
+            reconcile would create, ``<configMapName>-<10 hex digits>``, else None.
     """
 
     key: str
@@ -94,3 +96,4 @@ class Result:
     diff: str = ""
     pending: bool = False
     written: Mapping[str, Any] | None = field(default=None, compare=False)
+    new_revision: str | None = None

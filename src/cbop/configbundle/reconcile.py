@@ -389,7 +389,9 @@ class Reconciler(ConfigMapWrites, FinalizerWrites, RevisionWrites):
         if self._dry_run:
             diff = configmap_diff(current, decision.body) if decision.body is not None else ""
             after = "Ready" if ready == "True" else reason.value
-            message, pending = dry_run_account(decision, message, stale, after)
+            message, pending = dry_run_account(
+                decision, message, stale, after, revision.would_create
+            )
         if not isinstance(spec, BundleSpec) and decision.action is not Action.INVALID:
             # A bug, not bad input: the decision acted on a spec that did not parse.
             raise RuntimeError(f"decided {decision.action.value} for an invalid spec of {key}")
@@ -417,6 +419,7 @@ class Reconciler(ConfigMapWrites, FinalizerWrites, RevisionWrites):
             diff=diff,
             pending=pending,
             written=decision.body if pending and decision.action in _WRITES else None,
+            new_revision=revision.would_create,
         )
         if (
             decision.action is Action.NONE

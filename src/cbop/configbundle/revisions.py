@@ -94,12 +94,15 @@ class RevisionOutcome:
         wrote: whether a revision was created, updated or deleted.
         recheck: seconds until the bundle is looked at again for ``problem`` (a name
             taken by a ConfigMap cbop may not watch), or None.
+        would_create: for a dry run, the name of the revision the reconcile would
+            create (none of that name in the cache), else None.
     """
 
     status: str | EllipsisType | None = KEEP_REVISION
     problem: tuple[Reason, str] | None = None
     wrote: bool = False
     recheck: float | None = None
+    would_create: str | None = None
 
     def applied_to(
         self, ready: ConditionStatus, reason: Reason, message: str, requeue: float | None
@@ -283,8 +286,10 @@ class RevisionWrites(ReconcileReports):
         Raises:
             ApiError, ConnectionFailed: a write failed in a way a retry may fix.
         """
-        if self._dry_run or decision.action not in _KEPT or decision.desired is None:
+        if decision.action not in _KEPT or decision.desired is None:
             return RevisionOutcome()
+        if self._dry_run:
+            return self._planned_revision(bundle, decision.desired)
         try:
             revisions = parse_revisions(bundle)
         except SpecError as err:
@@ -321,20 +326,50 @@ class RevisionWrites(ReconcileReports):
                 if current is None:
                     raise
         if not _is_revision_of(current, desired, _bundle_label(bundle, desired)):
-            return RevisionOutcome(
-                status=None,
-                problem=(
-                    Reason.CONFIGMAP_CONFLICT,
-                    f"ConfigMap {name}, the name of the revision of {desired.content_hash}, "
-                    "exists and is not that revision of this ConfigBundle; cbop will not "
-                    "modify it. Delete it, or choose another spec.configMapName",
-                ),
-                recheck=self._conflict_recheck,
-            )
+            return self._taken(desired, name)
         if not _owned_by(current, bundle):
             wrote = self._own_again(bundle, current)
         collected = self._collect(bundle, desired, name, revisions.keep)
         return RevisionOutcome(status=name, wrote=wrote or collected)
+
+    def _planned_revision(
+        self, bundle: Mapping[str, Any], desired: DesiredConfigMap
+    ) -> RevisionOutcome:
+        """For a dry run: what :meth:`_keep_revision` would find, without writing.
+
+        Returns:
+            ``would_create`` set to the revision's name when no ConfigMap of that name
+            is in the cache; the ``problem`` the reconcile would report (a name too
+            long for the suffix, the name taken by a ConfigMap that is not this
+            bundle's revision of the content); else nothing. A dry run writes no
+            status, so ``status`` is not used.
+        """
+        try:
+            revisions = parse_revisions(bundle)
+        except SpecError as err:
+            return RevisionOutcome(problem=(err.reason, err.message))
+        if not revisions.enabled:
+            return RevisionOutcome()
+        name = revision_name(desired.name, desired.content_hash)
+        current = self._configmaps.get(desired.namespace, name)
+        if current is None:
+            return RevisionOutcome(would_create=name)
+        if not _is_revision_of(current, desired, _bundle_label(bundle, desired)):
+            return self._taken(desired, name)
+        return RevisionOutcome()
+
+    def _taken(self, desired: DesiredConfigMap, name: str) -> RevisionOutcome:
+        """Return the outcome when ConfigMap ``name`` exists and is not this revision."""
+        return RevisionOutcome(
+            status=None,
+            problem=(
+                Reason.CONFIGMAP_CONFLICT,
+                f"ConfigMap {name}, the name of the revision of {desired.content_hash}, "
+                "exists and is not that revision of this ConfigBundle; cbop will not "
+                "modify it. Delete it, or choose another spec.configMapName",
+            ),
+            recheck=self._conflict_recheck,
+        )
 
     def _collect(
         self, bundle: Mapping[str, Any], desired: DesiredConfigMap, current: str, keep: int
