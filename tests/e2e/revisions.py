@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -23,23 +22,7 @@ from cbop.kube import CONFIGMAPS, NAMESPACES, ApiError, KubeClient, Resource
 from cbop.rollout import ANNOTATION_CONFIG_HASH
 
 from .harness import wait_for
-
-POLICY_FILE = Path(__file__).parents[2] / "manifests/revisions/pin_revisions.yaml"
-PODS = Resource("", "v1", "pods", "Pod")
-POLICIES = Resource(
-    "admissionregistration.k8s.io",
-    "v1",
-    "mutatingadmissionpolicies",
-    "MutatingAdmissionPolicy",
-    namespaced=False,
-)
-BINDINGS = Resource(
-    "admissionregistration.k8s.io",
-    "v1",
-    "mutatingadmissionpolicybindings",
-    "MutatingAdmissionPolicyBinding",
-    namespaced=False,
-)
+from .pinpolicy import BINDINGS, PODS, POLICIES, POLICY_FILE
 
 
 def _policy_docs() -> list[dict[str, Any]]:

@@ -30,8 +30,8 @@ from cbop.rollout import ANNOTATION_CONFIG_HASH, FIELD_MANAGER, LABEL_CONFIG_BAS
 from cbop_testing.envtest import ControlPlane
 
 from .harness import Operator, apiserver_writes, bundle, events, set_spec, wait_for
+from .pinpolicy import PODS
 from .revisions import (
-    PODS,
     configmap_volumes,
     install_pin_policy,
     pods_by_replicaset,
