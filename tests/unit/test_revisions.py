@@ -11,9 +11,14 @@ import datetime
 from typing import Any
 
 from cbop.api import content_hash
-from cbop.api.revisions import LABEL_REVISION_OF, revision_name
+from cbop.api.revisions import LABEL_REVISION_OF, PARAMS_NAME, revision_name
 from cbop.configbundle import Action, Reconciler
-from cbop.configbundle.revisions import REVISION_OF_INDEX, index_by_revision_of, revision_owners
+from cbop.configbundle.revisions import (
+    REVISION_OF_INDEX,
+    index_by_revision_of,
+    revision_owners,
+    revisions_pinned_by,
+)
 from cbop.informers import CONTROLLER_UID_INDEX, index_by_controller_uid
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS
 from cbop.runtime.events import EventRecorder
@@ -351,3 +356,71 @@ def test_the_plain_configmap_is_never_taken_for_a_revision() -> None:
     assert w.configmap_names() == sorted(["app", rev({"a": "2"})])
     refs = w.configmap("app")["metadata"]["ownerReferences"]
     assert [r["controller"] for r in refs] == [True]
+
+
+def pins(w: World, entries: dict[str, str] | None) -> None:
+    """Make the namespace's pins ConfigMap hold ``entries`` (None: delete it)."""
+    if entries is None:
+        w.kube.tracker.delete(CONFIGMAPS, "demo", PARAMS_NAME)
+        return
+    w.kube.tracker.add(
+        CONFIGMAPS,
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": PARAMS_NAME,
+                "namespace": "demo",
+                "labels": {"app.kubernetes.io/managed-by": "cbop"},
+            },
+            "data": entries,
+        },
+    )
+
+
+def test_a_revision_the_pins_name_is_never_let_go_and_is_collected_once_unnamed() -> None:
+    # keep 1, and a template pinned to the first revision whose ReplicaSet has no owner
+    # reference on it yet: two content changes must not delete it.
+    keep1 = {"enabled": True, "keep": 1}
+    w = World({"data": {"a": "1"}, "revisions": keep1})
+    w.settle()
+    pins(w, {"a" * 40: f"app={rev({'a': '1'})}\n", "b" * 40: "other=other-0123456789\n"})
+    w.set_spec({"data": {"a": "2"}, "revisions": keep1})
+    w.settle()
+    w.set_spec({"data": {"a": "3"}, "revisions": keep1})
+    w.settle()
+    assert rev({"a": "1"}) in w.configmap_names()
+    assert [r["uid"] for r in w.configmap(rev({"a": "1"}))["metadata"]["ownerReferences"]] == [UID]
+    assert rev({"a": "2"}) not in w.configmap_names()  # not pinned: collected as before
+    # The pins' change wakes the bundle (the old object's entries are mapped too)...
+    old = w.configmap(PARAMS_NAME)
+    pins(w, {"b" * 40: "other=other-0123456789\n"})
+    mapper = revisions_pinned_by(w.configmaps)
+    w.configmaps.sync(w.kube.tracker, CONFIGMAPS)
+    assert mapper(old) == ["demo/app"]
+    assert mapper(w.configmap(PARAMS_NAME)) == []
+    assert mapper(w.configmap("app")) == []
+    # ... and its reconcile, past the no-op fast path, deletes the revision unnamed now.
+    assert w.reconcile() == [("delete", "configmaps", rev({"a": "1"}))]
+    assert w.reconcile() == []
+    assert w.configmap_names() == sorted(["app", PARAMS_NAME, rev({"a": "3"})])
+
+
+def test_a_pinned_revision_with_other_owners_keeps_the_bundle_reference() -> None:
+    keep1 = {"enabled": True, "keep": 1}
+    w = World({"data": {"a": "1"}, "revisions": keep1})
+    w.settle()
+    first = w.configmap(rev({"a": "1"}))
+    replicaset = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-1", "uid": "rs-1"}
+    first["metadata"]["ownerReferences"].append(replicaset)
+    w.kube.tracker.add(CONFIGMAPS, first)
+    pins(w, {"a" * 40: f"app={rev({'a': '1'})}\n"})
+    w.set_spec({"data": {"a": "2"}, "revisions": keep1})
+    w.settle()
+    assert [r["uid"] for r in w.configmap(rev({"a": "1"}))["metadata"]["ownerReferences"]] == [
+        UID,
+        "rs-1",
+    ]
+    pins(w, None)
+    assert w.reconcile() == [("update", "configmaps", rev({"a": "1"}))]
+    assert w.configmap(rev({"a": "1"}))["metadata"]["ownerReferences"] == [replicaset]

@@ -18,7 +18,11 @@ It owns three decisions and nothing else:
   released; a source ConfigMap event (created, changed, deleted, labelled or
   unlabelled) the keys of the bundles that read it (:func:`bundles_reading`, through
   the :data:`SOURCE_INDEX` index: no GET, also for sources that do not exist yet);
-  and after a restart the listed bundles that are not converged
+  a revision's event the bundles its owner references name
+  (:func:`cbop.configbundle.revisions.revision_owners`), and the pins ConfigMap's the
+  bundles holding the revisions it names, or named before the update
+  (:func:`cbop.configbundle.revisions.revisions_pinned_by`); and after a restart the
+  listed bundles that are not converged
   (:func:`cbop.configbundle.status.is_converged`) go ahead of those that are;
 - **its reconciler**: :class:`cbop.configbundle.Reconciler`, built with the manager's
   (fenced) client and the shared listers.
@@ -35,7 +39,12 @@ from typing import Any, Final
 from cbop.api import MANAGED_SELECTOR, SOURCE_SELECTOR, config_map_name_of
 from cbop.configbundle import Reconciler, Requeue, Result
 from cbop.configbundle.interfaces import Client, Observer
-from cbop.configbundle.revisions import REVISION_OF_INDEX, index_by_revision_of, revision_owners
+from cbop.configbundle.revisions import (
+    REVISION_OF_INDEX,
+    index_by_revision_of,
+    revision_owners,
+    revisions_pinned_by,
+)
 from cbop.configbundle.status import is_converged
 from cbop.informers import (
     IndexFunc,
@@ -219,12 +228,14 @@ def setup(
         manager.client, manager.informers, recorder=recorder, observer=observer
     )
     bundles = manager.lister(CONFIGBUNDLES, indexers=_BUNDLE_INDEXERS)
+    configmaps = manager.lister(CONFIGMAPS, label_selector=MANAGED_SELECTOR)
     return (
         Builder(manager, CONTROLLER_NAME)
         .for_(CONFIGBUNDLES, converged=is_converged)
         .owns(CONFIGMAPS, label_selector=MANAGED_SELECTOR)
         .watches(CONFIGMAPS, bundles_naming(bundles), label_selector=MANAGED_SELECTOR)
         .watches(CONFIGMAPS, revision_owners, label_selector=MANAGED_SELECTOR)
+        .watches(CONFIGMAPS, revisions_pinned_by(configmaps), label_selector=MANAGED_SELECTOR)
         .watches(CONFIGMAPS, bundles_reading(bundles), label_selector=SOURCE_SELECTOR, whole=True)
         .with_options(workers=workers, priority_queue=priority_queue)
         .complete(reconciler)
