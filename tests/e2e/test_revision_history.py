@@ -6,8 +6,9 @@ and one cbop process with ``--rollout``. A Deployment with ``revisionHistoryLimi
 (and no replicas: no pod needs a node) reads a bundle with revisions and ``keep: 1``.
 Each change makes a new revision and a new ReplicaSet; that ReplicaSet becomes an owner
 of the revision its template was made for. A revision beyond ``keep`` that a ReplicaSet
-in the history still reads stays; once the history limit deletes that ReplicaSet, the
-garbage collector deletes the revision.
+in the history still reads stays, and so does the bundle's hold on it while the pins
+name it; once the history limit deletes that ReplicaSet, its pins entry is dropped
+(``--pins-grace 2``) and the revision collected.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def cbop(
     op = Operator(
         workload_control_plane.kubeconfig_path,
         [NAMESPACE],
-        args=["--rollout", "--resync-period", "2s"],
+        args=["--rollout", "--resync-period", "2s", "--pins-grace", "2"],
         log_path=logs / "cbop.log",
     ).wait_ready(WAIT)
     yield op
@@ -192,29 +193,46 @@ def test_history_holds_revisions_until_its_limit_drops_them(
 
     _change(kube, spec, c2)
     rs2 = _held_by(kube, c2)
+    digest2 = _digest_of(kube, rs2)
     _change(kube, spec, c3)
     rs3 = _held_by(kube, c3)
-    # c2 is beyond keep (1): the bundle lets it go, its ReplicaSet (in the history:
-    # revisionHistoryLimit 1) still holds it.
+    web = str(kube.get(CONFIGBUNDLES, NAMESPACE, "web")["metadata"]["uid"])
+    # c2 is beyond keep (1), but its ReplicaSet (in the history: revisionHistoryLimit 1)
+    # reads it and the pins name it: the bundle keeps its hold too.
     wait_for(
-        lambda: _owners(kube, _revision(c2)) == [("ReplicaSet", rs2)],
+        lambda: _owners(kube, _revision(c2)) == [("ConfigBundle", web), ("ReplicaSet", rs2)],
         WAIT,
-        message="c2's revision held by its ReplicaSet alone",
+        message="c2's revision held by its ReplicaSet and the bundle",
     )
 
     _change(kube, spec, c4)
     _held_by(kube, c4)
-    # The history limit deletes c2's ReplicaSet; the garbage collector, its revision.
+    # The history limit deletes c2's ReplicaSet; cbop drops its pins entry, and the
+    # revision, held by nothing, is collected.
+    wait_for(lambda: pins_key(digest2) not in _pins(kube), WAIT, message="c2's entry dropped")
     wait_for(lambda: _gone(kube, _revision(c2)), WAIT, message="c2's revision collected")
     wait_for(
-        lambda: _owners(kube, _revision(c3)) == [("ReplicaSet", rs3)],
+        lambda: _owners(kube, _revision(c3)) == [("ConfigBundle", web), ("ReplicaSet", rs3)],
         WAIT,
-        message="c3's revision held by its ReplicaSet alone",
+        message="c3's revision held by its ReplicaSet and the bundle",
     )
     assert _gone(kube, _revision(c1))  # beyond keep, never read by a ReplicaSet
     names = {cm["metadata"]["name"] for cm in kube.list(CONFIGMAPS, NAMESPACE)["items"]}
     assert {_revision(c3), _revision(c4)} <= names
     assert _revision(c2) not in names
+    # The entries of the templates in the history stay.
+    assert len(_pins(kube)) == 2
+
+
+def _pins(kube: KubeClient) -> dict[str, str]:
+    return dict(kube.get(CONFIGMAPS, NAMESPACE, PARAMS_NAME).get("data") or {})
+
+
+def _digest_of(kube: KubeClient, uid: str) -> str:
+    for rs in kube.list(REPLICASETS, NAMESPACE)["items"]:
+        if rs["metadata"]["uid"] == uid:
+            return str(rs["spec"]["template"]["metadata"]["annotations"][ANNOTATION_CONFIG_HASH])
+    raise AssertionError(f"no ReplicaSet {uid}")
 
 
 def _pod(kube: KubeClient, namespace: str, template: dict[str, Any]) -> dict[str, Any]:

@@ -136,23 +136,23 @@ def test_more_than_one_shard_without_leader_election_is_a_usage_error(
     ("argv", "size"),
     [
         # The rollout and cluster bundles are on by default: 9 resources watched
-        # (ReplicaSets and ControllerRevisions for revisions), 8 controllers (the
+        # (ReplicaSets and ControllerRevisions for revisions), 9 controllers (the
         # cluster bundles' two counted also where they do not run, under --namespace
         # or --shards, and its status controller's one worker as --workers: a few
         # spare connections).
-        ([], 9 + 8 * 4 + 4),
+        ([], 9 + 9 * 4 + 4),
         (["--no-rollout", "--no-cluster-bundles"], 16),
-        (["--namespace=a", "--namespace=b", "--workers=8"], 9 * 2 + 8 * 8 + 4),
+        (["--namespace=a", "--namespace=b", "--workers=8"], 9 * 2 + 9 * 8 + 4),
         (
             ["--shards=2", "--leader-elect"] + [f"--namespace=n{i}" for i in range(10)],
-            2 * (9 * 10 + 8 * 4) + 4,
+            2 * (9 * 10 + 9 * 4) + 4,
         ),
         (
             ["--shards=3", "--leader-elect", "--no-rollout", "--no-cluster-bundles"]
             + [f"--namespace=n{i}" for i in range(10)],
             3 * (2 * 10 + 4) + 4,
         ),
-        (["--shards=3", "--leader-elect", "--rollout"], 3 * (9 + 8 * 4) + 4),
+        (["--shards=3", "--leader-elect", "--rollout"], 3 * (9 + 9 * 4) + 4),
     ],
 )
 def test_the_connection_pool_holds_every_watch_and_worker_of_every_shard(

@@ -54,6 +54,7 @@ from typing import Any, Final, Literal, Protocol
 import cachetools
 import structlog
 
+from cbop.api.revisions import pins_key
 from cbop.clock import Clock, RealClock
 from cbop.keys import object_key, split_key
 from cbop.kube import ApiError, Resource
@@ -72,7 +73,7 @@ from cbop.rollout.decision import (
     referenced_configmaps,
 )
 from cbop.rollout.index import CONFIGMAP_INDEX, configmap_index_value
-from cbop.rollout.pins import pins_for, write_pins
+from cbop.rollout.pins import PinsGuard, pins_for, write_pins
 from cbop.runtime.ownwrites import OwnWrites
 from cbop.runtime.reconcile import TerminalError
 from cbop.runtime.seams import Client, EventSink, Lister
@@ -255,6 +256,8 @@ class RolloutReconciler:
             never fights a tool that applies the same field: that conflict is reported
             instead (docs/rollout.md).
         controller_name: the ``controller`` field of the log lines.
+        pins_guard: shared with the collection of unreferenced pins entries
+            (:class:`cbop.rollout.pins.PinsGuard`); None: no collection runs.
     """
 
     def __init__(
@@ -270,7 +273,9 @@ class RolloutReconciler:
         field_manager: str = FIELD_MANAGER,
         force: bool = False,
         controller_name: str | None = None,
+        pins_guard: PinsGuard | None = None,
     ) -> None:
+        self._pins_guard = pins_guard
         self._resource = resource
         self._client = client
         self._workloads = workloads
@@ -388,7 +393,12 @@ class RolloutReconciler:
         # The pins before the annotation: no ReplicaSet of the new template exists
         # before its entry does (docs/revisions.md).
         pins = pins_for(self._configmaps, meta["namespace"], decision.configmaps)
-        write_pins(self._client, self._configmaps, meta["namespace"], decision.digest, pins)
+        force = False
+        if pins and self._pins_guard is not None:
+            force = self._pins_guard.pinning(meta["namespace"], pins_key(decision.digest))
+        write_pins(
+            self._client, self._configmaps, meta["namespace"], decision.digest, pins, force=force
+        )
         try:
             try:
                 applied = self._patch(meta, body, force=self._force)
