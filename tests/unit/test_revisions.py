@@ -10,20 +10,31 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+import structlog
+
 from cbop.api import content_hash
 from cbop.api.revisions import LABEL_REVISION_OF, PARAMS_NAME, revision_name
 from cbop.configbundle import Action, Reconciler
+from cbop.configbundle.pinpolicy import PinPolicyCheck
 from cbop.configbundle.revisions import (
+    POLICY_RECHECK,
     REVISION_OF_INDEX,
     index_by_revision_of,
     revision_owners,
     revisions_pinned_by,
 )
 from cbop.informers import CONTROLLER_UID_INDEX, index_by_controller_uid
-from cbop.kube import CONFIGBUNDLES, CONFIGMAPS
+from cbop.kube import (
+    CONFIGBUNDLES,
+    CONFIGMAPS,
+    MUTATINGADMISSIONPOLICIES,
+    MUTATINGADMISSIONPOLICYBINDINGS,
+)
 from cbop.runtime.events import EventRecorder
 from cbop_testing.clock import FakeClock
 from cbop_testing.fakekube import CacheLister, FakeKube, ObjectTracker
+from cbop_testing.fakekube.errors import forbidden
+from cbop_testing.fakekube.reactions import fail
 from cbop_testing.objects import UID, bundle
 
 NOW = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
@@ -49,10 +60,11 @@ def rev(data: dict[str, str], name: str = "app") -> str:
 class World:
     """A fake API server and one reconciler whose caches follow it."""
 
-    def __init__(self, spec: dict[str, Any], **kw: Any) -> None:
+    def __init__(self, spec: dict[str, Any], *, check_policy: bool = False, **kw: Any) -> None:
         # The server's clock (creationTimestamp): stepped between changes.
         self.clock = FakeClock(1_767_225_600.0)
         self.kube = FakeKube(ObjectTracker(now=self.clock.now))
+        self.policy = PinPolicyCheck(self.kube, clock=self.clock) if check_policy else None
         self.kube.tracker.add(CONFIGBUNDLES, bundle(spec, **kw))
         self.bundles = CacheLister(())
         self.configmaps = CacheLister(
@@ -69,6 +81,7 @@ class World:
             configmaps=self.configmaps,
             recorder=self.recorder,
             now=lambda: NOW,
+            pin_policy=self.policy,
         )
         self.key = f"demo/{kw.get('name', 'app')}"
 
@@ -424,3 +437,75 @@ def test_a_pinned_revision_with_other_owners_keeps_the_bundle_reference() -> Non
     pins(w, None)
     assert w.reconcile() == [("update", "configmaps", rev({"a": "1"}))]
     assert w.configmap(rev({"a": "1"}))["metadata"]["ownerReferences"] == [replicaset]
+
+
+def ready_message(w: World) -> str:
+    (ready,) = [c for c in w.bundle()["status"]["conditions"] if c["type"] == "Ready"]
+    assert ready["status"] == "True"
+    return str(ready["message"])
+
+
+def policy_gets(w: World) -> list[str]:
+    return [a.resource for a in w.kube.actions if a.verb == "get" and "mutating" in a.resource]
+
+
+def test_a_missing_pin_policy_is_told_in_the_ready_message_and_logged_once() -> None:
+    w = World({"data": {"a": "1"}, "revisions": ON}, check_policy=True)
+    with structlog.testing.capture_logs() as logs:
+        w.settle()
+        missing = (
+            "MutatingAdmissionPolicy cbop-pin-revisions and "
+            "MutatingAdmissionPolicyBinding cbop-pin-revisions"
+        )
+        assert ready_message(w).endswith(
+            f"; pods are not pointed at revisions: {missing} not installed or not served "
+            "(docs/revisions.md)"
+        )
+        assert w.result.requeue_after == POLICY_RECHECK
+        assert w.result.ready == "True"
+        # Looked at once a minute at most, whatever the reconciles.
+        w.clock.step(30)
+        w.reconcile()
+        assert policy_gets(w) == []
+        # Installed: the sentence goes at the next look.
+        for resource in (MUTATINGADMISSIONPOLICIES, MUTATINGADMISSIONPOLICYBINDINGS):
+            w.kube.tracker.add(resource, {"metadata": {"name": "cbop-pin-revisions"}})
+        w.clock.step(30)
+        assert w.reconcile() == [("patch/status", "configbundles", "app")]
+        assert "revisions" not in ready_message(w)
+        assert w.result.requeue_after is None
+        assert w.reconcile() == []  # steady state, by the no-op fast path
+        # The binding removed: the fast path notices at the next look.
+        w.kube.tracker.delete(MUTATINGADMISSIONPOLICYBINDINGS, None, "cbop-pin-revisions")
+        w.clock.step(60)
+        assert w.reconcile() == [("patch/status", "configbundles", "app")]
+        assert "MutatingAdmissionPolicyBinding cbop-pin-revisions not installed" in (
+            ready_message(w)
+        )
+        assert "MutatingAdmissionPolicy cbop-pin-revisions and" not in ready_message(w)
+    warnings = [e for e in logs if e["event"].startswith("pin policy missing")]
+    assert [e["missing"] for e in warnings] == [
+        missing,
+        "MutatingAdmissionPolicyBinding cbop-pin-revisions",
+    ]
+    assert [e["event"] for e in logs].count(
+        "pin policy installed: new pods are pointed at their revisions"
+    ) == 1
+
+
+def test_a_pin_policy_that_cannot_be_read_or_revisions_off_say_nothing() -> None:
+    w = World({"data": {"a": "1"}, "revisions": ON}, check_policy=True)
+    w.kube.prepend_reactor(
+        "get",
+        "mutatingadmissionpolicies",
+        fail(forbidden(MUTATINGADMISSIONPOLICIES, "get", None)),
+    )
+    w.settle()
+    assert "revisions" not in ready_message(w)
+    assert w.result.requeue_after is None
+    off = World({"data": {"a": "1"}}, check_policy=True)
+    off.kube.prepend_reactor(
+        "get", "mutatingadmissionpolicies", fail(AssertionError("looked without revisions"))
+    )
+    off.settle()
+    assert "revisions" not in ready_message(off)

@@ -28,6 +28,7 @@ __all__ = [
     "MIN_KEEP",
     "PARAMS_NAME",
     "PINS_KEY_DIGITS",
+    "PIN_POLICY_NAME",
     "REVISION_HASH_DIGITS",
     "RevisionsSpec",
     "parse_pins",
@@ -142,6 +143,10 @@ def _is_hex(text: str) -> bool:
 #: the rollout writes before a template annotation and the history and the admission
 #: policy read (docs/revisions.md).
 PARAMS_NAME: Final = "cbop-revisions"
+#: The name of the MutatingAdmissionPolicy that points new pods at their revisions, and
+#: of its binding (manifests/revisions/pin_revisions.yaml, the chart's
+#: ``revisions.pinPods``).
+PIN_POLICY_NAME: Final = "cbop-pin-revisions"
 #: Hex digits of a template digest in a pin's key (as the rollout's baseline label).
 PINS_KEY_DIGITS: Final = 40
 

@@ -55,6 +55,7 @@ from cbop.api.revisions import (
 from cbop.configbundle.decision import Action, Decision
 from cbop.configbundle.desired import JSON, DesiredConfigMap
 from cbop.configbundle.interfaces import Lister
+from cbop.configbundle.pinpolicy import PinPolicyCheck, missing_policy_note
 from cbop.configbundle.report import ReconcileReports
 from cbop.configbundle.status import ConditionStatus
 from cbop.keys import key_of
@@ -64,6 +65,7 @@ log = structlog.get_logger("cbop.configbundle")
 
 __all__ = [
     "KEEP_REVISION",
+    "POLICY_RECHECK",
     "REVISION_OF_INDEX",
     "RevisionOutcome",
     "RevisionWrites",
@@ -82,6 +84,10 @@ _KEPT = frozenset({Action.NONE, Action.CREATE, Action.UPDATE, Action.REPLACE})
 #: The index of the managed-ConfigMap cache that finds a bundle's revisions
 #: (:func:`index_by_revision_of`).
 REVISION_OF_INDEX: Final = "revision-of"
+
+#: Seconds until a bundle whose Ready message says the pin policy is missing is looked
+#: at again (the policy may have been installed meanwhile).
+POLICY_RECHECK: Final = 300.0
 
 #: ``status.revision`` as it is: the reconcile says nothing about revisions.
 KEEP_REVISION: Final[EllipsisType] = ...
@@ -108,14 +114,26 @@ class RevisionOutcome:
     problem: tuple[Reason, str] | None = None
     wrote: bool = False
     recheck: float | None = None
+    note: str | None = None
 
     def applied_to(
         self, ready: ConditionStatus, reason: Reason, message: str, requeue: float | None
     ) -> tuple[ConditionStatus, Reason, str, float | None]:
-        """Return the Ready condition and requeue to report: ``problem`` over a Synced outcome."""
-        if self.problem is None or ready != "True":
+        """Return the Ready condition and requeue to report: ``problem`` over a Synced outcome.
+
+        Without a problem, ``note`` (the pin policy is missing) is added to a ``True``
+        condition's message, which stays ``True``, and the bundle is looked at again
+        within :data:`POLICY_RECHECK` seconds, so the sentence goes once the policy is
+        installed.
+        """
+        if ready != "True":
             return ready, reason, message, requeue
-        return "False", self.problem[0], self.problem[1], self.recheck
+        if self.problem is not None:
+            return "False", self.problem[0], self.problem[1], self.recheck
+        if self.note is not None:
+            recheck = POLICY_RECHECK if requeue is None else min(requeue, POLICY_RECHECK)
+            return ready, reason, f"{message}; {self.note}", recheck
+        return ready, reason, message, requeue
 
 
 def revision_reference(bundle: Mapping[str, Any]) -> JSON:
@@ -225,6 +243,20 @@ def index_by_revision_of(configmap: Mapping[str, Any]) -> list[str]:
     return [key_of(meta.get("namespace"), label)]
 
 
+#: The words of :func:`cbop.configbundle.pinpolicy.missing_policy_note` a Ready message
+#: carries while the pin policy is missing.
+_POLICY_MISSING_MARK: Final = missing_policy_note("").partition(":")[0]
+
+
+def _ready_message(status: Mapping[str, Any]) -> str | None:
+    """Return the message of the Ready condition in ``status``, or None without one."""
+    for condition in status.get("conditions") or ():
+        if isinstance(condition, Mapping) and condition.get("type") == "Ready":
+            message = condition.get("message")
+            return message if isinstance(message, str) else ""
+    return None
+
+
 def _owned_by(configmap: Mapping[str, Any], bundle: Mapping[str, Any]) -> bool:
     uid = bundle["metadata"]["uid"]
     return any(
@@ -309,6 +341,14 @@ class RevisionWrites(ReconcileReports):
     """
 
     _configmaps: Lister
+    _pin_policy: PinPolicyCheck | None
+
+    def _policy_note(self) -> str | None:
+        """Return the Ready message's sentence on a missing pin policy, or None."""
+        if self._pin_policy is None:
+            return None
+        missing = self._pin_policy.missing()
+        return None if missing is None else missing_policy_note(missing)
 
     def _revision_in_place(self, bundle: Mapping[str, Any]) -> bool:
         """Whether the revisions part of a full reconcile would find nothing to do.
@@ -317,11 +357,12 @@ class RevisionWrites(ReconcileReports):
         ``status.revision`` names a ConfigMap missing from the cache (deleted by hand)
         or one without the bundle's owner reference (taken off by hand), when the
         bundle holds a revision it is to let go of (:meth:`_releasable`: one the pins
-        named and name no more), or when revisions are off and ``status.revision`` is
-        still set. Every other change that
-        matters (turning revisions on, new content, another ``keep``) is a spec change,
-        which the fast path already tells by the bundle's resourceVersion. Cache lookups
-        only.
+        named and name no more), when the Ready message does not tell of the pin
+        policy as :class:`cbop.configbundle.pinpolicy.PinPolicyCheck` finds it now, or
+        when revisions are off and ``status.revision`` is still set. Every other change
+        that matters (turning revisions on, new content, another ``keep``) is a spec
+        change, which the fast path already tells by the bundle's resourceVersion. Cache
+        lookups only, but for the check's GETs (at most two a minute, process-wide).
         """
         spec = bundle.get("spec") or {}
         raw = spec.get("revisions") if isinstance(spec, Mapping) else None
@@ -336,6 +377,14 @@ class RevisionWrites(ReconcileReports):
         current = self._configmaps.get(namespace, name)
         if current is None or not _owned_by(current, bundle):
             return False
+        message = _ready_message(status)
+        if self._pin_policy is not None and message is not None:
+            # The Ready message must tell of the pin policy as the check finds it now.
+            note = self._policy_note()
+            if (note is None and _POLICY_MISSING_MARK in message) or (
+                note is not None and note not in message
+            ):
+                return False
         # A revision held past the newest keep while the pins named it, and named no
         # more: the pins' change woke the bundle to let go of it.
         try:
@@ -389,7 +438,7 @@ class RevisionWrites(ReconcileReports):
                     routine=True,
                 )
                 self._collect(bundle, desired, name, revisions.keep)
-                return RevisionOutcome(status=name, wrote=True)
+                return RevisionOutcome(status=name, wrote=True, note=self._policy_note())
             except ApiError as err:
                 if not err.is_already_exists:
                     raise
@@ -410,7 +459,7 @@ class RevisionWrites(ReconcileReports):
         if not _owned_by(current, bundle):
             wrote = self._own_again(bundle, current)
         collected = self._collect(bundle, desired, name, revisions.keep)
-        return RevisionOutcome(status=name, wrote=wrote or collected)
+        return RevisionOutcome(status=name, wrote=wrote or collected, note=self._policy_note())
 
     def _collect(
         self, bundle: Mapping[str, Any], desired: DesiredConfigMap, current: str, keep: int
