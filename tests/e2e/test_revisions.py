@@ -94,7 +94,7 @@ def test_a_change_makes_a_new_revision_and_a_revert_writes_none(
     assert condition["status"] == "True"
     assert condition["message"].endswith(
         "; pods are not pointed at revisions: MutatingAdmissionPolicy cbop-pin-revisions "
-        "and MutatingAdmissionPolicyBinding cbop-pin-revisions not installed or not served "
+        "and its binding (paramRef cbop-revisions) not installed or not served "
         "(docs/revisions.md)"
     )
 

@@ -445,8 +445,20 @@ def ready_message(w: World) -> str:
     return str(ready["message"])
 
 
-def policy_gets(w: World) -> list[str]:
-    return [a.resource for a in w.kube.actions if a.verb == "get" and "mutating" in a.resource]
+def policy_lists(w: World) -> list[str]:
+    return [a.resource for a in w.kube.actions if a.verb == "list" and "mutating" in a.resource]
+
+
+def install_policy(w: World, name: str = "rel-cbop-pin-revisions") -> None:
+    """The policy and its binding, named as the chart names them (release prefix)."""
+    w.kube.tracker.add(MUTATINGADMISSIONPOLICIES, {"metadata": {"name": name}})
+    w.kube.tracker.add(
+        MUTATINGADMISSIONPOLICYBINDINGS,
+        {
+            "metadata": {"name": name},
+            "spec": {"policyName": name, "paramRef": {"name": PARAMS_NAME}},
+        },
+    )
 
 
 def test_a_missing_pin_policy_is_told_in_the_ready_message_and_logged_once() -> None:
@@ -454,8 +466,7 @@ def test_a_missing_pin_policy_is_told_in_the_ready_message_and_logged_once() -> 
     with structlog.testing.capture_logs() as logs:
         w.settle()
         missing = (
-            "MutatingAdmissionPolicy cbop-pin-revisions and "
-            "MutatingAdmissionPolicyBinding cbop-pin-revisions"
+            "MutatingAdmissionPolicy cbop-pin-revisions and its binding (paramRef cbop-revisions)"
         )
         assert ready_message(w).endswith(
             f"; pods are not pointed at revisions: {missing} not installed or not served "
@@ -466,27 +477,30 @@ def test_a_missing_pin_policy_is_told_in_the_ready_message_and_logged_once() -> 
         # Looked at once a minute at most, whatever the reconciles.
         w.clock.step(30)
         w.reconcile()
-        assert policy_gets(w) == []
+        assert policy_lists(w) == []
         # Installed: the sentence goes at the next look.
-        for resource in (MUTATINGADMISSIONPOLICIES, MUTATINGADMISSIONPOLICYBINDINGS):
-            w.kube.tracker.add(resource, {"metadata": {"name": "cbop-pin-revisions"}})
+        install_policy(w)
         w.clock.step(30)
         assert w.reconcile() == [("patch/status", "configbundles", "app")]
+        assert policy_lists(w) == [
+            "mutatingadmissionpolicies",
+            "mutatingadmissionpolicybindings",
+        ]
         assert "revisions" not in ready_message(w)
         assert w.result.requeue_after is None
         assert w.reconcile() == []  # steady state, by the no-op fast path
-        # The binding removed: the fast path notices at the next look.
-        w.kube.tracker.delete(MUTATINGADMISSIONPOLICYBINDINGS, None, "cbop-pin-revisions")
+        # The policy removed, its binding left: the fast path notices at the next look.
+        w.kube.tracker.delete(MUTATINGADMISSIONPOLICIES, None, "rel-cbop-pin-revisions")
         w.clock.step(60)
         assert w.reconcile() == [("patch/status", "configbundles", "app")]
-        assert "MutatingAdmissionPolicyBinding cbop-pin-revisions not installed" in (
-            ready_message(w)
-        )
-        assert "MutatingAdmissionPolicy cbop-pin-revisions and" not in ready_message(w)
+        assert (
+            "pods are not pointed at revisions: MutatingAdmissionPolicy "
+            "rel-cbop-pin-revisions (named by its binding) not installed"
+        ) in ready_message(w)
     warnings = [e for e in logs if e["event"].startswith("pin policy missing")]
     assert [e["missing"] for e in warnings] == [
         missing,
-        "MutatingAdmissionPolicyBinding cbop-pin-revisions",
+        "MutatingAdmissionPolicy rel-cbop-pin-revisions (named by its binding)",
     ]
     assert [e["event"] for e in logs].count(
         "pin policy installed: new pods are pointed at their revisions"
@@ -496,16 +510,16 @@ def test_a_missing_pin_policy_is_told_in_the_ready_message_and_logged_once() -> 
 def test_a_pin_policy_that_cannot_be_read_or_revisions_off_say_nothing() -> None:
     w = World({"data": {"a": "1"}, "revisions": ON}, check_policy=True)
     w.kube.prepend_reactor(
-        "get",
+        "list",
         "mutatingadmissionpolicies",
-        fail(forbidden(MUTATINGADMISSIONPOLICIES, "get", None)),
+        fail(forbidden(MUTATINGADMISSIONPOLICIES, "list", None)),
     )
     w.settle()
     assert "revisions" not in ready_message(w)
     assert w.result.requeue_after is None
     off = World({"data": {"a": "1"}}, check_policy=True)
     off.kube.prepend_reactor(
-        "get", "mutatingadmissionpolicies", fail(AssertionError("looked without revisions"))
+        "list", "mutatingadmissionpolicies", fail(AssertionError("looked without revisions"))
     )
     off.settle()
     assert "revisions" not in ready_message(off)

@@ -8,33 +8,44 @@ installed?" for the ConfigBundle reconcile, which then adds a sentence to the Re
 message of each bundle with revisions (``Ready`` stays ``True``: the plain ConfigMap is
 right), and logs the finding once per change.
 
-The answer comes from two GETs (the policy and the binding, by name), made at most once
-per ``interval`` seconds, and only when a bundle with revisions asks: no informer, so an
-API server that does not serve the resource (before Kubernetes 1.34, or 1.34-1.35
-without the beta gate) costs two 404s a minute and never holds up the caches' sync or
-readiness. A 404 means not installed, whether the object or the resource is missing; a
-403 (cbop's ClusterRole lacks the rule: an older manifest) or any other failure means
-unknown, and unknown reports nothing.
+The answer comes from two LISTs (the policies and the bindings: a handful of
+cluster-scoped objects), made at most once per ``interval`` seconds, and only when a
+bundle with revisions asks: no informer, so an API server that does not serve the
+resource (before Kubernetes 1.34, or 1.34-1.35 without the beta gate) costs two 404s a
+minute and never holds up the caches' sync or readiness. The policy counts as installed
+when a binding whose ``paramRef`` names the pins (:data:`cbop.api.revisions.PARAMS_NAME`)
+names a policy that exists, whatever their names (the chart prefixes them with the
+release name). A 404 means not installed, whether the objects or the resource are
+missing; a 403 (cbop's ClusterRole lacks the rule: an older manifest) or any other
+failure means unknown, and unknown reports nothing.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Final
+from collections.abc import Mapping
+from typing import Any, Final, Protocol
 
 import structlog
 
-from cbop.api.revisions import PIN_POLICY_NAME
+from cbop.api.revisions import PARAMS_NAME, PIN_POLICY_NAME
 from cbop.clock import Clock, RealClock
-from cbop.configbundle.interfaces import Client
 from cbop.kube import MUTATINGADMISSIONPOLICIES, MUTATINGADMISSIONPOLICYBINDINGS, ApiError, Resource
 
-__all__ = ["DEFAULT_POLICY_INTERVAL", "PinPolicyCheck", "missing_policy_note"]
+__all__ = ["DEFAULT_POLICY_INTERVAL", "Lists", "PinPolicyCheck", "missing_policy_note"]
 
 log = structlog.get_logger("cbop.configbundle")
 
 #: Seconds between two looks at the policy.
 DEFAULT_POLICY_INTERVAL: Final = 60.0
+
+
+class Lists(Protocol):
+    """The one API call the check makes (:class:`cbop.kube.KubeClient` has it)."""
+
+    def list(self, res: Resource, namespace: str | None = None) -> dict[str, Any]:
+        """LIST one page of a collection (``is_not_found`` on 404: not served)."""
+        ...
 
 
 def missing_policy_note(missing: str) -> str:
@@ -50,20 +61,20 @@ def missing_policy_note(missing: str) -> str:
 
 
 class PinPolicyCheck:
-    """Tells whether the pin policy and its binding are installed, looking at most once a minute.
+    """Tells whether the pin policy and its binding are installed; looks once a minute at most.
 
     Thread-safe: the reconcile's workers share one; a look in progress is not repeated
     by another worker (it waits for the answer).
 
     Args:
-        client: the API client (two GETs per look).
+        client: the API client (two LISTs per look).
         interval: seconds an answer is reused.
         clock: the time source (tests: ``FakeClock``).
     """
 
     def __init__(
         self,
-        client: Client,
+        client: Lists,
         *,
         interval: float = DEFAULT_POLICY_INTERVAL,
         clock: Clock | None = None,
@@ -79,7 +90,7 @@ class PinPolicyCheck:
     def missing(self) -> str | None:
         """Return what is missing (a phrase naming the objects), or None when nothing is.
 
-        None too while the answer is unknown (a 403 or another failure of the GETs).
+        None too while the answer is unknown (a 403 or another failure of the LISTs).
         Looks again when the last look is ``interval`` seconds old.
         """
         with self._lock:
@@ -90,14 +101,24 @@ class PinPolicyCheck:
             return self._missing
 
     def _look(self) -> str | None:
-        absent = []
-        for resource in (MUTATINGADMISSIONPOLICIES, MUTATINGADMISSIONPOLICYBINDINGS):
-            found = self._exists(resource)
-            if found is None:
-                return None
-            if not found:
-                absent.append(f"{resource.kind} {PIN_POLICY_NAME}")
-        missing = " and ".join(absent) or None
+        policies = self._names(MUTATINGADMISSIONPOLICIES)
+        bindings = self._list(MUTATINGADMISSIONPOLICYBINDINGS)
+        if policies is None or bindings is None:
+            return None
+        wanted = sorted(
+            str((b.get("spec") or {}).get("policyName") or "")
+            for b in bindings
+            if ((b.get("spec") or {}).get("paramRef") or {}).get("name") == PARAMS_NAME
+        )
+        if not wanted:
+            missing: str | None = (
+                f"MutatingAdmissionPolicy {PIN_POLICY_NAME} and its binding "
+                f"(paramRef {PARAMS_NAME})"
+            )
+        elif any(name in policies for name in wanted):
+            missing = None
+        else:
+            missing = f"MutatingAdmissionPolicy {wanted[0]} (named by its binding)"
         if missing != self._reported:
             if missing is None:
                 log.info("pin policy installed: new pods are pointed at their revisions")
@@ -112,12 +133,22 @@ class PinPolicyCheck:
             self._reported = missing
         return missing
 
-    def _exists(self, resource: Resource) -> bool | None:
+    def _names(self, resource: Resource) -> set[str] | None:
+        items = self._list(resource)
+        if items is None:
+            return None
+        return {str((i.get("metadata") or {}).get("name") or "") for i in items}
+
+    def _list(self, resource: Resource) -> list[Mapping[str, Any]] | None:
+        """Return the objects of ``resource``, ``[]`` when it is not served (404).
+
+        None when the answer is unknown (403, or any other failure).
+        """
         try:
-            self._client.get(resource, None, PIN_POLICY_NAME)
+            answer = self._client.list(resource, None)
         except ApiError as err:
             if err.is_not_found:
-                return False
+                return []
             log.debug("pin policy: cannot tell", resource=resource.plural, error=str(err))
             return None
-        return True
+        return list(answer.get("items") or ())
