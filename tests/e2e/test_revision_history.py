@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from cbop.api import content_hash
-from cbop.api.revisions import PARAMS_NAME, parse_pins, pins_key, revision_name
+from cbop.api.revisions import PARAMS_NAME, is_frozen, parse_pins, pins_key, revision_name
 from cbop.kube import (
     CONFIGBUNDLES,
     CONFIGMAPS,
@@ -216,7 +216,10 @@ def test_history_holds_revisions_until_its_limit_drops_them(
         WAIT,
         message="c3's revision held by its ReplicaSet and the bundle",
     )
-    assert _gone(kube, _revision(c1))  # beyond keep, never read by a ReplicaSet
+    # c1: beyond keep; the first template (no digest) ran with it, and its entry
+    # (Deployment.web, frozen by the first rollout) went with that ReplicaSet.
+    wait_for(lambda: _gone(kube, _revision(c1)), WAIT, message="c1's revision collected")
+    assert "Deployment.web" not in _pins(kube)
     names = {cm["metadata"]["name"] for cm in kube.list(CONFIGMAPS, NAMESPACE)["items"]}
     assert {_revision(c3), _revision(c4)} <= names
     assert _revision(c2) not in names
@@ -321,3 +324,82 @@ def test_a_new_pod_of_a_pinned_template_reads_its_revision(
         },
     }
     assert _volumes(_pod(kube, NAMESPACE, unknown)) == {"conf": "api-conf", "other": "not-cbops"}
+
+
+def test_a_pod_of_a_workload_never_rolled_reads_its_revision_until_and_after_the_first_roll(
+    kube: KubeClient, cbop: Operator, pin_policy: None
+) -> None:
+    spec: dict[str, Any] = {"configMapName": "batch-conf", "revisions": {"enabled": True}}
+    e1, e2 = {"v": "1"}, {"v": "2"}
+    kube.create(CONFIGBUNDLES, NAMESPACE, bundle("batch", {**spec, "data": e1}))
+    wait_for(lambda: _owners(kube, _revision(e1, "batch-conf")) is not None, WAIT, message="e1")
+    kube.create(DEPLOYMENTS, NAMESPACE, _deployment("batch", "batch-conf"))
+    # Never rolled: cbop keeps the Deployment's own entry at the current revision.
+    wait_for(
+        lambda: (
+            parse_pins(_pins(kube).get("Deployment.batch", ""))
+            == {"batch-conf": _revision(e1, "batch-conf")}
+        ),
+        WAIT,
+        message="the entry of the Deployment never rolled",
+    )
+
+    def first_replicaset() -> dict[str, Any] | None:
+        for rs in kube.list(REPLICASETS, NAMESPACE)["items"]:
+            owners = rs["metadata"].get("ownerReferences") or []
+            if any(o["kind"] == "Deployment" and o["name"] == "batch" for o in owners):
+                return dict(rs)
+        return None
+
+    rs: dict[str, Any] = wait_for(first_replicaset, WAIT, message="the first ReplicaSet")
+    owned = {
+        **rs["spec"]["template"],
+        "metadata": {
+            **rs["spec"]["template"]["metadata"],
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "name": rs["metadata"]["name"],
+                    "uid": rs["metadata"]["uid"],
+                    "controller": True,
+                }
+            ],
+        },
+    }
+
+    # A pod of that ReplicaSet (as it would create one; no template digest): pinned.
+    def pinned_pod() -> dict[str, Any] | None:
+        pod = _pod(kube, NAMESPACE, owned)
+        return pod if _volumes(pod)["conf"] != "batch-conf" else None
+
+    pinned: dict[str, Any] = wait_for(pinned_pod, WAIT, message="a pod pinned by its owner")
+    assert _volumes(pinned) == {"conf": _revision(e1, "batch-conf"), "other": "not-cbops"}
+
+    # The first content change rolls the Deployment and freezes its entry: a pod of the
+    # old template created mid-rollout still reads the revision that template ran with.
+    set_spec(kube, NAMESPACE, "batch", {**spec, "data": e2})
+    wait_for(
+        lambda: is_frozen(_pins(kube).get("Deployment.batch", "")),
+        WAIT,
+        message="the entry frozen by the first rollout",
+    )
+    assert parse_pins(_pins(kube)["Deployment.batch"]) == {
+        "batch-conf": _revision(e1, "batch-conf")
+    }
+    assert _volumes(_pod(kube, NAMESPACE, owned)) == {
+        "conf": _revision(e1, "batch-conf"),
+        "other": "not-cbops",
+    }
+    # A pod whose template carries a digest never falls back to its owner's entry.
+    digested = {
+        **owned,
+        "metadata": {
+            **owned["metadata"],
+            "annotations": {ANNOTATION_CONFIG_HASH: "sha256:" + "0" * 64},
+        },
+    }
+    assert _volumes(_pod(kube, NAMESPACE, digested)) == {
+        "conf": "batch-conf",
+        "other": "not-cbops",
+    }

@@ -13,12 +13,28 @@ from typing import Any
 import pytest
 
 from cbop.api import content_hash
-from cbop.api.revisions import LABEL_REVISION_OF, PARAMS_NAME, pins_key, pins_value, revision_name
+from cbop.api.revisions import (
+    LABEL_REVISION_OF,
+    PARAMS_NAME,
+    is_frozen,
+    owner_pins_key,
+    parse_pins,
+    pins_key,
+    pins_value,
+    revision_name,
+)
 from cbop.kube import CONFIGMAPS, DEPLOYMENTS, NAMESPACES, ApiError
-from cbop.rollout import CONFIGMAP_INDEX, RolloutReconciler, index_by_configmap
+from cbop.rollout import CONFIGMAP_INDEX, Action, RolloutReconciler, index_by_configmap
 from cbop.rollout.history import DIGEST_INDEX, index_by_digest
 from cbop.rollout.pins import PinsGuard
-from cbop.rollout.unpin import DIGEST_CHANGED, PINS_ONLY, PinsCollector, pins_key_of
+from cbop.rollout.unpin import (
+    DIGEST_CHANGED,
+    OWNER_INDEX,
+    PINS_ONLY,
+    PinsCollector,
+    index_by_owner_without_digest,
+    pins_key_of,
+)
 from cbop_testing.clock import FakeClock
 from cbop_testing.fakekube import CacheLister, FakeKube, ObjectTracker
 from cbop_testing.objects import configmap, workload
@@ -55,8 +71,9 @@ class World:
         self.kube = FakeKube(ObjectTracker(write_managed_fields=True, namespace_lifecycle=True))
         self.kube.tracker.add(NAMESPACES, {"metadata": {"name": "demo"}})
         self.configmaps = CacheLister()
-        self.replicasets = CacheLister(indexers={DIGEST_INDEX: index_by_digest})
-        self.revisions = CacheLister(indexers={DIGEST_INDEX: index_by_digest})
+        history = {DIGEST_INDEX: index_by_digest, OWNER_INDEX: index_by_owner_without_digest}
+        self.replicasets = CacheLister(indexers=history)
+        self.revisions = CacheLister(indexers=history)
         self.workloads = CacheLister(
             indexers={CONFIGMAP_INDEX: index_by_configmap, DIGEST_INDEX: index_by_digest}
         )
@@ -68,7 +85,7 @@ class World:
             client=self.kube,
             configmaps=self.configmaps,
             history=[self.replicasets, self.revisions],
-            workloads=[self.workloads],
+            workloads={"Deployment": self.workloads},
             guard=self.guard,
         )
 
@@ -258,7 +275,7 @@ def test_what_wakes_the_collection() -> None:
     assert pins_key_of(rs) == [KEY]
     assert pins_key_of(controller_revision("db-1", digest(1))) == [KEY]
     assert pins_key_of(workload("web", annotation=digest(1))) == [KEY]
-    assert pins_key_of(workload("web")) == []
+    assert pins_key_of(workload("web")) == [KEY]  # its own entry, if never rolled
     status_only = {**rs, "status": {"replicas": 3}}
     assert not DIGEST_CHANGED.update(rs, status_only)
     assert DIGEST_CHANGED.update(rs, replicaset("web-1", digest(2)))
@@ -270,3 +287,129 @@ def test_what_wakes_the_collection() -> None:
     other = configmap("web-conf", {"k": "1"})
     assert not PINS_ONLY.create(other)
     assert not PINS_ONLY.update(other, other)
+
+
+def test_a_workload_never_rolled_has_its_own_entry_until_its_first_rollout_freezes_it() -> None:
+    w = World()
+    v1, v2 = {"k": "1"}, {"k": "2"}
+    for data in (v1, v2):
+        rev = configmap(revision_name("web-conf", content_hash(data, {})), data, bundle="app")
+        rev["metadata"]["labels"][LABEL_REVISION_OF] = "app"
+        rev["metadata"]["ownerReferences"][0]["controller"] = False
+        w.kube.tracker.add(CONFIGMAPS, rev)
+    w.kube.tracker.add(CONFIGMAPS, configmap("web-conf", v1, bundle="app"))
+    w.sync()
+    reconciler = RolloutReconciler(
+        resource=DEPLOYMENTS,
+        client=w.kube,
+        workloads=w.workloads,
+        configmaps=w.configmaps,
+        pins_guard=w.guard,
+    )
+    w.kube.tracker.add(DEPLOYMENTS, workload("web", volumes=["web-conf"]))
+    w.workloads.sync(w.kube.tracker, DEPLOYMENTS)
+    first = revision_name("web-conf", content_hash(v1, {}))
+
+    # The baseline: the entry Deployment.web (the pods carry no digest), then the label.
+    w.kube.clear_actions()
+    assert reconciler.reconcile("demo/web").action is Action.RECORD
+    assert [(a.verb, a.resource) for a in w.kube.write_actions()] == [
+        ("create", "configmaps"),
+        ("patch", "deployments"),
+    ]
+    assert w.entries() == ["Deployment.web"]
+    assert parse_pins(
+        w.kube.tracker.get(CONFIGMAPS, "demo", PARAMS_NAME)["data"]["Deployment.web"]
+    ) == {"web-conf": first}
+    # Steady state: nothing written.
+    w.sync()
+    w.workloads.sync(w.kube.tracker, DEPLOYMENTS)
+    w.kube.clear_actions()
+    assert reconciler.reconcile("demo/web").action is Action.NONE
+    assert w.kube.write_actions() == []
+
+    # The first content change: the entry frozen, the digest's entry, the annotation.
+    w.kube.tracker.add(CONFIGMAPS, configmap("web-conf", v2, bundle="app"))
+    w.sync()
+    w.kube.clear_actions()
+    result = reconciler.reconcile("demo/web")
+    assert result.action is Action.APPLY
+    assert [(a.verb, a.resource, a.body) for a in w.kube.write_actions()][:2] == [
+        ("patch", "configmaps", {"data": {"Deployment.web": f"web-conf={first}\n#frozen\n"}}),
+        (
+            "patch",
+            "configmaps",
+            {"data": {pins_key(result.digest): pins_value({"web-conf": rev["metadata"]["name"]})}},
+        ),
+    ]
+    data = w.kube.tracker.get(CONFIGMAPS, "demo", PARAMS_NAME)["data"]
+    assert is_frozen(data["Deployment.web"])
+    assert parse_pins(data["Deployment.web"]) == {"web-conf": first}  # what its pods ran
+    # Frozen: never written again, whatever the content.
+    w.sync()
+    w.workloads.sync(w.kube.tracker, DEPLOYMENTS)
+    w.kube.tracker.add(CONFIGMAPS, configmap("web-conf", v1, bundle="app"))
+    w.sync()
+    w.kube.clear_actions()
+    assert reconciler.reconcile("demo/web").action is Action.APPLY  # back to v1: a roll
+    assert all(
+        "Deployment.web" not in (a.body or {}).get("data", {}) for a in w.kube.write_actions()
+    )
+    assert w.kube.tracker.get(CONFIGMAPS, "demo", PARAMS_NAME)["data"]["Deployment.web"] == (
+        f"web-conf={first}\n#frozen\n"
+    )
+
+
+def test_a_workloads_own_entry_stays_while_the_workload_does() -> None:
+    w = World()
+    assert owner_pins_key("Deployment", "web") == "Deployment.web"
+    assert owner_pins_key("Job", "web") == ""
+    assert owner_pins_key("StatefulSet", "x" * 250) == ""
+    w.kube.tracker.add(
+        CONFIGMAPS,
+        {
+            "metadata": {
+                "name": PARAMS_NAME,
+                "namespace": "demo",
+                "labels": {"app.kubernetes.io/managed-by": "cbop"},
+            },
+            "data": {"Deployment.web": "a=a-1\n", "Deployment.gone": "a=a-1\n", "Job.x": "a=a-1\n"},
+        },
+    )
+    w.sync()
+    w.workloads.add(workload("web"))
+    assert w.collect().dropped == ()
+    w.clock.step(GRACE)
+    assert w.collect().dropped == ("Deployment.gone", "Job.x")
+    w.workloads.delete("demo/web")
+    assert w.collect().dropped == ("Deployment.web",)
+
+
+def test_a_frozen_entry_stays_while_a_template_without_digest_may_come_back() -> None:
+    w = World()
+    w.pins()
+    frozen = "a=a-1\n#frozen\n"
+    w.kube.tracker.add(
+        CONFIGMAPS,
+        {**w.kube.tracker.get(CONFIGMAPS, "demo", PARAMS_NAME), "data": {"Deployment.web": frozen}},
+    )
+    w.sync()
+    w.workloads.add(workload("web", annotation=digest(1)))  # rolled
+    old = replicaset("web-1", "")
+    old["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "name": "web",
+            "uid": "u",
+            "controller": True,
+        }
+    ]
+    assert index_by_owner_without_digest(old) == ["demo/Deployment.web"]
+    assert index_by_owner_without_digest(replicaset("web-2", digest(1))) == []
+    w.replicasets.add(old)
+    assert w.collect().dropped == ()
+    w.clock.step(GRACE)
+    assert w.collect().dropped == ()  # the old ReplicaSet may be rolled back to
+    w.replicasets.delete("demo/web-1")
+    assert w.collect().dropped == ("Deployment.web",)

@@ -53,7 +53,14 @@ from cbop.rollout import (
 )
 from cbop.rollout.history import DIGEST_INDEX, HistoryReconciler, index_by_digest, pins_mapper
 from cbop.rollout.pins import DEFAULT_PINS_GRACE, PinsGuard
-from cbop.rollout.unpin import DIGEST_CHANGED, PINS_ONLY, PinsCollector, pins_key_of
+from cbop.rollout.unpin import (
+    DIGEST_CHANGED,
+    OWNER_INDEX,
+    PINS_ONLY,
+    PinsCollector,
+    index_by_owner_without_digest,
+    pins_key_of,
+)
 from cbop.runtime import Builder, Controller, Scope
 from cbop.runtime.definition import Context, ControllerDefinition, Flag, PolicyRule, SetupFunc
 from cbop.runtime.predicates import GENERATION_CHANGED, LABELS_CHANGED, any_of
@@ -170,11 +177,19 @@ def setup(
     collector = PinsCollector(
         client=manager.client,
         configmaps=configmaps,
-        history=[manager.lister(resource, indexers=digest_index) for resource in HISTORY],
-        workloads=[
-            manager.lister(resource, label_selector=ROLLOUT_SELECTOR, indexers=digest_index)
-            for resource in WORKLOADS
+        history=[
+            manager.lister(
+                resource,
+                indexers={**digest_index, OWNER_INDEX: index_by_owner_without_digest},
+            )
+            for resource in HISTORY
         ],
+        workloads={
+            resource.kind: manager.lister(
+                resource, label_selector=ROLLOUT_SELECTOR, indexers=digest_index
+            )
+            for resource in WORKLOADS
+        },
         guard=guard,
     )
     builder = Builder(manager, PINS_CONTROLLER).for_(

@@ -21,6 +21,9 @@ from cbop.api import LABEL_MANAGED_BY, MANAGED_BY_VALUE
 from cbop.api.revisions import (
     LABEL_REVISION_OF,
     PARAMS_NAME,
+    PINS_FROZEN,
+    is_frozen,
+    parse_pins,
     pins_key,
     pins_value,
     revision_name,
@@ -30,7 +33,7 @@ from cbop.kube import CONFIGMAPS, ApiError
 from cbop.rollout.decision import ManagedConfigMap
 from cbop.runtime.seams import Client, Lister
 
-__all__ = ["DEFAULT_PINS_GRACE", "PinsGuard", "pins_for", "write_pins"]
+__all__ = ["DEFAULT_PINS_GRACE", "PinsGuard", "pins_for", "write_owner_pins", "write_pins"]
 
 #: Seconds an entry is kept after it was written or first seen, referenced or not.
 DEFAULT_PINS_GRACE: Final = 60.0
@@ -178,7 +181,67 @@ def write_pins(
     key = pins_key(digest)
     if not pins or not key:
         return False
-    value = pins_value(pins)
+    return _write_entry(client, configmaps, namespace, key, pins_value(pins), force=force)
+
+
+def write_owner_pins(
+    client: Client,
+    configmaps: Lister,
+    namespace: str,
+    key: str,
+    pins: Mapping[str, str],
+    *,
+    freeze: bool = False,
+) -> bool:
+    """Keep the entry of a workload whose template carries no digest yet (``Kind.name``).
+
+    Until the workload's first rollout the entry follows the revisions of the content
+    its pods read (``pins``); the rollout that first writes the template annotation
+    freezes it (``freeze``: the :data:`cbop.api.revisions.PINS_FROZEN` line is added to
+    the pairs it holds), so a pod of the old template created afterwards (mid-rollout,
+    or after a ``kubectl rollout undo`` to it) still gets the revision that template ran
+    with. A frozen entry is never written again.
+
+    Args:
+        client: the API client.
+        configmaps: the managed-ConfigMap cache.
+        namespace: the workload's namespace.
+        key: :func:`cbop.api.revisions.owner_pins_key` of the workload.
+        pins: plain name -> revision name now (empty: nothing is written, unless
+            ``freeze``).
+        freeze: freeze the entry that is there (nothing when there is none).
+
+    Returns:
+        Whether a request was sent.
+
+    Raises:
+        ApiError, ConnectionFailed: the write failed.
+    """
+    if not key:
+        return False
+    cached = configmaps.get(namespace, PARAMS_NAME)
+    value = (cached.get("data") or {}).get(key) if cached is not None else None
+    if isinstance(value, str) and is_frozen(value):
+        return False
+    if freeze:
+        if not isinstance(value, str):
+            return False
+        frozen = pins_value(parse_pins(value)) + PINS_FROZEN + "\n"
+        return _write_entry(client, configmaps, namespace, key, frozen)
+    if not pins:
+        return False
+    return _write_entry(client, configmaps, namespace, key, pins_value(pins))
+
+
+def _write_entry(
+    client: Client,
+    configmaps: Lister,
+    namespace: str,
+    key: str,
+    value: str,
+    *,
+    force: bool = False,
+) -> bool:
     cached = configmaps.get(namespace, PARAMS_NAME)
     if not force and cached is not None and (cached.get("data") or {}).get(key) == value:
         return False

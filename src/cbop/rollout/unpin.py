@@ -5,7 +5,11 @@ The rollout writes one entry per template digest into the namespace's pins Confi
 go of a revision an entry names. So an entry must go once nothing can create a pod of
 its template any more: no ReplicaSet and no ControllerRevision of the namespace carries
 its digest (the workloads' ``revisionHistoryLimit`` has dropped them) and no workload's
-template carries it. :class:`PinsCollector` reconciles one pins ConfigMap (key
+template carries it. The entry of a workload never rolled, keyed ``Kind.name``
+(:func:`cbop.api.revisions.owner_pins_key`), goes once that workload is gone from the
+cache of opted-in workloads, or, frozen by its first rollout, once neither the
+workload's template nor any ReplicaSet or ControllerRevision it controls is without a
+digest (:data:`OWNER_INDEX`). :class:`PinsCollector` reconciles one pins ConfigMap (key
 ``namespace/cbop-revisions``) from the caches alone and removes such entries with one
 merge patch, on the precondition of the resourceVersion it saw.
 
@@ -19,7 +23,8 @@ is looked at again once its grace has passed (``requeue_after``).
 
 What wakes the key: the pins ConfigMap's own events, and a ReplicaSet, ControllerRevision
 or opted-in workload that appears, goes or changes its template digest
-(:func:`pins_key_of`, :data:`DIGEST_CHANGED`).
+(:func:`pins_key_of`, :data:`DIGEST_CHANGED`): updates that change nothing else (a
+ReplicaSet's status, many per rollout) pass by.
 
 Error policy: a 409 (the pins changed since the cache saw them, a new entry most
 likely) or any other failure of the patch is raised for a rate-limited retry; a 404
@@ -36,37 +41,64 @@ from typing import Any, Final
 
 import structlog
 
-from cbop.api.revisions import PARAMS_NAME
+from cbop.api.revisions import PARAMS_NAME, is_frozen, owner_pins_key
 from cbop.keys import key_of, split_key
 from cbop.kube import CONFIGMAPS, ApiError
-from cbop.rollout.history import DIGEST_INDEX, index_by_digest, template_digest
+from cbop.rollout.history import DIGEST_INDEX, template_digest
 from cbop.rollout.pins import PinsGuard
 from cbop.runtime.predicates import UpdatePredicate
 from cbop.runtime.seams import Client, Lister
 
 __all__ = [
     "DIGEST_CHANGED",
+    "OWNER_INDEX",
     "PINS_ONLY",
     "PinsCollector",
     "UnpinResult",
+    "index_by_owner_without_digest",
     "pins_key_of",
 ]
 
 log = structlog.get_logger("cbop.rollout.unpin")
 
+#: Index of the history caches: ``namespace/<Kind.name>`` of the workload that controls
+#: an entry whose template carries no digest (:func:`index_by_owner_without_digest`).
+OWNER_INDEX: Final = "cbop.dev/owner-without-digest"
 
-def pins_key_of(obj: Mapping[str, Any]) -> list[str]:
-    """Map function: a history entry or workload with a template digest -> its pins' key.
+
+def index_by_owner_without_digest(obj: Mapping[str, Any]) -> list[str]:
+    """Index function: a ReplicaSet or ControllerRevision without a template digest -> its workload.
 
     Returns:
-        ``["namespace/cbop-revisions"]`` when ``obj``'s pod template carries a
-        ``cbop.dev/config-hash`` of the pins' form (:func:`cbop.rollout.history.index_by_digest`),
-        else ``[]``. The runtime maps an update's old object too, and a deletion's last
-        state, so a ReplicaSet deleted by the history limit wakes its namespace's pins.
+        ``["namespace/<Kind.name>"]`` (:func:`cbop.api.revisions.owner_pins_key` of the
+        controller owner reference: a Deployment for a ReplicaSet, a StatefulSet or
+        DaemonSet for a ControllerRevision), or ``[]`` for an entry with a digest or
+        without such an owner. While one is listed, a pod of the template without a
+        digest may still be created (a rollback to it, a pod recreated mid-rollout).
     """
-    if not index_by_digest(obj):
+    if template_digest(obj):
         return []
-    return [key_of(str((obj.get("metadata") or {}).get("namespace") or ""), PARAMS_NAME)]
+    meta = obj.get("metadata") or {}
+    for ref in meta.get("ownerReferences") or ():
+        if ref.get("controller"):
+            key = owner_pins_key(str(ref.get("kind") or ""), str(ref.get("name") or ""))
+            return [key_of(str(meta.get("namespace") or ""), key)] if key else []
+    return []
+
+
+def pins_key_of(obj: Mapping[str, Any]) -> list[str]:
+    """Map function: a history entry or opted-in workload -> its namespace's pins key.
+
+    Returns:
+        ``["namespace/cbop-revisions"]`` for any namespaced object: a ReplicaSet,
+        ControllerRevision or workload that appears or goes may be the last to carry a
+        digest, or the last entry without one of its workload (:data:`OWNER_INDEX`).
+        The reconcile of a namespace without pins is one cache lookup. The runtime maps
+        a deletion's last state too, so a ReplicaSet deleted by the history limit wakes
+        its namespace's pins.
+    """
+    namespace = (obj.get("metadata") or {}).get("namespace")
+    return [key_of(str(namespace), PARAMS_NAME)] if namespace else []
 
 
 #: Updates of history entries and workloads that can change what the pins must keep:
@@ -123,9 +155,9 @@ class PinsCollector:
         client: the API client (the merge patch).
         configmaps: lister over the managed-ConfigMap cache (the pins).
         history: listers over the ReplicaSets and ControllerRevisions, each with
-            :data:`cbop.rollout.history.DIGEST_INDEX`.
-        workloads: listers over the opted-in Deployments, StatefulSets and DaemonSets,
-            each with :data:`cbop.rollout.history.DIGEST_INDEX`.
+            :data:`cbop.rollout.history.DIGEST_INDEX` and :data:`OWNER_INDEX`.
+        workloads: kind (``Deployment``, ...) -> lister over the opted-in workloads of
+            that kind, with :data:`cbop.rollout.history.DIGEST_INDEX`.
         guard: shared with the rollout reconcilers of the same scope; its ``grace``
             and ``clock`` are the collection's too.
     """
@@ -136,12 +168,14 @@ class PinsCollector:
         client: Client,
         configmaps: Lister,
         history: Sequence[Lister],
-        workloads: Sequence[Lister],
+        workloads: Mapping[str, Lister],
         guard: PinsGuard,
     ) -> None:
         self._client = client
         self._configmaps = configmaps
-        self._referrers = (*history, *workloads)
+        self._history = tuple(history)
+        self._referrers = (*history, *workloads.values())
+        self._workloads = dict(workloads)
         self._guard = guard
         self._lock = threading.Lock()
         # namespace -> pins key -> when this process first saw the entry (clock time).
@@ -167,7 +201,8 @@ class PinsCollector:
             with self._lock:
                 self._seen.pop(namespace, None)
             return UnpinResult(key)
-        entries = list(params.get("data") or {})
+        data = dict(params.get("data") or {})
+        entries = list(data)
         now = self._guard.clock.now()
         grace = self._guard.grace
         with self._lock:
@@ -177,7 +212,7 @@ class PinsCollector:
         old: list[str] = []
         wait = math.inf
         for entry in entries:
-            if self._referenced(namespace, entry):
+            if self._referenced(namespace, entry, str(data[entry])):
                 continue
             age = now - seen[entry]
             if age >= grace:
@@ -210,6 +245,16 @@ class PinsCollector:
             requeue = grace if requeue is None else min(requeue, grace)
         return UnpinResult(key, tuple(dropped), requeue_after=requeue)
 
-    def _referenced(self, namespace: str, entry: str) -> bool:
-        value = key_of(namespace, entry)
-        return any(lister.by_index(DIGEST_INDEX, value) for lister in self._referrers)
+    def _referenced(self, namespace: str, entry: str, value: str) -> bool:
+        kind, dot, name = entry.partition(".")
+        if dot:  # a workload's own entry (cbop.api.revisions.owner_pins_key)
+            lister = self._workloads.get(kind)
+            workload = lister.get(namespace, name) if lister is not None else None
+            if workload is None:
+                return False
+            if not is_frozen(value) or not template_digest(workload):
+                return True  # never rolled, or rolled back to a template without a digest
+            owner = key_of(namespace, entry)
+            return any(lister.by_index(OWNER_INDEX, owner) for lister in self._history)
+        digest = key_of(namespace, entry)
+        return any(lister.by_index(DIGEST_INDEX, digest) for lister in self._referrers)
