@@ -255,6 +255,6 @@ class PinsCollector:
             if not is_frozen(value) or not template_digest(workload):
                 return True  # never rolled, or rolled back to a template without a digest
             owner = key_of(namespace, entry)
-            return any(lister.by_index(OWNER_INDEX, owner) for lister in self._history)
+            return any(entries.by_index(OWNER_INDEX, owner) for entries in self._history)
         digest = key_of(namespace, entry)
-        return any(lister.by_index(DIGEST_INDEX, digest) for lister in self._referrers)
+        return any(cache.by_index(DIGEST_INDEX, digest) for cache in self._referrers)
