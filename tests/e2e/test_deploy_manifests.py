@@ -260,6 +260,12 @@ EXPECTED_CLUSTER_GRANTS = {
         for history in ("replicasets", "controllerrevisions")
         for v in ("get", "list", "watch")
     ),
+    # Revisions: whether the policy that points pods at revisions is installed.
+    *(
+        ("admissionregistration.k8s.io", policies, v)
+        for policies in ("mutatingadmissionpolicies", "mutatingadmissionpolicybindings")
+        for v in ("get", "list", "watch")
+    ),
 }
 EXPECTED_LEASE_GRANTS = {("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")}
 

@@ -6,8 +6,9 @@ and one cbop process with ``--rollout``. A Deployment with ``revisionHistoryLimi
 (and no replicas: no pod needs a node) reads a bundle with revisions and ``keep: 1``.
 Each change makes a new revision and a new ReplicaSet; that ReplicaSet becomes an owner
 of the revision its template was made for. A revision beyond ``keep`` that a ReplicaSet
-in the history still reads stays; once the history limit deletes that ReplicaSet, the
-garbage collector deletes the revision.
+in the history still reads stays, and so does the bundle's hold on it while the pins
+name it; once the history limit deletes that ReplicaSet, its pins entry is dropped
+(``--pins-grace 2``) and the revision collected.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 
 from cbop.api import content_hash
-from cbop.api.revisions import PARAMS_NAME, parse_pins, pins_key, revision_name
+from cbop.api.revisions import PARAMS_NAME, is_frozen, parse_pins, pins_key, revision_name
 from cbop.kube import (
     CONFIGBUNDLES,
     CONFIGMAPS,
@@ -61,7 +62,7 @@ def cbop(
     op = Operator(
         workload_control_plane.kubeconfig_path,
         [NAMESPACE],
-        args=["--rollout", "--resync-period", "2s"],
+        args=["--rollout", "--resync-period", "2s", "--pins-grace", "2"],
         log_path=logs / "cbop.log",
     ).wait_ready(WAIT)
     yield op
@@ -193,29 +194,49 @@ def test_history_holds_revisions_until_its_limit_drops_them(
 
     _change(kube, spec, c2)
     rs2 = _held_by(kube, c2)
+    digest2 = _digest_of(kube, rs2)
     _change(kube, spec, c3)
     rs3 = _held_by(kube, c3)
-    # c2 is beyond keep (1): the bundle lets it go, its ReplicaSet (in the history:
-    # revisionHistoryLimit 1) still holds it.
+    web = str(kube.get(CONFIGBUNDLES, NAMESPACE, "web")["metadata"]["uid"])
+    # c2 is beyond keep (1), but its ReplicaSet (in the history: revisionHistoryLimit 1)
+    # reads it and the pins name it: the bundle keeps its hold too.
     wait_for(
-        lambda: _owners(kube, _revision(c2)) == [("ReplicaSet", rs2)],
+        lambda: _owners(kube, _revision(c2)) == [("ConfigBundle", web), ("ReplicaSet", rs2)],
         WAIT,
-        message="c2's revision held by its ReplicaSet alone",
+        message="c2's revision held by its ReplicaSet and the bundle",
     )
 
     _change(kube, spec, c4)
     _held_by(kube, c4)
-    # The history limit deletes c2's ReplicaSet; the garbage collector, its revision.
+    # The history limit deletes c2's ReplicaSet; cbop drops its pins entry, and the
+    # revision, held by nothing, is collected.
+    wait_for(lambda: pins_key(digest2) not in _pins(kube), WAIT, message="c2's entry dropped")
     wait_for(lambda: _gone(kube, _revision(c2)), WAIT, message="c2's revision collected")
     wait_for(
-        lambda: _owners(kube, _revision(c3)) == [("ReplicaSet", rs3)],
+        lambda: _owners(kube, _revision(c3)) == [("ConfigBundle", web), ("ReplicaSet", rs3)],
         WAIT,
-        message="c3's revision held by its ReplicaSet alone",
+        message="c3's revision held by its ReplicaSet and the bundle",
     )
-    assert _gone(kube, _revision(c1))  # beyond keep, never read by a ReplicaSet
+    # c1: beyond keep; the first template (no digest) ran with it, and its entry
+    # (Deployment.web, frozen by the first rollout) went with that ReplicaSet.
+    wait_for(lambda: _gone(kube, _revision(c1)), WAIT, message="c1's revision collected")
+    assert "Deployment.web" not in _pins(kube)
     names = {cm["metadata"]["name"] for cm in kube.list(CONFIGMAPS, NAMESPACE)["items"]}
     assert {_revision(c3), _revision(c4)} <= names
     assert _revision(c2) not in names
+    # The entries of the templates in the history stay.
+    assert len(_pins(kube)) == 2
+
+
+def _pins(kube: KubeClient) -> dict[str, str]:
+    return dict(kube.get(CONFIGMAPS, NAMESPACE, PARAMS_NAME).get("data") or {})
+
+
+def _digest_of(kube: KubeClient, uid: str) -> str:
+    for rs in kube.list(REPLICASETS, NAMESPACE)["items"]:
+        if rs["metadata"]["uid"] == uid:
+            return str(rs["spec"]["template"]["metadata"]["annotations"][ANNOTATION_CONFIG_HASH])
+    raise AssertionError(f"no ReplicaSet {uid}")
 
 
 def _pod(kube: KubeClient, namespace: str, template: dict[str, Any]) -> dict[str, Any]:
@@ -306,5 +327,84 @@ def test_a_new_pod_of_a_pinned_template_reads_its_revision(
     }
     assert configmap_volumes(_pod(kube, NAMESPACE, unknown)) == {
         "conf": "api-conf",
+        "other": "not-cbops",
+    }
+
+
+def test_a_pod_of_a_workload_never_rolled_reads_its_revision_until_and_after_the_first_roll(
+    kube: KubeClient, cbop: Operator, pin_policy: None
+) -> None:
+    spec: dict[str, Any] = {"configMapName": "batch-conf", "revisions": {"enabled": True}}
+    e1, e2 = {"v": "1"}, {"v": "2"}
+    kube.create(CONFIGBUNDLES, NAMESPACE, bundle("batch", {**spec, "data": e1}))
+    wait_for(lambda: _owners(kube, _revision(e1, "batch-conf")) is not None, WAIT, message="e1")
+    kube.create(DEPLOYMENTS, NAMESPACE, _deployment("batch", "batch-conf"))
+    # Never rolled: cbop keeps the Deployment's own entry at the current revision.
+    wait_for(
+        lambda: (
+            parse_pins(_pins(kube).get("Deployment.batch", ""))
+            == {"batch-conf": _revision(e1, "batch-conf")}
+        ),
+        WAIT,
+        message="the entry of the Deployment never rolled",
+    )
+
+    def first_replicaset() -> dict[str, Any] | None:
+        for rs in kube.list(REPLICASETS, NAMESPACE)["items"]:
+            owners = rs["metadata"].get("ownerReferences") or []
+            if any(o["kind"] == "Deployment" and o["name"] == "batch" for o in owners):
+                return dict(rs)
+        return None
+
+    rs: dict[str, Any] = wait_for(first_replicaset, WAIT, message="the first ReplicaSet")
+    owned = {
+        **rs["spec"]["template"],
+        "metadata": {
+            **rs["spec"]["template"]["metadata"],
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "name": rs["metadata"]["name"],
+                    "uid": rs["metadata"]["uid"],
+                    "controller": True,
+                }
+            ],
+        },
+    }
+
+    # A pod of that ReplicaSet (as it would create one; no template digest): pinned.
+    def pinned_pod() -> dict[str, Any] | None:
+        pod = _pod(kube, NAMESPACE, owned)
+        return pod if configmap_volumes(pod)["conf"] != "batch-conf" else None
+
+    pinned: dict[str, Any] = wait_for(pinned_pod, WAIT, message="a pod pinned by its owner")
+    assert configmap_volumes(pinned) == {"conf": _revision(e1, "batch-conf"), "other": "not-cbops"}
+
+    # The first content change rolls the Deployment and freezes its entry: a pod of the
+    # old template created mid-rollout still reads the revision that template ran with.
+    set_spec(kube, NAMESPACE, "batch", {**spec, "data": e2})
+    wait_for(
+        lambda: is_frozen(_pins(kube).get("Deployment.batch", "")),
+        WAIT,
+        message="the entry frozen by the first rollout",
+    )
+    assert parse_pins(_pins(kube)["Deployment.batch"]) == {
+        "batch-conf": _revision(e1, "batch-conf")
+    }
+    assert configmap_volumes(_pod(kube, NAMESPACE, owned)) == {
+        "conf": _revision(e1, "batch-conf"),
+        "other": "not-cbops",
+    }
+    # A pod whose template carries a digest never falls back to its owner's entry.
+    digested = {
+        **owned,
+        "metadata": {
+            **owned["metadata"],
+            "annotations": {ANNOTATION_CONFIG_HASH: "sha256:" + "0" * 64},
+        },
+    }
+    assert configmap_volumes(_pod(kube, NAMESPACE, digested)) == {
+        "conf": "batch-conf",
         "other": "not-cbops",
     }

@@ -12,6 +12,8 @@
   revision suffix at admission; a bundle whose own name is too long (which a rule on
   ``spec`` cannot see) is reported ``Ready=False``, reason ``InvalidSpec``, naming the
   limit, and its plain ConfigMap is still kept.
+- Without the pin policy installed, a bundle with revisions is ``Ready=True`` and its
+  message says that pods are not pointed at revisions.
 """
 
 from __future__ import annotations
@@ -82,6 +84,19 @@ def test_a_change_makes_a_new_revision_and_a_revert_writes_none(
     assert old["metadata"]["labels"][LABEL_REVISION_OF] == "web"
     (ref,) = old["metadata"]["ownerReferences"]
     assert (ref["kind"], ref["name"], ref["controller"]) == ("ConfigBundle", "web", False)
+    # This control plane serves MutatingAdmissionPolicy, but the pin policy is not
+    # installed: Ready stays True and its message says so.
+    (condition,) = [
+        c
+        for c in kube.get(CONFIGBUNDLES, namespace, "web")["status"]["conditions"]
+        if c["type"] == "Ready"
+    ]
+    assert condition["status"] == "True"
+    assert condition["message"].endswith(
+        "; pods are not pointed at revisions: MutatingAdmissionPolicy cbop-pin-revisions "
+        "and its binding (paramRef cbop-revisions) not installed or not served "
+        "(docs/revisions.md)"
+    )
 
     # A change: a new revision, the old one kept as it was.
     set_spec(kube, namespace, "web", {**spec, "data": second})

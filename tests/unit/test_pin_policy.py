@@ -19,6 +19,7 @@ from cbop.api.revisions import (
     PARAMS_NAME,
     PINS_KEY_DIGITS,
     REVISION_HASH_DIGITS,
+    owner_pins_key,
     parse_pins,
     pins_key,
     pins_value,
@@ -194,3 +195,28 @@ def test_the_policy_does_not_mutate_what_a_pod_create_lacks() -> None:
     text = " ".join(_mutations(policy)) + json.dumps(policy["spec"]["matchConditions"])
     assert "ephemeralContainers" not in text  # never set at CREATE
     assert policy["spec"]["reinvocationPolicy"] == "Never"
+
+
+def test_the_policy_keys_a_pod_without_digest_as_cbop_keys_its_workload() -> None:
+    """``Kind.name``: the controller's kind and name, a Deployment's through its ReplicaSet
+    ``<deployment>-<pod-template-hash>``; the key chosen in the match condition and in
+    the variable alike; a pod with a digest never keyed by its owner."""
+    policy, _ = _manifest()
+    assert owner_pins_key("Deployment", "web") == "Deployment.web"
+    assert owner_pins_key("StatefulSet", "db") == "StatefulSet.db"
+    assert owner_pins_key("DaemonSet", "agent") == "DaemonSet.agent"
+    (condition,) = [c for c in policy["spec"]["matchConditions"] if c["name"] == "has-pins"]
+    (key,) = [v for v in policy["spec"]["variables"] if v["name"] == "key"]
+    for expression in (condition["expression"], key["expression"]):
+        cel = re.sub(r"\s+", " ", str(expression))
+        assert "'Deployment.' + r.name.substring(0, size(r.name) - " in cel
+        assert "size(object.metadata.labels['pod-template-hash']) - 1)" in cel
+        assert "r.name.endsWith('-' + object.metadata.labels['pod-template-hash'])" in cel
+        assert "r.kind + '.' + r.name" in cel
+        assert "has(r.controller) && r.controller" in cel
+        # The digest first: a pod with the annotation is keyed by it alone.
+        assert cel.index(f"'{ANNOTATION_CONFIG_HASH}' in object.metadata.annotations) ?") < (
+            cel.index("r.kind + '.' + r.name")
+        )
+    (lines,) = [v for v in policy["spec"]["variables"] if v["name"] == "lines"]
+    assert re.sub(r"\s+", "", lines["expression"]).startswith("params.data[variables.key].split(")

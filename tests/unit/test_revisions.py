@@ -10,15 +10,31 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+import structlog
+
 from cbop.api import content_hash
-from cbop.api.revisions import LABEL_REVISION_OF, revision_name
+from cbop.api.revisions import LABEL_REVISION_OF, PARAMS_NAME, revision_name
 from cbop.configbundle import Action, Reconciler
-from cbop.configbundle.revisions import REVISION_OF_INDEX, index_by_revision_of, revision_owners
+from cbop.configbundle.pinpolicy import PinPolicyCheck
+from cbop.configbundle.revisions import (
+    POLICY_RECHECK,
+    REVISION_OF_INDEX,
+    index_by_revision_of,
+    revision_owners,
+    revisions_pinned_by,
+)
 from cbop.informers import CONTROLLER_UID_INDEX, index_by_controller_uid
-from cbop.kube import CONFIGBUNDLES, CONFIGMAPS
+from cbop.kube import (
+    CONFIGBUNDLES,
+    CONFIGMAPS,
+    MUTATINGADMISSIONPOLICIES,
+    MUTATINGADMISSIONPOLICYBINDINGS,
+)
 from cbop.runtime.events import EventRecorder
 from cbop_testing.clock import FakeClock
 from cbop_testing.fakekube import CacheLister, FakeKube, ObjectTracker
+from cbop_testing.fakekube.errors import forbidden
+from cbop_testing.fakekube.reactions import fail
 from cbop_testing.objects import UID, bundle
 
 NOW = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
@@ -44,10 +60,13 @@ def rev(data: dict[str, str], name: str = "app") -> str:
 class World:
     """A fake API server and one reconciler whose caches follow it."""
 
-    def __init__(self, spec: dict[str, Any], *, dry_run: bool = False, **kw: Any) -> None:
+    def __init__(
+        self, spec: dict[str, Any], *, dry_run: bool = False, check_policy: bool = False, **kw: Any
+    ) -> None:
         # The server's clock (creationTimestamp): stepped between changes.
         self.clock = FakeClock(1_767_225_600.0)
         self.kube = FakeKube(ObjectTracker(now=self.clock.now))
+        self.policy = PinPolicyCheck(self.kube, clock=self.clock) if check_policy else None
         self.kube.tracker.add(CONFIGBUNDLES, bundle(spec, **kw))
         self.bundles = CacheLister(())
         self.configmaps = CacheLister(
@@ -65,6 +84,7 @@ class World:
             recorder=self.recorder,
             now=lambda: NOW,
             dry_run=dry_run,
+            pin_policy=self.policy,
         )
         self.key = f"demo/{kw.get('name', 'app')}"
 
@@ -440,3 +460,157 @@ def test_a_dry_run_says_what_a_revision_problem_would_make_the_bundle() -> None:
     long_name.reconcile()
     assert long_name.result.new_revision is None
     assert long_name.result.message.endswith("the bundle would then be InvalidSpec")
+
+
+def pins(w: World, entries: dict[str, str] | None) -> None:
+    """Make the namespace's pins ConfigMap hold ``entries`` (None: delete it)."""
+    if entries is None:
+        w.kube.tracker.delete(CONFIGMAPS, "demo", PARAMS_NAME)
+        return
+    w.kube.tracker.add(
+        CONFIGMAPS,
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": PARAMS_NAME,
+                "namespace": "demo",
+                "labels": {"app.kubernetes.io/managed-by": "cbop"},
+            },
+            "data": entries,
+        },
+    )
+
+
+def test_a_revision_the_pins_name_is_never_let_go_and_is_collected_once_unnamed() -> None:
+    # keep 1, and a template pinned to the first revision whose ReplicaSet has no owner
+    # reference on it yet: two content changes must not delete it.
+    keep1 = {"enabled": True, "keep": 1}
+    w = World({"data": {"a": "1"}, "revisions": keep1})
+    w.settle()
+    pins(w, {"a" * 40: f"app={rev({'a': '1'})}\n", "b" * 40: "other=other-0123456789\n"})
+    w.set_spec({"data": {"a": "2"}, "revisions": keep1})
+    w.settle()
+    w.set_spec({"data": {"a": "3"}, "revisions": keep1})
+    w.settle()
+    assert rev({"a": "1"}) in w.configmap_names()
+    assert [r["uid"] for r in w.configmap(rev({"a": "1"}))["metadata"]["ownerReferences"]] == [UID]
+    assert rev({"a": "2"}) not in w.configmap_names()  # not pinned: collected as before
+    # The pins' change wakes the bundle (the old object's entries are mapped too)...
+    old = w.configmap(PARAMS_NAME)
+    pins(w, {"b" * 40: "other=other-0123456789\n"})
+    mapper = revisions_pinned_by(w.configmaps)
+    w.configmaps.sync(w.kube.tracker, CONFIGMAPS)
+    assert mapper(old) == ["demo/app"]
+    assert mapper(w.configmap(PARAMS_NAME)) == []
+    assert mapper(w.configmap("app")) == []
+    # ... and its reconcile, past the no-op fast path, deletes the revision unnamed now.
+    assert w.reconcile() == [("delete", "configmaps", rev({"a": "1"}))]
+    assert w.reconcile() == []
+    assert w.configmap_names() == sorted(["app", PARAMS_NAME, rev({"a": "3"})])
+
+
+def test_a_pinned_revision_with_other_owners_keeps_the_bundle_reference() -> None:
+    keep1 = {"enabled": True, "keep": 1}
+    w = World({"data": {"a": "1"}, "revisions": keep1})
+    w.settle()
+    first = w.configmap(rev({"a": "1"}))
+    replicaset = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-1", "uid": "rs-1"}
+    first["metadata"]["ownerReferences"].append(replicaset)
+    w.kube.tracker.add(CONFIGMAPS, first)
+    pins(w, {"a" * 40: f"app={rev({'a': '1'})}\n"})
+    w.set_spec({"data": {"a": "2"}, "revisions": keep1})
+    w.settle()
+    assert [r["uid"] for r in w.configmap(rev({"a": "1"}))["metadata"]["ownerReferences"]] == [
+        UID,
+        "rs-1",
+    ]
+    pins(w, None)
+    assert w.reconcile() == [("update", "configmaps", rev({"a": "1"}))]
+    assert w.configmap(rev({"a": "1"}))["metadata"]["ownerReferences"] == [replicaset]
+
+
+def ready_message(w: World) -> str:
+    (ready,) = [c for c in w.bundle()["status"]["conditions"] if c["type"] == "Ready"]
+    assert ready["status"] == "True"
+    return str(ready["message"])
+
+
+def policy_lists(w: World) -> list[str]:
+    return [a.resource for a in w.kube.actions if a.verb == "list" and "mutating" in a.resource]
+
+
+def install_policy(w: World, name: str = "rel-cbop-pin-revisions") -> None:
+    """The policy and its binding, named as the chart names them (release prefix)."""
+    w.kube.tracker.add(MUTATINGADMISSIONPOLICIES, {"metadata": {"name": name}})
+    w.kube.tracker.add(
+        MUTATINGADMISSIONPOLICYBINDINGS,
+        {
+            "metadata": {"name": name},
+            "spec": {"policyName": name, "paramRef": {"name": PARAMS_NAME}},
+        },
+    )
+
+
+def test_a_missing_pin_policy_is_told_in_the_ready_message_and_logged_once() -> None:
+    w = World({"data": {"a": "1"}, "revisions": ON}, check_policy=True)
+    with structlog.testing.capture_logs() as logs:
+        w.settle()
+        missing = (
+            "MutatingAdmissionPolicy cbop-pin-revisions and its binding (paramRef cbop-revisions)"
+        )
+        assert ready_message(w).endswith(
+            f"; pods are not pointed at revisions: {missing} not installed or not served "
+            "(docs/revisions.md)"
+        )
+        assert w.result.requeue_after == POLICY_RECHECK
+        assert w.result.ready == "True"
+        # Looked at once a minute at most, whatever the reconciles.
+        w.clock.step(30)
+        w.reconcile()
+        assert policy_lists(w) == []
+        # Installed: the sentence goes at the next look.
+        install_policy(w)
+        w.clock.step(30)
+        assert w.reconcile() == [("patch/status", "configbundles", "app")]
+        assert policy_lists(w) == [
+            "mutatingadmissionpolicies",
+            "mutatingadmissionpolicybindings",
+        ]
+        assert "revisions" not in ready_message(w)
+        assert w.result.requeue_after is None
+        assert w.reconcile() == []  # steady state, by the no-op fast path
+        # The policy removed, its binding left: the fast path notices at the next look.
+        w.kube.tracker.delete(MUTATINGADMISSIONPOLICIES, None, "rel-cbop-pin-revisions")
+        w.clock.step(60)
+        assert w.reconcile() == [("patch/status", "configbundles", "app")]
+        assert (
+            "pods are not pointed at revisions: MutatingAdmissionPolicy "
+            "rel-cbop-pin-revisions (named by its binding) not installed"
+        ) in ready_message(w)
+    warnings = [e for e in logs if e["event"].startswith("pin policy missing")]
+    assert [e["missing"] for e in warnings] == [
+        missing,
+        "MutatingAdmissionPolicy rel-cbop-pin-revisions (named by its binding)",
+    ]
+    assert [e["event"] for e in logs].count(
+        "pin policy installed: new pods are pointed at their revisions"
+    ) == 1
+
+
+def test_a_pin_policy_that_cannot_be_read_or_revisions_off_say_nothing() -> None:
+    w = World({"data": {"a": "1"}, "revisions": ON}, check_policy=True)
+    w.kube.prepend_reactor(
+        "list",
+        "mutatingadmissionpolicies",
+        fail(forbidden(MUTATINGADMISSIONPOLICIES, "list", None)),
+    )
+    w.settle()
+    assert "revisions" not in ready_message(w)
+    assert w.result.requeue_after is None
+    off = World({"data": {"a": "1"}}, check_policy=True)
+    off.kube.prepend_reactor(
+        "list", "mutatingadmissionpolicies", fail(AssertionError("looked without revisions"))
+    )
+    off.settle()
+    assert "revisions" not in ready_message(off)

@@ -20,6 +20,7 @@ from cbop.manager import Manager as CbopManager
 from cbop.manager import Options
 from cbop.rollout import CONFIGMAP_INDEX, ROLLOUT_SELECTOR
 from cbop.rollout import controller as rollout
+from cbop.rollout.history import DIGEST_INDEX
 from cbop.runtime import Manager
 from cbop_testing.fakekube import FakeKube
 
@@ -44,11 +45,12 @@ def test_rollout_controllers_share_the_configbundle_controllers_configmap_inform
         "rollout-daemonset",
         "history-replicaset",
         "history-controllerrevision",
+        "pins",
     ]
     assert set(manager.controllers) == {"configbundle", *(c.name for c in controllers)}
     factory = manager.informers
     # One informer per (resource, namespace): the managed-ConfigMap informer serves all
-    # six controllers (a second selector would add "configmaps/a[...]"); the other
+    # seven controllers (a second selector would add "configmaps/a[...]"); the other
     # ConfigMap informer is the ConfigBundle controller's source ConfigMaps.
     assert sorted(inf.name for inf in factory.informers) == sorted(
         [
@@ -72,6 +74,7 @@ def test_rollout_controllers_share_the_configbundle_controllers_configmap_inform
     for resource in (DEPLOYMENTS, STATEFULSETS, DAEMONSETS):
         for informer in factory.informers_for(resource, label_selector=ROLLOUT_SELECTOR).values():
             assert CONFIGMAP_INDEX in informer.indexer().index_names()
+            assert DIGEST_INDEX in informer.indexer().index_names()
 
 
 def test_a_second_setup_is_refused(manager: Manager) -> None:
@@ -82,8 +85,8 @@ def test_a_second_setup_is_refused(manager: Manager) -> None:
 
 @pytest.mark.parametrize("enabled", [True, False], ids=["rollout", "no-rollout"])
 def test_cbop_manager_runs_the_rollout_only_with_the_flag(enabled: bool) -> None:
-    """``--rollout`` adds the three controllers, the two of the history and
-    ``cbop_rollouts_total{kind}`` (each kind at 0); without it neither, and no apps
+    """``--rollout`` adds the three controllers, the two of the history, the pins'
+    collection and ``cbop_rollouts_total{kind}`` (each kind at 0); without it neither, and no apps
     informer is created."""
     made = CbopManager(
         FakeKube(),
@@ -100,6 +103,7 @@ def test_cbop_manager_runs_the_rollout_only_with_the_flag(enabled: bool) -> None
         "rollout-daemonset",
         "history-replicaset",
         "history-controllerrevision",
+        "pins",
     }
     assert set(made.controllers) == {"configbundle", *(rollouts if enabled else ())}
     counted = {

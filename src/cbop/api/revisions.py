@@ -26,10 +26,15 @@ __all__ = [
     "MAX_KEEP",
     "MAX_REVISIONED_NAME",
     "MIN_KEEP",
+    "OWNER_KINDS",
     "PARAMS_NAME",
+    "PINS_FROZEN",
     "PINS_KEY_DIGITS",
+    "PIN_POLICY_NAME",
     "REVISION_HASH_DIGITS",
     "RevisionsSpec",
+    "is_frozen",
+    "owner_pins_key",
     "parse_pins",
     "parse_revisions",
     "pins_key",
@@ -142,6 +147,10 @@ def _is_hex(text: str) -> bool:
 #: the rollout writes before a template annotation and the history and the admission
 #: policy read (docs/revisions.md).
 PARAMS_NAME: Final = "cbop-revisions"
+#: The name of the MutatingAdmissionPolicy that points new pods at their revisions, and
+#: of its binding (manifests/revisions/pin_revisions.yaml, the chart's
+#: ``revisions.pinPods``).
+PIN_POLICY_NAME: Final = "cbop-pin-revisions"
 #: Hex digits of a template digest in a pin's key (as the rollout's baseline label).
 PINS_KEY_DIGITS: Final = 40
 
@@ -184,3 +193,40 @@ def parse_pins(value: str) -> dict[str, str]:
         if sep and plain and revision:
             out[plain] = revision
     return out
+
+
+#: The workload kinds whose never-rolled pods are pinned by their workload's name.
+OWNER_KINDS: Final = frozenset({"Deployment", "StatefulSet", "DaemonSet"})
+#: The line that marks a workload's entry frozen (its first rollout happened): a line
+#: without ``=``, so neither :func:`parse_pins` nor the policy's CEL reads it as a pin.
+PINS_FROZEN: Final = "#frozen"
+#: The longest key a ConfigMap's data may have.
+_MAX_KEY: Final = 253
+
+
+def owner_pins_key(kind: str, name: str) -> str:
+    """Return the pins key of a workload's pods whose template carries no digest yet.
+
+    A workload opted in but never rolled has no ``cbop.dev/config-hash`` on its pod
+    template, so its pods are found by their controller instead: the admission policy
+    builds the same key from the pod's controller owner reference (a ReplicaSet
+    ``<deployment>-<pod-template-hash>`` gives its Deployment's name; a StatefulSet's or
+    DaemonSet's pods name their workload). docs/revisions.md.
+
+    Args:
+        kind: ``Deployment``, ``StatefulSet`` or ``DaemonSet``.
+        name: the workload's name.
+
+    Returns:
+        ``<kind>.<name>`` (a valid ConfigMap key: a name is a DNS subdomain), or ``""``
+        for another kind or a key longer than 253 characters.
+    """
+    key = f"{kind}.{name}"
+    if kind not in OWNER_KINDS or not name or len(key) > _MAX_KEY:
+        return ""
+    return key
+
+
+def is_frozen(value: str) -> bool:
+    """Whether a pins value carries the :data:`PINS_FROZEN` line."""
+    return any(line.strip() == PINS_FROZEN for line in value.splitlines())

@@ -18,7 +18,11 @@ It owns three decisions and nothing else:
   released; a source ConfigMap event (created, changed, deleted, labelled or
   unlabelled) the keys of the bundles that read it (:func:`bundles_reading`, through
   the :data:`SOURCE_INDEX` index: no GET, also for sources that do not exist yet);
-  and after a restart the listed bundles that are not converged
+  a revision's event the bundles its owner references name
+  (:func:`cbop.configbundle.revisions.revision_owners`), and the pins ConfigMap's the
+  bundles holding the revisions it names, or named before the update
+  (:func:`cbop.configbundle.revisions.revisions_pinned_by`); and after a restart the
+  listed bundles that are not converged
   (:func:`cbop.configbundle.status.is_converged`) go ahead of those that are;
 - **its reconciler**: :class:`cbop.configbundle.Reconciler`, built with the manager's
   (fenced) client and the shared listers.
@@ -35,7 +39,13 @@ from typing import Any, Final
 from cbop.api import MANAGED_SELECTOR, SOURCE_SELECTOR, config_map_name_of
 from cbop.configbundle import Reconciler, Requeue, Result
 from cbop.configbundle.interfaces import Client, Observer
-from cbop.configbundle.revisions import REVISION_OF_INDEX, index_by_revision_of, revision_owners
+from cbop.configbundle.pinpolicy import PinPolicyCheck
+from cbop.configbundle.revisions import (
+    REVISION_OF_INDEX,
+    index_by_revision_of,
+    revision_owners,
+    revisions_pinned_by,
+)
 from cbop.configbundle.status import is_converged
 from cbop.informers import (
     IndexFunc,
@@ -163,6 +173,7 @@ def new_reconciler(
     recorder: EventSink | None = None,
     observer: Observer | None = None,
     dry_run: bool = False,
+    pin_policy: PinPolicyCheck | None = None,
 ) -> Reconciler:
     """Return the ConfigBundle reconciler reading from ``informers``' shared caches.
 
@@ -174,6 +185,7 @@ def new_reconciler(
         recorder: where Events go (None: none).
         observer: the ConfigMap write metrics (None: none).
         dry_run: see :class:`cbop.configbundle.Reconciler`.
+        pin_policy: see :class:`cbop.configbundle.Reconciler` (None: not checked).
     """
     return Reconciler(
         client=client,
@@ -191,6 +203,7 @@ def new_reconciler(
         dry_run=dry_run,
         sources=informers.lister(CONFIGMAPS, label_selector=SOURCE_SELECTOR, whole=True),
         source_scope=[ns for ns in informers.scopes if ns] or None,
+        pin_policy=pin_policy,
     )
 
 
@@ -201,6 +214,7 @@ def setup(
     observer: Observer | None = None,
     workers: int | None = None,
     priority_queue: bool | None = None,
+    pin_policy: PinPolicyCheck | None = None,
 ) -> Controller:
     """Add the ConfigBundle controller to ``manager`` and return it.
 
@@ -211,20 +225,27 @@ def setup(
         observer: the ConfigMap write metrics (None: none).
         workers: worker threads (None: the runtime's default, 4).
         priority_queue: see :meth:`cbop.runtime.Builder.with_options` (None: on).
+        pin_policy: see :class:`cbop.configbundle.Reconciler` (None: not checked).
 
     Raises:
         ValueError: the manager has a controller of this name already.
     """
     reconciler = new_reconciler(
-        manager.client, manager.informers, recorder=recorder, observer=observer
+        manager.client,
+        manager.informers,
+        recorder=recorder,
+        observer=observer,
+        pin_policy=pin_policy,
     )
     bundles = manager.lister(CONFIGBUNDLES, indexers=_BUNDLE_INDEXERS)
+    configmaps = manager.lister(CONFIGMAPS, label_selector=MANAGED_SELECTOR)
     return (
         Builder(manager, CONTROLLER_NAME)
         .for_(CONFIGBUNDLES, converged=is_converged)
         .owns(CONFIGMAPS, label_selector=MANAGED_SELECTOR)
         .watches(CONFIGMAPS, bundles_naming(bundles), label_selector=MANAGED_SELECTOR)
         .watches(CONFIGMAPS, revision_owners, label_selector=MANAGED_SELECTOR)
+        .watches(CONFIGMAPS, revisions_pinned_by(configmaps), label_selector=MANAGED_SELECTOR)
         .watches(CONFIGMAPS, bundles_reading(bundles), label_selector=SOURCE_SELECTOR, whole=True)
         .with_options(workers=workers, priority_queue=priority_queue)
         .complete(reconciler)
@@ -267,13 +288,20 @@ def install(context: Context) -> SetupFunc:
     observer = ConfigMapWriteMetrics(context.registry)
     context.registry.register(BundleReadinessCollector(lambda: context.cached(CONFIGBUNDLES)))
 
+    # One check of the pin policy per process (its finding is logged once), made with
+    # the client of the first scope set up: it only reads.
+    checks: list[PinPolicyCheck] = []
+
     def setup_scope(scope: Scope) -> Controller:
+        if not checks:
+            checks.append(PinPolicyCheck(scope.client))
         return setup(
             scope,
             recorder=context.recorder,
             observer=observer,
             workers=context.workers,
             priority_queue=context.priority_queue,
+            pin_policy=checks[0],
         )
 
     return setup_scope
@@ -306,6 +334,13 @@ DEFINITION: Final = ControllerDefinition(
             ("configmaps",),
             ("get", "list", "watch", "create", "update", "patch", "delete"),
             "the managed ConfigMaps; list and watch the source ConfigMaps",
+        ),
+        PolicyRule(
+            ("admissionregistration.k8s.io",),
+            ("mutatingadmissionpolicies", "mutatingadmissionpolicybindings"),
+            ("get", "list", "watch"),
+            "whether the policy that points pods at revisions (cbop-pin-revisions) is "
+            "installed, told in the Ready message of bundles with revisions",
         ),
     ),
 )

@@ -59,6 +59,7 @@ from cbop.configbundle.interfaces import (
     Result,
 )
 from cbop.configbundle.memo import DecisionMemo
+from cbop.configbundle.pinpolicy import PinPolicyCheck
 from cbop.configbundle.release import FinalizerWrites
 from cbop.configbundle.report import RejectedError
 from cbop.configbundle.revisions import RevisionWrites
@@ -96,6 +97,9 @@ class Reconciler(ConfigMapWrites, FinalizerWrites, RevisionWrites):
             every namespace in scope, never shard-filtered); None: no source is found.
         source_scope: the namespaces cbop watches (``--namespace``), None for all; a
             source elsewhere is reported as not found, naming them.
+        pin_policy: tells whether the admission policy that points pods at revisions
+            is installed; when it is not, bundles with revisions say so in their Ready
+            message (docs/revisions.md). None: nothing is said.
     """
 
     def __init__(
@@ -112,8 +116,10 @@ class Reconciler(ConfigMapWrites, FinalizerWrites, RevisionWrites):
         field_manager: str = "cbop",
         sources: Lister | None = None,
         source_scope: Sequence[str] | None = None,
+        pin_policy: PinPolicyCheck | None = None,
     ) -> None:
         self._client = client
+        self._pin_policy = pin_policy
         self._sources = sources
         self._source_scope = tuple(source_scope) if source_scope else None
         self._bundles = bundles

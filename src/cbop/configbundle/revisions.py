@@ -24,7 +24,7 @@ put back with one update. So a steady state writes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import EllipsisType
 from typing import Any, Final
@@ -45,10 +45,17 @@ from cbop.api import (
     encode_binary,
     is_bundle_reference,
 )
-from cbop.api.revisions import LABEL_REVISION_OF, parse_revisions, revision_name
+from cbop.api.revisions import (
+    LABEL_REVISION_OF,
+    PARAMS_NAME,
+    parse_pins,
+    parse_revisions,
+    revision_name,
+)
 from cbop.configbundle.decision import Action, Decision
 from cbop.configbundle.desired import JSON, DesiredConfigMap
 from cbop.configbundle.interfaces import Lister
+from cbop.configbundle.pinpolicy import PinPolicyCheck, missing_policy_note
 from cbop.configbundle.report import ReconcileReports
 from cbop.configbundle.status import ConditionStatus
 from cbop.keys import key_of
@@ -58,12 +65,15 @@ log = structlog.get_logger("cbop.configbundle")
 
 __all__ = [
     "KEEP_REVISION",
+    "POLICY_RECHECK",
     "REVISION_OF_INDEX",
     "RevisionOutcome",
     "RevisionWrites",
     "index_by_revision_of",
+    "pinned_revisions",
     "revision_owners",
     "revision_reference",
+    "revisions_pinned_by",
 ]
 
 #: The decisions after which the plain ConfigMap is as the spec says (or is being made
@@ -74,6 +84,10 @@ _KEPT = frozenset({Action.NONE, Action.CREATE, Action.UPDATE, Action.REPLACE})
 #: The index of the managed-ConfigMap cache that finds a bundle's revisions
 #: (:func:`index_by_revision_of`).
 REVISION_OF_INDEX: Final = "revision-of"
+
+#: Seconds until a bundle whose Ready message says the pin policy is missing is looked
+#: at again (the policy may have been installed meanwhile).
+POLICY_RECHECK: Final = 300.0
 
 #: ``status.revision`` as it is: the reconcile says nothing about revisions.
 KEEP_REVISION: Final[EllipsisType] = ...
@@ -103,14 +117,26 @@ class RevisionOutcome:
     wrote: bool = False
     recheck: float | None = None
     would_create: str | None = None
+    note: str | None = None
 
     def applied_to(
         self, ready: ConditionStatus, reason: Reason, message: str, requeue: float | None
     ) -> tuple[ConditionStatus, Reason, str, float | None]:
-        """Return the Ready condition and requeue to report: ``problem`` over a Synced outcome."""
-        if self.problem is None or ready != "True":
+        """Return the Ready condition and requeue to report: ``problem`` over a Synced outcome.
+
+        Without a problem, ``note`` (the pin policy is missing) is added to a ``True``
+        condition's message, which stays ``True``, and the bundle is looked at again
+        within :data:`POLICY_RECHECK` seconds, so the sentence goes once the policy is
+        installed.
+        """
+        if ready != "True":
             return ready, reason, message, requeue
-        return "False", self.problem[0], self.problem[1], self.recheck
+        if self.problem is not None:
+            return "False", self.problem[0], self.problem[1], self.recheck
+        if self.note is not None:
+            recheck = POLICY_RECHECK if requeue is None else min(requeue, POLICY_RECHECK)
+            return ready, reason, f"{message}; {self.note}", recheck
+        return ready, reason, message, requeue
 
 
 def revision_reference(bundle: Mapping[str, Any]) -> JSON:
@@ -152,6 +178,60 @@ def revision_owners(configmap: Mapping[str, Any]) -> list[str]:
     )
 
 
+def pinned_revisions(params: Mapping[str, Any] | None) -> frozenset[str]:
+    """Return the names of the revisions any entry of a pins ConfigMap names.
+
+    Args:
+        params: the namespace's pins ConfigMap
+            (:data:`cbop.api.revisions.PARAMS_NAME`, from the managed-ConfigMap cache:
+            it carries cbop's label), or None when there is none.
+
+    Returns:
+        Every revision name on the right of a ``plain=revision`` line of any entry
+        (:func:`cbop.api.revisions.parse_pins`); empty without the ConfigMap.
+    """
+    if params is None:
+        return frozenset()
+    names: set[str] = set()
+    for value in (params.get("data") or {}).values():
+        if isinstance(value, str):
+            names.update(parse_pins(value).values())
+    return frozenset(names)
+
+
+def revisions_pinned_by(configmaps: Lister) -> Callable[[Mapping[str, Any]], list[str]]:
+    """Return the map function: the pins ConfigMap -> the bundles holding what it names.
+
+    A revision the pins name is never let go by its bundle (:meth:`RevisionWrites._collect`);
+    once the pins stop naming it (the rollout's collection of unreferenced entries), the
+    bundle must look again. The runtime maps both the old and the new object of an
+    update, so a dropped entry wakes the bundles of the revisions it named.
+
+    Args:
+        configmaps: the managed-ConfigMap cache (the revisions are in it).
+
+    Returns:
+        ``fn(configmap) -> ["namespace/name", ...]``: for the pins ConfigMap, the keys of
+        the bundles whose non-controller owner reference a revision it names carries
+        (:func:`revision_owners`), sorted; ``[]`` for any other ConfigMap. Cache lookups
+        only: no API call.
+    """
+
+    def map_pins(configmap: Mapping[str, Any]) -> list[str]:
+        meta = configmap.get("metadata") or {}
+        if meta.get("name") != PARAMS_NAME:
+            return []
+        namespace = str(meta.get("namespace") or "")
+        keys: set[str] = set()
+        for name in pinned_revisions(configmap):
+            revision = configmaps.get(namespace, name)
+            if revision is not None:
+                keys.update(revision_owners(revision))
+        return sorted(keys)
+
+    return map_pins
+
+
 def index_by_revision_of(configmap: Mapping[str, Any]) -> list[str]:
     """Index function of the managed-ConfigMap cache: a revision -> ``namespace/<bundle label>``.
 
@@ -164,6 +244,20 @@ def index_by_revision_of(configmap: Mapping[str, Any]) -> list[str]:
     if not isinstance(label, str):
         return []
     return [key_of(meta.get("namespace"), label)]
+
+
+#: The words of :func:`cbop.configbundle.pinpolicy.missing_policy_note` a Ready message
+#: carries while the pin policy is missing.
+_POLICY_MISSING_MARK: Final = missing_policy_note("").partition(":")[0]
+
+
+def _ready_message(status: Mapping[str, Any]) -> str | None:
+    """Return the message of the Ready condition in ``status``, or None without one."""
+    for condition in status.get("conditions") or ():
+        if isinstance(condition, Mapping) and condition.get("type") == "Ready":
+            message = condition.get("message")
+            return message if isinstance(message, str) else ""
+    return None
 
 
 def _owned_by(configmap: Mapping[str, Any], bundle: Mapping[str, Any]) -> bool:
@@ -250,17 +344,28 @@ class RevisionWrites(ReconcileReports):
     """
 
     _configmaps: Lister
+    _pin_policy: PinPolicyCheck | None
+
+    def _policy_note(self) -> str | None:
+        """Return the Ready message's sentence on a missing pin policy, or None."""
+        if self._pin_policy is None:
+            return None
+        missing = self._pin_policy.missing()
+        return None if missing is None else missing_policy_note(missing)
 
     def _revision_in_place(self, bundle: Mapping[str, Any]) -> bool:
         """Whether the revisions part of a full reconcile would find nothing to do.
 
         For the no-op fast path (:meth:`Reconciler._unchanged`): false when
         ``status.revision`` names a ConfigMap missing from the cache (deleted by hand)
-        or one without the bundle's owner reference (taken off by hand), or when
-        revisions are off and ``status.revision`` is still set. Every other change that
-        matters (turning revisions on, new content, another ``keep``) is a spec change,
-        which the fast path already tells by the bundle's resourceVersion. Cache lookups
-        only.
+        or one without the bundle's owner reference (taken off by hand), when the
+        bundle holds a revision it is to let go of (:meth:`_releasable`: one the pins
+        named and name no more), when the Ready message does not tell of the pin
+        policy as :class:`cbop.configbundle.pinpolicy.PinPolicyCheck` finds it now, or
+        when revisions are off and ``status.revision`` is still set. Every other change
+        that matters (turning revisions on, new content, another ``keep``) is a spec
+        change, which the fast path already tells by the bundle's resourceVersion. Cache
+        lookups only, but for the check's GETs (at most two a minute, process-wide).
         """
         spec = bundle.get("spec") or {}
         raw = spec.get("revisions") if isinstance(spec, Mapping) else None
@@ -271,8 +376,28 @@ class RevisionWrites(ReconcileReports):
         name = status.get("revision")
         if not isinstance(name, str):
             return True
-        current = self._configmaps.get(bundle["metadata"]["namespace"], name)
-        return current is not None and _owned_by(current, bundle)
+        namespace = bundle["metadata"]["namespace"]
+        current = self._configmaps.get(namespace, name)
+        if current is None or not _owned_by(current, bundle):
+            return False
+        message = _ready_message(status)
+        if self._pin_policy is not None and message is not None:
+            # The Ready message must tell of the pin policy as the check finds it now.
+            note = self._policy_note()
+            if (note is None and _POLICY_MISSING_MARK in message) or (
+                note is not None and note not in message
+            ):
+                return False
+        # A revision held past the newest keep while the pins named it, and named no
+        # more: the pins' change woke the bundle to let go of it.
+        try:
+            keep = parse_revisions(bundle).keep
+        except SpecError:
+            return True
+        label = (current.get("metadata", {}).get("labels") or {}).get(LABEL_REVISION_OF)
+        if not isinstance(label, str):
+            return True
+        return not self._releasable(bundle, namespace, label, name, keep)
 
     def _keep_revision(self, bundle: Mapping[str, Any], decision: Decision) -> RevisionOutcome:
         """Make sure the revision of the desired content exists; say what status reports.
@@ -318,7 +443,7 @@ class RevisionWrites(ReconcileReports):
                     routine=True,
                 )
                 self._collect(bundle, desired, name, revisions.keep)
-                return RevisionOutcome(status=name, wrote=True)
+                return RevisionOutcome(status=name, wrote=True, note=self._policy_note())
             except ApiError as err:
                 if not err.is_already_exists:
                     raise
@@ -330,7 +455,7 @@ class RevisionWrites(ReconcileReports):
         if not _owned_by(current, bundle):
             wrote = self._own_again(bundle, current)
         collected = self._collect(bundle, desired, name, revisions.keep)
-        return RevisionOutcome(status=name, wrote=wrote or collected)
+        return RevisionOutcome(status=name, wrote=wrote or collected, note=self._policy_note())
 
     def _planned_revision(
         self, bundle: Mapping[str, Any], desired: DesiredConfigMap
@@ -377,7 +502,8 @@ class RevisionWrites(ReconcileReports):
         """Take the bundle's owner reference off its revisions beyond the newest ``keep``.
 
         The bundle holds the current revision and the ``keep - 1`` most recently created
-        others (by ``creationTimestamp``, then name). From each older revision it still
+        others (by ``creationTimestamp``, then name), and any revision an entry of the
+        namespace's pins names (:meth:`_releasable`). From each other revision it still
         holds, the reference is removed with one update when other owners remain (the
         garbage collector deletes the revision once they are gone); a revision left with
         no owner is deleted, on the precondition of its UID and resourceVersion, so a
@@ -385,20 +511,38 @@ class RevisionWrites(ReconcileReports):
         never deletes an object without owner references). A lost race or a revision
         already gone is left to the next reconcile. Returns whether anything was written.
         """
+        wrote = False
         label = _bundle_label(bundle, desired)
+        for cm in self._releasable(bundle, desired.namespace, label, current, keep):
+            wrote = self._release_revision(bundle, cm) or wrote
+        return wrote
+
+    def _releasable(
+        self, bundle: Mapping[str, Any], namespace: str, label: str, current: str, keep: int
+    ) -> list[Mapping[str, Any]]:
+        """Return the revisions the bundle holds and is to let go of now.
+
+        Those it holds (its non-controller owner reference) other than ``current``,
+        beyond the ``keep - 1`` most recently created, and named by no entry of the
+        namespace's pins ConfigMap (:func:`pinned_revisions`): a pinned revision may be
+        mounted by a pod of a template whose ReplicaSet or ControllerRevision has not
+        got its own owner reference on it yet, and nothing that something may still
+        mount is deleted (docs/revisions.md). Cache lookups only.
+        """
         held = [
             cm
-            for cm in self._configmaps.by_index(REVISION_OF_INDEX, key_of(desired.namespace, label))
+            for cm in self._configmaps.by_index(REVISION_OF_INDEX, key_of(namespace, label))
             if _held_by(cm, bundle) and cm["metadata"]["name"] != current
         ]
         held.sort(
             key=lambda cm: (cm["metadata"].get("creationTimestamp", ""), cm["metadata"]["name"]),
             reverse=True,
         )
-        wrote = False
-        for cm in held[keep - 1 :]:
-            wrote = self._release_revision(bundle, cm) or wrote
-        return wrote
+        older = held[keep - 1 :]
+        if not older:
+            return []
+        pinned = pinned_revisions(self._configmaps.get(namespace, PARAMS_NAME))
+        return [cm for cm in older if cm["metadata"]["name"] not in pinned]
 
     def _release_revision(self, bundle: Mapping[str, Any], revision: Mapping[str, Any]) -> bool:
         meta = dict(revision["metadata"])

@@ -133,3 +133,20 @@ DAEMONSETS = Resource("apps", "v1", "daemonsets", "DaemonSet")
 #: (docs/revisions.md).
 REPLICASETS = Resource("apps", "v1", "replicasets", "ReplicaSet")
 CONTROLLERREVISIONS = Resource("apps", "v1", "controllerrevisions", "ControllerRevision")
+#: admissionregistration.k8s.io/v1 MutatingAdmissionPolicies and their bindings
+#: (cluster-scoped; Kubernetes 1.36 serves them by default): cbop reads whether its
+#: policy that points pods at revisions is installed (docs/revisions.md).
+MUTATINGADMISSIONPOLICIES = Resource(
+    "admissionregistration.k8s.io",
+    "v1",
+    "mutatingadmissionpolicies",
+    "MutatingAdmissionPolicy",
+    namespaced=False,
+)
+MUTATINGADMISSIONPOLICYBINDINGS = Resource(
+    "admissionregistration.k8s.io",
+    "v1",
+    "mutatingadmissionpolicybindings",
+    "MutatingAdmissionPolicyBinding",
+    namespaced=False,
+)

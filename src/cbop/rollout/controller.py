@@ -16,6 +16,12 @@ named ``rollout-<kind>`` (``rollout-deployment``, ...) that owns three decisions
 - **its reconciler**: :class:`cbop.rollout.RolloutReconciler`, writing with the
   manager's (fenced) client.
 
+Besides them, per workload history kind, ``history-replicaset`` and
+``history-controllerrevision`` (:class:`cbop.rollout.history.HistoryReconciler`), and
+one controller ``pins`` (:class:`cbop.rollout.unpin.PinsCollector`, one worker, keyed
+by ``namespace/cbop-revisions``) that drops the pins entries nothing references; the
+rollout reconcilers and it share one :class:`cbop.rollout.pins.PinsGuard` per scope.
+
 ``cbop --once`` does not run these controllers.
 """
 
@@ -25,6 +31,7 @@ from typing import Final
 
 from cbop import defaults
 from cbop.api import MANAGED_SELECTOR
+from cbop.informers import IndexFunc
 from cbop.kube import (
     CONFIGMAPS,
     CONTROLLERREVISIONS,
@@ -45,6 +52,15 @@ from cbop.rollout import (
     index_by_configmap,
 )
 from cbop.rollout.history import DIGEST_INDEX, HistoryReconciler, index_by_digest, pins_mapper
+from cbop.rollout.pins import DEFAULT_PINS_GRACE, PinsGuard
+from cbop.rollout.unpin import (
+    DIGEST_CHANGED,
+    OWNER_INDEX,
+    PINS_ONLY,
+    PinsCollector,
+    index_by_owner_without_digest,
+    pins_key_of,
+)
 from cbop.runtime import Builder, Controller, Scope
 from cbop.runtime.definition import Context, ControllerDefinition, Flag, PolicyRule, SetupFunc
 from cbop.runtime.predicates import GENERATION_CHANGED, LABELS_CHANGED, any_of
@@ -53,6 +69,7 @@ from cbop.runtime.seams import EventSink
 __all__ = [
     "DEFINITION",
     "HISTORY",
+    "PINS_CONTROLLER",
     "WORKLOADS",
     "WORKLOAD_CHANGED",
     "controller_name",
@@ -68,6 +85,9 @@ WORKLOAD_CHANGED: Final = any_of(GENERATION_CHANGED, LABELS_CHANGED)
 
 #: The workload kinds cbop rolls, one controller each.
 WORKLOADS: Final = (DEPLOYMENTS, STATEFULSETS, DAEMONSETS)
+#: The controller that drops the pins entries nothing references
+#: (:class:`cbop.rollout.unpin.PinsCollector`).
+PINS_CONTROLLER: Final = "pins"
 #: The workload history kinds that own the revisions their templates read, one
 #: controller each (``history-replicaset``, ``history-controllerrevision``).
 HISTORY: Final = (REPLICASETS, CONTROLLERREVISIONS)
@@ -85,6 +105,7 @@ def setup(
     observer: RolloutObserver | None = None,
     workers: int | None = None,
     priority_queue: bool | None = None,
+    pins_grace: float = DEFAULT_PINS_GRACE,
 ) -> list[Controller]:
     """Add one rollout controller per workload kind to ``manager``; return them.
 
@@ -95,18 +116,22 @@ def setup(
         observer: ``cbop_rollouts_total`` (None: no metrics).
         workers: worker threads per controller (None: the runtime's default, 4).
         priority_queue: see :meth:`cbop.runtime.Builder.with_options` (None: on).
+        pins_grace: seconds a pins entry is kept, referenced or not, after it was
+            written or first seen (:class:`cbop.rollout.pins.PinsGuard`).
 
     Raises:
         ValueError: the manager has a controller of one of these names already.
     """
     configmaps = manager.lister(CONFIGMAPS, label_selector=MANAGED_SELECTOR)
+    guard = PinsGuard(grace=pins_grace)
+    digest_index: dict[str, IndexFunc] = {DIGEST_INDEX: index_by_digest}
     controllers = []
     for resource in WORKLOADS:
         name = controller_name(resource)
         workloads = manager.lister(
             resource,
             label_selector=ROLLOUT_SELECTOR,
-            indexers={CONFIGMAP_INDEX: index_by_configmap},
+            indexers={CONFIGMAP_INDEX: index_by_configmap, **digest_index},
         )
         coalescer = ChangeCoalescer()
         reconciler = RolloutReconciler(
@@ -118,6 +143,7 @@ def setup(
             observer=observer,
             coalescer=coalescer,
             controller_name=name,
+            pins_guard=guard,
         )
         controllers.append(
             Builder(manager, name)
@@ -148,6 +174,36 @@ def setup(
                 )
             )
         )
+    collector = PinsCollector(
+        client=manager.client,
+        configmaps=configmaps,
+        history=[
+            manager.lister(
+                resource,
+                indexers={**digest_index, OWNER_INDEX: index_by_owner_without_digest},
+            )
+            for resource in HISTORY
+        ],
+        workloads={
+            resource.kind: manager.lister(
+                resource, label_selector=ROLLOUT_SELECTOR, indexers=digest_index
+            )
+            for resource in WORKLOADS
+        },
+        guard=guard,
+    )
+    builder = Builder(manager, PINS_CONTROLLER).for_(
+        CONFIGMAPS, label_selector=MANAGED_SELECTOR, predicates=(PINS_ONLY,)
+    )
+    for resource in HISTORY:
+        builder = builder.watches(resource, pins_key_of, predicates=(DIGEST_CHANGED,))
+    for resource in WORKLOADS:
+        builder = builder.watches(
+            resource, pins_key_of, label_selector=ROLLOUT_SELECTOR, predicates=(DIGEST_CHANGED,)
+        )
+    controllers.append(
+        builder.with_options(workers=1, priority_queue=priority_queue).complete(collector)
+    )
     return controllers
 
 
@@ -165,6 +221,7 @@ def install(context: Context) -> SetupFunc:
             observer=metrics,
             workers=context.workers,
             priority_queue=context.priority_queue,
+            pins_grace=float(context.settings.get("pins_grace", DEFAULT_PINS_GRACE)),
         )
 
     return setup_scope
@@ -182,10 +239,17 @@ DEFINITION: Final = ControllerDefinition(
             "roll Deployments, StatefulSets and DaemonSets labelled cbop.dev/rollout=true "
             "when the managed ConfigMaps they read change (needs get/list/watch/patch on them)",
         ),
+        Flag(
+            "pins-grace",
+            DEFAULT_PINS_GRACE,
+            "seconds an entry of a namespace's cbop-revisions pins is kept after it was "
+            "written or first seen, even when no workload, ReplicaSet or ControllerRevision "
+            "carries its digest (docs/revisions.md)",
+        ),
     ),
     enabled=lambda settings: bool(settings.get("rollout")),
     resources=(CONFIGMAPS, *WORKLOADS, *HISTORY),
-    controllers=len(WORKLOADS) + len(HISTORY),
+    controllers=len(WORKLOADS) + len(HISTORY) + 1,
     rbac=(
         PolicyRule(
             ("apps",),

@@ -54,6 +54,7 @@ from typing import Any, Final, Literal, Protocol
 import cachetools
 import structlog
 
+from cbop.api.revisions import owner_pins_key, pins_key
 from cbop.clock import Clock, RealClock
 from cbop.keys import object_key, split_key
 from cbop.kube import ApiError, Resource
@@ -71,8 +72,9 @@ from cbop.rollout.decision import (
     other_owners,
     referenced_configmaps,
 )
+from cbop.rollout.history import template_digest
 from cbop.rollout.index import CONFIGMAP_INDEX, configmap_index_value
-from cbop.rollout.pins import pins_for, write_pins
+from cbop.rollout.pins import PinsGuard, pins_for, write_owner_pins, write_pins
 from cbop.runtime.ownwrites import OwnWrites
 from cbop.runtime.reconcile import TerminalError
 from cbop.runtime.seams import Client, EventSink, Lister
@@ -255,6 +257,8 @@ class RolloutReconciler:
             never fights a tool that applies the same field: that conflict is reported
             instead (docs/rollout.md).
         controller_name: the ``controller`` field of the log lines.
+        pins_guard: shared with the collection of unreferenced pins entries
+            (:class:`cbop.rollout.pins.PinsGuard`); None: no collection runs.
     """
 
     def __init__(
@@ -270,7 +274,9 @@ class RolloutReconciler:
         field_manager: str = FIELD_MANAGER,
         force: bool = False,
         controller_name: str | None = None,
+        pins_guard: PinsGuard | None = None,
     ) -> None:
+        self._pins_guard = pins_guard
         self._resource = resource
         self._client = client
         self._workloads = workloads
@@ -332,6 +338,7 @@ class RolloutReconciler:
             self._settle(key, as_of)
             if decision.digest:
                 self._remember(workload, decision.configmaps)
+                self._pin_unrolled(workload, decision)
             logger.debug("rollout: nothing to do", reason=decision.message or "in sync")
             return RolloutResult(key, Action.NONE, decision.digest, message=decision.message)
         if decision.action in _WRITES and self._own_write_pending(key, workload, mark):
@@ -385,10 +392,31 @@ class RolloutReconciler:
             workload, self._resource.api_version, self._resource.kind, decision.digest, roll=roll
         )
         took_back: tuple[FieldOwner, ...] = ()
-        # The pins before the annotation: no ReplicaSet of the new template exists
-        # before its entry does (docs/revisions.md).
-        pins = pins_for(self._configmaps, meta["namespace"], decision.configmaps)
-        write_pins(self._client, self._configmaps, meta["namespace"], decision.digest, pins)
+        if roll:
+            # The first rollout freezes the entry of the template without a digest, so
+            # its pods created from now on keep the revisions it ran with.
+            owner_key = owner_pins_key(self._resource.kind, meta["name"])
+            write_owner_pins(
+                self._client, self._configmaps, meta["namespace"], owner_key, {}, freeze=True
+            )
+            # The pins before the annotation: no ReplicaSet of the new template exists
+            # before its entry does (docs/revisions.md).
+            pins = pins_for(self._configmaps, meta["namespace"], decision.configmaps)
+            force = False
+            if pins and self._pins_guard is not None:
+                force = self._pins_guard.pinning(meta["namespace"], pins_key(decision.digest))
+            write_pins(
+                self._client,
+                self._configmaps,
+                meta["namespace"],
+                decision.digest,
+                pins,
+                force=force,
+            )
+        else:
+            # The baseline alone: no template carries its digest; the pods of the
+            # template as it is are pinned by their workload.
+            self._pin_unrolled(workload, decision)
         try:
             try:
                 applied = self._patch(meta, body, force=self._force)
@@ -433,6 +461,22 @@ class RolloutReconciler:
         self._event(workload, "Normal", "ConfigChanged", message)
         logger.info("rollout: annotation written", digest=decision.digest, message=message)
         return RolloutResult(key, Action.APPLY, decision.digest, written=True, message=message)
+
+    def _pin_unrolled(self, workload: Mapping[str, Any], decision: Decision) -> None:
+        """Keep the owner-keyed pins entry of a workload never rolled (no template digest).
+
+        Its pods carry no ``cbop.dev/config-hash``, so the admission policy finds their
+        entry by their controller (:func:`cbop.api.revisions.owner_pins_key`); the
+        entry follows the revisions of the content the pods read now (the baseline's:
+        only NONE and RECORD come here) until the first rollout freezes it. Nothing is
+        written when the cache shows the entry, or it is frozen.
+        """
+        if template_digest(workload):
+            return
+        meta = workload["metadata"]
+        key = owner_pins_key(self._resource.kind, meta["name"])
+        pins = pins_for(self._configmaps, meta["namespace"], decision.configmaps)
+        write_owner_pins(self._client, self._configmaps, meta["namespace"], key, pins)
 
     def _patch(self, meta: Mapping[str, Any], body: Any, *, force: bool) -> dict[str, Any]:
         return self._client.patch(
