@@ -90,7 +90,13 @@ class World:
         )
 
     def pins(self, *digests: str) -> None:
-        data = {pins_key(d): pins_value({"web-conf": f"web-conf-{d[7:17]}"}) for d in digests}
+        """Make the pins hold an entry for each of ``digests``."""
+        self.pins_data(
+            {pins_key(d): pins_value({"web-conf": f"web-conf-{d[7:17]}"}) for d in digests}
+        )
+
+    def pins_data(self, data: dict[str, str]) -> None:
+        """Make the namespace's pins ConfigMap hold ``data``, and sync the caches."""
         self.kube.tracker.add(
             CONFIGMAPS,
             {
@@ -365,18 +371,7 @@ def test_a_workloads_own_entry_stays_while_the_workload_does() -> None:
     assert owner_pins_key("Deployment", "web") == "Deployment.web"
     assert owner_pins_key("Job", "web") == ""
     assert owner_pins_key("StatefulSet", "x" * 250) == ""
-    w.kube.tracker.add(
-        CONFIGMAPS,
-        {
-            "metadata": {
-                "name": PARAMS_NAME,
-                "namespace": "demo",
-                "labels": {"app.kubernetes.io/managed-by": "cbop"},
-            },
-            "data": {"Deployment.web": "a=a-1\n", "Deployment.gone": "a=a-1\n", "Job.x": "a=a-1\n"},
-        },
-    )
-    w.sync()
+    w.pins_data({"Deployment.web": "a=a-1\n", "Deployment.gone": "a=a-1\n", "Job.x": "a=a-1\n"})
     w.workloads.add(workload("web"))
     assert w.collect().dropped == ()
     w.clock.step(GRACE)
