@@ -28,6 +28,7 @@ from .harness import Operator, bundle, ready, wait_for
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 SHARDS = 2
 TIMINGS = (
+    "--shutdown-timeout=10s",
     "--leader-election-lease-duration=6s",
     "--leader-election-renew-deadline=4s",
     "--leader-election-retry-period=1s",
@@ -188,8 +189,10 @@ def test_two_processes_share_two_shards_and_every_bundle_converges(
     assert not_ready() == []
     for op in ops:
         # A replica bounds its own stop to a drain plus a lease duration per shard
-        # ((30 + 6) s x 2); give it that before the harness would SIGKILL it.
-        assert op.stop(timeout=80.0) == 0
+        # ((10 + 6) s x 2), then stops its caches and servers; give it that and room
+        # for a loaded machine before the harness would SIGKILL it.
+        code = op.stop(timeout=80.0)
+        assert code == 0, f"cbop exited with {code}; its last log lines:\n{op.logs()[-6000:]}"
         # 20 watches per shard held: the connection pool is sized for them.
         dropped = [r for r in op.log_records() if "pool is full" in str(r.get("event"))]
         assert dropped == [], dropped[:1]

@@ -614,3 +614,83 @@ def test_a_pin_policy_that_cannot_be_read_or_revisions_off_say_nothing() -> None
     )
     off.settle()
     assert "revisions" not in ready_message(off)
+
+
+def gc_removes(w: World, name: str, uid: str) -> None:
+    """The garbage collector's patch: the reference to ``uid`` removed, whatever the version."""
+    cm = w.configmap(name)
+    refs = cm["metadata"]["ownerReferences"]
+    cm["metadata"]["ownerReferences"] = [r for r in refs if r.get("uid") != uid]
+    w.kube.tracker.put(CONFIGMAPS, cm)
+
+
+def test_a_revision_left_without_owners_by_the_collectors_race_is_deleted() -> None:
+    # The bundle lets go of a revision a ReplicaSet also owns, while the garbage
+    # collector, which saw the ReplicaSet gone and the bundle still there, removes the
+    # ReplicaSet's reference with a patch that carries no resourceVersion: no owner left.
+    keep1 = {"enabled": True, "keep": 1}
+    w = World({"data": {"a": "1"}, "revisions": keep1})
+    w.settle()
+    first = w.configmap(rev({"a": "1"}))
+    replicaset = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-1", "uid": "rs-1"}
+    first["metadata"]["ownerReferences"].append(replicaset)
+    w.kube.tracker.add(CONFIGMAPS, first)
+    w.set_spec({"data": {"a": "2"}, "revisions": keep1})
+    w.settle()
+    assert w.configmap(rev({"a": "1"}))["metadata"]["ownerReferences"] == [replicaset]
+    gc_removes(w, rev({"a": "1"}), "rs-1")
+    orphan = w.configmap(rev({"a": "1"}))
+    assert orphan["metadata"]["ownerReferences"] == []
+    # Its watch event wakes the bundle its label names, whose reconcile (past the
+    # no-op fast path) deletes it on the precondition of the version it saw.
+    assert revision_owners(orphan) == ["demo/app"]
+    assert w.reconcile() == [("delete", "configmaps", rev({"a": "1"}))]
+    (delete,) = [a for a in w.kube.actions if a.verb == "delete"]
+    assert delete.options["preconditions"] == {
+        "uid": orphan["metadata"]["uid"],
+        "resourceVersion": orphan["metadata"]["resourceVersion"],
+    }
+    assert w.reconcile() == []
+    assert w.configmap_names() == sorted(["app", rev({"a": "2"})])
+
+
+def test_an_ownerless_revision_still_kept_or_pinned_is_held_again() -> None:
+    keep2 = {"enabled": True, "keep": 2}
+    w = World({"data": {"a": "1"}, "revisions": keep2})
+    w.settle()
+    w.set_spec({"data": {"a": "2"}, "revisions": keep2})
+    w.settle()
+    gc_removes(w, rev({"a": "1"}), UID)  # among the newest keep: held again
+    assert w.reconcile() == [("update", "configmaps", rev({"a": "1"}))]
+    assert [r["uid"] for r in w.configmap(rev({"a": "1"}))["metadata"]["ownerReferences"]] == [UID]
+    assert w.reconcile() == []
+    # Past the newest keep but named by the pins: held again, not deleted.
+    pins(w, {"a" * 40: f"app={rev({'a': '1'})}\n"})
+    w.set_spec({"data": {"a": "3"}, "revisions": keep2})
+    w.settle()
+    gc_removes(w, rev({"a": "1"}), UID)
+    assert w.reconcile() == [("update", "configmaps", rev({"a": "1"}))]
+    assert w.reconcile() == []
+    assert rev({"a": "1"}) in w.configmap_names()
+
+
+def test_an_ownerless_configmap_that_is_not_a_revision_is_left_alone() -> None:
+    keep1 = {"enabled": True, "keep": 1}
+    w = World({"data": {"a": "1"}, "revisions": keep1})
+    w.settle()
+    w.set_spec({"data": {"a": "2"}, "revisions": keep1})
+    w.settle()
+    # Someone's own ConfigMap with the label, mutable: neither adopted nor deleted.
+    mine = {
+        "metadata": {
+            "namespace": "demo",
+            "name": "mine",
+            "labels": {LABEL_REVISION_OF: "app"},
+            "creationTimestamp": "2020-01-01T00:00:00Z",
+        },
+        "data": {"x": "1"},
+    }
+    w.kube.tracker.add(CONFIGMAPS, mine)
+    assert revision_owners(mine) == []
+    assert w.reconcile() == []
+    assert "mine" in w.configmap_names()

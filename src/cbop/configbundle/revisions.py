@@ -163,12 +163,18 @@ def revision_owners(configmap: Mapping[str, Any]) -> list[str]:
     Returns:
         ``["namespace/name"]`` of each ConfigBundle a non-controller owner reference of
         a ConfigMap labelled :data:`cbop.api.revisions.LABEL_REVISION_OF` names, sorted;
-        ``[]`` for any other ConfigMap. Lookups only: no API call.
+        for a revision left with no owner reference at all (:func:`_ownerless_revision`),
+        the bundle its label names (the bundle's name, unless cut and hashed past 63
+        characters: such a bundle finds it at its next resync); ``[]`` for any other
+        ConfigMap. Lookups only: no API call.
     """
     meta = configmap.get("metadata") or {}
-    if LABEL_REVISION_OF not in (meta.get("labels") or {}):
+    label = (meta.get("labels") or {}).get(LABEL_REVISION_OF)
+    if not isinstance(label, str):
         return []
     namespace = meta.get("namespace")
+    if _ownerless_revision(configmap):
+        return [key_of(namespace, label)]
     return sorted(
         {
             key_of(namespace, str(ref.get("name", "")))
@@ -281,6 +287,28 @@ def _held_by(configmap: Mapping[str, Any], bundle: Mapping[str, Any]) -> bool:
     return any(r.get("uid") == uid and is_bundle_reference(r) for r in refs)
 
 
+def _ownerless_revision(configmap: Mapping[str, Any]) -> bool:
+    """Whether ``configmap`` is a revision cbop made that has no owner reference left.
+
+    The garbage collector removes an owner reference that names an object gone with a
+    strategic merge patch that carries no resourceVersion. When it removes a ReplicaSet's
+    reference from a revision whose bundle has just let go of it, the revision is left
+    with no owner, and the collector never deletes an object without owners. Such a
+    revision (cbop's labels, the content hash annotation, ``immutable: true``, no owner
+    reference) is taken back by the bundle its label names: held again when still among
+    what the bundle keeps, else deleted (:meth:`RevisionWrites._collect`).
+    """
+    meta = configmap.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    return (
+        not meta.get("ownerReferences")
+        and isinstance(labels.get(LABEL_REVISION_OF), str)
+        and labels.get(LABEL_MANAGED_BY) == MANAGED_BY_VALUE
+        and ANNOTATION_CONTENT_HASH in (meta.get("annotations") or {})
+        and configmap.get("immutable") is True
+    )
+
+
 def _is_revision_of(
     configmap: Mapping[str, Any], desired: DesiredConfigMap, bundle_label: str
 ) -> bool:
@@ -359,10 +387,11 @@ class RevisionWrites(ReconcileReports):
         For the no-op fast path (:meth:`Reconciler._unchanged`): false when
         ``status.revision`` names a ConfigMap missing from the cache (deleted by hand)
         or one without the bundle's owner reference (taken off by hand), when the
-        bundle holds a revision it is to let go of (:meth:`_releasable`: one the pins
-        named and name no more), when the Ready message does not tell of the pin
-        policy as :class:`cbop.configbundle.pinpolicy.PinPolicyCheck` finds it now, or
-        when revisions are off and ``status.revision`` is still set. Every other change
+        bundle holds a revision it is to let go of (:meth:`_revision_plan`: one the pins
+        named and name no more) or one of its revisions has no owner left, when the
+        Ready message does not tell of the pin policy as
+        :class:`cbop.configbundle.pinpolicy.PinPolicyCheck` finds it now, or when
+        revisions are off and ``status.revision`` is still set. Every other change
         that matters (turning revisions on, new content, another ``keep``) is a spec
         change, which the fast path already tells by the bundle's resourceVersion. Cache
         lookups only, but for the check's GETs (at most two a minute, process-wide).
@@ -397,7 +426,8 @@ class RevisionWrites(ReconcileReports):
         label = (current.get("metadata", {}).get("labels") or {}).get(LABEL_REVISION_OF)
         if not isinstance(label, str):
             return True
-        return not self._releasable(bundle, namespace, label, name, keep)
+        release, adopt = self._revision_plan(bundle, namespace, label, name, keep)
+        return not release and not adopt
 
     def _keep_revision(self, bundle: Mapping[str, Any], decision: Decision) -> RevisionOutcome:
         """Make sure the revision of the desired content exists; say what status reports.
@@ -503,46 +533,55 @@ class RevisionWrites(ReconcileReports):
 
         The bundle holds the current revision and the ``keep - 1`` most recently created
         others (by ``creationTimestamp``, then name), and any revision an entry of the
-        namespace's pins names (:meth:`_releasable`). From each other revision it still
+        namespace's pins names (:meth:`_revision_plan`). From each other revision it still
         holds, the reference is removed with one update when other owners remain (the
         garbage collector deletes the revision once they are gone); a revision left with
         no owner is deleted, on the precondition of its UID and resourceVersion, so a
         revision that gained an owner meanwhile is never deleted (the garbage collector
-        never deletes an object without owner references). A lost race or a revision
-        already gone is left to the next reconcile. Returns whether anything was written.
+        never deletes an object without owner references). A revision of the bundle's
+        label with no owner at all (:func:`_ownerless_revision`) is held again when it is
+        among those kept, else deleted the same way. A lost race or a revision already
+        gone is left to the next reconcile. Returns whether anything was written.
         """
         wrote = False
         label = _bundle_label(bundle, desired)
-        for cm in self._releasable(bundle, desired.namespace, label, current, keep):
+        release, adopt = self._revision_plan(bundle, desired.namespace, label, current, keep)
+        for cm in adopt:
+            wrote = self._own_again(bundle, cm) or wrote
+        for cm in release:
             wrote = self._release_revision(bundle, cm) or wrote
         return wrote
 
-    def _releasable(
+    def _revision_plan(
         self, bundle: Mapping[str, Any], namespace: str, label: str, current: str, keep: int
-    ) -> list[Mapping[str, Any]]:
-        """Return the revisions the bundle holds and is to let go of now.
+    ) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
+        """Return ``(release, adopt)``: the revisions to let go of and to hold again now.
 
-        Those it holds (its non-controller owner reference) other than ``current``,
-        beyond the ``keep - 1`` most recently created, and named by no entry of the
-        namespace's pins ConfigMap (:func:`pinned_revisions`): a pinned revision may be
-        mounted by a pod of a template whose ReplicaSet or ControllerRevision has not
-        got its own owner reference on it yet, and nothing that something may still
-        mount is deleted (docs/revisions.md). Cache lookups only.
+        The candidates are the revisions the bundle holds (its non-controller owner
+        reference) and those of its label left with no owner (:func:`_ownerless_revision`),
+        other than ``current``. Kept are the ``keep - 1`` most recently created and any an
+        entry of the namespace's pins ConfigMap names (:func:`pinned_revisions`): a pinned
+        revision may be mounted by a pod of a template whose ReplicaSet or
+        ControllerRevision has not got its own owner reference on it yet, and nothing
+        that something may still mount is deleted (docs/revisions.md). ``release`` is
+        every other candidate; ``adopt`` the kept ones without an owner. Cache lookups
+        only.
         """
-        held = [
+        candidates = [
             cm
             for cm in self._configmaps.by_index(REVISION_OF_INDEX, key_of(namespace, label))
-            if _held_by(cm, bundle) and cm["metadata"]["name"] != current
+            if cm["metadata"]["name"] != current
+            and (_held_by(cm, bundle) or _ownerless_revision(cm))
         ]
-        held.sort(
+        candidates.sort(
             key=lambda cm: (cm["metadata"].get("creationTimestamp", ""), cm["metadata"]["name"]),
             reverse=True,
         )
-        older = held[keep - 1 :]
-        if not older:
-            return []
-        pinned = pinned_revisions(self._configmaps.get(namespace, PARAMS_NAME))
-        return [cm for cm in older if cm["metadata"]["name"] not in pinned]
+        newest, older = candidates[: keep - 1], candidates[keep - 1 :]
+        pinned = pinned_revisions(self._configmaps.get(namespace, PARAMS_NAME)) if older else ()
+        release = [cm for cm in older if cm["metadata"]["name"] not in pinned]
+        kept = [*newest, *(cm for cm in older if cm["metadata"]["name"] in pinned)]
+        return release, [cm for cm in kept if _ownerless_revision(cm)]
 
     def _release_revision(self, bundle: Mapping[str, Any], revision: Mapping[str, Any]) -> bool:
         meta = dict(revision["metadata"])
