@@ -51,7 +51,13 @@ from bench.operators.clusterbundles import cpu_share_of, goal_word, load, run_pa
 from bench.operators.procs import Operator, Sampler, cbop_revision, wait_quiet
 from bench.operators.scenarios import Bench, log
 from cbop.api import content_hash
-from cbop.api.revisions import LABEL_REVISION_OF, PARAMS_NAME, parse_pins, pins_key
+from cbop.api.revisions import (
+    LABEL_REVISION_OF,
+    PARAMS_NAME,
+    owner_pins_key,
+    parse_pins,
+    pins_key,
+)
 from cbop.kube import (
     CONFIGBUNDLES,
     CONFIGMAPS,
@@ -73,6 +79,11 @@ WATCHED = frozenset({"configbundles", "configmaps", "events", "deployments", "re
 PER_DEPLOYMENT = 10
 FILLER = "".join(f"setting-{i:02d}=value-{i:02d}\n" for i in range(20))
 VARIANTS = ("off", "on")
+#: The resource name the write counts give the pins ConfigMaps (``cbop-revisions``),
+#: apart from the bundles' ConfigMaps and revisions.
+PINS_RESOURCE = "configmaps(pins)"
+#: Seconds the bench waits at most for the pins to settle (cbop's ``--pins-grace`` is 60).
+PINS_SETTLE_TIMEOUT = 300.0
 #: Audit verbs that are writes (the audit log also records some GETs, for S5).
 AUDIT_WRITES = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 
@@ -169,6 +180,8 @@ class AuditWrites:
                     continue
                 sub = ref.get("subresource")
                 what = f"{resource}/{sub}" if sub else resource
+                if resource == "configmaps" and ref.get("name") == PARAMS_NAME:
+                    what = PINS_RESOURCE
                 code = (event.get("responseStatus") or {}).get("code", 0)
                 key = "|".join((client_of(str(event.get("userAgent", "?"))), event["verb"], what))
                 key += f"|{code}"
@@ -329,6 +342,80 @@ def generations(kube: KubeClient, namespaces: list[str]) -> dict[str, int]:
     }
 
 
+def _digest_of(obj: Mapping[str, Any]) -> str:
+    template = (obj.get("spec") or {}).get("template") or {}
+    return str(
+        ((template.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_CONFIG_HASH, "")
+    )
+
+
+def held_pins_keys(kube: KubeClient, ns: str) -> set[str]:
+    """The pins keys something in ``ns`` still carries: the template digest of every
+    ReplicaSet and Deployment (:func:`pins_key`), and ``Deployment.<name>``
+    (:func:`owner_pins_key`) of a Deployment whose template or one of whose ReplicaSets
+    carries no digest."""
+    keys: set[str] = set()
+    for d in kube.list(DEPLOYMENTS, ns)["items"]:
+        digest = _digest_of(d)
+        if digest:
+            keys.add(pins_key(digest))
+        else:
+            keys.add(owner_pins_key("Deployment", d["metadata"]["name"]))
+    for rs in kube.list(REPLICASETS, ns)["items"]:
+        digest = _digest_of(rs)
+        if digest:
+            keys.add(pins_key(digest))
+            continue
+        for ref in rs["metadata"].get("ownerReferences") or ():
+            if ref.get("kind") == "Deployment" and ref.get("controller"):
+                keys.add(owner_pins_key("Deployment", ref["name"]))
+    return keys
+
+
+def pins_state(kube: KubeClient, namespaces: list[str]) -> dict[str, Any]:
+    """Per namespace, the pins ConfigMap's entries, size (bytes of its data as compact
+    JSON) and stale entries (keys nothing in :func:`held_pins_keys` carries)."""
+    entries: dict[str, int] = {}
+    size: dict[str, int] = {}
+    stale: dict[str, int] = {}
+    versions: dict[str, str] = {}
+    for ns in namespaces:
+        cm = _pins_cm(kube, ns)
+        data = dict(cm.get("data") or {})
+        entries[ns] = len(data)
+        size[ns] = len(json.dumps(data, separators=(",", ":")))
+        versions[ns] = str((cm.get("metadata") or {}).get("resourceVersion", ""))
+        stale[ns] = len(set(data) - held_pins_keys(kube, ns)) if data else 0
+    return {"entries": entries, "bytes": size, "stale": stale, "versions": versions}
+
+
+def wait_pins_settled(
+    kube: KubeClient, namespaces: list[str], timeout: float = PINS_SETTLE_TIMEOUT
+) -> dict[str, Any]:
+    """Wait until every pins ConfigMap of ``namespaces`` holds no stale entry
+    (:func:`pins_state`), then for the writes that follow (revisions released) to stop.
+
+    Returns:
+        ``settled`` (bool), ``seconds`` waited in all, ``stale_at_start`` (entries),
+        ``seconds_to_no_stale``.
+    """
+    t0 = time.monotonic()
+    first = pins_state(kube, namespaces)
+    state = first
+    while sum(state["stale"].values()) and time.monotonic() - t0 < timeout:
+        time.sleep(2.0)
+        state = pins_state(kube, namespaces)
+    to_clean = time.monotonic() - t0
+    wait_writes_quiet(kube, quiet=6.0)
+    return {
+        "settled": not sum(state["stale"].values()),
+        "seconds": time.monotonic() - t0,
+        "seconds_to_no_stale": to_clean,
+        "stale_at_start": sum(first["stale"].values()),
+        "stale_at_end": sum(state["stale"].values()),
+    }
+
+
 def census(kube: KubeClient, namespaces: list[str], keep: int) -> dict[str, Any]:
     """The revisions that exist against what holds them (see the module docstring)."""
     revisions = list_all(kube, CONFIGMAPS, namespaces, label_selector=LABEL_REVISION_OF)
@@ -339,6 +426,9 @@ def census(kube: KubeClient, namespaces: list[str], keep: int) -> dict[str, Any]
     rs_with_pods = 0
     for ns in namespaces:
         pins = _pins_data(kube, ns)
+        for key in held_pins_keys(kube, ns):
+            for plain, revision in parse_pins(pins.get(key, "")).items():
+                referenced.setdefault(f"{ns}/{plain}", set()).add(revision)
         for rs in (r for r in replicasets if r["metadata"]["namespace"] == ns):
             owners: list[dict[str, Any]] = rs["metadata"].get("ownerReferences") or [{}]
             owner = owners[0].get("name", "?")
@@ -380,6 +470,7 @@ def census(kube: KubeClient, namespaces: list[str], keep: int) -> dict[str, Any]
         over_bound += max(0, len(have) - bound)
         missing += len(refs_ - have)
     per_bundle = [len(v) for v in existing.values()]
+    pins = pins_state(kube, namespaces)
     return {
         "revisions": len(revisions),
         "bundles_with_revisions": len(existing),
@@ -395,17 +486,21 @@ def census(kube: KubeClient, namespaces: list[str], keep: int) -> dict[str, Any]
         "replicasets": len(replicasets),
         "max_replicasets_per_deployment": max(rs_per_deployment.values(), default=0),
         "replicasets_with_replicas": rs_with_pods,
-        "pins_bytes": {
-            ns: len(json.dumps(_pins_data(kube, ns), separators=(",", ":"))) for ns in namespaces
-        },
+        "pins_bytes": pins["bytes"],
+        "pins_entries": pins["entries"],
+        "pins_stale": pins["stale"],
     }
 
 
-def _pins_data(kube: KubeClient, ns: str) -> dict[str, Any]:
+def _pins_cm(kube: KubeClient, ns: str) -> dict[str, Any]:
     try:
-        return dict(kube.get(CONFIGMAPS, ns, PARAMS_NAME).get("data") or {})
+        return dict(kube.get(CONFIGMAPS, ns, PARAMS_NAME))
     except Exception:  # noqa: BLE001 - none there
         return {}
+
+
+def _pins_data(kube: KubeClient, ns: str) -> dict[str, Any]:
+    return dict(_pins_cm(kube, ns).get("data") or {})
 
 
 # ------------------------------------------------------------------------------- run
@@ -512,6 +607,7 @@ def _variant(bench: Bench, kube: KubeClient, sizes: Sizes, variant: str) -> dict
             f"{len(deployments)} Deployments baselined at {rec['converge']['seconds']:.1f} s"
         )
         wait_writes_quiet(kube)
+        rec["settle_converged"] = _settle(kube, audit, nss)
         rec["idle_converged"] = _idle(bench, op, audit, nss, sizes.idle)
 
         # ---- rounds
@@ -553,6 +649,8 @@ def _variant(bench: Bench, kube: KubeClient, sizes: Sizes, variant: str) -> dict
         rec["rollouts"] = sum(gen1[k] - gen0.get(k, gen1[k]) for k in gen1)
         # Let the garbage collector finish, then count.
         wait_writes_quiet(kube, quiet=6.0)
+        rec["pins_after_rounds"] = pins_state(kube, nss)
+        rec["settle_history"] = _settle(kube, audit, nss)
         rec["census"] = census(kube, nss, sizes.keep if with_revisions else 0)
         log(f"S11 {variant}: census {rec['census']}")
         rec["idle_history"] = _idle(bench, op, audit, nss, sizes.idle)
@@ -578,6 +676,12 @@ def _variant(bench: Bench, kube: KubeClient, sizes: Sizes, variant: str) -> dict
             "all": writes,
         }
         log(f"S11 {variant} one change: cbop {rec['single']['cbop']}")
+        # Then the entry of the ReplicaSet the history dropped goes after the grace,
+        # and with it the revision it alone held.
+        rec["single_later"] = _settle(kube, audit, nss)
+        rec["single_later"]["kcm"] = by_client(audit.since(nss), "kube-controller-manager")
+        rec["single_later"]["seconds_after_change"] = time.monotonic() - t0
+        rec["census_single"] = census(kube, nss, sizes.keep if with_revisions else 0)
     finally:
         bench.stop()
 
@@ -596,6 +700,21 @@ def _variant(bench: Bench, kube: KubeClient, sizes: Sizes, variant: str) -> dict
         f"restart writes {sum(rec['fresh']['writes'].values())}"
     )
     return rec
+
+
+def _settle(kube: KubeClient, audit: AuditWrites, nss: list[str]) -> dict[str, Any]:
+    """Wait for the pins to settle (:func:`wait_pins_settled`); the record has cbop's
+    writes meanwhile too."""
+    audit.mark()
+    out = wait_pins_settled(kube, nss)
+    out["cbop"] = by_client(audit.since(nss), "cbop")
+    out["pins"] = pins_state(kube, nss)
+    log(
+        f"S11 pins settled={out['settled']} in {out['seconds']:.1f} s "
+        f"(stale {out['stale_at_start']} -> {out['stale_at_end']}), "
+        f"cbop writes {sum(out['cbop'].values())}"
+    )
+    return out
 
 
 def _idle(
@@ -667,6 +786,15 @@ def markdown(results: dict[str, Any]) -> str:
         lines.append(f"| {label} | " + " | ".join(cells) + f" | {goal} |")
 
     row("bundles Ready, s", [f"{v['converge']['bundles_seconds']:.1f}" for v in vs])
+    if all("settle_converged" in v for v in vs):
+        row(
+            "converged: pins settle, s (cbop writes meanwhile)",
+            [
+                f"{v['settle_converged']['seconds']:.1f} "
+                f"({_count(_sum(v['settle_converged']['cbop']))})"
+                for v in vs
+            ],
+        )
     idle_c = [_sum(v["idle_converged"]["cbop"]) for v in vs]
     row(
         f"idle {s['idle']:.0f} s converged: cbop writes",
@@ -684,6 +812,17 @@ def markdown(results: dict[str, Any]) -> str:
     per_round = [_sum(_merge(x["cbop"] for x in v["rounds"])) / len(v["rounds"]) for v in vs]
     row("round: cbop writes (mean)", [f"{x:,.0f}" for x in per_round])
     row("rollouts (Deployment generations) over the rounds", [str(v["rollouts"]) for v in vs])
+    if all("settle_history" in v for v in vs):
+        row(
+            "after the rounds: stale pins entries; s until none (cbop writes meanwhile)",
+            [
+                f"{v['settle_history']['stale_at_start']}; "
+                f"{v['settle_history']['seconds_to_no_stale']:.1f} "
+                f"({_count(_sum(v['settle_history']['cbop']))})"
+                for v in vs
+            ],
+            "settled: " + goal_word(all(v["settle_history"]["settled"] for v in vs)),
+        )
     idle_h = [_sum(v["idle_history"]["cbop"]) for v in vs]
     row(
         f"idle {s['idle']:.0f} s with the history: cbop writes",
@@ -729,10 +868,49 @@ def markdown(results: dict[str, Any]) -> str:
             f"| pins ConfigMap size, bytes (max per namespace) "
             f"| {max(c['pins_bytes'].values(), default=0):,} | |",
         ]
+        if "pins_entries" in c:
+            stale = sum(c["pins_stale"].values())
+            lines += [
+                f"| pins entries (max per namespace) | {sum(c['pins_entries'].values()):,} "
+                f"({max(c['pins_entries'].values(), default=0)}) | |",
+                f"| pins entries nothing carries | {stale} | 0: {goal_word(stale == 0)} |",
+                "",
+                "Pins ConfigMaps at the end of the rounds (after they settled), per namespace:",
+                "",
+                "| namespace | entries | bytes |",
+                "|---|---:|---:|",
+            ]
+            for ns in sorted(c["pins_entries"]):
+                lines.append(f"| {ns} | {c['pins_entries'][ns]} | {c['pins_bytes'][ns]:,} |")
+            if "settle_history" in on:
+                w = _sum(on["settle_history"]["cbop"])
+                lines += [
+                    "",
+                    f"While the pins settled after the rounds "
+                    f"({on['settle_history']['seconds']:.1f} s, "
+                    f"{on['settle_history']['stale_at_start']} stale entries at the start), "
+                    f"cbop wrote {_count(w)} times: {_cells(on['settle_history']['cbop'])}.",
+                ]
     lines += ["", "One content change of one bundle after the rounds, writes by client:", ""]
     lines += ["| variant | cbop | kube-controller-manager |", "|---|---|---|"]
     for name, v in r["variants"].items():
         lines.append(f"| {name} | {_cells(v['single']['cbop'])} | {_cells(v['single']['kcm'])} |")
+    if all("single_later" in v for v in r["variants"].values()):
+        lines += [
+            "",
+            "Then, until the pins settled (the dropped ReplicaSet's entry after the grace, "
+            "and the revision it alone held), writes by client:",
+            "",
+            "| variant | s after the change | cbop | kube-controller-manager | cbop in all |",
+            "|---|---:|---|---|---:|",
+        ]
+        for name, v in r["variants"].items():
+            later = v["single_later"]
+            total = _sum(v["single"]["cbop"]) + _sum(later["cbop"])
+            lines.append(
+                f"| {name} | {later['seconds_after_change']:.1f} | {_cells(later['cbop'])} "
+                f"| {_cells(later['kcm'])} | {_count(total)} |"
+            )
     lines += ["", "cbop's writes per round (mean over the rounds):", ""]
     lines += ["| variant | writes |", "|---|---|"]
     for name, v in r["variants"].items():
