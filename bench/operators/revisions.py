@@ -445,8 +445,8 @@ def census(kube: KubeClient, namespaces: list[str], keep: int) -> dict[str, Any]
             for plain, revision in parse_pins(entry).items():
                 referenced.setdefault(f"{ns}/{plain}", set()).add(revision)
     existing: dict[str, set[str]] = {}
-    held_by_bundle: dict[str, int] = {}
-    orphans = held_by_history_only = 0
+    held_by_bundle: dict[str, set[str]] = {}
+    orphans = ownerless = held_by_history_only = 0
     for cm in revisions:
         meta = cm["metadata"]
         key = f"{meta['namespace']}/{meta['labels'][LABEL_REVISION_OF]}"
@@ -455,11 +455,12 @@ def census(kube: KubeClient, namespaces: list[str], keep: int) -> dict[str, Any]
         bundle = any(r.get("kind") == CONFIGBUNDLES.kind for r in refs)
         history = any(r.get("kind") == "ReplicaSet" and r.get("uid") in live_rs for r in refs)
         if bundle:
-            held_by_bundle[key] = held_by_bundle.get(key, 0) + 1
+            held_by_bundle.setdefault(key, set()).add(meta["name"])
         elif history:
             held_by_history_only += 1
         else:
             orphans += 1
+            ownerless += not refs
     over_bound = missing = 0
     bound_total = 0
     for key in set(existing) | set(referenced):
@@ -475,10 +476,15 @@ def census(kube: KubeClient, namespaces: list[str], keep: int) -> dict[str, Any]
         "revisions": len(revisions),
         "bundles_with_revisions": len(existing),
         "max_per_bundle": max(per_bundle, default=0),
-        "held_by_bundle": sum(held_by_bundle.values()),
-        "max_held_by_bundle": max(held_by_bundle.values(), default=0),
+        "held_by_bundle": sum(len(v) for v in held_by_bundle.values()),
+        "max_held_by_bundle": max((len(v) for v in held_by_bundle.values()), default=0),
+        # Held by the bundle past its newest keep though the history names none of them.
+        "held_unreferenced_over_keep": sum(
+            max(0, len(v - referenced.get(k, set())) - keep) for k, v in held_by_bundle.items()
+        ),
         "held_by_history_only": held_by_history_only,
         "orphans": orphans,
+        "ownerless": ownerless,
         "referenced": sum(len(v) for v in referenced.values()),
         "referenced_missing": missing,
         "bound": bound_total,
@@ -854,10 +860,23 @@ def markdown(results: dict[str, Any]) -> str:
             f"| revisions beyond that bound | {c['over_bound']} "
             f"| 0: {goal_word(c['over_bound'] == 0)} |",
             f"| held by their bundle (max per bundle) | {c['held_by_bundle']:,} "
-            f"({c['max_held_by_bundle']}) | max <= {s['keep']}: "
-            f"{goal_word(c['max_held_by_bundle'] <= s['keep'])} |",
+            f"({c['max_held_by_bundle']}) | |",
+            f"| held by their bundle past keep, referenced by nothing | "
+            f"{c.get('held_unreferenced_over_keep', '?')} | 0: "
+            f"{goal_word(c.get('held_unreferenced_over_keep') == 0)} |",
             f"| held by a ReplicaSet only | {c['held_by_history_only']:,} | |",
-            f"| held by nothing | {c['orphans']} | 0: {goal_word(c['orphans'] == 0)} |",
+            f"| held by nothing (of which with no owner reference at all) | {c['orphans']} "
+            f"({c.get('ownerless', '?')}) | 0: {goal_word(c['orphans'] == 0)} |",
+            *(
+                [
+                    f"| held by nothing once the single change settled "
+                    f"| {on['census_single']['orphans']} "
+                    f"({on['census_single'].get('ownerless', '?')}) "
+                    f"| 0: {goal_word(on['census_single']['orphans'] == 0)} |"
+                ]
+                if "census_single" in on
+                else []
+            ),
             f"| referenced by the history (pins of existing ReplicaSets) | {c['referenced']:,} | |",
             f"| referenced and missing | {c['referenced_missing']} "
             f"| 0: {goal_word(c['referenced_missing'] == 0)} |",
