@@ -241,7 +241,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 ),
             )
         if scenarios & sources.SCENARIOS and "cbop" in impls:
-            log("=== S10: one source read by many bundles, against raw")
+            log("=== S10: one source read by many bundles, against raw (and the Go peer)")
             half = args.s10_bundles // 2
             results["s10"] = sources.run(
                 bench,
@@ -251,6 +251,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     unlabelled=args.s10_unlabelled,
                     idle=args.s10_idle,
                 ),
+                impls=frozenset(impls),
             )
         if with_s11:
             log("=== S11: revisions, with rolled Deployments and their history")

@@ -239,7 +239,8 @@ class Operator:
         workers: concurrent reconciles.
         resync: informer resync period in seconds (kopf: a per-bundle timer), 0 = default.
         log_path: where its output goes.
-        extra_args: more flags (cbop only, e.g. ``--shards=3``).
+        extra_args: more flags (cbop, e.g. ``--shards=3``, and controller-runtime, e.g.
+            ``--sources``).
     """
 
     def __init__(
@@ -286,11 +287,13 @@ class Operator:
             cmd = [
                 str(controller_runtime_binary()),
                 f"--kubeconfig={kubeconfig}",
-                f"--namespace={namespace}",
+                # None: every namespace (the peer's default), as cbop without --namespace.
+                *([f"--namespace={namespace}"] if namespace else []),
                 f"--workers={workers}",
                 f"--metrics-bind-address={metrics}",
                 f"--health-probe-bind-address={probe}",
                 f"--resync-period={resync or 36000:g}s",
+                *extra_args,
             ]
         elif impl in ("kopf", "kopf-wl4"):
             env["BENCH_WORKERS"] = str(workers)

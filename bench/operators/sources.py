@@ -18,6 +18,14 @@ In one run on one control plane, against the raw floor measured in the same run:
   to raw; kube-apiserver's ``apiserver_request_total`` over that time (minus the bench's
   own requests): GETs of ConfigMaps (the goal: zero), ConfigMap writes by answer, and
   MODIFIED events per ConfigMap from the watch (the goal: exactly one each).
+- **controller-runtime** (with ``controller-runtime`` among the impls, before cbop): the
+  Go peer (``bench/peers/controller-runtime``, ``--sources``: a label-selected cache of
+  sources, a field index from a source to its readers, the share-with check,
+  ``status.sources``, and cbop's "ConfigMaps first, statuses after"), the same 4
+  workers, cluster-wide, on the same cluster: the same bundles (named ``p-*``)
+  converged, the same source patch and the same measurements (time, GETs, writes by
+  answer, MODIFIED per ConfigMap, CPU of the peer and kube-apiserver). Its bundles and
+  ConfigMaps are deleted after, and the peer stopped, before cbop starts.
 - **idle**: ``idle`` seconds (60) with nothing changing: writes on ConfigMaps,
   ConfigBundles and Events (the goal: zero).
 - **RSS**: cbop's steady VmRSS (mean over ``steady_seconds``) converged, then again
@@ -25,13 +33,15 @@ In one run on one control plane, against the raw floor measured in the same run:
   were created in another namespace: cbop caches only labelled sources, so the goal is
   flat.
 
-The load average of the machine is taken at the start of each phase.
+The load average of the machine is taken at the start of each phase. With ``--profile
+DIR``, py-spy records cbop over the source change (``cbop-s10-change-<pid>.collapsed``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import threading
 import time
 from collections.abc import Mapping
@@ -50,11 +60,13 @@ from bench.operators.clusterbundles import (
     write_codes,
 )
 from bench.operators.procs import Operator, Sampler, cbop_revision, wait_quiet
-from bench.operators.scenarios import Bench, log
+from bench.operators.scenarios import Bench, log, profiler
 from cbop.api import ANNOTATION_SHARE_WITH, SOURCE_SELECTOR
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, NAMESPACES, ApiError, ConnectionFailed, KubeClient
 
 SCENARIOS = frozenset({"s10"})
+#: The Go peer measured against the same floor when it is among the impls.
+PEER = "controller-runtime"
 SOURCE_NS = "s10-src"
 SOURCE = "s10-source"
 #: Label on every ConfigMap the watch follows (the bundles' and the raw floor's).
@@ -285,8 +297,11 @@ def _keys(pairs: list[tuple[str, str]]) -> list[str]:
 # ------------------------------------------------------------------------------ run
 
 
-def run(bench: Bench, sizes: Sizes) -> dict[str, Any]:
-    """Run S10 once (see the module docstring); return its record."""
+def run(bench: Bench, sizes: Sizes, impls: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """Run S10 once (see the module docstring); return its record.
+
+    ``impls``: with :data:`PEER` in it, the Go peer is measured too (before cbop).
+    """
     kube = bench.kube
     threads = bench.s.workers
     rec: dict[str, Any] = {"bundles": sizes.local + sizes.elsewhere, "load": {}}
@@ -301,12 +316,20 @@ def run(bench: Bench, sizes: Sizes) -> dict[str, Any]:
     watcher = Watcher(kube).start()
     try:
         rec["raw"] = _raw(bench, watcher, sizes, threads)
+        if PEER in impls:
+            rec["peer"] = _peer(bench, watcher, sizes)
         rec["cbop"] = _cbop(bench, watcher, sizes)
     finally:
         watcher.stop()
         bench.stop()
     raw_s = rec["raw"]["seconds"]
     rec["ratio"] = rec["cbop"]["change"]["seconds"] / raw_s if raw_s else float("nan")
+    if "peer" in rec:
+        peer_s = rec["peer"]["change"]["seconds"]
+        rec["peer_ratio"] = peer_s / raw_s if raw_s else float("nan")
+        rec["cbop_peer_ratio"] = (
+            rec["cbop"]["change"]["seconds"] / peer_s if peer_s else float("nan")
+        )
     return rec
 
 
@@ -344,6 +367,132 @@ def _raw(bench: Bench, watcher: Watcher, sizes: Sizes, threads: int) -> dict[str
     return rec
 
 
+def _converge(
+    bench: Bench, watcher: Watcher, keys: list[str], pairs: list[tuple[str, str]], name: str
+) -> dict[str, Any]:
+    """Create the bundles of ``pairs`` and wait until every ConfigMap shows ``v: "1"``."""
+    kube = bench.kube
+    watcher.expect("1")
+    rec: dict[str, Any] = {"load_converge": load()}
+    t0 = time.monotonic()
+    run_parallel(
+        lambda p: kube.create(CONFIGBUNDLES, p[0], bundle_body(p[1])),
+        pairs,
+        bench.s.loader_threads,
+    )
+    complete = watcher.wait_all(keys, 600)
+    last = watcher.last_seen(keys)
+    rec["converge"] = {
+        "complete": complete,
+        "seconds": (last - t0) if last is not None else float("nan"),
+    }
+    log(f"S10 {name}: {len(keys)} bundles converged in {rec['converge']['seconds']:.2f} s")
+    cluster.wait_api_quiet(kube, quiet=3.0, timeout=180)
+    return rec
+
+
+def _change(
+    bench: Bench, watcher: Watcher, keys: list[str], name: str, op: Operator
+) -> dict[str, Any]:
+    """Patch the source once (``v: "2"``) and measure until every reader's ConfigMap has it.
+
+    ``name`` names the operator ``op`` in the CPU figures. Returns the change's record
+    (``load``: the load average at its start).
+    """
+    kube = bench.kube
+    cluster.wait_api_quiet(kube)
+    load_change = load()
+    watcher.expect("2")
+    counter = Counter(kube).mark()
+    codes0 = write_codes(kube)
+    share = cpu_share_of(bench, **{name: op.pid}, bench=os.getpid())
+    spy = None
+    if bench.s.profile is not None and name == "cbop":
+        spy = profiler(op.pid, bench.s.profile / f"cbop-s10-change-{op.pid}.collapsed")
+        time.sleep(1.0)  # py-spy attaches
+    log(f"S10 {name}: the source changes; {len(keys)} readers")
+    t0 = time.monotonic()
+    kube.patch(CONFIGMAPS, SOURCE_NS, SOURCE, {"data": {"v": "2"}})
+    complete = watcher.wait_all(keys, 600)
+    shares = share.stop()
+    last = watcher.last_seen(keys)
+    cluster.wait_api_quiet(kube)
+    if spy is not None:
+        spy.send_signal(signal.SIGINT)
+        spy.wait(30)
+    api = counter.since()
+    codes = code_delta(write_codes(kube), codes0)
+    rec: dict[str, Any] = {
+        "load": load_change,
+        "complete": complete,
+        "seconds": (last - t0) if last is not None else float("nan"),
+        "cpu_share": shares,
+        "configmap_gets": api.get(("GET", "configmaps", ""), 0.0),
+        "gets": {"|".join(k): v for k, v in api.items() if k[0] == "GET"},
+        "configmap_writes": sum(
+            v for k, v in api.items() if k[0] in cluster.WRITE_VERBS and k[1] == "configmaps"
+        ),
+        "status_writes": sum(
+            v
+            for k, v in api.items()
+            if k[0] in cluster.WRITE_VERBS and k[1] == "configbundles" and k[2] == "status"
+        ),
+        "writes_by_code": codes,
+        "modified_per_configmap": watcher.modified_histogram(keys),
+        "spread": watcher.spread(keys, t0),
+        "requests": {"|".join(k): v for k, v in sorted(api.items())},
+    }
+    log(
+        f"S10 {name}: all {len(keys)} ConfigMaps changed in {rec['seconds']:.2f} s; "
+        f"ConfigMap GETs {rec['configmap_gets']:.0f}, writes "
+        f"{rec['configmap_writes']:.0f}, status writes {rec['status_writes']:.0f}, "
+        f"MODIFIED per ConfigMap {rec['modified_per_configmap']}"
+    )
+    return rec
+
+
+def _peer(bench: Bench, watcher: Watcher, sizes: Sizes) -> dict[str, Any]:
+    """The Go peer on the same cluster: converge, one source change; then cleaned up."""
+    kube = bench.kube
+    pairs = layout(sizes, "p")
+    keys = _keys(pairs)
+    op = Operator(
+        PEER,
+        bench.s.kubeconfig,
+        None,
+        workers=bench.s.workers,
+        resync=0.0,
+        log_path=bench.s.logs / "s10-controller-runtime.log",
+        extra_args=["--sources"],
+    )
+    bench.current = op
+    try:
+        op.wait_ready()
+        rec = _converge(bench, watcher, keys, pairs, PEER)
+        rec["change"] = _change(bench, watcher, keys, PEER, op)
+        # Back to the value the next operator converges on, then the peer's objects go.
+        watcher.expect("1")
+        kube.patch(CONFIGMAPS, SOURCE_NS, SOURCE, {"data": {"v": "1"}})
+        watcher.wait_all(keys, 300)
+        run_parallel(
+            lambda p: kube.delete(CONFIGBUNDLES, p[0], p[1]), pairs, bench.s.loader_threads
+        )
+        deadline = time.monotonic() + 300
+        while kube.list(CONFIGBUNDLES, None)["items"] and time.monotonic() < deadline:
+            time.sleep(1.0)
+    finally:
+        op.stop()
+        bench.current = None
+
+    def gone(p: tuple[str, str]) -> None:
+        with contextlib.suppress(ApiError):  # the garbage collector may be first
+            kube.delete(CONFIGMAPS, p[0], p[1])
+
+    run_parallel(gone, pairs, bench.s.loader_threads)
+    cluster.wait_api_quiet(kube)
+    return rec
+
+
 def _cbop(bench: Bench, watcher: Watcher, sizes: Sizes) -> dict[str, Any]:
     kube = bench.kube
     pairs = layout(sizes, "b")
@@ -361,63 +510,10 @@ def _cbop(bench: Bench, watcher: Watcher, sizes: Sizes) -> dict[str, Any]:
     bench.revisions.add(cbop_revision())
     bench.current = op
     op.wait_ready()
-    rec: dict[str, Any] = {}
-
-    # Converge: 1,000 bundles reading the source.
-    watcher.expect("1")
-    rec["load_converge"] = load()
-    t0 = time.monotonic()
-    run_parallel(
-        lambda p: kube.create(CONFIGBUNDLES, p[0], bundle_body(p[1])),
-        pairs,
-        bench.s.loader_threads,
-    )
-    complete = watcher.wait_all(keys, 600)
-    last = watcher.last_seen(keys)
-    rec["converge"] = {
-        "complete": complete,
-        "seconds": (last - t0) if last is not None else float("nan"),
-    }
-    log(f"S10 cbop: {len(keys)} bundles converged in {rec['converge']['seconds']:.2f} s")
-    cluster.wait_api_quiet(kube, quiet=3.0, timeout=180)
+    rec: dict[str, Any] = _converge(bench, watcher, keys, pairs, "cbop")
     rec["rss_mib"] = _steady_mib(bench, op)
-
-    # The source changes once.
-    cluster.wait_api_quiet(kube)
-    rec["load_change"] = load()
-    watcher.expect("2")
-    counter = Counter(kube).mark()
-    codes0 = write_codes(kube)
-    share = cpu_share_of(bench, cbop=op.pid, bench=os.getpid())
-    log(f"S10 cbop: the source changes; {len(keys)} readers")
-    t0 = time.monotonic()
-    kube.patch(CONFIGMAPS, SOURCE_NS, SOURCE, {"data": {"v": "2"}})
-    complete = watcher.wait_all(keys, 600)
-    shares = share.stop()
-    last = watcher.last_seen(keys)
-    cluster.wait_api_quiet(kube)
-    api = counter.since()
-    codes = code_delta(write_codes(kube), codes0)
-    rec["change"] = {
-        "complete": complete,
-        "seconds": (last - t0) if last is not None else float("nan"),
-        "cpu_share": shares,
-        "configmap_gets": api.get(("GET", "configmaps", ""), 0.0),
-        "gets": {"|".join(k): v for k, v in api.items() if k[0] == "GET"},
-        "configmap_writes": sum(
-            v for k, v in api.items() if k[0] in cluster.WRITE_VERBS and k[1] == "configmaps"
-        ),
-        "writes_by_code": codes,
-        "modified_per_configmap": watcher.modified_histogram(keys),
-        "spread": watcher.spread(keys, t0),
-        "requests": {"|".join(k): v for k, v in sorted(api.items())},
-    }
-    log(
-        f"S10 cbop: all {len(keys)} ConfigMaps changed in {rec['change']['seconds']:.2f} s; "
-        f"ConfigMap GETs {rec['change']['configmap_gets']:.0f}, writes "
-        f"{rec['change']['configmap_writes']:.0f}, MODIFIED per ConfigMap "
-        f"{rec['change']['modified_per_configmap']}"
-    )
+    rec["change"] = _change(bench, watcher, keys, "cbop", op)
+    rec["load_change"] = rec["change"]["load"]
 
     # Idle.
     cluster.wait_api_quiet(kube)
@@ -464,6 +560,33 @@ def _cpu(phase: Mapping[str, Any], name: str) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
+def _peer_rows(r: Mapping[str, Any]) -> list[str]:
+    """The Go peer's rows of the S10 table (none when it did not run)."""
+    p = r.get("peer")
+    if not p:
+        return []
+    change = p["change"]
+    per_cm = change["modified_per_configmap"]
+    ones = per_cm.get(1, per_cm.get("1", 0))
+    return [
+        f"| controller-runtime: source change to all {r['bundles']:,} ConfigMaps changed, s "
+        f"(load {change['load']}) | {change['seconds']:.2f} | |",
+        f"| first / median / last ConfigMap changed, s: controller-runtime | {_spread(change)} | |",
+        f"| controller-runtime / raw | {r['peer_ratio']:.2f}x | |",
+        f"| cbop / controller-runtime | {r['cbop_peer_ratio']:.2f}x | |",
+        f"| kube-apiserver CPU s / machine busy: controller-runtime change "
+        f"| {cpu_cell(change)} | |",
+        f"| CPU s of controller-runtime / of the bench's own client: change "
+        f"| {_cpu(change, PEER)} / {_cpu(change, 'bench')} | |",
+        f"| controller-runtime change: ConfigMap GETs / writes by answer / status writes "
+        f"| {change['configmap_gets']:.0f} / {code_cells(change, 'configmaps')} / "
+        f"{change['status_writes']:.0f} | |",
+        f"| controller-runtime change: ConfigMaps with exactly one MODIFIED event | {ones} | |",
+        f"| controller-runtime: {r['bundles']:,} bundles created to all ConfigMaps matching, s "
+        f"| {p['converge']['seconds']:.2f} | |",
+    ]
+
+
 def markdown(results: dict[str, Any]) -> str:
     """The S10 section of the results file ("" when it did not run)."""
     r = results.get("s10")
@@ -489,6 +612,7 @@ def markdown(results: dict[str, Any]) -> str:
         f"| first / median / last ConfigMap changed, s: raw | {_spread(raw)} | |",
         f"| first / median / last ConfigMap changed, s: source change | {_spread(change)} | |",
         f"| cbop / raw | {r['ratio']:.2f}x | <= 1.2x: {goal_word(r['ratio'] <= 1.2)} |",
+        *_peer_rows(r),
         f"| kube-apiserver CPU s / machine busy: raw | {cpu_cell(raw)} | |",
         f"| kube-apiserver CPU s / machine busy: source change | {cpu_cell(change)} | |",
         f"| CPU s of cbop / of the bench's own client: raw | - / {_cpu(raw, 'bench')} | |",
@@ -498,6 +622,7 @@ def markdown(results: dict[str, Any]) -> str:
         f"| {change['configmap_gets']:.0f} | 0: {goal_word(change['configmap_gets'] == 0)} |",
         f"| source change: ConfigMap writes by answer | {code_cells(change, 'configmaps')} "
         "| one per bundle |",
+        f"| source change: cbop's status writes | {change.get('status_writes', 0):.0f} | |",
         f"| source change: ConfigMaps with exactly one MODIFIED event | {ones} "
         f"| all: {goal_word(ones == r['bundles'])} |",
         f"| cbop: {r['bundles']:,} bundles created to all ConfigMaps matching, s "

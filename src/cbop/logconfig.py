@@ -1,11 +1,15 @@
 """Logging setup: structlog, JSON lines by default, a console renderer on a TTY.
 
-Every line the process writes to stderr goes through one handler on the standard
-library's root logger whose formatter is structlog's
-:class:`structlog.stdlib.ProcessorFormatter`: cbop's own structlog loggers and foreign
+Every line the process writes to stderr goes to the stream of one handler on the
+standard library's root logger, under that handler's lock, in the chosen format with the
+same fields: ``timestamp`` (ISO 8601, UTC), ``level``, ``logger`` and ``event``. Foreign
 ``logging`` records (urllib3, the Kubernetes client, ``warnings.warn`` through
-:func:`logging.captureWarnings`) all come out in the chosen format with the same
-fields: ``timestamp`` (ISO 8601, UTC), ``level``, ``logger`` and ``event``. Libraries
+:func:`logging.captureWarnings`) are formatted by structlog's
+:class:`structlog.stdlib.ProcessorFormatter`; cbop's own structlog loggers render their
+line in structlog's processor chain and write it to the same stream directly
+(:class:`HandlerLogger`), without a ``logging.LogRecord`` (two per line through the
+formatter, which copies the record) or the standard library's caller lookup. The same
+processors run on both paths. JSON is rendered by ``orjson`` (compact separators). Libraries
 log at WARNING and above (their debug output may carry whole request bodies); cbop's
 own loggers at the chosen level. No field of a line is longer than
 :data:`MAX_FIELD_CHARS`: a longer one is cut in the middle with a marker that gives the
@@ -14,11 +18,13 @@ number of bytes left out, so no log line ever carries a whole ConfigMap value.
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from collections.abc import Mapping
 from typing import Any, Literal
 
+import orjson
 import structlog
 
 LogFormat = Literal["json", "console"]
@@ -75,6 +81,69 @@ def _strip_event(logger: Any, method: str, event_dict: Any) -> Any:
     return event_dict
 
 
+def _fallback(obj: Any) -> Any:
+    """JSON for what orjson cannot serialise: ``__structlog__()`` if defined, else ``repr``."""
+    custom = getattr(obj, "__structlog__", None)
+    return custom() if callable(custom) else repr(obj)
+
+
+def render_json(logger: Any, method: str, event_dict: Any) -> str:
+    """Render ``event_dict`` (a structlog processor, the last) as one JSON object (str).
+
+    Keys keep their order; values orjson does not know are given by :func:`_fallback`,
+    as structlog's ``JSONRenderer`` does. A dict that orjson refuses whole (an integer
+    beyond 64 bits) is rendered by the standard library's ``json`` instead.
+    """
+    try:
+        return orjson.dumps(event_dict, default=_fallback, option=orjson.OPT_NON_STR_KEYS).decode()
+    except orjson.JSONEncodeError:
+        return json.dumps(event_dict, default=_fallback, separators=(",", ":"))
+
+
+class HandlerLogger:
+    """The logger structlog wraps for cbop's own loggers: writes rendered lines to a handler.
+
+    Args:
+        name: the logger's name (``cbop.configbundle``), the ``logger`` field.
+        handler: the :class:`logging.StreamHandler` whose stream and lock every line of
+            the process goes through, foreign records included, so lines never interleave.
+
+    Every level method writes its one argument (the rendered line, a str) and a newline,
+    then flushes; level filtering happens before, in the bound logger. A failing write
+    (a closed stream) is dropped, as the standard library's handlers do by default.
+    """
+
+    def __init__(self, name: str, handler: logging.StreamHandler[Any]) -> None:
+        self.name = name
+        self._handler = handler
+
+    def msg(self, message: str) -> None:
+        """Write ``message`` as one line."""
+        handler = self._handler
+        handler.acquire()
+        try:
+            stream = handler.stream
+            stream.write(message + "\n")
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+        finally:
+            handler.release()
+
+    debug = info = warning = warn = error = critical = fatal = exception = log = msg
+
+
+class HandlerLoggerFactory:
+    """structlog's logger factory for :class:`HandlerLogger`: one per name, one handler."""
+
+    def __init__(self, handler: logging.StreamHandler[Any]) -> None:
+        self._handler = handler
+
+    def __call__(self, *args: Any) -> HandlerLogger:
+        """Return the logger for ``args[0]`` (cbop names every logger; ``cbop`` if not)."""
+        return HandlerLogger(str(args[0]) if args else "cbop", self._handler)
+
+
 def configure_logging(level: str = "info", fmt: LogFormat | None = None) -> None:
     """Configure structlog and stdlib logging for the process.
 
@@ -95,10 +164,10 @@ def configure_logging(level: str = "info", fmt: LogFormat | None = None) -> None
     renderer: structlog.types.Processor = (
         structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
         if fmt == "console"
-        else structlog.processors.JSONRenderer()
+        else render_json
     )
-    # Applied to cbop's structlog events before they become logging records, and to
-    # foreign records (urllib3, kubernetes, warnings) in the formatter: the same fields.
+    # Applied to cbop's structlog events and to foreign records (urllib3, kubernetes,
+    # warnings) in the formatter: the same fields.
     shared: list[structlog.types.Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_logger_name,
@@ -106,22 +175,24 @@ def configure_logging(level: str = "info", fmt: LogFormat | None = None) -> None
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         structlog.processors.StackInfoRenderer(),
     ]
-    final: list[structlog.types.Processor] = [
-        structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-    ]
     # Tracebacks become an ``exception`` string in both formats, so they are bounded too.
-    final += [structlog.processors.format_exc_info, bound_fields, renderer]
-    structlog.configure(
-        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
-        wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.stdlib.LoggerFactory(),
-        cache_logger_on_first_use=True,
-    )
+    final: list[structlog.types.Processor] = [
+        structlog.processors.format_exc_info,
+        bound_fields,
+        renderer,
+    ]
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
-            foreign_pre_chain=[*shared, _strip_event], processors=final
+            foreign_pre_chain=[*shared, _strip_event],
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *final],
         )
+    )
+    structlog.configure(
+        processors=[*shared, *final],
+        wrapper_class=structlog.make_filtering_bound_logger(numeric),
+        logger_factory=HandlerLoggerFactory(handler),
+        cache_logger_on_first_use=True,
     )
     root = logging.getLogger()
     for old in list(root.handlers):

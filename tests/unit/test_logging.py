@@ -139,3 +139,49 @@ def test_a_traceback_carrying_a_whole_value_is_bounded(fmt: str) -> None:
     assert "write failed" in proc.stderr
     assert "ValueError" in proc.stderr
     assert len(proc.stderr) < 3 * MAX_FIELD_CHARS, len(proc.stderr)
+
+
+def test_own_and_foreign_lines_share_one_stream_in_order() -> None:
+    """cbop's own lines are written by structlog straight to the root handler's stream
+    (no LogRecord); foreign records go through the formatter; both keep their order and
+    the same fields, and values JSON cannot hold are still rendered."""
+    code = (
+        "import logging, structlog\n"
+        "from cbop.logconfig import configure_logging\n"
+        "from cbop.runtime.reconcile import reconcile_context\n"
+        "configure_logging('info', 'json')\n"
+        "log = structlog.get_logger('cbop.configbundle')\n"
+        "with reconcile_context('configbundle', 'ns/b'):\n"
+        "    log.info('reconciled', action='update', duration=0.0125, big=2**70, obj=object())\n"
+        "    log.debug('not at info')\n"
+        "logging.getLogger('urllib3.connectionpool').warning('retrying %s', 'x')\n"
+        "log.warning('after', keys={1: 'a'})\n"
+    )
+    proc = _run("-c", code)
+    records = [json.loads(line) for line in proc.stderr.splitlines()]
+    assert [(r["logger"], r["level"], r["event"]) for r in records] == [
+        ("cbop.configbundle", "info", "reconciled"),
+        ("urllib3.connectionpool", "warning", "retrying x"),
+        ("cbop.configbundle", "warning", "after"),
+    ]
+    first = records[0]
+    assert first.keys() >= FIELDS | {"controller", "namespace", "name", "reconcile_id"}
+    assert (first["namespace"], first["name"], first["action"]) == ("ns", "b", "update")
+    assert first["duration"] == 0.0125
+    assert first["big"] == 2**70
+    assert first["obj"].startswith("<object object at ")
+    assert records[2]["keys"] == {"1": "a"}
+
+
+def test_console_format_renders_own_lines_too() -> None:
+    code = (
+        "import structlog\n"
+        "from cbop.logconfig import configure_logging\n"
+        "configure_logging('debug', 'console')\n"
+        "structlog.get_logger('cbop.test').debug('hello', n=1)\n"
+    )
+    proc = _run("-c", code)
+    (line,) = proc.stderr.splitlines()
+    assert CONSOLE_LINE.match(line), line
+    assert "hello" in line
+    assert "[cbop.test]" in line

@@ -21,6 +21,7 @@ from cbop.api import MAX_CONFIGMAP_BYTES, Reason, SpecError, TooLargeError, pars
 from cbop.api.compose import (
     MAX_KEY_SOURCES,
     Composed,
+    SourceDigests,
     SourceError,
     bounded_key_sources,
     compose,
@@ -406,3 +407,52 @@ def test_an_omitted_source_namespace_is_the_bundles() -> None:
     assert spec.sources[0].key == "demo/x"
     assert spec.composed
     assert not parse_spec({"metadata": {"name": "b", "namespace": NS}, "spec": {}}).composed
+
+
+# ------------------------------------------------------------------ source digests
+
+
+def _versioned(data: Mapping[str, str], version: str, uid: str = "u-src") -> dict[str, Any]:
+    cm = source("base", data=data)
+    cm["metadata"].update(uid=uid, resourceVersion=version)
+    return cm
+
+
+def test_a_source_version_is_hashed_once_for_all_its_readers() -> None:
+    digests = SourceDigests()
+    first = _versioned({"a": "1"}, "10")
+    assert digests.digest(first) == content_hash({"a": "1"}, {})
+    # The same (uid, resourceVersion) is the same content: the stored digest answers.
+    assert digests.digest(_versioned({"a": "other"}, "10")) == content_hash({"a": "1"}, {})
+    # A new version (what every change of the source brings) is hashed again.
+    assert digests.digest(_versioned({"a": "2"}, "11")) == content_hash({"a": "2"}, {})
+    # So is a ConfigMap without a resourceVersion, every time.
+    plain = source("base", data={"a": "3"})
+    assert digests.digest(plain) == content_hash({"a": "3"}, {})
+    plain["data"] = {"a": "4"}
+    assert digests.digest(plain) == content_hash({"a": "4"}, {})
+
+
+def test_source_digests_keep_at_most_their_size_oldest_out_first() -> None:
+    digests = SourceDigests(size=2)
+    for version in ("1", "2", "3"):
+        digests.digest(_versioned({"a": version}, version))
+    # Version 1 fell out: a stale object under its key is hashed for what it holds.
+    assert digests.digest(_versioned({"a": "x"}, "1")) == content_hash({"a": "x"}, {})
+    assert digests.digest(_versioned({"a": "y"}, "3")) == content_hash({"a": "3"}, {})
+
+
+def _only(cm: Mapping[str, Any]) -> Any:
+    return lambda namespace, name: cm if (namespace, name) == (NS, "base") else None
+
+
+def test_compose_reports_each_source_version_with_its_own_hash() -> None:
+    digests = SourceDigests()
+    spec = parse_spec(
+        {"metadata": {"name": "b", "namespace": NS}, "spec": {"sources": [ref("base")]}}
+    )
+    for version, value in (("5", "one"), ("6", "two"), ("5", "one")):
+        cm = _versioned({"k": value}, version)
+        got = compose(spec, NS, _only(cm), digests=digests)
+        assert got.data == {"k": value}
+        assert got.sources[0].content_hash == content_hash({"k": value}, {})

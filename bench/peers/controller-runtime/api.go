@@ -7,8 +7,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
-// GroupVersion of the ConfigBundle API (manifests/crd/cbop.dev_configbundles.yaml).
-var GroupVersion = schema.GroupVersion{Group: "cbop.dev", Version: "v1alpha1"}
+// GroupVersion of the ConfigBundle API (manifests/crd/cbop.dev_configbundles.yaml): the
+// storage version, which cbop reads and writes too.
+var GroupVersion = schema.GroupVersion{Group: "cbop.dev", Version: "v1beta1"}
 
 var schemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
 
@@ -21,6 +22,26 @@ type ConfigBundleSpec struct {
 	Annotations   map[string]string `json:"annotations,omitempty"`
 	Immutable     bool              `json:"immutable,omitempty"`
 	Suspend       bool              `json:"suspend,omitempty"`
+	Sources       []BundleSource    `json:"sources,omitempty"`
+}
+
+// BundleSource is one entry of spec.sources (only configMap, without items or merge).
+type BundleSource struct {
+	ConfigMap *ConfigMapSource `json:"configMap,omitempty"`
+}
+
+// ConfigMapSource names a labelled source ConfigMap.
+type ConfigMapSource struct {
+	Name      string `json:"name"`
+	Namespace string `json:"namespace,omitempty"`
+	Optional  bool   `json:"optional,omitempty"`
+}
+
+// SourceStatus is one entry of status.sources: what was read.
+type SourceStatus struct {
+	Namespace   string `json:"namespace"`
+	Name        string `json:"name"`
+	ContentHash string `json:"contentHash"`
 }
 
 // ConfigBundleStatus mirrors cbop's status fields.
@@ -29,6 +50,8 @@ type ConfigBundleStatus struct {
 	ConfigMapName      string             `json:"configMapName,omitempty"`
 	ContentHash        string             `json:"contentHash,omitempty"`
 	KeyCount           int                `json:"keyCount,omitempty"`
+	Sources            []SourceStatus     `json:"sources,omitempty"`
+	KeySources         map[string]string  `json:"keySources,omitempty"`
 	Conditions         []metav1.Condition `json:"conditions,omitempty"`
 }
 
@@ -75,11 +98,22 @@ func (in *ConfigBundleSpec) DeepCopyInto(out *ConfigBundleSpec) {
 			out.BinaryData[k] = append([]byte(nil), v...)
 		}
 	}
+	if in.Sources != nil {
+		out.Sources = make([]BundleSource, len(in.Sources))
+		for i, src := range in.Sources {
+			if src.ConfigMap != nil {
+				ref := *src.ConfigMap
+				out.Sources[i].ConfigMap = &ref
+			}
+		}
+	}
 }
 
 // DeepCopyInto copies the status.
 func (in *ConfigBundleStatus) DeepCopyInto(out *ConfigBundleStatus) {
 	*out = *in
+	out.Sources = append([]SourceStatus(nil), in.Sources...)
+	out.KeySources = copyStrings(in.KeySources)
 	if in.Conditions != nil {
 		out.Conditions = make([]metav1.Condition, len(in.Conditions))
 		for i := range in.Conditions {

@@ -15,8 +15,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 )
 
 const (
@@ -35,6 +38,8 @@ const (
 type BundleReconciler struct {
 	client.Client
 	Scheme *runtime.Scheme
+	// Sources reads the label-selected source cache (nil: no bundle's source is found).
+	Sources client.Reader
 }
 
 // contentHash frames every entry as a tag byte, then the big-endian length and bytes
@@ -91,25 +96,48 @@ func (r *BundleReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		return ctrl.Result{}, nil
 	}
 	name := configMapName(&bundle)
-	hash := contentHash(bundle.Spec.Data, bundle.Spec.BinaryData)
+	content := &composed{data: bundle.Spec.Data, binaryData: bundle.Spec.BinaryData}
+	if len(bundle.Spec.Sources) > 0 {
+		var failed *sourceError
+		if r.Sources == nil {
+			failed = &sourceError{reasonNotFound, "sources are not watched (run with --sources)"}
+		} else {
+			content, failed = r.compose(ctx, &bundle)
+		}
+		if failed != nil {
+			// Nothing is written: the ConfigMap keeps its last good content.
+			cond := metav1.Condition{
+				Type: conditionReady, Status: metav1.ConditionFalse, Reason: failed.reason,
+				ObservedGeneration: bundle.Generation, Message: failed.message,
+			}
+			return ctrl.Result{}, r.writeStatus(ctx, &bundle, cond, name, bundle.Status.ContentHash, nil)
+		}
+	}
+	hash := contentHash(content.data, content.binaryData)
 	cond := metav1.Condition{
 		Type:               conditionReady,
 		Status:             metav1.ConditionTrue,
 		Reason:             reasonSynced,
 		ObservedGeneration: bundle.Generation,
 		Message: fmt.Sprintf("ConfigMap %s matches the spec (%d keys, %s)",
-			name, len(bundle.Spec.Data)+len(bundle.Spec.BinaryData), hash),
+			name, len(content.data)+len(content.binaryData), hash),
 	}
 	if bundle.Spec.Suspend {
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionUnknown, reasonSuspended, "suspended"
-	} else if err := r.syncConfigMap(ctx, &bundle, name, hash); err != nil {
-		if !apierrors.IsAlreadyExists(err) && err != errNotOwned {
-			return ctrl.Result{}, err
+	} else {
+		op, err := r.syncConfigMap(ctx, &bundle, name, hash, content)
+		if err != nil {
+			if !apierrors.IsAlreadyExists(err) && err != errNotOwned {
+				return ctrl.Result{}, err
+			}
+			cond.Status, cond.Reason = metav1.ConditionFalse, reasonConflict
+			cond.Message = fmt.Sprintf(errConflictFormat, name)
+		} else if op == controllerutil.OperationResultUpdated && statusCanWait(&bundle, hash) {
+			// The ConfigMap's watch event (Owns) brings the bundle back for its status.
+			return ctrl.Result{}, nil
 		}
-		cond.Status, cond.Reason = metav1.ConditionFalse, reasonConflict
-		cond.Message = fmt.Sprintf(errConflictFormat, name)
 	}
-	return ctrl.Result{}, r.writeStatus(ctx, &bundle, cond, name, hash)
+	return ctrl.Result{}, r.writeStatus(ctx, &bundle, cond, name, hash, content)
 }
 
 type notOwnedError struct{}
@@ -118,9 +146,9 @@ func (notOwnedError) Error() string { return "ConfigMap not controlled by the bu
 
 var errNotOwned error = notOwnedError{}
 
-func (r *BundleReconciler) syncConfigMap(ctx context.Context, b *ConfigBundle, name, hash string) error {
+func (r *BundleReconciler) syncConfigMap(ctx context.Context, b *ConfigBundle, name, hash string, content *composed) (controllerutil.OperationResult, error) {
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: b.Namespace}}
-	_, err := controllerutil.CreateOrUpdate(ctx, r.Client, cm, func() error {
+	return controllerutil.CreateOrUpdate(ctx, r.Client, cm, func() error {
 		if !cm.CreationTimestamp.IsZero() && !metav1.IsControlledBy(cm, b) {
 			return errNotOwned
 		}
@@ -139,25 +167,30 @@ func (r *BundleReconciler) syncConfigMap(ctx context.Context, b *ConfigBundle, n
 			cm.Annotations[k] = v
 		}
 		cm.Annotations[annotationHash] = hash
-		cm.Data = copyStrings(b.Spec.Data)
+		cm.Data = copyStrings(content.data)
 		cm.BinaryData = nil
-		if len(b.Spec.BinaryData) > 0 {
-			cm.BinaryData = make(map[string][]byte, len(b.Spec.BinaryData))
-			for k, v := range b.Spec.BinaryData {
+		if len(content.binaryData) > 0 {
+			cm.BinaryData = make(map[string][]byte, len(content.binaryData))
+			for k, v := range content.binaryData {
 				cm.BinaryData[k] = append([]byte(nil), v...)
 			}
 		}
 		return controllerutil.SetControllerReference(b, cm, r.Scheme)
 	})
-	return err
 }
 
-func (r *BundleReconciler) writeStatus(ctx context.Context, b *ConfigBundle, cond metav1.Condition, name, hash string) error {
+// writeStatus writes the status when it changes; content nil keeps the content fields
+// (a failing source leaves the ConfigMap, and what status says of it, as they were).
+func (r *BundleReconciler) writeStatus(ctx context.Context, b *ConfigBundle, cond metav1.Condition, name, hash string, content *composed) error {
 	before := b.Status.DeepCopyStatus()
 	b.Status.ObservedGeneration = b.Generation
 	b.Status.ConfigMapName = name
-	b.Status.ContentHash = hash
-	b.Status.KeyCount = len(b.Spec.Data) + len(b.Spec.BinaryData)
+	if content != nil {
+		b.Status.ContentHash = hash
+		b.Status.KeyCount = len(content.data) + len(content.binaryData)
+		b.Status.Sources = content.sources
+		b.Status.KeySources = content.keySources
+	}
 	meta.SetStatusCondition(&b.Status.Conditions, cond)
 	if equality.Semantic.DeepEqual(before, b.Status) {
 		return nil
@@ -172,11 +205,20 @@ func (in *ConfigBundleStatus) DeepCopyStatus() ConfigBundleStatus {
 	return out
 }
 
-// SetupWithManager watches bundles and the ConfigMaps they control.
-func (r *BundleReconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
-	return ctrl.NewControllerManagedBy(mgr).
+// SetupWithManager watches bundles and the ConfigMaps they control; with sourceCache
+// (the label-selected cache of source ConfigMaps), also the sources, mapped to their
+// readers through the SourceIndex field index.
+func (r *BundleReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, workers int, sourceCache cache.Cache) error {
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&ConfigBundle{}).
 		Owns(&corev1.ConfigMap{}).
-		WithOptions(controllerOptions(workers)).
-		Complete(r)
+		WithOptions(controllerOptions(workers))
+	if sourceCache != nil {
+		if err := mgr.GetFieldIndexer().IndexField(ctx, &ConfigBundle{}, SourceIndex, indexSources); err != nil {
+			return err
+		}
+		b = b.WatchesRawSource(source.Kind(sourceCache, &corev1.ConfigMap{},
+			handler.TypedEnqueueRequestsFromMapFunc(r.readersOf)))
+	}
+	return b.Complete(r)
 }

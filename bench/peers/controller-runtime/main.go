@@ -10,10 +10,13 @@ import (
 	"os"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -27,6 +30,7 @@ func main() {
 	var namespace, metricsAddr, probeAddr string
 	var workers, burst int
 	var qps float64
+	var sources bool
 	var resync time.Duration
 	flag.StringVar(&namespace, "namespace", "", "namespace to watch (default: all)")
 	flag.IntVar(&workers, "workers", 4, "MaxConcurrentReconciles")
@@ -35,6 +39,9 @@ func main() {
 	flag.DurationVar(&resync, "resync-period", 10*time.Hour, "informer resync period (SyncPeriod)")
 	flag.Float64Var(&qps, "kube-api-qps", 0, "client QPS (0: controller-runtime's default, no client-side limit)")
 	flag.IntVar(&burst, "kube-api-burst", 0, "client burst (0: default)")
+	flag.BoolVar(&sources, "sources", false,
+		"serve spec.sources: cache ConfigMaps labelled cbop.dev/source=true (a cache of their own) and "+
+			"only the managed ConfigMaps (label app.kubernetes.io/managed-by=cbop) in the manager's cache, as cbop does")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -59,6 +66,11 @@ func main() {
 	if namespace != "" {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{namespace: {}}
 	}
+	if sources {
+		cacheOpts.ByObject = map[client.Object]cache.ByObject{
+			&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{labelManagedBy: managedByValue})},
+		}
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
 		Cache:                  cacheOpts,
@@ -70,7 +82,27 @@ func main() {
 		os.Exit(1)
 	}
 	r := &BundleReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme()}
-	if err := r.SetupWithManager(mgr, workers); err != nil {
+	var sourceCache cache.Cache
+	if sources {
+		sourceOpts := cache.Options{
+			Scheme:               mgr.GetScheme(),
+			Mapper:               mgr.GetRESTMapper(),
+			SyncPeriod:           &resync,
+			DefaultLabelSelector: labels.SelectorFromSet(labels.Set{labelSource: "true"}),
+		}
+		if namespace != "" {
+			sourceOpts.DefaultNamespaces = cacheOpts.DefaultNamespaces
+		}
+		if sourceCache, err = cache.New(mgr.GetConfig(), sourceOpts); err != nil {
+			log.Error(err, "creating the source cache")
+			os.Exit(1)
+		}
+		if err := mgr.Add(sourceCache); err != nil {
+			panic(err)
+		}
+		r.Sources = sourceCache
+	}
+	if err := r.SetupWithManager(context.Background(), mgr, workers, sourceCache); err != nil {
 		log.Error(err, "setting up the controller")
 		os.Exit(1)
 	}
@@ -83,12 +115,15 @@ func main() {
 		if !mgr.GetCache().WaitForCacheSync(ctx) {
 			return errors.New("caches not synced")
 		}
+		if sourceCache != nil && !sourceCache.WaitForCacheSync(ctx) {
+			return errors.New("source cache not synced")
+		}
 		return nil
 	}
 	if err := mgr.AddReadyzCheck("informers-synced", synced); err != nil {
 		panic(err)
 	}
-	log.Info("starting", "namespace", namespace, "workers", workers, "qps", cfg.QPS, "burst", cfg.Burst)
+	log.Info("starting", "namespace", namespace, "sources", sources, "workers", workers, "qps", cfg.QPS, "burst", cfg.Burst)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		log.Error(err, "manager exited")
 		os.Exit(1)

@@ -34,7 +34,8 @@ bundles, and cycles among them, cannot form. They are refused, not settled.
 
 **Content hash of a source**: :func:`cbop.api.content.content_hash` of its whole
 ``data`` and ``binaryData`` (the framing of the ``cbop.dev/content-hash`` annotation),
-``sha256:<hex>``.
+``sha256:<hex>``, computed once per source version (its ``uid`` and
+``resourceVersion``) and shared by all its readers (:class:`SourceDigests`).
 
 Deterministic: the same spec and the same sources give the same bytes and the same
 provenance, whatever the order of the cache or of dictionaries.
@@ -44,6 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -199,6 +201,52 @@ def _read(
     return configmap
 
 
+class SourceDigests:
+    """The content hash of each source version, computed once for all its readers.
+
+    Keyed by the ConfigMap's ``(uid, resourceVersion)``: the API server gives every
+    change of an object a new resourceVersion, so an entry never outlives the content it
+    was computed from. A ConfigMap without both (built by hand) is hashed every time.
+    At most ``size`` entries; the oldest goes first. Safe to share between threads.
+    """
+
+    def __init__(self, size: int = 4096) -> None:
+        self._size = size
+        self._entries: dict[tuple[str, str], str] = {}
+        self._lock = threading.Lock()
+
+    def digest(self, configmap: Mapping[str, Any]) -> str:
+        """Return :func:`cbop.api.content.content_hash` of ``configmap``'s whole content.
+
+        ``binaryData`` that is not valid base64 counts as empty (the caller refuses such
+        a source before its hash is used).
+        """
+        meta = configmap.get("metadata") or {}
+        uid, version = meta.get("uid"), meta.get("resourceVersion")
+        if not (isinstance(uid, str) and uid and isinstance(version, str) and version):
+            return _whole_digest(configmap)
+        key = (uid, version)
+        found = self._entries.get(key)
+        if found is not None:
+            return found
+        value = _whole_digest(configmap)
+        with self._lock:
+            while len(self._entries) >= self._size:
+                self._entries.pop(next(iter(self._entries)))
+            self._entries[key] = value
+        return value
+
+
+def _whole_digest(configmap: Mapping[str, Any]) -> str:
+    return content_hash(
+        configmap.get("data") or {}, decode_binary(configmap.get("binaryData")) or {}
+    )
+
+
+#: The digests :func:`compose` uses unless given its own.
+SOURCE_DIGESTS: Final = SourceDigests()
+
+
 def _layer(source: SourceRef, configmap: Mapping[str, Any]) -> dict[str, str | bytes]:
     """Return the keys ``source`` contributes: every key, or its ``items`` renamed."""
     data: Mapping[str, str] = configmap.get("data") or {}
@@ -277,6 +325,7 @@ def compose(
     lookup: Lookup,
     *,
     scope: Sequence[str] | None = None,
+    digests: SourceDigests = SOURCE_DIGESTS,
 ) -> Composed:
     """Compose the content of a bundle of ``namespace`` from its layers (module docstring).
 
@@ -286,6 +335,7 @@ def compose(
         namespace: the bundle's namespace.
         lookup: the cached source ConfigMaps (never mutated).
         scope: the namespaces cbop watches (``--namespace``), or None for all.
+        digests: where each source version's content hash is computed once.
 
     Returns:
         The :class:`Composed` content.
@@ -306,10 +356,7 @@ def compose(
         if configmap is None:
             continue
         picked = _layer(source, configmap)
-        digest = content_hash(
-            configmap.get("data") or {}, decode_binary(configmap.get("binaryData")) or {}
-        )
-        read.append(SourceStatus(source.namespace, source.name, digest))
+        read.append(SourceStatus(source.namespace, source.name, digests.digest(configmap)))
         layers.append((source.key, picked))
     layers.append((SPEC_LAYER, spec_layer))
 
