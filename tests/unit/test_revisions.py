@@ -122,6 +122,15 @@ class World:
         return sorted(o["metadata"]["name"] for o in self.kube.tracker.objects(CONFIGMAPS))
 
 
+def owned_by_replicaset(w: World, name: str) -> dict[str, str]:
+    """Give revision ``name`` a ReplicaSet's owner reference too (as the history does)."""
+    replicaset = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-1", "uid": "rs-1"}
+    revision = w.configmap(name)
+    revision["metadata"]["ownerReferences"].append(replicaset)
+    w.kube.tracker.add(CONFIGMAPS, revision)
+    return replicaset
+
+
 def test_a_new_bundle_makes_its_revision_first_then_the_plain_configmap() -> None:
     """The revision exists before any reader can see the content under the plain name."""
     w = World({"data": {"a": "1"}, "revisions": ON})
@@ -306,10 +315,7 @@ def test_an_older_revision_with_other_owners_only_loses_the_bundle_reference() -
     keep1 = {"enabled": True, "keep": 1}
     w = World({"data": {"a": "1"}, "revisions": keep1})
     w.settle()
-    first = w.configmap(rev({"a": "1"}))
-    replicaset = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-1", "uid": "rs-1"}
-    first["metadata"]["ownerReferences"].append(replicaset)
-    w.kube.tracker.add(CONFIGMAPS, first)
+    replicaset = owned_by_replicaset(w, rev({"a": "1"}))
     w.set_spec({"data": {"a": "2"}, "revisions": keep1})
     assert ("update", "configmaps", rev({"a": "1"})) in w.reconcile()
     assert w.configmap(rev({"a": "1"}))["metadata"]["ownerReferences"] == [replicaset]
@@ -514,10 +520,7 @@ def test_a_pinned_revision_with_other_owners_keeps_the_bundle_reference() -> Non
     keep1 = {"enabled": True, "keep": 1}
     w = World({"data": {"a": "1"}, "revisions": keep1})
     w.settle()
-    first = w.configmap(rev({"a": "1"}))
-    replicaset = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-1", "uid": "rs-1"}
-    first["metadata"]["ownerReferences"].append(replicaset)
-    w.kube.tracker.add(CONFIGMAPS, first)
+    replicaset = owned_by_replicaset(w, rev({"a": "1"}))
     pins(w, {"a" * 40: f"app={rev({'a': '1'})}\n"})
     w.set_spec({"data": {"a": "2"}, "revisions": keep1})
     w.settle()
@@ -631,10 +634,7 @@ def test_a_revision_left_without_owners_by_the_collectors_race_is_deleted() -> N
     keep1 = {"enabled": True, "keep": 1}
     w = World({"data": {"a": "1"}, "revisions": keep1})
     w.settle()
-    first = w.configmap(rev({"a": "1"}))
-    replicaset = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-1", "uid": "rs-1"}
-    first["metadata"]["ownerReferences"].append(replicaset)
-    w.kube.tracker.add(CONFIGMAPS, first)
+    replicaset = owned_by_replicaset(w, rev({"a": "1"}))
     w.set_spec({"data": {"a": "2"}, "revisions": keep1})
     w.settle()
     assert w.configmap(rev({"a": "1"}))["metadata"]["ownerReferences"] == [replicaset]
