@@ -110,6 +110,24 @@ class World:
         )
         self.sync()
 
+    def revision(self, plain: str, data: dict[str, str]) -> dict[str, Any]:
+        """Add bundle ``app``'s revision of ``data`` under ConfigMap ``plain``; return it."""
+        rev = configmap(revision_name(plain, content_hash(data, {})), data, bundle="app")
+        rev["metadata"]["labels"][LABEL_REVISION_OF] = "app"
+        rev["metadata"]["ownerReferences"][0]["controller"] = False
+        self.kube.tracker.add(CONFIGMAPS, rev)
+        return rev
+
+    def rollout(self) -> RolloutReconciler:
+        """A Deployment rollout reconciler on this world's caches and pins guard."""
+        return RolloutReconciler(
+            resource=DEPLOYMENTS,
+            client=self.kube,
+            workloads=self.workloads,
+            configmaps=self.configmaps,
+            pins_guard=self.guard,
+        )
+
     def sync(self) -> None:
         self.configmaps.sync(self.kube.tracker, CONFIGMAPS)
 
@@ -193,20 +211,10 @@ def test_a_rollout_to_a_digest_just_dropped_writes_its_entry_whatever_the_cache_
     """A revert to a template whose entry the collection drops while the rollout looks."""
     w = World()
     data = {"k": "1"}
-    plain = configmap("web-conf", data, bundle="app")
-    rev = configmap(revision_name("web-conf", content_hash(data, {})), data, bundle="app")
-    rev["metadata"]["labels"][LABEL_REVISION_OF] = "app"
-    rev["metadata"]["ownerReferences"][0]["controller"] = False
-    w.kube.tracker.add(CONFIGMAPS, plain)
-    w.kube.tracker.add(CONFIGMAPS, rev)
+    w.kube.tracker.add(CONFIGMAPS, configmap("web-conf", data, bundle="app"))
+    w.revision("web-conf", data)
     w.sync()
-    reconciler = RolloutReconciler(
-        resource=DEPLOYMENTS,
-        client=w.kube,
-        workloads=w.workloads,
-        configmaps=w.configmaps,
-        pins_guard=w.guard,
-    )
+    reconciler = w.rollout()
     # The workload's template: an old digest; its content now: the revision's.
     w.kube.tracker.add(
         DEPLOYMENTS,
@@ -299,19 +307,10 @@ def test_a_workload_never_rolled_has_its_own_entry_until_its_first_rollout_freez
     w = World()
     v1, v2 = {"k": "1"}, {"k": "2"}
     for data in (v1, v2):
-        rev = configmap(revision_name("web-conf", content_hash(data, {})), data, bundle="app")
-        rev["metadata"]["labels"][LABEL_REVISION_OF] = "app"
-        rev["metadata"]["ownerReferences"][0]["controller"] = False
-        w.kube.tracker.add(CONFIGMAPS, rev)
+        rev = w.revision("web-conf", data)
     w.kube.tracker.add(CONFIGMAPS, configmap("web-conf", v1, bundle="app"))
     w.sync()
-    reconciler = RolloutReconciler(
-        resource=DEPLOYMENTS,
-        client=w.kube,
-        workloads=w.workloads,
-        configmaps=w.configmaps,
-        pins_guard=w.guard,
-    )
+    reconciler = w.rollout()
     w.kube.tracker.add(DEPLOYMENTS, workload("web", volumes=["web-conf"]))
     w.workloads.sync(w.kube.tracker, DEPLOYMENTS)
     first = revision_name("web-conf", content_hash(v1, {}))
