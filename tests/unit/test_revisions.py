@@ -131,6 +131,14 @@ def owned_by_replicaset(w: World, name: str) -> dict[str, str]:
     return replicaset
 
 
+def gc_removes(w: World, name: str, uid: str) -> None:
+    """The garbage collector's patch: the reference to ``uid`` removed, whatever the version."""
+    cm = w.configmap(name)
+    refs = cm["metadata"]["ownerReferences"]
+    cm["metadata"]["ownerReferences"] = [r for r in refs if r.get("uid") != uid]
+    w.kube.tracker.put(CONFIGMAPS, cm)
+
+
 def test_a_new_bundle_makes_its_revision_first_then_the_plain_configmap() -> None:
     """The revision exists before any reader can see the content under the plain name."""
     w = World({"data": {"a": "1"}, "revisions": ON})
@@ -311,23 +319,43 @@ def test_the_bundle_holds_the_newest_keep_and_deletes_older_revisions_it_alone_h
     assert w.reconcile() == []
 
 
-def test_an_older_revision_with_other_owners_only_loses_the_bundle_reference() -> None:
+def test_an_older_revision_with_other_owners_is_deleted_once_they_are_gone() -> None:
     keep1 = {"enabled": True, "keep": 1}
     w = World({"data": {"a": "1"}, "revisions": keep1})
     w.settle()
     replicaset = owned_by_replicaset(w, rev({"a": "1"}))
     w.set_spec({"data": {"a": "2"}, "revisions": keep1})
-    assert ("update", "configmaps", rev({"a": "1"})) in w.reconcile()
-    assert w.configmap(rev({"a": "1"}))["metadata"]["ownerReferences"] == [replicaset]
+    # Past keep, but a ReplicaSet still owns it: the bundle keeps its reference and
+    # writes nothing to it (letting go now would race the collector's patch).
+    assert rev({"a": "1"}) not in [name for _, _, name in w.reconcile()]
     w.settle()
-    # A revert to it: the bundle holds it again, and lets go of the newer one.
-    w.set_spec({"data": {"a": "1"}, "revisions": keep1})
-    w.settle()
-    assert w.bundle()["status"]["revision"] == rev({"a": "1"})
     assert [r["uid"] for r in w.configmap(rev({"a": "1"}))["metadata"]["ownerReferences"]] == [
-        "rs-1",
         UID,
+        "rs-1",
     ]
+    # The ReplicaSet goes; the collector's patch removes its reference and wakes the
+    # bundle (its reference is still there), which deletes the revision: one write.
+    gc_removes(w, rev({"a": "1"}), replicaset["uid"])
+    assert revision_owners(w.configmap(rev({"a": "1"}))) == ["demo/app"]
+    assert w.reconcile() == [("delete", "configmaps", rev({"a": "1"}))]
+    assert w.reconcile() == []
+    assert w.configmap_names() == sorted(["app", rev({"a": "2"})])
+
+
+def test_a_revert_to_a_revision_other_owners_hold_writes_nothing_to_it() -> None:
+    keep1 = {"enabled": True, "keep": 1}
+    w = World({"data": {"a": "1"}, "revisions": keep1})
+    w.settle()
+    owned_by_replicaset(w, rev({"a": "1"}))
+    w.set_spec({"data": {"a": "2"}, "revisions": keep1})
+    w.settle()
+    w.set_spec({"data": {"a": "1"}, "revisions": keep1})
+    assert w.reconcile() == [
+        ("delete", "configmaps", rev({"a": "2"})),
+        ("update", "configmaps", "app"),
+        ("patch/status", "configbundles", "app"),
+    ]
+    assert w.bundle()["status"]["revision"] == rev({"a": "1"})
     assert w.configmap_names() == sorted(["app", rev({"a": "1"})])
 
 
@@ -528,9 +556,11 @@ def test_a_pinned_revision_with_other_owners_keeps_the_bundle_reference() -> Non
         UID,
         "rs-1",
     ]
+    # No longer pinned, still owned by the ReplicaSet: nothing to write yet.
     pins(w, None)
-    assert w.reconcile() == [("update", "configmaps", rev({"a": "1"}))]
-    assert w.configmap(rev({"a": "1"}))["metadata"]["ownerReferences"] == [replicaset]
+    assert w.reconcile() == []
+    gc_removes(w, rev({"a": "1"}), replicaset["uid"])
+    assert w.reconcile() == [("delete", "configmaps", rev({"a": "1"}))]
 
 
 def ready_message(w: World) -> str:
@@ -619,26 +649,17 @@ def test_a_pin_policy_that_cannot_be_read_or_revisions_off_say_nothing() -> None
     assert "revisions" not in ready_message(off)
 
 
-def gc_removes(w: World, name: str, uid: str) -> None:
-    """The garbage collector's patch: the reference to ``uid`` removed, whatever the version."""
-    cm = w.configmap(name)
-    refs = cm["metadata"]["ownerReferences"]
-    cm["metadata"]["ownerReferences"] = [r for r in refs if r.get("uid") != uid]
-    w.kube.tracker.put(CONFIGMAPS, cm)
-
-
-def test_a_revision_left_without_owners_by_the_collectors_race_is_deleted() -> None:
-    # The bundle lets go of a revision a ReplicaSet also owns, while the garbage
-    # collector, which saw the ReplicaSet gone and the bundle still there, removes the
-    # ReplicaSet's reference with a patch that carries no resourceVersion: no owner left.
+def test_a_revision_left_without_owners_is_deleted() -> None:
+    # A revision past keep with no owner reference at all (taken off by hand, or left by
+    # a bundle deleted with --cascade=orphan): the garbage collector never deletes it.
     keep1 = {"enabled": True, "keep": 1}
     w = World({"data": {"a": "1"}, "revisions": keep1})
     w.settle()
     replicaset = owned_by_replicaset(w, rev({"a": "1"}))
     w.set_spec({"data": {"a": "2"}, "revisions": keep1})
     w.settle()
-    assert w.configmap(rev({"a": "1"}))["metadata"]["ownerReferences"] == [replicaset]
-    gc_removes(w, rev({"a": "1"}), "rs-1")
+    gc_removes(w, rev({"a": "1"}), UID)
+    gc_removes(w, rev({"a": "1"}), replicaset["uid"])
     orphan = w.configmap(rev({"a": "1"}))
     assert orphan["metadata"]["ownerReferences"] == []
     # Its watch event wakes the bundle its label names, whose reconcile (past the

@@ -12,8 +12,10 @@ hand is made again at once.
 A revision carries cbop's labels (so the managed-ConfigMap informer holds it), the label
 :data:`cbop.api.revisions.LABEL_REVISION_OF`, the content hash annotation, and an owner
 reference to the bundle that is not a controller reference: every holder of a revision
-(the bundle, and later the ReplicaSets whose template reads it) is an equal owner, and
-the garbage collector deletes a revision once none is left. Not being controlled by the
+(the bundle, and later the ReplicaSets whose template reads it) is an equal owner. An
+older revision is deleted by the bundle once it is the only owner left
+(:meth:`RevisionWrites._collect`); the garbage collector deletes those whose owners are
+all gone (the bundle deleted with them). Not being controlled by the
 bundle also keeps revisions out of the deletion of ConfigMaps a bundle controls under a
 name it no longer declares (:mod:`cbop.configbundle.writes`).
 
@@ -290,13 +292,12 @@ def _held_by(configmap: Mapping[str, Any], bundle: Mapping[str, Any]) -> bool:
 def _ownerless_revision(configmap: Mapping[str, Any]) -> bool:
     """Whether ``configmap`` is a revision cbop made that has no owner reference left.
 
-    The garbage collector removes an owner reference that names an object gone with a
-    strategic merge patch that carries no resourceVersion. When it removes a ReplicaSet's
-    reference from a revision whose bundle has just let go of it, the revision is left
-    with no owner, and the collector never deletes an object without owners. Such a
-    revision (cbop's labels, the content hash annotation, ``immutable: true``, no owner
-    reference) is taken back by the bundle its label names: held again when still among
-    what the bundle keeps, else deleted (:meth:`RevisionWrites._collect`).
+    The garbage collector never deletes an object without owners, so a revision whose
+    references were all taken off (by hand, or by deleting its bundle with
+    ``--cascade=orphan``) would stay for ever. Such a revision (cbop's labels, the
+    content hash annotation, ``immutable: true``, no owner reference) is taken back by
+    the bundle its label names: held again when still among what the bundle keeps, else
+    deleted (:meth:`RevisionWrites._collect`).
     """
     meta = configmap.get("metadata") or {}
     labels = meta.get("labels") or {}
@@ -529,19 +530,21 @@ class RevisionWrites(ReconcileReports):
     def _collect(
         self, bundle: Mapping[str, Any], desired: DesiredConfigMap, current: str, keep: int
     ) -> bool:
-        """Take the bundle's owner reference off its revisions beyond the newest ``keep``.
+        """Delete the revisions the bundle no longer keeps and nothing else holds.
 
-        The bundle holds the current revision and the ``keep - 1`` most recently created
+        The bundle keeps the current revision, the ``keep - 1`` most recently created
         others (by ``creationTimestamp``, then name), and any revision an entry of the
-        namespace's pins names (:meth:`_revision_plan`). From each other revision it still
-        holds, the reference is removed with one update when other owners remain (the
-        garbage collector deletes the revision once they are gone); a revision left with
-        no owner is deleted, on the precondition of its UID and resourceVersion, so a
-        revision that gained an owner meanwhile is never deleted (the garbage collector
-        never deletes an object without owner references). A revision of the bundle's
-        label with no owner at all (:func:`_ownerless_revision`) is held again when it is
-        among those kept, else deleted the same way. A lost race or a revision already
-        gone is left to the next reconcile. Returns whether anything was written.
+        namespace's pins names (:meth:`_revision_plan`). Each other revision it holds is
+        deleted once its only owner is the bundle, on the precondition of its UID and
+        resourceVersion, so a revision that gained an owner meanwhile is never deleted.
+        One that still has other owners (ReplicaSets or ControllerRevisions of the
+        workloads' history) keeps the bundle's reference until they are gone: the garbage
+        collector's patch removing the last of them wakes the bundle, which deletes it
+        then (one write, where letting go first would cost an update that races that
+        patch). A revision of the bundle's label with no owner at all
+        (:func:`_ownerless_revision`) is held again when it is among those kept, else
+        deleted the same way. A lost race or a revision already gone is left to the next
+        reconcile. Returns whether anything was written.
         """
         wrote = False
         label = _bundle_label(bundle, desired)
@@ -549,13 +552,13 @@ class RevisionWrites(ReconcileReports):
         for cm in adopt:
             wrote = self._own_again(bundle, cm) or wrote
         for cm in release:
-            wrote = self._release_revision(bundle, cm) or wrote
+            wrote = self._delete_revision(cm) or wrote
         return wrote
 
     def _revision_plan(
         self, bundle: Mapping[str, Any], namespace: str, label: str, current: str, keep: int
     ) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
-        """Return ``(release, adopt)``: the revisions to let go of and to hold again now.
+        """Return ``(release, adopt)``: the revisions to delete and to hold again now.
 
         The candidates are the revisions the bundle holds (its non-controller owner
         reference) and those of its label left with no owner (:func:`_ownerless_revision`),
@@ -564,9 +567,10 @@ class RevisionWrites(ReconcileReports):
         revision may be mounted by a pod of a template whose ReplicaSet or
         ControllerRevision has not got its own owner reference on it yet, and nothing
         that something may still mount is deleted (docs/revisions.md). ``release`` is
-        every other candidate; ``adopt`` the kept ones without an owner. Cache lookups
-        only.
+        every other candidate with no owner but the bundle; ``adopt`` the kept ones
+        without an owner. Cache lookups only.
         """
+        uid = bundle["metadata"]["uid"]
         candidates = [
             cm
             for cm in self._configmaps.by_index(REVISION_OF_INDEX, key_of(namespace, label))
@@ -579,43 +583,30 @@ class RevisionWrites(ReconcileReports):
         )
         newest, older = candidates[: keep - 1], candidates[keep - 1 :]
         pinned = pinned_revisions(self._configmaps.get(namespace, PARAMS_NAME)) if older else ()
-        release = [cm for cm in older if cm["metadata"]["name"] not in pinned]
+        release = [
+            cm
+            for cm in older
+            if cm["metadata"]["name"] not in pinned
+            and all(r.get("uid") == uid for r in cm["metadata"].get("ownerReferences") or ())
+        ]
         kept = [*newest, *(cm for cm in older if cm["metadata"]["name"] in pinned)]
         return release, [cm for cm in kept if _ownerless_revision(cm)]
 
-    def _release_revision(self, bundle: Mapping[str, Any], revision: Mapping[str, Any]) -> bool:
-        meta = dict(revision["metadata"])
-        uid = bundle["metadata"]["uid"]
-        others = [r for r in meta.get("ownerReferences") or () if r.get("uid") != uid]
+    def _delete_revision(self, revision: Mapping[str, Any]) -> bool:
+        meta = revision["metadata"]
         try:
-            if others:
-                meta.pop("managedFields", None)
-                meta["ownerReferences"] = others
-                self._client.update(
-                    CONFIGMAPS,
-                    meta["namespace"],
-                    meta["name"],
-                    {**revision, "metadata": meta},
-                    field_manager=self._field_manager,
-                )
-                self._count("update")
-            else:
-                self._client.delete(
-                    CONFIGMAPS,
-                    meta["namespace"],
-                    meta["name"],
-                    preconditions={"uid": meta["uid"], "resourceVersion": meta["resourceVersion"]},
-                )
-                self._count("delete")
+            self._client.delete(
+                CONFIGMAPS,
+                meta["namespace"],
+                meta["name"],
+                preconditions={"uid": meta["uid"], "resourceVersion": meta["resourceVersion"]},
+            )
         except ApiError as err:
             if err.is_conflict or err.is_not_found:
                 return False
             raise
-        log.info(
-            "revision released" if others else "revision deleted",
-            configmap=meta["name"],
-            kept_by=[f"{r.get('kind')}/{r.get('name')}" for r in others],
-        )
+        self._count("delete")
+        log.info("revision deleted", configmap=meta["name"])
         return True
 
     def _fresh_revision(self, namespace: str, name: str) -> Mapping[str, Any] | None:
