@@ -37,6 +37,21 @@ class StopSignal(threading.Event):
         self._callbacks: dict[int, Callable[[], object]] = {}
         self._next_id = 0
 
+    def wait_handling_signals(self, period: float = 1.0) -> None:
+        """Block until the signal is set, returning to Python every ``period`` seconds.
+
+        For the main thread, whose Python signal handlers (SIGTERM, SIGINT) run only when
+        it executes Python code again. The kernel may deliver a process's SIGTERM to any
+        thread that does not block it; the C-level handler then only flags it, and a main
+        thread blocked in a plain :meth:`wait` would never run the Python handler that
+        sets this signal. Waiting in slices bounds that delay to ``period`` seconds.
+
+        Args:
+            period: seconds each slice of the wait lasts (> 0).
+        """
+        while not self.wait(period):
+            pass
+
     def set(self) -> None:
         """Request the stop: set the event, then run every registered callback once."""
         with self._callbacks_lock:

@@ -258,7 +258,8 @@ class Operator:
         return self.get("/metrics", self.metrics_port)[1]
 
     def logs(self) -> str:
-        self._log.flush()
+        if not self._log.closed:  # closed once the process was stopped
+            self._log.flush()
         return self.log_path.read_text(errors="replace")[-20000:]
 
     def log_records(self) -> list[dict[str, Any]]:

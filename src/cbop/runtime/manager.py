@@ -577,7 +577,8 @@ class Manager(Scope):
         except BaseException:
             self._stop_groups(started)
             raise
-        self.stop_event.wait()
+        # On the main thread: its signal handlers set stop_event (cbop.cli.command).
+        self.stop_event.wait_handling_signals()
         self._stop_groups(started)
         code = self._exit_code
         log.info("stopped", exit_code=code)
