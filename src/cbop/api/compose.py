@@ -50,6 +50,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+import cachetools
 import yaml
 
 from cbop.api.content import content_hash, decode_binary
@@ -207,12 +208,14 @@ class SourceDigests:
     Keyed by the ConfigMap's ``(uid, resourceVersion)``: the API server gives every
     change of an object a new resourceVersion, so an entry never outlives the content it
     was computed from. A ConfigMap without both (built by hand) is hashed every time.
-    At most ``size`` entries; the oldest goes first. Safe to share between threads.
+    At most ``size`` entries, the oldest out first (a ``cachetools.FIFOCache``). Safe to
+    share between threads.
     """
 
     def __init__(self, size: int = 4096) -> None:
-        self._size = size
-        self._entries: dict[tuple[str, str], str] = {}
+        self._entries: cachetools.FIFOCache[tuple[str, str], str] = cachetools.FIFOCache(
+            maxsize=size
+        )
         self._lock = threading.Lock()
 
     def digest(self, configmap: Mapping[str, Any]) -> str:
@@ -226,13 +229,12 @@ class SourceDigests:
         if not (isinstance(uid, str) and uid and isinstance(version, str) and version):
             return _whole_digest(configmap)
         key = (uid, version)
-        found = self._entries.get(key)
+        with self._lock:
+            found = self._entries.get(key)
         if found is not None:
             return found
         value = _whole_digest(configmap)
         with self._lock:
-            while len(self._entries) >= self._size:
-                self._entries.pop(next(iter(self._entries)))
             self._entries[key] = value
         return value
 
