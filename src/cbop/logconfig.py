@@ -110,7 +110,10 @@ class HandlerLogger:
 
     Every level method writes its one argument (the rendered line, a str) and a newline,
     then flushes; level filtering happens before, in the bound logger. A failing write
-    (a closed stream) is dropped, as the standard library's handlers do by default.
+    is dropped, whatever it raises (a closed stream; a ``RuntimeError`` for a reentrant
+    write, when a signal handler logs while the main thread was writing), as the
+    standard library's ``StreamHandler.emit`` never lets a write failure reach its
+    caller.
     """
 
     def __init__(self, name: str, handler: logging.StreamHandler[Any]) -> None:
@@ -125,7 +128,9 @@ class HandlerLogger:
             stream = handler.stream
             stream.write(message + "\n")
             stream.flush()
-        except (OSError, ValueError):
+        except RecursionError:
+            raise
+        except Exception:  # noqa: BLE001 - logging must never break its caller
             pass
         finally:
             handler.release()

@@ -7,7 +7,9 @@ so urllib3 logs its connection retry and cbop its fatal error.
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 import re
 import socket
 import subprocess
@@ -16,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from cbop.logconfig import MAX_FIELD_CHARS, bound_fields, shorten
+from cbop.logconfig import MAX_FIELD_CHARS, HandlerLogger, bound_fields, shorten
 
 FIELDS = {"timestamp", "level", "logger", "event"}
 CONSOLE_LINE = re.compile(
@@ -185,3 +187,20 @@ def test_console_format_renders_own_lines_too() -> None:
     assert CONSOLE_LINE.match(line), line
     assert "hello" in line
     assert "[cbop.test]" in line
+
+
+class _ReentrantStream(io.StringIO):
+    """A stream whose write fails as a buffered stream does when re-entered."""
+
+    def write(self, s: str) -> int:
+        raise RuntimeError("reentrant call inside <_io.BufferedWriter name='<stderr>'>")
+
+
+def test_a_line_whose_write_fails_is_dropped_and_the_handler_stays_usable() -> None:
+    # A signal handler that logs while the main thread is writing re-enters the stream;
+    # the line is lost, never the handler's caller (the signal handler's stop request).
+    handler: logging.StreamHandler[io.StringIO] = logging.StreamHandler(_ReentrantStream())
+    HandlerLogger("cbop.cli", handler).info('{"event":"lost"}')
+    handler.setStream(io.StringIO())
+    HandlerLogger("cbop.cli", handler).info('{"event":"kept"}')  # the lock was released
+    assert handler.stream.getvalue() == '{"event":"kept"}\n'

@@ -34,8 +34,8 @@ def _install_signal_handlers(stop: threading.Event) -> None:
         if stop.is_set():
             # Second signal: the operator asked twice; exit at once.
             os._exit(128 + signum)
+        stop.set()  # first: nothing below may keep the stop request from being made
         log.info("signal received; shutting down gracefully", signal=signal.Signals(signum).name)
-        stop.set()
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
