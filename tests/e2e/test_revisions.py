@@ -230,6 +230,48 @@ def test_older_revisions_are_collected_once_nothing_else_owns_them(
     _assert_quiet(kube, namespace)
 
 
+def test_a_revision_left_with_no_owner_is_deleted_by_its_bundle(
+    kube: KubeClient, namespace: str, cbop: Callable[..., Operator]
+) -> None:
+    # The garbage collector never deletes an object without owners: a revision whose
+    # references were all taken off is cbop's to collect, found through its label.
+    cbop()
+    keep1 = {"enabled": True, "keep": 1}
+    c1, c2 = {"v": "1"}, {"v": "2"}
+    spec: dict[str, Any] = {"configMapName": "web-conf", "data": c1, "revisions": keep1}
+    kube.create(CONFIGBUNDLES, namespace, bundle("web", spec))
+    wait_for(lambda: _status_revision(kube, namespace, "web", _revision(c1)), 30, message="c1")
+    holder = kube.create(
+        CONFIGMAPS, namespace, {"metadata": {"name": "holder"}, "data": {"x": "y"}}
+    )
+    owned = {"apiVersion": "v1", "kind": "ConfigMap", "name": "holder"}
+    kube.patch(
+        CONFIGMAPS,
+        namespace,
+        _revision(c1),
+        [
+            {
+                "op": "add",
+                "path": "/metadata/ownerReferences/-",
+                "value": {**owned, "uid": holder["metadata"]["uid"]},
+            }
+        ],
+        patch_type="json",
+    )
+    set_spec(kube, namespace, "web", {**spec, "data": c2})
+    wait_for(lambda: _status_revision(kube, namespace, "web", _revision(c2)), 30, message="c2")
+    assert _revision(c1) in _names(kube, namespace)  # the holder still owns it
+    kube.patch(
+        CONFIGMAPS,
+        namespace,
+        _revision(c1),
+        [{"op": "replace", "path": "/metadata/ownerReferences", "value": []}],
+        patch_type="json",
+    )
+    wait_for(lambda: _gone(kube, namespace, _revision(c1)), 30, message="c1 collected")
+    assert _names(kube, namespace) == {"web-conf", "holder", _revision(c2)}
+
+
 @pytest.mark.parametrize("keep", [0, 21], ids=["keep-0", "keep-21"])
 def test_keep_outside_its_bounds_is_refused_at_admission(
     kube: KubeClient, namespace: str, keep: int
