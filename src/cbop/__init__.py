@@ -10,4 +10,4 @@ managed ConfigMap equal to it. The package is layered (outermost first): ``cbop.
 once). The layering is enforced by import-linter.
 """
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

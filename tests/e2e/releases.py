@@ -1,11 +1,11 @@
 """Earlier releases of this repository, checked out for the upgrade tests.
 
-:func:`release_tree` extracts a tagged release (``v0.1.0``) from the repository's own
-history with ``git archive`` into a directory: its CRD, manifests and chart are what a
-user of that release installed, and its ``src`` runs that release's operator (with
-``PYTHONPATH`` pointing there, on this checkout's virtualenv: 0.1.0 needs no
-dependency this one lacks). The tag is made at the release; its commit is named too,
-so a clone whose tags were not fetched still has it.
+:func:`release_tree` extracts a tagged release (``v0.1.0``, ``v0.2.0``) from the
+repository's own history with ``git archive`` into a directory: its CRD, manifests and
+chart are what a user of that release installed, and its ``src`` runs that release's
+operator (with ``PYTHONPATH`` pointing there, on this checkout's virtualenv: neither
+release needs a dependency this one lacks). The tag is made at the release; its commit
+is named too, so a clone whose tags were not fetched still has it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Final
 
 REPO = Path(__file__).resolve().parents[2]
 #: Release tag -> the commit it names.
-RELEASES: Final = {"v0.1.0": "fa12118"}
+RELEASES: Final = {"v0.1.0": "fa12118", "v0.2.0": "3987185"}
 
 
 def release_tree(tag: str, dest: Path) -> Path:
