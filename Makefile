@@ -117,9 +117,11 @@ fmt: venv ## ruff format and ruff --fix
 # kubectl: $KUBECTL if set, else the one built with the local control plane.
 KUBECTL ?= $$(hack/build-control-plane.sh)/kubectl
 
-# The ConfigBundle CRD only.
-install: ## apply the ConfigBundle CRD to the current kubeconfig's cluster
-	$(KUBECTL) apply -f manifests/crd/cbop.dev_configbundles.yaml
+# Every CRD cbop serves (manifests/crd/: ConfigBundle, ClusterConfigBundle), and waits
+# until the API server serves them, so `kubectl apply -f manifests/samples/` works next.
+install: ## apply every CRD cbop serves to the current kubeconfig's cluster
+	$(KUBECTL) apply -f manifests/crd/
+	$(KUBECTL) wait --for condition=established --timeout=60s -f manifests/crd/
 
 # Deletes the CRD and with it every ConfigBundle. Bundles with deletionPolicy Orphan carry
 # cbop's finalizer: a running cbop releases them; if it does not within 5 s, the script
