@@ -123,9 +123,10 @@ install: ## apply every CRD cbop serves to the current kubeconfig's cluster
 	$(KUBECTL) apply -f manifests/crd/
 	$(KUBECTL) wait --for condition=established --timeout=60s -f manifests/crd/
 
-# Deletes the CRD and with it every ConfigBundle. Bundles with deletionPolicy Orphan carry
-# cbop's finalizer: a running cbop releases them; if it does not within 5 s, the script
-# releases them as cbop would. It never hangs: see hack/uninstall.py.
+# Deletes the CRDs and with them every ConfigBundle. Bundles with deletionPolicy Orphan
+# carry cbop's finalizer: a running cbop releases them; if it does not within 5 s, the
+# script runs `cbop release --all`, which releases them as cbop would. It never hangs:
+# see hack/uninstall.py.
 UNINSTALL_ARGS ?=
 uninstall: venv ## delete the CRD and every ConfigBundle; says what stays behind
 	@$(PY) hack/uninstall.py $(UNINSTALL_ARGS)

@@ -307,6 +307,11 @@ def test_make_uninstall_without_cbop_releases_orphan_bundles(tmp_path: Path) -> 
         assert time.monotonic() - started < 110
         assert _crd_gone(kube)
         assert "releasing them as cbop would" in result.stdout
+        assert "uninstall: $ cbop release --all" in result.stdout
+        assert (
+            "ConfigBundle default/keep: ConfigMap default/keep released (content kept"
+            in result.stdout
+        ), result.stdout
         assert "left behind (deletionPolicy Orphan" in result.stdout
         assert "ConfigMap default/keep" in result.stdout
         kept = kube.get(CONFIGMAPS, "default", "keep")
