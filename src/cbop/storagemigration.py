@@ -122,12 +122,18 @@ def _storage_version(crd: dict[str, Any]) -> str:
     raise MigrationError(f"{crd['metadata']['name']} has no storage version")
 
 
-def check_versions(crds: list[dict[str, Any]], version: str = VERSION) -> None:
+def check_versions(
+    crds: list[dict[str, Any]],
+    version: str = VERSION,
+    *,
+    then: str = "run migrate-storage again",
+) -> None:
     """Check that every CRD serves ``version`` and stores objects in it.
 
     Args:
         crds: the CustomResourceDefinitions, as read.
         version: the version this cbop reads and writes (default :data:`cbop.api.VERSION`).
+        then: what the message says to do once the new CRD is applied.
 
     Raises:
         CrdTooOld: a CRD lacks it, in one line naming each such CRD, the version it
@@ -150,8 +156,7 @@ def check_versions(crds: list[dict[str, Any]], version: str = VERSION) -> None:
         raise CrdTooOld(
             f"{'; '.join(problems)}; this cbop writes {GROUP}/{version}: apply the new CRD "
             "first (install.yaml or manifests/crd/, or `helm show crds` of the new chart, "
-            "with kubectl apply --server-side --force-conflicts), then run migrate-storage "
-            "again"
+            f"with kubectl apply --server-side --force-conflicts), then {then}"
         )
 
 

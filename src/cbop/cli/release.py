@@ -38,6 +38,7 @@ from cbop.kube import (
 )
 from cbop.logconfig import LEVELS, configure_logging
 from cbop.runtime import Requeue
+from cbop.storagemigration import CrdTooOld, check_versions
 
 __all__ = ["COMMAND", "build_release_parser", "release_main"]
 
@@ -146,14 +147,26 @@ def _crd_terminating(client: KubeClient) -> bool:
 
 
 def _waiting(client: KubeClient, namespaces: Sequence[str | None]) -> list[Mapping[str, Any]]:
-    """Return the listed bundles carrying cbop's finalizer, by namespace and name."""
+    """Return the listed bundles carrying cbop's finalizer, by namespace and name.
+
+    Raises:
+        CrdTooOld: the ConfigBundle CRD is installed but does not serve the version this
+            cbop reads (apply the new CRD first).
+    """
     found: list[Mapping[str, Any]] = []
     for namespace in namespaces:
         try:
             items = client.list(CONFIGBUNDLES, namespace)["items"]
         except ApiError as err:
-            if err.is_not_found:
-                return []  # the CRD is not installed: no bundle waits
+            if not err.is_not_found:
+                raise
+            try:
+                crd = client.get(CUSTOM_RESOURCE_DEFINITIONS, None, f"{PLURAL}.{GROUP}")
+            except ApiError as missing:
+                if missing.is_not_found:
+                    return []  # the CRD is not installed: no bundle waits
+                raise
+            check_versions([crd], then="run cbop release again")
             raise
         found += [b for b in items if has_finalizer(b)]
     return sorted(found, key=object_key)
@@ -200,8 +213,10 @@ def release_main(argv: Sequence[str]) -> int:
         failed = sum(not _release_one(client, bundle) for bundle in deleting)
     except ConnectionFailed as err:
         fail(f"cannot reach the API server at {client.host}: {err.message}")
+    except CrdTooOld as err:
+        fail(str(err))
     except ApiError as err:
-        fail(f"cannot list ConfigBundles: {err}")
+        fail(f"release stopped: {err}")
     finally:
         client.close()
     live = len(waiting) - len(deleting)
