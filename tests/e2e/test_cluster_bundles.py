@@ -522,6 +522,91 @@ def test_a_source_no_longer_shared_fails_the_namespaces_and_lists_them(cluster: 
     assert ready_reason(got) == ("True", "AllNamespacesReady")
 
 
+def test_a_stamp_refused_as_invalid_is_reported_and_not_retried_in_a_loop(
+    cluster: Cluster,
+) -> None:
+    """An admission policy refusing stamps with 422 Invalid (the request itself refused):
+    the namespace is listed Refused with the server's message and a StampRefused Event,
+    and the create is not retried while nothing changes (it was retried with backoff,
+    about ten times in the first few seconds and for as long as it existed). A change
+    of the namespace tries again."""
+    kube = cluster.kube
+    label = {"invalid.test/ca": "yes"}
+    policy: dict[str, Any] = {
+        "apiVersion": POLICIES.api_version,
+        "kind": POLICIES.kind,
+        "metadata": {"name": "refuse-invalid-stamps"},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": ["cbop.dev"],
+                        "apiVersions": ["*"],
+                        "resources": ["configbundles"],
+                        "operations": ["CREATE"],
+                    }
+                ],
+            },
+            "validations": [
+                {
+                    "expression": "false",
+                    "reason": "Invalid",
+                    "message": "stamps are refused here as invalid",
+                }
+            ],
+        },
+    }
+    binding: dict[str, Any] = {
+        "apiVersion": BINDINGS.api_version,
+        "kind": BINDINGS.kind,
+        "metadata": {"name": "refuse-invalid-stamps"},
+        "spec": {
+            "policyName": "refuse-invalid-stamps",
+            "validationActions": ["Deny"],
+            "matchResources": {
+                "namespaceSelector": {"matchLabels": {"invalid.test/refuse": "yes"}}
+            },
+        },
+    }
+    kube.create(POLICIES, None, policy)
+    kube.create(BINDINGS, None, binding)
+    make_namespace(kube, "invalid-ok", label)
+    make_namespace(kube, "invalid-no", {**label, "invalid.test/refuse": "yes"})
+
+    def enforced() -> bool:
+        try:
+            kube.create(CONFIGBUNDLES, "invalid-no", {
+                "apiVersion": CONFIGBUNDLES.api_version, "kind": "ConfigBundle",
+                "metadata": {"name": "probe"}, "spec": {}}, dry_run=True)  # fmt: skip
+        except ApiError as err:
+            return err.status == 422
+        return False
+
+    try:
+        wait_for(enforced, WAIT, interval=0.5, message="the policy enforced")
+        before = apiserver_writes(kube, ("configbundles",), codes=("422",))
+        make_ccb(kube, "invalid-ca", {"matchLabels": label})
+        got = wait_status(kube, "invalid-ca", selected=2, ready=1, failed=1)
+        (failure,) = got["failedNamespaces"]
+        assert (failure["namespace"], failure["reason"]) == ("invalid-no", "Refused")
+        assert "stamps are refused here as invalid" in failure["message"]
+        time.sleep(5)
+        after = apiserver_writes(kube, ("configbundles",), codes=("422",))
+        refused = sum(after.values()) - sum(before.values())
+        assert 1 <= refused <= 2, (before, after)
+        events = kube.list(EVENTS, "default")["items"]
+        assert any(e["reason"] == "StampRefused" and e["involvedObject"]["name"] == "invalid-ca"
+                   for e in events), [e["reason"] for e in events]  # fmt: skip
+    finally:
+        kube.delete(BINDINGS, None, binding["metadata"]["name"])
+        kube.delete(POLICIES, None, policy["metadata"]["name"])
+    # The policy gone, a change of the namespace (its labels) brings the stamp work back.
+    wait_for(lambda: not enforced(), WAIT, interval=0.5, message="the policy lifted")
+    relabel(kube, "invalid-no", {"invalid.test/refuse": None})
+    wait_status(kube, "invalid-ca", selected=2, ready=2, failed=0)
+
+
 def test_with_namespace_the_controller_does_not_run_and_says_so(cluster: Cluster) -> None:
     kube = cluster.kube
     make_namespace(kube, "scoped-only")
