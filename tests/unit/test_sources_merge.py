@@ -16,12 +16,12 @@ import pytest
 from ruamel.yaml.comments import CommentedBase, CommentedMap, CommentedSeq
 
 from cbop.api import MergeFormat
+from cbop.api.roundtrip import emit
 from cbop.api.structured import (
     DOCUMENTS,
     Document,
     Documents,
     StructuredError,
-    _emit,
     _merge_yaml,
     merge_layers,
 )
@@ -225,7 +225,7 @@ def test_entries_written_one_by_one_are_the_whole_document_written(text: str) ->
     for over in ("", "zz: 1\n", "a: changed\n", "b:\n  y: 2\n"):
         value = doc.root if not over else _merge_yaml(doc.root, _tree(over))
         got = merge_layers([text, over], YAML, Documents())[0] if over else doc.whole()
-        assert got == _emit(value, doc.layout), (text, over)
+        assert got == emit(value, doc.layout), (text, over)
 
 
 # ------------------------------------------------------------------ never mutated
