@@ -121,7 +121,8 @@ class _Representer(RoundTripRepresenter):
 def _yaml(layout: Layout = DEFAULT_LAYOUT) -> YAML:
     """Return a ruamel.yaml round-trip instance with cbop's pinned settings.
 
-    One per parse or write: an instance holds the state of its reader and emitter.
+    An instance holds the state of its reader and emitter: one per parse, one per layout
+    for writing (:func:`emit`).
     """
     yaml = YAML(typ="rt", pure=True)
     yaml.Resolver = _FailsafeResolver
@@ -231,12 +232,18 @@ def has_anchors(root: Any) -> bool:
 
 #: One lock for every write of YAML (module docstring).
 EMIT_LOCK = threading.Lock()
+#: One writer per layout, used under :data:`EMIT_LOCK`: making a ``YAML`` instance
+#: looks for plug-ins on the file system each time.
+_EMITTERS: dict[Layout, YAML] = {}
 
 
 def emit(value: Any, layout: Layout) -> str:
     """Write ``value`` with the pinned settings; the caller holds :data:`EMIT_LOCK`."""
+    emitter = _EMITTERS.get(layout)
+    if emitter is None:
+        emitter = _EMITTERS[layout] = _yaml(layout)
     out = io.StringIO()
-    _yaml(layout).dump(value, out)
+    emitter.dump(value, out)
     return out.getvalue()
 
 
