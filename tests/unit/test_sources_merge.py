@@ -366,6 +366,7 @@ def test_each_text_is_parsed_once_for_all_its_readers() -> None:
     outputs = {merge_layers([base, f"reader: {i % 3}\n"], YAML, documents)[0] for i in range(300)}
     assert len(outputs) == 3
     assert documents.parses == 1 + 3  # the base once, each distinct overlay once
+    assert documents.merges == 3  # the same inputs: the same result, merged once
     # A new source version is a new text: parsed once more.
     merge_layers([base + "x: 1\n", "reader: 0\n"], YAML, documents)
     assert documents.parses == 5

@@ -48,6 +48,13 @@ JSON_BYTES_PER_CHAR: Final = 8
 #: The default memory budget of :data:`DOCUMENTS`, estimated bytes: room for a parsed
 #: YAML value of the largest ConfigMap (1 MiB of text) and the small ones around it.
 DEFAULT_BUDGET: Final = 96 * 1024 * 1024
+#: The default characters of merge inputs and results kept (:meth:`Documents.merged`).
+DEFAULT_MERGED_BUDGET: Final = 16 * 1024 * 1024
+
+
+#: A kept merge: its output, the layers that made it, and its weight (the characters of
+#: its inputs, which its key keeps alive, and of its output).
+_Merged = tuple[str, tuple[int, ...], int]
 
 
 class StructuredError(ValueError):
@@ -163,21 +170,48 @@ class _Pending:
 class Documents:
     """Parsed documents by format and text, each parsed once (module docstring).
 
+    Also the results of merges by their inputs (:meth:`merged`): the reconcile that
+    writes a bundle's ConfigMap and the one its watch event brings compose the same
+    inputs, and so do the stamps of one ClusterConfigBundle template.
+
     Args:
         budget: estimated bytes of the documents kept (:attr:`Document.weight`), the
             least recently used out first; a document heavier than the budget is not
             kept.
+        merged_budget: characters of the merges kept (their inputs and output).
 
-    Thread-safe. :attr:`parses` counts the texts parsed (for tests and bench/).
+    Thread-safe. :attr:`parses` counts the texts parsed, :attr:`merges` the merges made
+    (for tests and bench/).
     """
 
-    def __init__(self, budget: int = DEFAULT_BUDGET) -> None:
+    def __init__(
+        self, budget: int = DEFAULT_BUDGET, merged_budget: int = DEFAULT_MERGED_BUDGET
+    ) -> None:
         self._cache: cachetools.LRUCache[tuple[MergeFormat, str], Document | _Failed] = (
             cachetools.LRUCache(maxsize=budget, getsizeof=lambda d: d.weight)
+        )
+        self._merged: cachetools.LRUCache[tuple[Any, ...], _Merged] = cachetools.LRUCache(
+            maxsize=merged_budget, getsizeof=lambda m: m[2]
         )
         self._pending: dict[tuple[MergeFormat, str], _Pending] = {}
         self._lock = threading.Lock()
         self.parses = 0
+        self.merges = 0
+
+    def merged(
+        self, key: tuple[Any, ...], merge: Callable[[], tuple[str, tuple[int, ...]]]
+    ) -> tuple[str, tuple[int, ...]]:
+        """Return the result kept for merge inputs ``key``, or ``merge()``'s, then kept."""
+        with self._lock:
+            found = self._merged.get(key)
+        if found is not None:
+            return found[0], found[1]
+        text, made_by = merge()
+        self.merges += 1  # not under the lock: a count for tests and bench/
+        weight = 64 + len(text) + sum(len(part) for part in key if isinstance(part, str))
+        with self._lock, contextlib.suppress(ValueError):  # heavier than the budget
+            self._merged[key] = (text, made_by, weight)
+        return text, made_by
 
     def parse(self, text: str, fmt: MergeFormat) -> Document:
         """Return ``text`` parsed as ``fmt``; raise :class:`StructuredError` if invalid.
@@ -291,6 +325,14 @@ def merge_layers(
         StructuredError: a value is not valid (its :attr:`~StructuredError.layer` set),
             or the result cannot be written (``layer`` -1).
     """
+    key = (fmt, *values)
+    text, made_by = documents.merged(key, lambda: _merge_layers(values, fmt, documents))
+    return text, list(made_by)
+
+
+def _merge_layers(
+    values: Sequence[str], fmt: MergeFormat, documents: Documents
+) -> tuple[str, tuple[int, ...]]:
     merge = _merge_json if fmt is MergeFormat.JSON else _merge_yaml
     value: Any = None
     base: Document | None = None
@@ -309,6 +351,6 @@ def merge_layers(
             value, base = doc.root, doc
             made_by = [index]
     if base is not None and value is base.root:
-        return base.whole(), made_by
+        return base.whole(), tuple(made_by)
     layout = base.layout if base is not None else DEFAULT_LAYOUT
-    return _write(value, fmt, layout, base), made_by
+    return _write(value, fmt, layout, base), tuple(made_by)
