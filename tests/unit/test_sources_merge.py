@@ -148,6 +148,9 @@ def test_lists_and_scalars_replace_whole_and_an_empty_layer_adds_nothing() -> No
     assert merged(base, "map: plain\n") == "list:\n- a\n- b\nmap: plain\n"
     assert merged(base, "") == base
     assert merged(base, "# only a comment\n") == base
+    assert merged(base, "~\n") == base
+    assert merged(base, "null\n") == base
+    assert merged(base, "'null'\n") == "'null'\n"  # a string, quoted: replaces
     assert merge_layers([base, "just text\n"], YAML, Documents()) == ("just text\n...\n", [1])
     assert merge_layers(["", "a: 1\n"], YAML, Documents()) == ("a: 1\n", [1])
     assert merge_layers(["a: 1\n", "", "b: 2\n"], YAML, Documents())[1] == [0, 2]

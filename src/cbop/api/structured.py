@@ -275,6 +275,17 @@ DOCUMENTS: Final = Documents()
 # ------------------------------------------------------------------------ merging
 
 
+#: The plain scalars that YAML 1.2's core schema reads as null: a document of only one
+#: of them holds nothing, as an empty one.
+_NULLS: Final = frozenset({"", "~", "null", "Null", "NULL"})
+
+
+def _empty(doc: Document) -> bool:
+    """Tell a document that holds nothing: empty, or a lone plain null."""
+    root = doc.root
+    return root is None or (type(root) is str and root in _NULLS)
+
+
 def _merge_yaml(base: Any, over: Any) -> Any:
     """Merge ``over`` into ``base``: maps deeply, the rest replaced whole. Never mutates.
 
@@ -342,7 +353,7 @@ def _merge_layers(
             doc = documents.parse(text, fmt)
         except StructuredError as err:
             raise StructuredError(err.detail, index) from None
-        if doc.root is None and made_by:
+        if made_by and _empty(doc):
             continue  # an empty document adds nothing
         if made_by and isinstance(value, dict) and isinstance(doc.root, dict):
             value = merge(value, doc.root)
