@@ -44,8 +44,10 @@ from cbop.rollout import (
     LABEL_ROLLOUT,
     Action,
     baseline,
+    config_digest,
     decide,
 )
+from cbop.rollout.decision import baseline_value
 from cbop_testing.envtest import ControlPlane
 
 from .harness import Operator, apiserver_writes, bundle, events, ready, set_spec, wait_for
@@ -326,6 +328,68 @@ def test_opting_in_is_no_reason_to_roll(kube: KubeClient, cbop: Cbop, later: boo
     time.sleep(QUIET)
     assert applies(kube) - writes == 2
     assert len(revisions(kube, NAMESPACE, "Deployment", uid)) == 2
+
+
+def test_an_optional_reference_that_appears_later_rolls_once(kube: KubeClient, cbop: Cbop) -> None:
+    """Case 32: ``d-opt`` reads ``optcfg`` through an optional ``envFrom`` and is created
+    while no ``optcfg`` exists, so its pods start without it. cbop records the baseline
+    of nothing at first sight (one apply, generation 1); the bundle that then creates
+    ``optcfg`` rolls the Deployment once, and nothing more is written."""
+    name, conf = "d-opt", "optcfg"
+    labels = {"app": name}
+    manifest = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "labels": {LABEL_ROLLOUT: "true"}},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "app",
+                            "image": "registry.invalid/app:1",
+                            "envFrom": [{"configMapRef": {"name": conf, "optional": True}}],
+                        }
+                    ]
+                },
+            },
+        },
+    }
+    writes = applies(kube)
+    uid = kube.create(DEPLOYMENTS, NAMESPACE, manifest)["metadata"]["uid"]
+    first = wait_for(
+        lambda: revisions(kube, NAMESPACE, "Deployment", uid), WAIT, message="the ReplicaSet"
+    )
+    time.sleep(QUIET)
+    obj = kube.get(DEPLOYMENTS, NAMESPACE, name)
+    nothing = baseline_value(config_digest(()))
+    assert obj["metadata"]["labels"].get(LABEL_CONFIG_BASELINE) == nothing, (
+        "no baseline recorded for a workload that reads no managed ConfigMap yet"
+    )
+    assert obj["metadata"]["generation"] == 1
+    assert config_hash(kube, DEPLOYMENTS, name) == ""
+    assert applies(kube) - writes == 1  # the baseline label, and nothing else
+
+    new_bundle(kube, conf, {"LEVEL": "debug"})
+    digest = rolled_to_new_hash(kube, name, {""})
+    assert kube.get(DEPLOYMENTS, NAMESPACE, name)["metadata"]["generation"] == 2
+    wait_for(
+        lambda: len(revisions(kube, NAMESPACE, "Deployment", uid)) == len(first) + 1,
+        WAIT,
+        message="one new ReplicaSet",
+    )
+    time.sleep(QUIET)
+    assert applies(kube) - writes == 2
+    assert len(revisions(kube, NAMESPACE, "Deployment", uid)) == len(first) + 1
+    changed = wait_for(
+        lambda: [e for e in workload_events(kube, name, "ConfigChanged") if digest in e["message"]],
+        WAIT,
+        message="the ConfigChanged Event",
+    )
+    assert f"ConfigMap(s) {conf} now managed by ConfigBundle(s) {conf}" in changed[0]["message"]
 
 
 def test_a_rollback_an_edit_or_a_restart_never_switches_rollouts_off(
