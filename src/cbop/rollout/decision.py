@@ -11,10 +11,10 @@ says so). The act layer (:mod:`cbop.rollout.reconcile`) performs what they decid
   them). References to other ConfigMaps are ignored.
 - :func:`config_digest`: ``sha256:<hex>`` over the sorted (ConfigMap name, content hash)
   pairs (:data:`EMPTY_DIGEST` for none), the value of the pod template annotation
-  ``cbop.dev/config-hash``. The content
-  hash is the reconciler's own :func:`cbop.configbundle.desired.content_hash` of the data
-  and binaryData as they are in the cluster (what pods read), so it equals the
-  ConfigMap's ``cbop.dev/content-hash`` annotation whenever the ConfigMap is in sync.
+  ``cbop.dev/config-hash``. The content hash is the reconciler's own
+  :func:`cbop.configbundle.desired.content_hash` of the data and binaryData as they are
+  in the cluster (what pods read), so it equals the ConfigMap's
+  ``cbop.dev/content-hash`` annotation whenever the ConfigMap is in sync.
 - :func:`baseline`: the configuration the workload's pods run with, as far as cbop
   knows: the workload label ``cbop.dev/config-baseline`` (the first 40 hex digits of a
   digest), which cbop writes when it first sees the workload and with every rollout;
@@ -23,9 +23,9 @@ says so). The act layer (:mod:`cbop.rollout.reconcile`) performs what they decid
   old one while the pods it starts read today's content.
 - :func:`decide`: none, record, skip (paused Deployment) or apply, in that order of
   checks: not opted in or being deleted -> none; no baseline yet -> record, also when
-  the template reads no managed ConfigMap (then the baseline is :data:`EMPTY_DIGEST`'s:
-  pods that start after the content exists already read it, so opting in is no reason
-  to roll, and content that appears later is a change); digest equal to the baseline
+  the template reads no managed ConfigMap (then of :data:`EMPTY_DIGEST`: pods that
+  start after the content exists already read it, so opting in is no reason to roll,
+  and content that appears later is a change); digest equal to the baseline
   -> none; no managed reference left -> none (the ConfigMaps went away or stopped
   being managed; the annotation and the baseline stay: removing them would roll the
   workload for nothing, and the same content coming back is no change); paused
