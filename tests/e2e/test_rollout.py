@@ -395,6 +395,40 @@ def test_an_optional_reference_that_appears_later_rolls_once(kube: KubeClient, c
     assert f"ConfigMap(s) {conf} now managed by ConfigBundle(s) {conf}" in changed[0]["message"]
 
 
+def test_a_required_configmap_created_after_its_workload_rolls_nothing(
+    kube: KubeClient, cbop: Cbop
+) -> None:
+    """A chart that creates a labelled Deployment before its ConfigBundle (Helm applies
+    custom resources last): the pods wait for the required ConfigMap and start with it,
+    so its arrival is the baseline. cbop writes nothing while it is absent, the baseline
+    label once it exists, and never rolls the Deployment for it; the next content
+    change rolls it once."""
+    name, conf = "d-req", "reqcfg"
+    kube.create(DEPLOYMENTS, NAMESPACE, workload("Deployment", name, [conf]))
+    writes = applies(kube)
+    time.sleep(QUIET)
+    assert applies(kube) == writes, "a write for a workload waiting for its ConfigMap"
+    assert LABEL_CONFIG_BASELINE not in kube.get(DEPLOYMENTS, NAMESPACE, name)["metadata"].get(
+        "labels", {}
+    )
+    new_bundle(kube, conf, {"a": "1"})
+    wait_for(
+        lambda: (
+            LABEL_CONFIG_BASELINE in kube.get(DEPLOYMENTS, NAMESPACE, name)["metadata"]["labels"]
+        ),
+        WAIT,
+        message="the baseline at the ConfigMap's arrival",
+    )
+    time.sleep(QUIET)
+    obj = kube.get(DEPLOYMENTS, NAMESPACE, name)
+    assert obj["metadata"]["generation"] == 1
+    assert config_hash(kube, DEPLOYMENTS, name) == ""
+    assert applies(kube) - writes == 1  # the baseline label alone
+    change_bundle(kube, conf, {"a": "2"})
+    rolled_to_new_hash(kube, name, {""})
+    assert kube.get(DEPLOYMENTS, NAMESPACE, name)["metadata"]["generation"] == 2
+
+
 def test_a_rollback_an_edit_or_a_restart_never_switches_rollouts_off(
     plane: ControlPlane, kube: KubeClient, cbop: Cbop
 ) -> None:

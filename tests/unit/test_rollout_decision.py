@@ -30,6 +30,7 @@ from cbop.rollout.decision import (
     managed_references,
     may_take_back,
     other_owners,
+    required_configmaps,
 )
 from cbop_testing.objects import configmap, rolled, with_annotation, with_baseline, workload
 
@@ -217,15 +218,13 @@ def test_the_digest_of_nothing_is_no_contents_digest() -> None:
     assert baseline_value(EMPTY_DIGEST) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4"
 
 
-@pytest.mark.parametrize("optional", [True, False, None], ids=["optional", "required", "unset"])
 @pytest.mark.parametrize("way", WAYS)
-def test_a_configmap_that_appears_later_rolls_the_workload_once(
-    way: str, optional: bool | None
-) -> None:
-    """Case 32 and its kind: first seen while ``opt`` is absent, the workload's pods read
-    nothing of it; the baseline of nothing is recorded (a label: nothing rolls) and kept
-    without a write; the ConfigMap a bundle then creates rolls the workload once."""
-    w = _reading(way, optional)
+def test_a_configmap_that_appears_later_rolls_the_workload_once(way: str) -> None:
+    """Case 32 and its kind: first seen while the optional ``opt`` is absent, the
+    workload's pods start without it; the baseline of nothing is recorded (a label:
+    nothing rolls) and kept without a write; the ConfigMap a bundle then creates rolls
+    the workload once."""
+    w = _reading(way, True)
     assert referenced_configmaps(w) == ["opt"]
     first = decide(w, {})
     assert first.action is Action.RECORD
@@ -244,11 +243,47 @@ def test_a_configmap_that_appears_later_rolls_the_workload_once(
     assert decide(rolled(seen, arrived.digest), {"opt": configmap("opt")}).action is Action.NONE
 
 
+@pytest.mark.parametrize("optional", [False, None], ids=["required", "unset"])
 @pytest.mark.parametrize("way", WAYS)
-def test_a_configmap_that_becomes_managed_later_rolls_the_workload_once(way: str) -> None:
+def test_a_required_configmap_that_appears_later_is_the_baseline(
+    way: str, optional: bool | None
+) -> None:
+    """A pod cannot start without a required ConfigMap: first seen while ``opt`` is
+    absent (a chart that creates the Deployment before its ConfigBundle), the workload's
+    pods wait for it and start with what appears. So nothing is written while it is
+    absent, and its arrival is recorded as the baseline: no rollout for pods that have
+    just started with that content."""
+    w = _reading(way, optional)
+    assert required_configmaps(w) == ["opt"]
+    waiting = decide(w, {})
+    assert (waiting.action, waiting.digest) == (Action.NONE, "")
+    assert "waiting for ConfigMap(s) opt" in waiting.message
+    arrived = decide(w, {"opt": configmap("opt")})
+    assert arrived.action is Action.RECORD
+    assert [c.name for c in arrived.configmaps] == ["opt"]
+    seen = with_baseline(w, arrived.digest)
+    assert decide(seen, {"opt": configmap("opt")}).action is Action.NONE
+    assert decide(seen, {"opt": configmap("opt", {"k": "2"})}).action is Action.APPLY
+
+
+def test_an_optional_reference_is_not_required_and_one_required_absent_holds_the_record() -> (
+    None
+):
+    """Only ``optional: true`` frees a reference; a required one absent holds the
+    baseline back even when another ConfigMap the template reads is managed."""
+    w = _reading("env-from", True, also=("a",))
+    assert required_configmaps(w) == ["a"]
+    assert decide(w, {}).action is Action.NONE
+    assert decide(w, {"a": configmap("a")}).action is Action.RECORD
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_an_optional_configmap_that_becomes_managed_later_rolls_the_workload_once(
+    way: str,
+) -> None:
     """A ConfigMap that exists but is not cbop's (another tool's, or one released with
     ``deletionPolicy: Orphan``) counts as nothing; when a bundle takes it, it rolls once."""
-    w = _reading(way, None)
+    w = _reading(way, True)
     foreign = {"opt": configmap("opt", managed=False)}
     first = decide(w, foreign)
     assert (first.action, first.digest) == (Action.RECORD, EMPTY_DIGEST)
@@ -324,11 +359,12 @@ def test_what_an_earlier_release_left_is_kept_without_a_write(
 ) -> None:
     """Upgrades: a workload 0.2.0 baselined or rolled (0.1.0: the annotation alone) is
     in sync, also when what it read is gone since; only a workload 0.2.0 left without a
-    baseline (it read no managed ConfigMap) is recorded, once."""
+    baseline is recorded, once, when the ConfigMap it cannot start without exists."""
     w = workload(volumes=["a"])
     digest = config_digest(managed_references(w, {"a": configmap("a")}))
     assert decide(labelled(w, digest), configmaps).action is Action.NONE
-    assert decide(w, {}).action is Action.RECORD
+    expected = Action.RECORD if configmaps else Action.NONE
+    assert decide(w, configmaps).action is expected
 
 
 def test_a_content_change_after_the_baseline_applies_a_new_digest() -> None:

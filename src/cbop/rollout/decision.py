@@ -22,10 +22,12 @@ says so). The act layer (:mod:`cbop.rollout.reconcile`) performs what they decid
   The template annotation alone cannot serve: ``kubectl rollout undo`` brings back an
   old one while the pods it starts read today's content.
 - :func:`decide`: none, record, skip (paused Deployment) or apply, in that order of
-  checks: not opted in or being deleted -> none; no baseline yet -> record, also when
-  the template reads no managed ConfigMap (then of :data:`EMPTY_DIGEST`: pods that
-  start after the content exists already read it, so opting in is no reason to roll,
-  and content that appears later is a change); digest equal to the baseline
+  checks: not opted in or being deleted -> none; no baseline yet -> none while a
+  required reference (:func:`required_configmaps`) is not a managed ConfigMap (the pods
+  wait for it and start with what appears), else record, also when the template reads
+  no managed ConfigMap (then of :data:`EMPTY_DIGEST`: pods that start after the
+  content exists already read it, so opting in is no reason to roll, and content that
+  an optional reference finds later is a change); digest equal to the baseline
   -> none; no managed reference left -> none (the ConfigMaps went away or stopped
   being managed; the annotation and the baseline stay: removing them would roll the
   workload for nothing, and the same content coming back is no change); paused
@@ -76,6 +78,7 @@ __all__ = [
     "may_take_back",
     "other_owners",
     "referenced_configmaps",
+    "required_configmaps",
 ]
 
 #: Label that opts a workload in (value ``"true"``).
@@ -158,18 +161,23 @@ def _pod_spec(workload: Mapping[str, Any]) -> Mapping[str, Any]:
     return spec
 
 
-def _names(pod_spec: Mapping[str, Any]) -> Iterator[str]:
+def _references(pod_spec: Mapping[str, Any]) -> Iterator[tuple[str, bool]]:
+    """Yield ``(name, optional)`` for every ConfigMap reference of ``pod_spec``."""
     for volume in pod_spec.get("volumes") or ():
-        yield (volume.get("configMap") or {}).get("name", "")
+        yield _reference(volume.get("configMap"))
         for source in (volume.get("projected") or {}).get("sources") or ():
-            yield (source.get("configMap") or {}).get("name", "")
+            yield _reference(source.get("configMap"))
     for field in _CONTAINER_LISTS:
         for container in pod_spec.get(field) or ():
             for env_from in container.get("envFrom") or ():
-                yield (env_from.get("configMapRef") or {}).get("name", "")
+                yield _reference(env_from.get("configMapRef"))
             for env in container.get("env") or ():
-                value_from = env.get("valueFrom") or {}
-                yield (value_from.get("configMapKeyRef") or {}).get("name", "")
+                yield _reference((env.get("valueFrom") or {}).get("configMapKeyRef"))
+
+
+def _reference(ref: Mapping[str, Any] | None) -> tuple[str, bool]:
+    ref = ref or {}
+    return str(ref.get("name") or ""), bool(ref.get("optional"))
 
 
 def referenced_configmaps(workload: Mapping[str, Any]) -> list[str]:
@@ -184,7 +192,17 @@ def referenced_configmaps(workload: Mapping[str, Any]) -> list[str]:
         container, init container and ephemeral container. ``optional`` references count
         too. Empty names are dropped.
     """
-    return sorted({name for name in _names(_pod_spec(workload)) if name})
+    return sorted({name for name, _ in _references(_pod_spec(workload)) if name})
+
+
+def required_configmaps(workload: Mapping[str, Any]) -> list[str]:
+    """Return the sorted, distinct names ``workload``'s pod template cannot start without.
+
+    The references of :func:`referenced_configmaps` whose ``optional`` is unset or
+    false: a pod whose required ConfigMap does not exist waits for it (volume mount or
+    container configuration error) and starts with the content it finds.
+    """
+    return sorted({n for n, optional in _references(_pod_spec(workload)) if n and not optional})
 
 
 def is_managed(configmap: Mapping[str, Any]) -> bool:
@@ -306,6 +324,17 @@ def decide(workload: Mapping[str, Any], configmaps: Mapping[str, Mapping[str, An
     digest = config_digest(managed)
     known = baseline(workload)
     if not known:
+        awaited = sorted(set(required_configmaps(workload)) - {cm.name for cm in managed})
+        if awaited:
+            return Decision(
+                Action.NONE,
+                current=current,
+                message=(
+                    f"first seen waiting for ConfigMap(s) {', '.join(awaited)} that it "
+                    "cannot start without: its pods will read what appears, so the "
+                    "baseline is recorded then"
+                ),
+            )
         read = "this content" if managed else "no managed ConfigMap"
         return Decision(
             Action.RECORD,
