@@ -266,9 +266,7 @@ def test_a_required_configmap_that_appears_later_is_the_baseline(
     assert decide(seen, {"opt": configmap("opt", {"k": "2"})}).action is Action.APPLY
 
 
-def test_an_optional_reference_is_not_required_and_one_required_absent_holds_the_record() -> (
-    None
-):
+def test_one_required_configmap_absent_holds_the_record_back() -> None:
     """Only ``optional: true`` frees a reference; a required one absent holds the
     baseline back even when another ConfigMap the template reads is managed."""
     w = _reading("env-from", True, also=("a",))
