@@ -1,0 +1,46 @@
+"""pyproject.toml's layers contract places every top-level module of cbop.
+
+A module the contract does not name may import anything and be imported from anywhere:
+import-linter checks only the modules it lists. So the outermost contract (the one
+without ``containers``) must list each package and module directly under ``cbop``.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import cbop
+
+REPO = Path(__file__).resolve().parents[2]
+#: Entry points, never imported by another module.
+ENTRY_POINTS = {"cbop.__init__", "cbop.__main__"}
+
+
+def _top_level_modules() -> set[str]:
+    package = Path(cbop.__file__).parent
+    found = {f"cbop.{path.stem}" for path in package.glob("*.py")}
+    found |= {f"cbop.{path.parent.name}" for path in package.glob("*/__init__.py")}
+    return found - ENTRY_POINTS
+
+
+def _outer_layers() -> list[str]:
+    config: dict[str, Any] = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    (contract,) = (
+        c
+        for c in config["tool"]["importlinter"]["contracts"]
+        if c["type"] == "layers" and not c.get("containers")
+    )
+    layers: list[str] = contract["layers"]
+    return layers
+
+
+def test_every_top_level_module_is_in_one_layer() -> None:
+    named = [name for layer in _outer_layers() for name in re.split(r"[|:]", layer)]
+    named = [name.strip() for name in named]
+    assert len(named) == len(set(named)), "a module is in two layers"
+    modules = _top_level_modules()
+    assert modules - set(named) == set(), "not in the layers contract of pyproject.toml"
+    assert set(named) - modules == set(), "in the layers contract, but not in src/cbop"
