@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from cbop.api import GROUP, VERSION
-from cbop.kube import CUSTOM_RESOURCE_DEFINITIONS, ApiError, KubeClient, Resource
+from cbop.kube import CUSTOM_RESOURCE_DEFINITIONS, ApiError, KubeInterface, Resource
 
 __all__ = [
     "ATTEMPTS",
@@ -160,7 +160,7 @@ def check_versions(
         )
 
 
-def _rewrite(client: KubeClient, res: Resource, obj: dict[str, Any], out: CrdMigration) -> None:
+def _rewrite(client: KubeInterface, res: Resource, obj: dict[str, Any], out: CrdMigration) -> None:
     """Write ``obj`` back as read; retry lost races from a fresh read."""
     meta = obj["metadata"]
     namespace, name = meta.get("namespace"), meta["name"]
@@ -192,7 +192,7 @@ def _rewrite(client: KubeClient, res: Resource, obj: dict[str, Any], out: CrdMig
     out.failed.append(f"{namespace + '/' if namespace else ''}{name}: {ATTEMPTS} lost races")
 
 
-def _trim(client: KubeClient, name: str, storage: str) -> list[str]:
+def _trim(client: KubeInterface, name: str, storage: str) -> list[str]:
     """Set the CRD's ``status.storedVersions`` to ``[storage]``; return what it holds."""
     for _ in range(ATTEMPTS):
         crd = client.get(CUSTOM_RESOURCE_DEFINITIONS, None, name)
@@ -216,7 +216,7 @@ def _trim(client: KubeClient, name: str, storage: str) -> list[str]:
 
 
 def migrate_storage(
-    client: KubeClient,
+    client: KubeInterface,
     names: list[str] | None = None,
     *,
     progress: Callable[[str], object] | None = None,

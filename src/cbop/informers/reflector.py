@@ -103,7 +103,10 @@ def strip_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 class ListWatchClient(Protocol):
-    """The two calls a reflector makes (satisfied by :class:`cbop.kube.KubeClient`)."""
+    """The two calls a reflector makes, as client-go's ``ListerWatcher``.
+
+    Any :class:`cbop.kube.KubeInterface` has them; tests may script just these two.
+    """
 
     def list(
         self,

@@ -27,13 +27,14 @@ is thread-safe; its per-host pool keeps up to ``pool_size`` idle connections.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from cbop import defaults
 from cbop.clock import Clock, RealClock
 from cbop.kube.accounting import RequestHook, infer_verb_resource
 from cbop.kube.codec import encode_body
 from cbop.kube.config import DEFAULT_USER_AGENT, load_configuration, new_api_client
+from cbop.kube.interface import KubeInterface, WatchInterface
 from cbop.kube.metrics import RestClientMetrics
 from cbop.kube.reads import ReadVerbs
 from cbop.kube.transport import MUTATING_VERBS, Transport, WriteFence
@@ -297,3 +298,8 @@ class KubeClient(ReadVerbs, WriteVerbs):
             content_type=content_type,
             timeout=timeout,
         )
+
+
+if TYPE_CHECKING:  # the client and its watch stream implement the protocols, member by member
+    _CLIENT: type[KubeInterface] = KubeClient
+    _WATCH: type[WatchInterface] = WatchStream

@@ -49,7 +49,7 @@ import structlog
 
 from cbop import defaults
 from cbop.clock import Clock, RealClock, wait_for
-from cbop.kube import KubeClient
+from cbop.kube import KubeInterface
 from cbop.leaderelection.lock import Attempt, LeaseLock
 from cbop.leaderelection.metrics import NO_METRICS, LeaderMetrics
 from cbop.leaderelection.record import RELEASED_LEASE_DURATION_SECONDS, int_field, micro_time
@@ -126,7 +126,7 @@ class LeaderElector:
 
     def __init__(
         self,
-        client: KubeClient,
+        client: KubeInterface,
         *,
         lease_name: str,
         namespace: str,

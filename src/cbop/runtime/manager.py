@@ -54,7 +54,7 @@ from cbop.clock import RealClock
 from cbop.gcpolicy import FRESH_START_SECONDS, freeze_caches, freeze_startup
 from cbop.health import ProbeServer
 from cbop.informers import SharedInformerFactory
-from cbop.kube import KubeClient
+from cbop.kube import KubeInterface
 from cbop.leaderelection import NO_METRICS, LeaderElector, LeaderMetrics
 from cbop.runtime.leadership import Coordinated, Coordinator, SingleLeader, Unelected
 from cbop.runtime.metrics import ControllerMetricsProvider
@@ -143,7 +143,7 @@ class Manager(Scope):
 
     def __init__(
         self,
-        client: KubeClient,
+        client: KubeInterface,
         *,
         informers: SharedInformerFactory,
         identity: str,
@@ -221,7 +221,7 @@ class Manager(Scope):
 
     def _elector(
         self,
-        client: KubeClient,
+        client: KubeInterface,
         election: LeaderElection,
         metrics: LeaderMetrics | None,
         started: Callable[[], None],

@@ -45,7 +45,7 @@ from typing import Any
 import structlog
 
 from cbop.informers import IndexFunc, MultiNamespaceLister, SharedInformerFactory
-from cbop.kube import KubeClient, Resource
+from cbop.kube import KubeInterface, Resource
 from cbop.runtime.controller import Controller
 from cbop.runtime.metrics import ControllerMetricsProvider
 from cbop.shardrange import ShardRange
@@ -104,7 +104,7 @@ class Scope:
 
     def __init__(
         self,
-        client: KubeClient,
+        client: KubeInterface,
         *,
         informers: SharedInformerFactory,
         controller_metrics: ControllerMetricsProvider | None = None,

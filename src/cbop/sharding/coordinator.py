@@ -53,7 +53,7 @@ from typing import Final, Protocol
 import structlog
 
 from cbop.clock import Clock, RealClock, wait_for
-from cbop.kube import ApiError, KubeClient
+from cbop.kube import ApiError, KubeInterface
 from cbop.leaderelection import ACQUIRE_JITTER_FACTOR, JITTER_FACTOR, LeaderElector
 from cbop.sharding.assign import decide
 from cbop.sharding.leases import shard_lease_name
@@ -146,7 +146,7 @@ class ShardCoordinator:
 
     def __init__(
         self,
-        client: KubeClient,
+        client: KubeInterface,
         *,
         group: str,
         namespace: str,

@@ -32,7 +32,7 @@ from typing import Any
 import structlog
 
 from cbop.clock import Clock
-from cbop.kube import LEASES, ApiError, KubeClient
+from cbop.kube import LEASES, ApiError, KubeInterface
 from cbop.leaderelection import LeaseObserver
 from cbop.sharding.assign import ShardState
 from cbop.sharding.leases import (
@@ -90,7 +90,7 @@ class GroupReader:
 
     def __init__(
         self,
-        client: KubeClient,
+        client: KubeInterface,
         *,
         group: str,
         namespace: str,

@@ -1,6 +1,6 @@
 """A fake API server for unit tests, as client-go's fake clientset and ObjectTracker.
 
-* :class:`FakeKube` (:mod:`.client`): a :class:`cbop.kube.KubeClient` that records every
+* :class:`FakeKube` (:mod:`.client`): a :class:`cbop.kube.KubeInterface` that records every
   call as an :class:`Action`, offers it to scripted reactions, and serves the rest
   from an :class:`ObjectTracker`;
 * :class:`ObjectTracker` (:mod:`.tracker`): objects with resourceVersion and generation,
