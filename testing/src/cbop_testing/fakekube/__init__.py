@@ -5,6 +5,8 @@
   from an :class:`ObjectTracker`;
 * :class:`ObjectTracker` (:mod:`.tracker`): objects with resourceVersion and generation,
   list and watch with selectors, bookmarks, compaction (410), finalizers, dry runs;
+  kept in a :class:`~.storage.Storage` (:mod:`.storage`), with the rules of a write's
+  body in :mod:`.strategy`;
 * reactions (:mod:`.reactions`): :func:`fail`, :func:`conflict_on`, :func:`delay`,
   :class:`Stall`, :class:`Script`;
 * :class:`FakeWatch` (:mod:`.watch`), API errors worded as apimachinery words them
