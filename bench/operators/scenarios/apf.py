@@ -1,4 +1,4 @@
-"""The APF scenario: each operator throttled by API Priority and Fairness (issue 18).
+"""The APF scenario: each operator throttled by API Priority and Fairness.
 
 Each operator runs as its own ServiceAccount (bound to the shipped ``cbop`` ClusterRole in
 its namespace) and a fresh FlowSchema (precedence 100, matching only that ServiceAccount)
@@ -25,7 +25,7 @@ import itertools
 import time
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +33,12 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.operators import cluster
-from bench.operators.procs import Operator, cbop_revision
-from bench.operators.scenarios import CANARY, CANARY_INDEX, Bench, log, names_for
-from bench.operators.watch import Observer
+from bench.operators.apiserver import samples, wait_api_quiet
+from bench.operators.cluster import CANARY, CANARY_INDEX, names_for
+from bench.operators.harness import Bench, log, run_parallel
+from bench.operators.observer import Observer
+from bench.operators.scenario import Defaults, Run
+from bench.operators.tables import num, table
 from cbop.api import content_hash
 from cbop.kube import CONFIGBUNDLES, ApiError, KubeClient, Resource
 from cbop_testing.envtest.flowcontrol import (
@@ -51,8 +54,24 @@ CLUSTER_ROLE = cluster.REPO / "manifests" / "rbac" / "cluster_role.yaml"
 
 #: Operators the scenario runs (kopf is not: it needs cluster-wide reads beyond cbop's role).
 IMPLEMENTATIONS = ("cbop", "controller-runtime")
-#: Concurrent reconciles per operator, each a separate run.
-WORKERS = (4, 32)
+
+
+@dataclass(frozen=True)
+class Options:
+    """The APF scenario's sizes.
+
+    Attributes:
+        rounds: repetitions of every (workers, operator) run.
+        workers: concurrent reconciles per operator, each a separate run.
+        bundles: bundles created.
+        patches: bundles whose spec is then patched.
+    """
+
+    rounds: int = 1
+    workers: tuple[int, ...] = (4, 32)
+    bundles: int = 500
+    patches: int = 200
+
 
 #: ``(namespace, service account) -> kubeconfig path`` with that account's token.
 KubeconfigFor = Callable[[str, str], Path]
@@ -116,22 +135,17 @@ def flowcontrol_counts(kube: KubeClient, level: str) -> dict[str, float]:
     """
     out = {"rejected": 0.0, "dispatched": 0.0}
     families = {
-        "apiserver_flowcontrol_rejected_requests_total{": "rejected",
-        "apiserver_flowcontrol_dispatched_requests_total{": "dispatched",
+        "apiserver_flowcontrol_rejected_requests_total": "rejected",
+        "apiserver_flowcontrol_dispatched_requests_total": "dispatched",
     }
-    for line in cluster.raw_get(kube, "/metrics").splitlines():
-        for prefix, key in families.items():
-            if not line.startswith(prefix):
-                continue
-            labels_text, _, value = line[len(prefix) :].rpartition("} ")
-            labels = dict(cluster._LABEL.findall(labels_text))
-            if labels.get("priority_level") != level:
-                continue
-            count = float(value.split()[0])
-            out[key] += count
-            if key == "rejected":
-                reason = f"rejected:{labels.get('reason', '?')}"
-                out[reason] = out.get(reason, 0.0) + count
+    for family, labels, count in samples(kube, *families):
+        if labels.get("priority_level") != level:
+            continue
+        key = families[family]
+        out[key] += count
+        if key == "rejected":
+            reason = f"rejected:{labels.get('reason', '?')}"
+            out[reason] = out.get(reason, 0.0) + count
     return out
 
 
@@ -221,20 +235,11 @@ def run_one(
     throttle(kube, level, ns, account)
     expected = final_expectations(bundles, patches)
     names = names_for(bundles)
-    op = Operator(
-        impl,
-        kubeconfig,
-        ns,
-        workers=workers,
-        resync=0.0,
-        log_path=bench.s.logs / f"{ns}.log",
-    )
-    if impl.startswith("cbop"):
-        bench.revisions.add(cbop_revision())
-    bench.current = op
     observer: Observer | None = None
     try:
-        op.wait_ready(180)
+        op = bench.start(
+            impl, ns, namespace=ns, kubeconfig=kubeconfig, workers=workers, ready_timeout=180
+        )
         observer = Observer(kube, ns, expected).start()
         bench.canary(ns, observer, None)
         apf0 = flowcontrol_counts(kube, level)
@@ -247,9 +252,7 @@ def run_one(
         def patch(i: int) -> None:
             kube.patch(CONFIGBUNDLES, ns, names[i], {"spec": {"data": patched_data(i)}})
 
-        with ThreadPoolExecutor(bench.s.loader_threads) as pool:
-            for _ in pool.map(patch, range(patches)):
-                pass
+        run_parallel(patch, range(patches), bench.s.loader_threads)
         patched = time.monotonic() - t0
         complete = observer.wait_done(names, timeout=900)
         done = observer.done_times()
@@ -292,13 +295,7 @@ def run_one(
 
 
 def run_all(
-    bench: Bench,
-    kubeconfig_for: KubeconfigFor,
-    impls: Sequence[str],
-    *,
-    quick: bool,
-    rounds: int = 1,
-    workers: Sequence[int] = WORKERS,
+    bench: Bench, kubeconfig_for: KubeconfigFor, impls: Sequence[str], options: Options
 ) -> list[dict[str, Any]]:
     """Every (round, workers, operator) in turn, the operators interleaved within a setting.
 
@@ -306,31 +303,50 @@ def run_all(
     right after the other's namespace was deleted), and each run waits until the API
     server has no bundle, ConfigMap or Event request left from the one before it.
     """
-    bundles, patches = (100, 40) if quick else (500, 200)
     chosen = [i for i in impls if i in IMPLEMENTATIONS]
     records = []
-    for round_ in range(1, rounds + 1):
-        for count in workers:
+    for round_ in range(1, options.rounds + 1):
+        for count in options.workers:
             for impl in chosen if round_ % 2 else chosen[::-1]:
-                cluster.wait_api_quiet(bench.kube)
+                wait_api_quiet(bench.kube)
                 records.append(
                     run_one(
                         bench,
                         kubeconfig_for,
                         impl,
                         count,
-                        bundles=bundles,
-                        patches=patches,
+                        bundles=options.bundles,
+                        patches=options.patches,
                         round_=round_,
                     )
                 )
     return records
 
 
+class Apf(Defaults):
+    """The APF scenario, once for the run, for cbop and controller-runtime."""
+
+    names = ("apf",)
+    defaults = Options()
+    quick: Mapping[str, Any] = {"bundles": 100, "patches": 40}
+
+    def accepts(self, impl: str) -> bool:
+        return impl in IMPLEMENTATIONS
+
+    def run(self, run: Run, options: Options, impl: str | None) -> None:
+        run.results["apf"] = run_all(run.bench, run.kubeconfig_for, run.impls, options)
+
+    def markdown(self, results: Mapping[str, Any]) -> list[str]:
+        return tables(results)
+
+
+APF = Apf()
+
+
 # --------------------------------------------------------------------------- report
 
 
-def _ratio(a: float, b: float) -> float:
+def _div(a: float, b: float) -> float:
     return a / b if b else float("nan")
 
 
@@ -338,13 +354,11 @@ def _share(record: Mapping[str, Any]) -> float:
     """The share of an operator's requests that APF turned away: rejected / (rejected +
     dispatched), a figure that, unlike rejected/s, does not grow when it converges sooner."""
     apf = record["apf"]
-    return _ratio(apf["rejected"], apf["rejected"] + apf["dispatched"])
+    return _div(apf["rejected"], apf["rejected"] + apf["dispatched"])
 
 
 def tables(results: Mapping[str, Any]) -> list[str]:
     """Markdown for the APF records of a run, with the cbop / controller-runtime ratios."""
-    from bench.operators.report import _f, _table  # report imports this module
-
     recs = results.get("apf") or []
     if not recs:
         return []
@@ -387,18 +401,18 @@ def tables(results: Mapping[str, Any]) -> list[str]:
                 str(r["round"]),
                 str(r["workers"]),
                 r["impl"],
-                _f(r["seconds"]) + ("" if r["complete"] else " (incomplete)"),
-                _f(r["longest_gap"]),
-                _f(a["rejected"], 0),
-                _f(r["rejected_per_second"], 1),
-                _f(a["dispatched"], 0),
-                f"{_f(100 * _share(r), 1)} %",
-                _f(c["throttled"], 0),
-                _f(c["retries"], 0) if cbop_only else "-",
-                _f(c["retry_wait_seconds"], 1) if cbop_only else "-",
+                num(r["seconds"]) + ("" if r["complete"] else " (incomplete)"),
+                num(r["longest_gap"]),
+                num(a["rejected"], 0),
+                num(r["rejected_per_second"], 1),
+                num(a["dispatched"], 0),
+                f"{num(100 * _share(r), 1)} %",
+                num(c["throttled"], 0),
+                num(c["retries"], 0) if cbop_only else "-",
+                num(c["retry_wait_seconds"], 1) if cbop_only else "-",
             ]
         )
-    lines = _table(header, rows, "rrl" + "r" * (len(header) - 3))
+    lines = table(header, rows, "rrl" + "r" * (len(header) - 3))
     out += [*lines, ""]
     ratio_header = [
         "round",
@@ -414,26 +428,26 @@ def tables(results: Mapping[str, Any]) -> list[str]:
         peer = by.get((round_, workers, "controller-runtime"))
         if impl != "cbop" or peer is None:
             continue
-        t = _ratio(r["seconds"], peer["seconds"])
-        rej = _ratio(r["rejected_per_second"], peer["rejected_per_second"])
+        t = _div(r["seconds"], peer["seconds"])
+        rej = _div(r["rejected_per_second"], peer["rejected_per_second"])
         ratio_rows.append(
             [
                 str(round_),
                 str(workers),
-                f"{_f(t)}x",
-                f"{_f(rej)}x",
-                f"{_f(_ratio(r['apf']['rejected'], peer['apf']['rejected']))}x",
-                f"{_f(_ratio(_share(r), _share(peer)))}x",
+                f"{num(t)}x",
+                f"{num(rej)}x",
+                f"{num(_div(r['apf']['rejected'], peer['apf']['rejected']))}x",
+                f"{num(_div(_share(r), _share(peer)))}x",
             ]
         )
         verdict_t = "met" if t <= 1.0 else "**missed**"
         ok_rej = r["rejected_per_second"] <= peer["rejected_per_second"]
         verdict_r = "met" if ok_rej else "**missed**"
         goals.append(
-            f"- APF round {round_}, {workers} workers: converge {_f(t)}x controller-runtime "
-            f"(goal <= 1.0x) — {verdict_t}; rejected/s {_f(r['rejected_per_second'], 1)} vs "
-            f"{_f(peer['rejected_per_second'], 1)} (goal no more) — {verdict_r}"
+            f"- APF round {round_}, {workers} workers: converge {num(t)}x controller-runtime "
+            f"(goal <= 1.0x) — {verdict_t}; rejected/s {num(r['rejected_per_second'], 1)} vs "
+            f"{num(peer['rejected_per_second'], 1)} (goal no more) — {verdict_r}"
         )
     if ratio_rows:
-        out += [*_table(ratio_header, ratio_rows, "rrrrrr"), "", *goals, ""]
+        out += [*table(ratio_header, ratio_rows, "rrrrrr"), "", *goals, ""]
     return out

@@ -22,19 +22,21 @@ from __future__ import annotations
 import hashlib
 import time
 import urllib.request
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.operators import cluster
-from bench.operators.procs import Operator, Sampler, cbop_revision, cpu_seconds
-from bench.operators.scenarios import Bench, log
-from bench.operators.watch import Observer
+from bench.operators.apiserver import wait_api_quiet
+from bench.operators.harness import Bench, log, run_parallel
+from bench.operators.observer import Observer
+from bench.operators.procs import Operator
+from bench.operators.sampling import Sampler, cpu_seconds
+from bench.operators.scenario import Defaults, Run
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, KubeClient
 
-SCENARIOS = frozenset({"s8"})
 SHARDS = 3
 #: Bundles per namespace (the shard key is the namespace).
 PER_NAMESPACE = 10
@@ -120,8 +122,7 @@ def _empty(kube: KubeClient, namespaces: Sequence[str], items: Sequence[tuple[st
                 if not err.is_not_found:
                     raise
 
-    with ThreadPoolExecutor(8) as pool:
-        list(pool.map(one, items))
+    run_parallel(one, items, 8)
     return time.monotonic() - start
 
 
@@ -141,7 +142,7 @@ def measure(
     count = len(namespaces)
     items = [(f"cb-{i:05d}", i) for i in range(n)]
     expected = {name: cluster.expected(name, i) for name, i in items}
-    cluster.wait_api_quiet(bench.kube)
+    wait_api_quiet(bench.kube)
     group = f"s8-{tag}"
     ops: list[Operator] = []
     samplers: list[Sampler] = []
@@ -149,22 +150,19 @@ def measure(
     try:
         for r in range(replicas):
             ops.append(
-                Operator(
+                bench.start(
                     "cbop",
-                    bench.s.kubeconfig,
-                    None,
-                    workers=bench.s.workers,
-                    resync=0.0,
-                    log_path=bench.s.logs / f"s8-{tag}-{n}-{r}.log",
+                    f"s8-{tag}-{n}-{r}",
                     extra_args=(
                         *flags,
                         "--leader-election-namespace=default",
                         f"--leader-election-id={group}",
                         *TIMINGS,
                     ),
+                    wait=False,
+                    current=False,
                 )
             )
-        bench.revisions.add(cbop_revision())
         for op in ops:
             op.wait_ready()
         _wait_working(ops, sharded=len(flags) > 1)
@@ -180,8 +178,7 @@ def measure(
                 CONFIGBUNDLES, namespaces[i // PER_NAMESPACE], cluster.bundle_body(name, i)
             )
 
-        with ThreadPoolExecutor(bench.s.loader_threads) as pool:
-            list(pool.map(one, items))
+        run_parallel(one, items, bench.s.loader_threads)
         names = [name for name, _ in items]
         complete = observer.wait_done(names, timeout=180 + 0.6 * n)
         done = [t for t in observer.done_times().values() if t is not None]
@@ -236,23 +233,54 @@ def run(bench: Bench, sizes: Sequence[int]) -> list[dict[str, Any]]:
     out = []
     for n in sizes:
         namespaces = names(n)
-        with ThreadPoolExecutor(8) as pool:
-            list(pool.map(lambda ns: cluster.create_namespace(bench.kube, ns), namespaces))
+        run_parallel(
+            lambda ns: cluster.create_namespace(
+                bench.kube, ns, labels={"bench.cbop.dev": "1"}, settle=0.5
+            ),
+            namespaces,
+            8,
+        )
         out += [measure(bench, namespaces, n, setup) for setup in SETUPS]
     return out
+
+
+@dataclass(frozen=True)
+class Options:
+    """Attributes: n: the sizes, in order."""
+
+    n: tuple[int, ...] = (10_000,)
+
+
+class Sharding(Defaults):
+    """S8: cbop alone, single leader and sharded, at every N of ``n``."""
+
+    names = ("s8",)
+    defaults = Options()
+
+    def accepts(self, impl: str) -> bool:
+        return impl == "cbop"
+
+    def run(self, run_: Run, options: Options, impl: str | None) -> None:
+        log("=== S8: cbop sharded")
+        run_.results["s8"] = run(run_.bench, list(options.n))
+
+    def markdown(self, results: Mapping[str, Any]) -> list[str]:
+        return markdown(results)
+
+
+SHARDING = Sharding()
 
 
 def _num(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
-def markdown(results: dict[str, Any]) -> str:
-    """The S8 section of the results file ("" when it did not run)."""
+def markdown(results: Mapping[str, Any]) -> list[str]:
+    """The S8 section of the results file (none when it did not run)."""
     rows = results.get("s8") or []
     if not rows:
-        return ""
+        return []
     out = [
-        "",
         "### S8 sharding: N bundles in N/10 namespaces, single leader vs "
         f"`--shards {SHARDS}` over 1-3 replicas",
         "",
@@ -276,4 +304,4 @@ def markdown(results: dict[str, Any]) -> str:
                 f"{r['steady_mib']:.1f}",
             ]
             out.append("| " + " | ".join(cells) + " |")
-    return "\n".join(out) + "\n"
+    return [*out, ""]

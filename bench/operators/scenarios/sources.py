@@ -41,30 +41,22 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
-import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from bench.operators import cluster
-from bench.operators.clusterbundles import (
-    Counter,
-    code_cells,
-    code_delta,
-    cpu_cell,
-    cpu_share_of,
-    goal_word,
-    run_parallel,
-    write_codes,
-)
-from bench.operators.procs import Operator, Sampler, cbop_revision, wait_quiet
-from bench.operators.scenarios import Bench, log, profiler
+from bench.operators.apiserver import WRITE_VERBS, Counter, keyed, wait_api_quiet, writes_on
+from bench.operators.harness import Bench, log, run_parallel
+from bench.operators.procs import Operator
+from bench.operators.sampling import load_average
+from bench.operators.scenario import Defaults, Run
+from bench.operators.scenarios import sources_report as report
+from bench.operators.watch import Stream, Tracker
 from cbop.api import ANNOTATION_SHARE_WITH, SOURCE_SELECTOR
-from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, NAMESPACES, ApiError, ConnectionFailed, KubeClient
+from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, KubeClient, Resource
 
-SCENARIOS = frozenset({"s10"})
 #: The Go peer measured against the same floor when it is among the impls.
 PEER = "controller-runtime"
 SOURCE_NS = "s10-src"
@@ -73,39 +65,45 @@ SOURCE = "s10-source"
 OUT_LABEL = "bench.cbop.dev/s10-out"
 #: Resources whose writes count as cbop's in the idle window.
 WRITTEN = frozenset({"configbundles", "configmaps", "events"})
+#: Resources whose writes the source change counts by answer code.
+WRITTEN_CODES = WRITTEN | {"clusterconfigbundles"}
 #: The source's shared content besides the changing key: about 1 KiB of YAML.
 COMMON = "".join(f"setting-{i:03d}: value-{i:03d}\n" for i in range(40))
 
 
 @dataclass(frozen=True)
-class Sizes:
+class Options:
     """The sizes of one S10 run.
 
     Attributes:
-        local: bundles in the source's namespace.
-        elsewhere: bundles in the other namespaces (spread evenly).
+        bundles: bundles reading the source, half in its namespace, the rest spread
+            over the other namespaces.
         namespaces: the other namespaces.
         unlabelled: ConfigMaps without the source label added for the second RSS figure.
         idle: seconds of the idle window.
     """
 
-    local: int = 500
-    elsewhere: int = 500
+    bundles: int = 1000
     namespaces: int = 50
     unlabelled: int = 10_000
     idle: float = 60.0
 
+    @property
+    def local(self) -> int:
+        """Bundles in the source's namespace."""
+        return self.bundles // 2
 
-def load() -> str:
-    """The 1, 5 and 15 minute load averages, e.g. ``"3.10 2.95 2.40"``."""
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    @property
+    def elsewhere(self) -> int:
+        """Bundles in the other namespaces."""
+        return self.bundles - self.local
 
 
-def other_namespaces(sizes: Sizes) -> list[str]:
+def other_namespaces(sizes: Options) -> list[str]:
     return [f"s10-ns-{i:03d}" for i in range(sizes.namespaces)]
 
 
-def layout(sizes: Sizes, prefix: str) -> list[tuple[str, str]]:
+def layout(sizes: Options, prefix: str) -> list[tuple[str, str]]:
     """(namespace, name) of every reader: ``local`` in the source's namespace, the rest
     spread over the other namespaces."""
     out = [(SOURCE_NS, f"{prefix}-{i:04d}") for i in range(sizes.local)]
@@ -114,7 +112,7 @@ def layout(sizes: Sizes, prefix: str) -> list[tuple[str, str]]:
     return out
 
 
-def source_body(sizes: Sizes, value: str) -> dict[str, Any]:
+def source_body(sizes: Options, value: str) -> dict[str, Any]:
     return {
         "metadata": {
             "name": SOURCE,
@@ -149,35 +147,16 @@ def raw_body(name: str, value: str) -> dict[str, Any]:
 # ------------------------------------------------------------------------ observing
 
 
-class Watcher:
+class Watcher(Tracker):
     """A cluster-wide watch on the ConfigMaps labelled :data:`OUT_LABEL`: per ConfigMap,
-    its value of ``v``, when it first showed the expected value, and its MODIFIED events.
-    Timestamps are ``time.monotonic()`` when an event is decoded."""
+    its value of ``v``, when it first showed the expected value, and its MODIFIED events."""
 
     def __init__(self, kube: KubeClient) -> None:
-        self._kube = kube
-        self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
-        self._stop = threading.Event()
-        self._synced = threading.Event()
+        super().__init__(kube, [Stream(CONFIGMAPS, None, label_selector=f"{OUT_LABEL}=1")])
         self._want = ""
         self.value: dict[str, str | None] = {}
         self.seen: dict[str, float] = {}
         self.modified: dict[str, int] = {}
-        self._streams: list[Any] = []
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> Watcher:
-        self._thread.start()
-        self._synced.wait(60)
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        for stream in list(self._streams):
-            with contextlib.suppress(Exception):
-                stream.close()
-        self._thread.join(5)
 
     def expect(self, value: str) -> None:
         """Expect ``v == value`` from now on; the times and MODIFIED counts start again."""
@@ -186,66 +165,22 @@ class Watcher:
             self.seen = {k: time.monotonic() for k, v in self.value.items() if v == value}
             self.modified = {}
 
-    def _run(self) -> None:
-        listed = self._kube.list(CONFIGMAPS, None, label_selector=f"{OUT_LABEL}=1")
-        for item in listed["items"]:
-            self._handle("ADDED", item)
-        rv = listed["metadata"]["resourceVersion"]
-        self._synced.set()
-        while not self._stop.is_set():
-            try:
-                stream = self._kube.watch(
-                    CONFIGMAPS,
-                    None,
-                    resource_version=rv,
-                    label_selector=f"{OUT_LABEL}=1",
-                    timeout_seconds=1800,
-                    read_timeout=150,
-                )
-            except (ApiError, ConnectionFailed):
-                if self._stop.wait(0.5):
-                    return
-                continue
-            self._streams.append(stream)
-            try:
-                for event in stream:
-                    obj = event.get("object") or {}
-                    rv = (obj.get("metadata") or {}).get("resourceVersion", rv)
-                    if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
-                        self._handle(event["type"], obj)
-            except (ApiError, ConnectionFailed):
-                if self._stop.is_set():
-                    return
-            finally:
-                stream.close()
-                with contextlib.suppress(ValueError):
-                    self._streams.remove(stream)
-
-    def _handle(self, kind: str, obj: Mapping[str, Any]) -> None:
-        now = time.monotonic()
+    def handle(self, res: Resource, kind: str, obj: Mapping[str, Any], now: float) -> None:
         meta = obj.get("metadata") or {}
         key = f"{meta.get('namespace')}/{meta.get('name')}"
-        with self._lock:
-            if kind == "DELETED":
-                self.value.pop(key, None)
-                return
-            value = (obj.get("data") or {}).get("v")
-            self.value[key] = value
-            if kind == "MODIFIED":
-                self.modified[key] = self.modified.get(key, 0) + 1
-            if value == self._want and key not in self.seen:
-                self.seen[key] = now
-                self._changed.notify_all()
+        if kind == "DELETED":
+            self.value.pop(key, None)
+            return
+        value = (obj.get("data") or {}).get("v")
+        self.value[key] = value
+        if kind == "MODIFIED":
+            self.modified[key] = self.modified.get(key, 0) + 1
+        if value == self._want and key not in self.seen:
+            self.seen[key] = now
+            self.changed()
 
     def wait_all(self, keys: list[str], timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        with self._lock:
-            while not all(k in self.seen for k in keys):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._changed.wait(min(left, 1.0))
-        return True
+        return self.wait_until(lambda: all(k in self.seen for k in keys), timeout)
 
     def last_seen(self, keys: list[str]) -> float | None:
         with self._lock:
@@ -273,23 +208,6 @@ class Watcher:
 # -------------------------------------------------------------------------- helpers
 
 
-def _steady_mib(bench: Bench, op: Operator) -> float:
-    sampler = Sampler(op.pid, interval=0.25).start()
-    try:
-        wait_quiet(op.pid, timeout=180)
-        since = time.monotonic()
-        time.sleep(bench.s.steady_seconds)
-        return sampler.mean_rss_mib(since)
-    finally:
-        sampler.stop()
-
-
-def _writes(api: cluster.RequestCounts) -> dict[str, float]:
-    return {
-        "|".join(k): v for k, v in api.items() if k[0] in cluster.WRITE_VERBS and k[1] in WRITTEN
-    }
-
-
 def _keys(pairs: list[tuple[str, str]]) -> list[str]:
     return [f"{ns}/{name}" for ns, name in pairs]
 
@@ -297,7 +215,7 @@ def _keys(pairs: list[tuple[str, str]]) -> list[str]:
 # ------------------------------------------------------------------------------ run
 
 
-def run(bench: Bench, sizes: Sizes, impls: frozenset[str] = frozenset()) -> dict[str, Any]:
+def run(bench: Bench, sizes: Options, impls: frozenset[str] = frozenset()) -> dict[str, Any]:
     """Run S10 once (see the module docstring); return its record.
 
     ``impls``: with :data:`PEER` in it, the Go peer is measured too (before cbop).
@@ -306,13 +224,9 @@ def run(bench: Bench, sizes: Sizes, impls: frozenset[str] = frozenset()) -> dict
     threads = bench.s.workers
     rec: dict[str, Any] = {"bundles": sizes.local + sizes.elsewhere, "load": {}}
     namespaces = [SOURCE_NS, *other_namespaces(sizes)]
-    run_parallel(
-        lambda ns: kube.create(NAMESPACES, None, {"metadata": {"name": ns}}),
-        namespaces,
-        bench.s.loader_threads,
-    )
+    run_parallel(lambda ns: cluster.create_namespace(kube, ns), namespaces, bench.s.loader_threads)
     kube.create(CONFIGMAPS, SOURCE_NS, source_body(sizes, "1"))
-    cluster.wait_api_quiet(kube)
+    wait_api_quiet(kube)
     watcher = Watcher(kube).start()
     try:
         rec["raw"] = _raw(bench, watcher, sizes, threads)
@@ -333,7 +247,7 @@ def run(bench: Bench, sizes: Sizes, impls: frozenset[str] = frozenset()) -> dict
     return rec
 
 
-def _raw(bench: Bench, watcher: Watcher, sizes: Sizes, threads: int) -> dict[str, Any]:
+def _raw(bench: Bench, watcher: Watcher, sizes: Options, threads: int) -> dict[str, Any]:
     kube = bench.kube
     pairs = layout(sizes, "raw")
     keys = _keys(pairs)
@@ -342,8 +256,8 @@ def _raw(bench: Bench, watcher: Watcher, sizes: Sizes, threads: int) -> dict[str
         lambda p: kube.create(CONFIGMAPS, p[0], raw_body(p[1], "1")), pairs, bench.s.loader_threads
     )
     watcher.wait_all(keys, 120)
-    cluster.wait_api_quiet(kube)
-    rec: dict[str, Any] = {"load": load()}
+    wait_api_quiet(kube)
+    rec: dict[str, Any] = {"load": load_average()}
     watcher.expect("2")
 
     def update(obj: dict[str, Any]) -> None:
@@ -353,7 +267,8 @@ def _raw(bench: Bench, watcher: Watcher, sizes: Sizes, threads: int) -> dict[str
         kube.update(CONFIGMAPS, meta["namespace"], meta["name"], body)
 
     log(f"S10 raw: updating {len(created)} ConfigMaps with {threads} threads")
-    share = cpu_share_of(bench, bench=os.getpid())
+    counter = Counter(kube).mark()
+    share = bench.cpu_share(bench=os.getpid())
     t0 = time.monotonic()
     run_parallel(update, created, threads)
     rec["complete"] = watcher.wait_all(keys, 300)
@@ -361,9 +276,11 @@ def _raw(bench: Bench, watcher: Watcher, sizes: Sizes, threads: int) -> dict[str
     last = watcher.last_seen(keys)
     rec["seconds"] = (last - t0) if last is not None else float("nan")
     rec["spread"] = watcher.spread(keys, t0)
+    rec["bench_requests"] = keyed(counter.own())
+    rec["modified_per_configmap"] = watcher.modified_histogram(keys)
     log(f"S10 raw: {len(keys)} ConfigMaps updated in {rec['seconds']:.2f} s")
     run_parallel(lambda p: kube.delete(CONFIGMAPS, p[0], p[1]), pairs, bench.s.loader_threads)
-    cluster.wait_api_quiet(kube)
+    wait_api_quiet(kube)
     return rec
 
 
@@ -373,7 +290,7 @@ def _converge(
     """Create the bundles of ``pairs`` and wait until every ConfigMap shows ``v: "1"``."""
     kube = bench.kube
     watcher.expect("1")
-    rec: dict[str, Any] = {"load_converge": load()}
+    rec: dict[str, Any] = {"load_converge": load_average()}
     t0 = time.monotonic()
     run_parallel(
         lambda p: kube.create(CONFIGBUNDLES, p[0], bundle_body(p[1])),
@@ -387,7 +304,7 @@ def _converge(
         "seconds": (last - t0) if last is not None else float("nan"),
     }
     log(f"S10 {name}: {len(keys)} bundles converged in {rec['converge']['seconds']:.2f} s")
-    cluster.wait_api_quiet(kube, quiet=3.0, timeout=180)
+    wait_api_quiet(kube, quiet=3.0, timeout=180)
     return rec
 
 
@@ -400,15 +317,13 @@ def _change(
     (``load``: the load average at its start).
     """
     kube = bench.kube
-    cluster.wait_api_quiet(kube)
-    load_change = load()
+    wait_api_quiet(kube)
+    load_change = load_average()
     watcher.expect("2")
-    counter = Counter(kube).mark()
-    codes0 = write_codes(kube)
-    share = cpu_share_of(bench, **{name: op.pid}, bench=os.getpid())
-    spy = None
-    if bench.s.profile is not None and name == "cbop":
-        spy = profiler(op.pid, bench.s.profile / f"cbop-s10-change-{op.pid}.collapsed")
+    counter = Counter(kube, codes=WRITTEN_CODES).mark()
+    share = bench.cpu_share(**{name: op.pid}, bench=os.getpid())
+    spy = bench.profile(op, f"cbop-s10-change-{op.pid}")
+    if spy.active:
         time.sleep(1.0)  # py-spy attaches
     log(f"S10 {name}: the source changes; {len(keys)} readers")
     t0 = time.monotonic()
@@ -416,12 +331,10 @@ def _change(
     complete = watcher.wait_all(keys, 600)
     shares = share.stop()
     last = watcher.last_seen(keys)
-    cluster.wait_api_quiet(kube)
-    if spy is not None:
-        spy.send_signal(signal.SIGINT)
-        spy.wait(30)
+    wait_api_quiet(kube)
+    spy.stop(30)
     api = counter.since()
-    codes = code_delta(write_codes(kube), codes0)
+    codes = counter.codes()
     rec: dict[str, Any] = {
         "load": load_change,
         "complete": complete,
@@ -430,17 +343,17 @@ def _change(
         "configmap_gets": api.get(("GET", "configmaps", ""), 0.0),
         "gets": {"|".join(k): v for k, v in api.items() if k[0] == "GET"},
         "configmap_writes": sum(
-            v for k, v in api.items() if k[0] in cluster.WRITE_VERBS and k[1] == "configmaps"
+            v for k, v in api.items() if k[0] in WRITE_VERBS and k[1] == "configmaps"
         ),
         "status_writes": sum(
             v
             for k, v in api.items()
-            if k[0] in cluster.WRITE_VERBS and k[1] == "configbundles" and k[2] == "status"
+            if k[0] in WRITE_VERBS and k[1] == "configbundles" and k[2] == "status"
         ),
         "writes_by_code": codes,
         "modified_per_configmap": watcher.modified_histogram(keys),
         "spread": watcher.spread(keys, t0),
-        "requests": {"|".join(k): v for k, v in sorted(api.items())},
+        "requests": keyed(api),
     }
     log(
         f"S10 {name}: all {len(keys)} ConfigMaps changed in {rec['seconds']:.2f} s; "
@@ -451,23 +364,13 @@ def _change(
     return rec
 
 
-def _peer(bench: Bench, watcher: Watcher, sizes: Sizes) -> dict[str, Any]:
+def _peer(bench: Bench, watcher: Watcher, sizes: Options) -> dict[str, Any]:
     """The Go peer on the same cluster: converge, one source change; then cleaned up."""
     kube = bench.kube
     pairs = layout(sizes, "p")
     keys = _keys(pairs)
-    op = Operator(
-        PEER,
-        bench.s.kubeconfig,
-        None,
-        workers=bench.s.workers,
-        resync=0.0,
-        log_path=bench.s.logs / "s10-controller-runtime.log",
-        extra_args=["--sources"],
-    )
-    bench.current = op
     try:
-        op.wait_ready()
+        op = bench.start(PEER, "s10-controller-runtime", extra_args=["--sources"])
         rec = _converge(bench, watcher, keys, pairs, PEER)
         rec["change"] = _change(bench, watcher, keys, PEER, op)
         # Back to the value the next operator converges on, then the peer's objects go.
@@ -481,52 +384,40 @@ def _peer(bench: Bench, watcher: Watcher, sizes: Sizes) -> dict[str, Any]:
         while kube.list(CONFIGBUNDLES, None)["items"] and time.monotonic() < deadline:
             time.sleep(1.0)
     finally:
-        op.stop()
-        bench.current = None
+        bench.stop()
 
     def gone(p: tuple[str, str]) -> None:
         with contextlib.suppress(ApiError):  # the garbage collector may be first
             kube.delete(CONFIGMAPS, p[0], p[1])
 
     run_parallel(gone, pairs, bench.s.loader_threads)
-    cluster.wait_api_quiet(kube)
+    wait_api_quiet(kube)
     return rec
 
 
-def _cbop(bench: Bench, watcher: Watcher, sizes: Sizes) -> dict[str, Any]:
+def _cbop(bench: Bench, watcher: Watcher, sizes: Options) -> dict[str, Any]:
     kube = bench.kube
     pairs = layout(sizes, "b")
     keys = _keys(pairs)
-    op = Operator(
-        "cbop",
-        bench.s.kubeconfig,
-        None,
-        workers=bench.s.workers,
-        resync=0.0,
-        log_path=bench.s.logs / "s10-cbop.log",
-        # Only ConfigBundles here (no ClusterConfigBundle CRD is installed).
-        extra_args=["--no-cluster-bundles"],
-    )
-    bench.revisions.add(cbop_revision())
-    bench.current = op
-    op.wait_ready()
+    # Only ConfigBundles here (no ClusterConfigBundle CRD is installed).
+    op = bench.start("cbop", "s10-cbop", extra_args=["--no-cluster-bundles"])
     rec: dict[str, Any] = _converge(bench, watcher, keys, pairs, "cbop")
-    rec["rss_mib"] = _steady_mib(bench, op)
+    rec["rss_mib"] = bench.steady(op)["steady_mib"]
     rec["change"] = _change(bench, watcher, keys, "cbop", op)
     rec["load_change"] = rec["change"]["load"]
 
     # Idle.
-    cluster.wait_api_quiet(kube)
+    wait_api_quiet(kube)
     counter = Counter(kube).mark()
     log(f"S10 idle {sizes.idle:.0f} s")
     time.sleep(sizes.idle)
-    idle = _writes(counter.since())
+    idle = writes_on(counter.since(), WRITTEN)
     rec["idle"] = {"seconds": sizes.idle, "writes": sum(idle.values()), "by_kind": idle}
     log(f"S10 idle: {rec['idle']['writes']:.0f} writes")
 
     # RSS with 10,000 ConfigMaps that are no sources.
     other = "s10-unlabelled"
-    kube.create(NAMESPACES, None, {"metadata": {"name": other}})
+    cluster.create_namespace(kube, other)
 
     def unlabelled(i: int) -> None:
         body = {
@@ -538,8 +429,8 @@ def _cbop(bench: Bench, watcher: Watcher, sizes: Sizes) -> dict[str, Any]:
     t = time.monotonic()
     run_parallel(unlabelled, list(range(sizes.unlabelled)), bench.s.loader_threads)
     log(f"S10: {sizes.unlabelled} unlabelled ConfigMaps in {time.monotonic() - t:.1f} s")
-    cluster.wait_api_quiet(kube, quiet=3.0, timeout=180)
-    rec["rss_unlabelled_mib"] = _steady_mib(bench, op)
+    wait_api_quiet(kube, quiet=3.0, timeout=180)
+    rec["rss_unlabelled_mib"] = bench.steady(op)["steady_mib"]
     rec["unlabelled"] = sizes.unlabelled
     log(
         f"S10 RSS: {rec['rss_mib']:.1f} MiB converged, {rec['rss_unlabelled_mib']:.1f} MiB "
@@ -548,88 +439,22 @@ def _cbop(bench: Bench, watcher: Watcher, sizes: Sizes) -> dict[str, Any]:
     return rec
 
 
-# ------------------------------------------------------------------------- report
+class Sources(Defaults):
+    """S10, once for the run, when cbop is among the implementations; the Go peer too
+    when it is."""
+
+    names = ("s10",)
+    defaults = Options()
+
+    def accepts(self, impl: str) -> bool:
+        return impl == "cbop"
+
+    def run(self, run_: Run, options: Options, impl: str | None) -> None:
+        log("=== S10: one source read by many bundles, against raw (and the Go peer)")
+        run_.results["s10"] = run(run_.bench, options, impls=frozenset(run_.impls))
+
+    def markdown(self, results: Mapping[str, Any]) -> list[str]:
+        return report.markdown(results)
 
 
-def _spread(phase: Mapping[str, Any]) -> str:
-    return " / ".join(f"{t:.2f}" for t in phase.get("spread") or ()) or "-"
-
-
-def _cpu(phase: Mapping[str, Any], name: str) -> str:
-    value = (phase.get("cpu_share") or {}).get(name)
-    return "-" if value is None else f"{value:.1f}"
-
-
-def _peer_rows(r: Mapping[str, Any]) -> list[str]:
-    """The Go peer's rows of the S10 table (none when it did not run)."""
-    p = r.get("peer")
-    if not p:
-        return []
-    change = p["change"]
-    per_cm = change["modified_per_configmap"]
-    ones = per_cm.get(1, per_cm.get("1", 0))
-    return [
-        f"| controller-runtime: source change to all {r['bundles']:,} ConfigMaps changed, s "
-        f"(load {change['load']}) | {change['seconds']:.2f} | |",
-        f"| first / median / last ConfigMap changed, s: controller-runtime | {_spread(change)} | |",
-        f"| controller-runtime / raw | {r['peer_ratio']:.2f}x | |",
-        f"| cbop / controller-runtime | {r['cbop_peer_ratio']:.2f}x | |",
-        f"| kube-apiserver CPU s / machine busy: controller-runtime change "
-        f"| {cpu_cell(change)} | |",
-        f"| CPU s of controller-runtime / of the bench's own client: change "
-        f"| {_cpu(change, PEER)} / {_cpu(change, 'bench')} | |",
-        f"| controller-runtime change: ConfigMap GETs / writes by answer / status writes "
-        f"| {change['configmap_gets']:.0f} / {code_cells(change, 'configmaps')} / "
-        f"{change['status_writes']:.0f} | |",
-        f"| controller-runtime change: ConfigMaps with exactly one MODIFIED event | {ones} | |",
-        f"| controller-runtime: {r['bundles']:,} bundles created to all ConfigMaps matching, s "
-        f"| {p['converge']['seconds']:.2f} | |",
-    ]
-
-
-def markdown(results: dict[str, Any]) -> str:
-    """The S10 section of the results file ("" when it did not run)."""
-    r = results.get("s10")
-    if not r:
-        return ""
-    raw, c = r["raw"], r["cbop"]
-    change = c["change"]
-    per_cm = change["modified_per_configmap"]
-    ones = per_cm.get(1, per_cm.get("1", 0))
-    lines = [
-        "",
-        f"### S10 one source read by {r['bundles']:,} ConfigBundles",
-        "",
-        f"Load average: raw {raw['load']}; cbop converge {c['load_converge']}; "
-        f"source change {c['load_change']}.",
-        "",
-        "| measure | value | goal |",
-        "|---|---:|---|",
-        f"| raw: {r['bundles']:,} ConfigMaps updated, {results['settings']['workers']} "
-        f"threads, s | {raw['seconds']:.2f} | floor |",
-        f"| cbop: source change to all {r['bundles']:,} ConfigMaps changed, s "
-        f"| {change['seconds']:.2f} | |",
-        f"| first / median / last ConfigMap changed, s: raw | {_spread(raw)} | |",
-        f"| first / median / last ConfigMap changed, s: source change | {_spread(change)} | |",
-        f"| cbop / raw | {r['ratio']:.2f}x | <= 1.2x: {goal_word(r['ratio'] <= 1.2)} |",
-        *_peer_rows(r),
-        f"| kube-apiserver CPU s / machine busy: raw | {cpu_cell(raw)} | |",
-        f"| kube-apiserver CPU s / machine busy: source change | {cpu_cell(change)} | |",
-        f"| CPU s of cbop / of the bench's own client: raw | - / {_cpu(raw, 'bench')} | |",
-        f"| CPU s of cbop / of the bench's own client: source change "
-        f"| {_cpu(change, 'cbop')} / {_cpu(change, 'bench')} | |",
-        f"| source change: ConfigMap GETs (apiserver_request_total) "
-        f"| {change['configmap_gets']:.0f} | 0: {goal_word(change['configmap_gets'] == 0)} |",
-        f"| source change: ConfigMap writes by answer | {code_cells(change, 'configmaps')} "
-        "| one per bundle |",
-        f"| source change: cbop's status writes | {change.get('status_writes', 0):.0f} | |",
-        f"| source change: ConfigMaps with exactly one MODIFIED event | {ones} "
-        f"| all: {goal_word(ones == r['bundles'])} |",
-        f"| cbop: {r['bundles']:,} bundles created to all ConfigMaps matching, s "
-        f"| {c['converge']['seconds']:.2f} | |",
-        f"| idle {c['idle']['seconds']:.0f} s: writes | {c['idle']['writes']:.0f} "
-        f"| 0: {goal_word(c['idle']['writes'] == 0)} |",
-        f"| steady RSS converged / with {c['unlabelled']:,} unlabelled ConfigMaps, MiB "
-        f"| {c['rss_mib']:.1f} / {c['rss_unlabelled_mib']:.1f} | flat |",
-    ]
-    return "\n".join(lines) + "\n"
+SOURCES = Sources()

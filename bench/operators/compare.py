@@ -1,0 +1,307 @@
+"""Before and after: the same workload through two versions of the harness, compared.
+
+``python -m bench.operators.compare run --before REV --plan full --runs 3`` extracts the
+tree at ``REV`` (``git archive``) into the cache, then runs each group of the plan
+``runs`` times with that tree's harness and with this one, alternating (before, after,
+before, ...), each run on a fresh control plane, the operators always from this
+checkout's ``src/``. It then prints the comparison (``report``). ``--plan small`` is the
+same workload at sizes that take minutes.
+
+``python -m bench.operators.compare report DIR`` compares the results files already in
+``DIR`` (``<group>-before-<i>.json``, ``<group>-after-<i>.json``):
+
+- **counts** that do not depend on the machine's load (converged objects, writes and
+  requests by verb and answer code on the operators' resources, MODIFIED events seen,
+  revisions and pins bytes): every run's value, before and after;
+- **timings** (seconds, CPU seconds, RSS): pooled over the runs (sums of seconds,
+  quantiles over all the latencies, means otherwise), after / before.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import subprocess
+import sys
+import tarfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from io import BytesIO
+from pathlib import Path
+from typing import Any
+
+from bench.operators import procs
+from bench.operators.cluster import REPO
+from bench.operators.harness import percentile
+from bench.operators.tables import table
+
+
+@dataclass(frozen=True)
+class Group:
+    """One workload, in the command line of the harness before and after."""
+
+    name: str
+    before: tuple[str, ...]
+    after: tuple[str, ...]
+
+
+def _same(name: str, *args: str) -> Group:
+    return Group(name, args, args)
+
+
+#: The full benchmark, S1-S11, at the sizes of the results in bench/README.md.
+FULL = (
+    _same("s1-s5", "--scenarios", "s1,s2,s3,s4,apf"),
+    _same("s6-s7", "--impls", "raw,cbop,controller-runtime", "--scenarios", "s6,s7"),
+    _same("s8", "--impls", "cbop", "--scenarios", "s8"),
+    _same("s9", "--impls", "raw,cbop", "--scenarios", "s9"),
+    _same("s10", "--impls", "raw,cbop,controller-runtime", "--scenarios", "s10"),
+    _same("s11", "--impls", "cbop", "--scenarios", "s11"),
+)
+IMPLS_SMALL = "raw,cbop,controller-runtime,kopf,cbop-qps20,controller-runtime-defaults"
+#: The same scenarios at sizes that take a few minutes each (counts, not timings).
+SMALL = (
+    Group(
+        "s1-s7",
+        (
+            *("--quick", "--impls", IMPLS_SMALL),
+            *("--scenarios", "s1,s2,s3,s4,s6,s7", "--idle", "20", "--unrelated", "500"),
+            *("--scale-n", "300"),
+        ),
+        (
+            *("--quick", "--impls", IMPLS_SMALL),
+            *("--scenarios", "s1,s2,s3,s4,s6,s7", "--set", "s2.idle=20"),
+            *("--set", "s1.unrelated=500", "--set", "s6.n=300"),
+        ),
+    ),
+    Group(
+        "s8-s11",
+        (
+            *("--quick", "--impls", "raw,cbop,controller-runtime"),
+            *("--scenarios", "s8,s9,s10,s11,apf", "--scale-n", "300", "--apf-workers", "4"),
+            *("--s9-namespaces", "50", "--s9-new", "5", "--s9-idle", "5"),
+            *("--s10-bundles", "100", "--s10-unlabelled", "500", "--s10-idle", "5"),
+            *("--s11-bundles", "100", "--s11-namespaces", "2", "--s11-changes", "2"),
+            *("--s11-idle", "5"),
+        ),
+        (
+            *("--quick", "--impls", "raw,cbop,controller-runtime"),
+            *("--scenarios", "s8,s9,s10,s11,apf", "--set", "s8.n=300", "--set", "apf.workers=4"),
+            *("--set", "s9.namespaces=50", "--set", "s9.new=5", "--set", "s9.idle=5"),
+            *("--set", "s10.bundles=100", "--set", "s10.unlabelled=500", "--set", "s10.idle=5"),
+            *("--set", "s11.bundles=100", "--set", "s11.namespaces=2"),
+            *("--set", "s11.changes=2", "--set", "s11.idle=5"),
+        ),
+    ),
+)
+PLANS = {"full": FULL, "small": SMALL}
+
+#: Fields that identify a record in a list of records.
+_IDENTITY = ("setup", "impl", "label", "n", "round", "workers")
+_MINE = r"(configbundles|configmaps|events|clusterconfigbundles)"
+#: Leaves that are counts, by path (a record in a list is ``key[identity]``).
+COUNTS = [
+    re.compile(p)
+    for p in (
+        rf"^s1\[.*\]\.(complete|converged|requests\.(?!WATCH)\w+\|{_MINE}\|.*|gets_by_client\..*)$",
+        r"^s2\[.*\]\.(healed|patches|n)$",
+        rf"^s3\[.*\]\.(writes|startup_writes|n|requests\.(?!WATCH)\w+\|{_MINE}\|.*)$",
+        r"^scale\[.*\]\.complete$",
+        r"^s8\[.*\]\.(complete|converged|namespaces|per_replica\.\d+\.(shards|bundles|configmaps))$",
+        rf"^s9\.(namespaces|raw\.(complete|converged)|(cbop|template|peer\.\w+)\.(complete|converged"
+        rf"|configmap_writes|stamp_writes|stamp_status_writes|status_writes|writes_by_code\..*"
+        rf"|modified_per_namespace\..*|requests\.(?!WATCH)\w+\|{_MINE}\|.*)"
+        r"|idle\.(writes|by_kind\..*)|new\.(count|served)|rss\.(restart_writes|served))$",
+        rf"^s10\.(bundles|raw\.complete|(peer|cbop)\.(converge\.complete|change\.(complete"
+        rf"|configmap_gets|configmap_writes|status_writes|writes_by_code\..*"
+        rf"|modified_per_configmap\..*|requests\.(?!WATCH)\w+\|{_MINE}\|.*))"
+        r"|cbop\.(idle\.(writes|by_kind\..*)|unlabelled))$",
+        r"^s11\.variants\.\w+\.(rounds\.\d+\.(complete|cbop\..*)|rollouts|census(_single)?\..*"
+        r"|idle_\w+\.cbop\..*|fresh\.writes\..*|single\.cbop\..*|converge\.complete"
+        r"|pins_after_rounds\.(entries|bytes|stale)\..*)$",
+        r"^apf\[.*\]\.(bundles|patches|complete|converged)$",
+    )
+]
+#: Leaves that are timings or sizes, pooled over the runs.
+TIMINGS = [
+    re.compile(p)
+    for p in (
+        r"^s1\[.*\]\.(seconds|p50|p99|cpu_seconds|peak_rss_mib)$",
+        r"^s2\[.*\]\.(p50|p99)$",
+        r"^s3\[.*\]\.cpu_seconds$",
+        r"^s4\[.*\]\.(steady_mib|peak_mib)$",
+        r"^scale\[.*\]\.(converge_seconds|new_bundle_ready_seconds|restart_to_quiet_seconds"
+        r"|steady_mib)$",
+        r"^s8\[.*\]\.(converge_seconds|cpu_seconds_total)$",
+        r"^s9\.((raw|cbop|template|peer\.\w+)\.(seconds|cpu_seconds)|new\.(p50|p99)"
+        r"|rss\.steady_mib)$",
+        r"^s10\.((raw|(peer|cbop)\.change|(peer|cbop)\.converge)\.seconds|cbop\.rss_mib)$",
+        r"^s11\.variants\.\w+\.(rounds\.\d+\.ready_seconds|rss\.steady_mib)$",
+        r"^apf\[.*\]\.(seconds|apf\.rejected)$",
+    )
+]
+
+
+def flatten(value: Any, path: str = "", *, lists: bool = False) -> Iterator[tuple[str, Any]]:
+    """``(path, leaf)`` of a results document; records in a list are ``key[identity]``
+    (their :data:`_IDENTITY` fields), other records ``key.<index>``; lists of values are
+    leaves only with ``lists``."""
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            yield from flatten(v, f"{path}.{k}" if path else str(k), lists=lists)
+    elif isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
+        for i, v in enumerate(value):
+            ident = [f"{k}={v[k]}" for k in _IDENTITY if k in v]
+            at = f"{path}[{','.join(ident)}]" if ident else f"{path}.{i}"
+            yield from flatten(v, at, lists=lists)
+    elif lists or not isinstance(value, list):
+        yield path, value
+
+
+def _pick(doc: Mapping[str, Any], patterns: Sequence[re.Pattern[str]]) -> dict[str, Any]:
+    return {p: v for p, v in flatten(doc) if any(r.match(p) for r in patterns)}
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.0f}" if value == int(value) else f"{value:,.3f}"
+    return str(value)
+
+
+def counts_table(
+    before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]]
+) -> list[str]:
+    """Every count of either side, each run's value; ``same`` when every run agrees."""
+    sides = [[_pick(d, COUNTS) for d in before], [_pick(d, COUNTS) for d in after]]
+    keys = sorted({k for side in sides for run in side for k in run})
+    rows = []
+    for key in keys:
+        b = [_cell(run.get(key, "-")) for run in sides[0]]
+        a = [_cell(run.get(key, "-")) for run in sides[1]]
+        verdict = "same" if len(set(a + b)) == 1 else "differs"
+        rows.append([key, " / ".join(b), " / ".join(a), verdict])
+    return table(["count", "before (each run)", "after (each run)", ""], rows, "lllc")
+
+
+def _pooled(key: str, docs: Sequence[Mapping[str, Any]], values: list[Any]) -> float | None:
+    nums = [float(v) for v in values if isinstance(v, int | float) and not math.isnan(v)]
+    if not nums:
+        return None
+    if key.endswith(("p50", "p99")) and key.startswith(("s1[", "s2[")):
+        latencies = [x for d in docs for x in _latencies(d, key)]
+        if latencies:
+            return percentile(latencies, 0.5 if key.endswith("p50") else 0.99)
+    if "seconds" in key.rsplit(".", 1)[-1]:
+        return sum(nums)
+    return sum(nums) / len(nums)
+
+
+def _latencies(doc: Mapping[str, Any], key: str) -> list[float]:
+    """The latencies recorded beside the quantile ``key``."""
+    want = key.rsplit(".", 1)[0] + ".latencies"
+    return [float(x) for path, value in flatten(doc, lists=True) if path == want for x in value]
+
+
+def timings_table(
+    before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]]
+) -> list[str]:
+    """Every timing pooled over each side's runs, and after / before."""
+    sides = [[_pick(d, TIMINGS) for d in before], [_pick(d, TIMINGS) for d in after]]
+    keys = sorted({k for side in sides for run in side for k in run})
+    rows = []
+    for key in keys:
+        b = _pooled(key, before, [run.get(key) for run in sides[0]])
+        a = _pooled(key, after, [run.get(key) for run in sides[1]])
+        ratio = f"{a / b:.2f}x" if a is not None and b else "-"
+        rows.append(
+            [key, _cell(b) if b is not None else "-", _cell(a) if a is not None else "-", ratio]
+        )
+    header = [
+        "timing (sums of seconds; pooled quantiles; means)",
+        "before",
+        "after",
+        "after / before",
+    ]
+    return table(header, rows)
+
+
+def report(directory: Path) -> str:
+    """The comparison of every group whose results are in ``directory``."""
+    out: list[str] = []
+    groups = sorted({p.name.split("-before-")[0] for p in directory.glob("*-before-*.json")})
+    for group in groups:
+        before = [
+            json.loads(p.read_text()) for p in sorted(directory.glob(f"{group}-before-*.json"))
+        ]
+        after = [json.loads(p.read_text()) for p in sorted(directory.glob(f"{group}-after-*.json"))]
+        out += [f"## {group}: {len(before)} runs before, {len(after)} after", ""]
+        out += [*counts_table(before, after), "", *timings_table(before, after), ""]
+    return "\n".join(out)
+
+
+def extract(rev: str) -> Path:
+    """The tree at ``rev``, extracted once into the bench's cache; return its path."""
+    sha = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", rev], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    where = procs.cache_dir() / "compare" / sha[:12]
+    if not (where / "bench" / "operators").exists():
+        tar = subprocess.run(
+            ["git", "-C", str(REPO), "archive", sha], capture_output=True, check=True
+        )
+        with tarfile.open(fileobj=BytesIO(tar.stdout)) as archive:
+            archive.extractall(where, filter="data")
+    return where
+
+
+def run(rev: str, plan: Sequence[Group], runs: int, out: Path) -> None:
+    """Each group ``runs`` times before and after, alternating; results into ``out``."""
+    old = extract(rev)
+    out.mkdir(parents=True, exist_ok=True)
+    for group in plan:
+        for i in range(1, runs + 1):
+            for side, tree, args in (("before", old, group.before), ("after", REPO, group.after)):
+                name = f"{group.name}-{side}-{i}"
+                if (out / f"{name}.json").exists():
+                    continue
+                cmd = [sys.executable, "-m", "bench.operators", *args, "--name", name]
+                print(f"compare: {name}: {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
+                with (out / f"{name}.log").open("wb") as log:
+                    subprocess.run(
+                        [*cmd, "--out", str(out)], cwd=tree, check=True, stdout=log, stderr=log
+                    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m bench.operators.compare", description=__doc__.split("\n")[0]
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="run the plan before and after, then report")
+    r.add_argument("--before", required=True, help="the commit whose harness is 'before'")
+    r.add_argument("--plan", choices=sorted(PLANS), default="full")
+    r.add_argument("--runs", type=int, default=3)
+    r.add_argument("--only", help="the plan's groups to run, comma-separated (default: all)")
+    r.add_argument("--out", type=Path, default=procs.cache_dir() / "compare" / "results")
+    rep = sub.add_parser("report", help="compare the results files in a directory")
+    rep.add_argument("directory", type=Path)
+    args = p.parse_args(argv)
+    if args.command == "run":
+        plan = PLANS[args.plan]
+        if args.only:
+            wanted = set(args.only.split(","))
+            unknown = wanted - {g.name for g in plan}
+            if unknown:
+                p.error(f"--only: no group {', '.join(sorted(unknown))} in plan {args.plan}")
+            plan = tuple(g for g in plan if g.name in wanted)
+        run(args.before, plan, args.runs, args.out)
+        print(report(args.out))
+    else:
+        print(report(args.directory))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
