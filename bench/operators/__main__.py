@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.operators import apiserver, cluster, procs, results, scenario
+from bench.operators import apiserver, cluster, pooling, procs, results, scenario
 from bench.operators.harness import Bench, Settings, log
 from bench.operators.registry import DEFAULT, SCENARIOS
 from cbop_testing.envtest import ControlPlane
@@ -54,6 +54,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--list", action="store_true", help="list the scenarios and their options")
     p.add_argument("--name", help="results file name without extension (default DATE-HOST)")
+    p.add_argument(
+        "--runs",
+        type=int,
+        default=1,
+        help="run it N times, each on a fresh control plane (<name>-run-<i>), then write "
+        "<name>-pooled.md: every run's counts and the timings pooled",
+    )
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--loader-threads", type=int, default=8)
     p.add_argument(
@@ -181,10 +188,23 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, interrupt)
     signal.signal(signal.SIGHUP, interrupt)
-    recorded = run(args)
-    path = results.write(recorded, args.out, SCENARIOS)
-    print(path.read_text())
-    print(f"\nwritten: {path}")
+    if args.runs == 1:
+        path = results.write(run(args), args.out, SCENARIOS)
+        print(path.read_text())
+        print(f"\nwritten: {path}")
+        return 0
+    base = args.name or datetime.date.today().isoformat() + "-" + "-".join(
+        args.scenarios.split(",")
+    )
+    recorded = []
+    for i in range(1, args.runs + 1):
+        args.name = f"{base}-run-{i}"
+        recorded.append(run(args))
+        print(f"written: {results.write(recorded[-1], args.out, SCENARIOS)}")
+    pooled = args.out / f"{base}-pooled.md"
+    pooled.write_text(f"# {base}: {args.runs} runs\n\n" + pooling.pooled(recorded))
+    print(pooled.read_text())
+    print(f"\nwritten: {pooled}")
     return 0
 
 

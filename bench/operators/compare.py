@@ -21,21 +21,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import re
 import subprocess
 import sys
 import tarfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from io import BytesIO
 from pathlib import Path
-from typing import Any
 
-from bench.operators import procs
+from bench.operators import pooling, procs
 from bench.operators.cluster import REPO
-from bench.operators.harness import percentile
-from bench.operators.tables import table
 
 
 @dataclass(frozen=True)
@@ -98,134 +93,6 @@ SMALL = (
 )
 PLANS = {"full": FULL, "small": SMALL}
 
-#: Fields that identify a record in a list of records.
-_IDENTITY = ("setup", "impl", "label", "n", "round", "workers")
-_MINE = r"(configbundles|configmaps|events|clusterconfigbundles)"
-#: Leaves that are counts, by path (a record in a list is ``key[identity]``).
-COUNTS = [
-    re.compile(p)
-    for p in (
-        rf"^s1\[.*\]\.(complete|converged|requests\.(?!WATCH)\w+\|{_MINE}\|.*|gets_by_client\..*)$",
-        r"^s2\[.*\]\.(healed|patches|n)$",
-        rf"^s3\[.*\]\.(writes|startup_writes|n|requests\.(?!WATCH)\w+\|{_MINE}\|.*)$",
-        r"^scale\[.*\]\.complete$",
-        r"^s8\[.*\]\.(complete|converged|namespaces|per_replica\.\d+\.(shards|bundles|configmaps))$",
-        rf"^s9\.(namespaces|raw\.(complete|converged)|(cbop|template|peer\.\w+)\.(complete|converged"
-        rf"|configmap_writes|stamp_writes|stamp_status_writes|status_writes|writes_by_code\..*"
-        rf"|modified_per_namespace\..*|requests\.(?!WATCH)\w+\|{_MINE}\|.*)"
-        r"|idle\.(writes|by_kind\..*)|new\.(count|served)|rss\.(restart_writes|served))$",
-        rf"^s10\.(bundles|raw\.complete|(peer|cbop)\.(converge\.complete|change\.(complete"
-        rf"|configmap_gets|configmap_writes|status_writes|writes_by_code\..*"
-        rf"|modified_per_configmap\..*|requests\.(?!WATCH)\w+\|{_MINE}\|.*))"
-        r"|cbop\.(idle\.(writes|by_kind\..*)|unlabelled))$",
-        r"^s11\.variants\.\w+\.(rounds\.\d+\.(complete|cbop\..*)|rollouts|census(_single)?\..*"
-        r"|idle_\w+\.cbop\..*|fresh\.writes\..*|single\.cbop\..*|converge\.complete"
-        r"|pins_after_rounds\.(entries|bytes|stale)\..*)$",
-        r"^apf\[.*\]\.(bundles|patches|complete|converged)$",
-    )
-]
-#: Leaves that are timings or sizes, pooled over the runs.
-TIMINGS = [
-    re.compile(p)
-    for p in (
-        r"^s1\[.*\]\.(seconds|p50|p99|cpu_seconds|peak_rss_mib)$",
-        r"^s2\[.*\]\.(p50|p99)$",
-        r"^s3\[.*\]\.cpu_seconds$",
-        r"^s4\[.*\]\.(steady_mib|peak_mib)$",
-        r"^scale\[.*\]\.(converge_seconds|new_bundle_ready_seconds|restart_to_quiet_seconds"
-        r"|steady_mib)$",
-        r"^s8\[.*\]\.(converge_seconds|cpu_seconds_total)$",
-        r"^s9\.((raw|cbop|template|peer\.\w+)\.(seconds|cpu_seconds)|new\.(p50|p99)"
-        r"|rss\.steady_mib)$",
-        r"^s10\.((raw|(peer|cbop)\.change|(peer|cbop)\.converge)\.seconds|cbop\.rss_mib)$",
-        r"^s11\.variants\.\w+\.(rounds\.\d+\.ready_seconds|rss\.steady_mib)$",
-        r"^apf\[.*\]\.(seconds|apf\.rejected)$",
-    )
-]
-
-
-def flatten(value: Any, path: str = "", *, lists: bool = False) -> Iterator[tuple[str, Any]]:
-    """``(path, leaf)`` of a results document; records in a list are ``key[identity]``
-    (their :data:`_IDENTITY` fields), other records ``key.<index>``; lists of values are
-    leaves only with ``lists``."""
-    if isinstance(value, Mapping):
-        for k, v in value.items():
-            yield from flatten(v, f"{path}.{k}" if path else str(k), lists=lists)
-    elif isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
-        for i, v in enumerate(value):
-            ident = [f"{k}={v[k]}" for k in _IDENTITY if k in v]
-            at = f"{path}[{','.join(ident)}]" if ident else f"{path}.{i}"
-            yield from flatten(v, at, lists=lists)
-    elif lists or not isinstance(value, list):
-        yield path, value
-
-
-def _pick(doc: Mapping[str, Any], patterns: Sequence[re.Pattern[str]]) -> dict[str, Any]:
-    return {p: v for p, v in flatten(doc) if any(r.match(p) for r in patterns)}
-
-
-def _cell(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:,.0f}" if value == int(value) else f"{value:,.3f}"
-    return str(value)
-
-
-def counts_table(
-    before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]]
-) -> list[str]:
-    """Every count of either side, each run's value; ``same`` when every run agrees."""
-    sides = [[_pick(d, COUNTS) for d in before], [_pick(d, COUNTS) for d in after]]
-    keys = sorted({k for side in sides for run in side for k in run})
-    rows = []
-    for key in keys:
-        b = [_cell(run.get(key, "-")) for run in sides[0]]
-        a = [_cell(run.get(key, "-")) for run in sides[1]]
-        verdict = "same" if len(set(a + b)) == 1 else "differs"
-        rows.append([key, " / ".join(b), " / ".join(a), verdict])
-    return table(["count", "before (each run)", "after (each run)", ""], rows, "lllc")
-
-
-def _pooled(key: str, docs: Sequence[Mapping[str, Any]], values: list[Any]) -> float | None:
-    nums = [float(v) for v in values if isinstance(v, int | float) and not math.isnan(v)]
-    if not nums:
-        return None
-    if key.endswith(("p50", "p99")) and key.startswith(("s1[", "s2[")):
-        latencies = [x for d in docs for x in _latencies(d, key)]
-        if latencies:
-            return percentile(latencies, 0.5 if key.endswith("p50") else 0.99)
-    if "seconds" in key.rsplit(".", 1)[-1]:
-        return sum(nums)
-    return sum(nums) / len(nums)
-
-
-def _latencies(doc: Mapping[str, Any], key: str) -> list[float]:
-    """The latencies recorded beside the quantile ``key``."""
-    want = key.rsplit(".", 1)[0] + ".latencies"
-    return [float(x) for path, value in flatten(doc, lists=True) if path == want for x in value]
-
-
-def timings_table(
-    before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]]
-) -> list[str]:
-    """Every timing pooled over each side's runs, and after / before."""
-    sides = [[_pick(d, TIMINGS) for d in before], [_pick(d, TIMINGS) for d in after]]
-    keys = sorted({k for side in sides for run in side for k in run})
-    rows = []
-    for key in keys:
-        b = _pooled(key, before, [run.get(key) for run in sides[0]])
-        a = _pooled(key, after, [run.get(key) for run in sides[1]])
-        ratio = f"{a / b:.2f}x" if a is not None and b else "-"
-        rows.append(
-            [key, _cell(b) if b is not None else "-", _cell(a) if a is not None else "-", ratio]
-        )
-    header = [
-        "timing (sums of seconds; pooled quantiles; means)",
-        "before",
-        "after",
-        "after / before",
-    ]
-    return table(header, rows)
-
 
 def report(directory: Path) -> str:
     """The comparison of every group whose results are in ``directory``."""
@@ -237,7 +104,8 @@ def report(directory: Path) -> str:
         ]
         after = [json.loads(p.read_text()) for p in sorted(directory.glob(f"{group}-after-*.json"))]
         out += [f"## {group}: {len(before)} runs before, {len(after)} after", ""]
-        out += [*counts_table(before, after), "", *timings_table(before, after), ""]
+        sides = {"before": before, "after": after}
+        out += [*pooling.counts_table(sides), "", *pooling.timings_table(sides), ""]
     return "\n".join(out)
 
 

@@ -10,7 +10,7 @@ import dataclasses
 import typing
 
 import pytest
-from bench.operators import compare, scenario
+from bench.operators import pooling, scenario
 from bench.operators.registry import DEFAULT, SCENARIOS
 from bench.operators.scenarios.burst import BURST
 from bench.operators.scenarios.clusterbundles import CLUSTER_BUNDLES
@@ -72,7 +72,7 @@ def test_flatten_keys_records_by_identity() -> None:
         "s1": [{"impl": "cbop", "n": 100, "converged": 100, "latencies": [0.1, 0.2]}],
         "s9": {"template": {"modified_per_namespace": {"1": 50}}},
     }
-    assert dict(compare.flatten(doc)) == {
+    assert dict(pooling.flatten(doc)) == {
         "s1[impl=cbop,n=100].impl": "cbop",
         "s1[impl=cbop,n=100].n": 100,
         "s1[impl=cbop,n=100].converged": 100,
@@ -85,12 +85,19 @@ def test_counts_table_tells_equal_counts_from_different_ones() -> None:
         requests = {"POST|configmaps|": writes, "WATCH|configmaps|": 3.0, "PUT|leases|": 9.0}
         return {"s1": [{"impl": "cbop", "n": 100, "requests": requests, "seconds": seconds}]}
 
-    lines = compare.counts_table([doc(100, 1.0)], [doc(100, 2.0), doc(101, 1.5)])
+    lines = pooling.counts_table(
+        {"before": [doc(100, 1.0)], "after": [doc(100, 2.0), doc(101, 1.5)]}
+    )
     rows = {line.split(" | ")[0].removeprefix("| "): line for line in lines[2:]}
     # Watches and other resources' requests depend on time, not on the harness.
     assert set(rows) == {"s1[impl=cbop,n=100].requests.POST|configmaps|"}
     assert rows["s1[impl=cbop,n=100].requests.POST|configmaps|"].endswith("| differs |")
-    same = compare.counts_table([doc(100, 1.0)], [doc(100, 2.0)])
+    same = pooling.counts_table({"before": [doc(100, 1.0)], "after": [doc(100, 2.0)]})
     assert same[2].endswith("| same |")
-    timings = compare.timings_table([doc(100, 1.0)], [doc(100, 2.0), doc(100, 1.5)])
+    sides = {"before": [doc(100, 1.0)], "after": [doc(100, 2.0), doc(100, 1.5)]}
+    timings = pooling.timings_table(sides)
+    assert timings[0].endswith("| before | after | after / before |")
     assert timings[2] == "| s1[impl=cbop,n=100].seconds | 1 | 3.500 | 3.50x |"
+    runs = pooling.pooled([doc(100, 1.0), doc(101, 2.0)])
+    assert "| s1[impl=cbop,n=100].requests.POST|configmaps| | 100 / 101 | differs |" in runs
+    assert "| s1[impl=cbop,n=100].seconds | 3 |" in runs
