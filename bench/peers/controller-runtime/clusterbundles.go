@@ -93,15 +93,8 @@ func desired(b *ClusterConfigBundle, namespace string) *corev1.ConfigMap {
 }
 
 // selects reports whether the namespace is selected (and not being deleted).
-func selects(b *ClusterConfigBundle, ns *corev1.Namespace) (bool, error) {
-	if !ns.DeletionTimestamp.IsZero() {
-		return false, nil
-	}
-	sel, err := metav1.LabelSelectorAsSelector(&b.Spec.NamespaceSelector)
-	if err != nil {
-		return false, err
-	}
-	return sel.Matches(labels.Set(ns.Labels)), nil
+func selects(sel labels.Selector, ns *corev1.Namespace) bool {
+	return ns.DeletionTimestamp.IsZero() && sel.Matches(labels.Set(ns.Labels))
 }
 
 // current reports whether cm already carries what want says, so nothing is written.
@@ -167,19 +160,20 @@ func (d *Distributor) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Res
 	if !b.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
 	}
+	sel, err := metav1.LabelSelectorAsSelector(&b.Spec.NamespaceSelector)
+	if err != nil {
+		return ctrl.Result{}, nil // an invalid selector selects nothing
+	}
 	var ns corev1.Namespace
 	selected := false
 	if err := d.Get(ctx, types.NamespacedName{Name: req.Namespace}, &ns); err == nil {
-		var serr error
-		if selected, serr = selects(&b, &ns); serr != nil {
-			return ctrl.Result{}, nil // an invalid selector selects nothing
-		}
+		selected = selects(sel, &ns)
 	} else if !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, err
 	}
 	want := desired(&b, req.Namespace)
 	var cm corev1.ConfigMap
-	err := d.Get(ctx, client.ObjectKeyFromObject(want), &cm)
+	err = d.Get(ctx, client.ObjectKeyFromObject(want), &cm)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, err
 	}
@@ -306,9 +300,13 @@ func (s *StatusWriter) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Re
 	want := contentHash(b.Spec.Template.Data, b.Spec.Template.BinaryData)
 	name := clusterConfigMapName(&b)
 	counts := NamespaceCounts{}
+	sel, err := metav1.LabelSelectorAsSelector(&b.Spec.NamespaceSelector)
+	if err != nil {
+		sel = labels.Nothing()
+	}
 	for i := range namespaces.Items {
 		ns := &namespaces.Items[i]
-		if ok, err := selects(&b, ns); err != nil || !ok {
+		if !selects(sel, ns) {
 			continue
 		}
 		counts.Selected++
