@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import tarfile
@@ -35,10 +36,11 @@ from bench.operators.cluster import REPO
 
 @dataclass(frozen=True)
 class Group:
-    """One workload, in the command line of the harness before and after."""
+    """One workload, in the command line of the harness before and after (``before``
+    None: the harness before cannot run it)."""
 
     name: str
-    before: tuple[str, ...]
+    before: tuple[str, ...] | None
     after: tuple[str, ...]
 
 
@@ -50,7 +52,9 @@ def _same(name: str, *args: str) -> Group:
 FULL = (
     _same("s1-s5", "--scenarios", "s1,s2,s3,s4,apf"),
     _same("s6-s7", "--impls", "raw,cbop,controller-runtime", "--scenarios", "s6,s7"),
-    _same("s8", "--impls", "cbop", "--scenarios", "s8"),
+    # S8 at 4d36db5 never starts: its cbop waits for the ClusterConfigBundle CRD, which
+    # S8 does not install (this harness runs it with --no-cluster-bundles).
+    Group("s8", None, ("--impls", "cbop", "--scenarios", "s8")),
     _same("s9", "--impls", "raw,cbop", "--scenarios", "s9"),
     _same("s10", "--impls", "raw,cbop,controller-runtime", "--scenarios", "s10"),
     _same("s11", "--impls", "cbop", "--scenarios", "s11"),
@@ -71,11 +75,12 @@ SMALL = (
             *("--set", "s1.unrelated=500", "--set", "s6.n=300"),
         ),
     ),
+    Group("s8", None, ("--impls", "cbop", "--scenarios", "s8", "--set", "s8.n=300")),
     Group(
-        "s8-s11",
+        "s9-s11",
         (
             *("--quick", "--impls", "raw,cbop,controller-runtime"),
-            *("--scenarios", "s8,s9,s10,s11,apf", "--scale-n", "300", "--apf-workers", "4"),
+            *("--scenarios", "s9,s10,s11,apf", "--apf-workers", "4"),
             *("--s9-namespaces", "50", "--s9-new", "5", "--s9-idle", "5"),
             *("--s10-bundles", "100", "--s10-unlabelled", "500", "--s10-idle", "5"),
             *("--s11-bundles", "100", "--s11-namespaces", "2", "--s11-changes", "2"),
@@ -83,7 +88,7 @@ SMALL = (
         ),
         (
             *("--quick", "--impls", "raw,cbop,controller-runtime"),
-            *("--scenarios", "s8,s9,s10,s11,apf", "--set", "s8.n=300", "--set", "apf.workers=4"),
+            *("--scenarios", "s9,s10,s11,apf", "--set", "apf.workers=4"),
             *("--set", "s9.namespaces=50", "--set", "s9.new=5", "--set", "s9.idle=5"),
             *("--set", "s10.bundles=100", "--set", "s10.unlabelled=500", "--set", "s10.idle=5"),
             *("--set", "s11.bundles=100", "--set", "s11.namespaces=2"),
@@ -97,7 +102,9 @@ PLANS = {"full": FULL, "small": SMALL}
 def report(directory: Path) -> str:
     """The comparison of every group whose results are in ``directory``."""
     out: list[str] = []
-    groups = sorted({p.name.split("-before-")[0] for p in directory.glob("*-before-*.json")})
+    groups = sorted(
+        {re.sub(r"-(before|after)-\d+$", "", p.stem) for p in directory.glob("*-*-[0-9]*.json")}
+    )
     for group in groups:
         before = [
             json.loads(p.read_text()) for p in sorted(directory.glob(f"{group}-before-*.json"))
@@ -125,21 +132,26 @@ def extract(rev: str) -> Path:
 
 
 def run(rev: str, plan: Sequence[Group], runs: int, out: Path) -> None:
-    """Each group ``runs`` times before and after, alternating; results into ``out``."""
+    """Each group ``runs`` times before and after, alternating; results into ``out``.
+
+    A run whose results are there already is not made again; a run that fails is
+    reported and left out."""
     old = extract(rev)
     out.mkdir(parents=True, exist_ok=True)
     for group in plan:
         for i in range(1, runs + 1):
             for side, tree, args in (("before", old, group.before), ("after", REPO, group.after)):
                 name = f"{group.name}-{side}-{i}"
-                if (out / f"{name}.json").exists():
+                if args is None or (out / f"{name}.json").exists():
                     continue
                 cmd = [sys.executable, "-m", "bench.operators", *args, "--name", name]
                 print(f"compare: {name}: {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
                 with (out / f"{name}.log").open("wb") as log:
-                    subprocess.run(
-                        [*cmd, "--out", str(out)], cwd=tree, check=True, stdout=log, stderr=log
+                    done = subprocess.run(
+                        [*cmd, "--out", str(out)], cwd=tree, check=False, stdout=log, stderr=log
                     )
+                if done.returncode:
+                    print(f"compare: {name} failed ({done.returncode}); see {name}.log")
 
 
 def main(argv: list[str] | None = None) -> int:

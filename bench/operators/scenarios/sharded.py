@@ -4,6 +4,7 @@ For each setup, in one run on one control plane (``ShardedListAndWatch`` on, as
 envtest runs it by default):
 
 - ``single``: one ``cbop --leader-elect`` process (today's single leader);
+  every cbop runs ``--no-cluster-bundles`` (no ClusterConfigBundle CRD is installed);
 - ``shards=3 x1``, ``x2``, ``x3``: that many ``cbop --leader-elect --shards=3`` processes
   (one group; each replica takes its share of the three shards).
 
@@ -155,6 +156,8 @@ def measure(
                     f"s8-{tag}-{n}-{r}",
                     extra_args=(
                         *flags,
+                        # ConfigBundles only: no ClusterConfigBundle CRD is installed.
+                        "--no-cluster-bundles",
                         "--leader-election-namespace=default",
                         f"--leader-election-id={group}",
                         *TIMINGS,
