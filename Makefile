@@ -148,10 +148,10 @@ clean: ## remove .venv and the build and tool caches
 
 # Operator benchmark (bench/README.md, "Operators"): cbop against the raw API floor,
 # controller-runtime and kopf on a fresh local control plane. Not part of `make test`.
-# The full run takes 40-60 minutes and updates bench/results/ and bench/README.md.
+# The full run takes 40-60 minutes and writes its results files into bench/results/.
 BENCH_ARGS ?=
-bench: venv binaries ## operator benchmark, 40-60 min; updates bench/README.md
-	$(PY) -m bench.operators --update-readme $(BENCH_ARGS)
+bench: venv binaries ## operator benchmark, 40-60 min; results into bench/results/
+	$(PY) -m bench.operators $(BENCH_ARGS)
 
 .PHONY: bench-quick
 bench-quick: venv binaries ## short operator benchmark into $TMPDIR/cbop-bench
