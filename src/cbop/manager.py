@@ -107,7 +107,7 @@ class Options:
             changes); False: the plain rate-limiting queue.
         identity: this candidate's identity (default: hostname plus a random suffix).
         events: which Events are written (``notable``, ``all``, ``none``; see
-            :class:`cbop.configbundle.EventRecorder`).
+            :class:`cbop.runtime.events.EventRecorder`).
         settings: the controllers' flag values by :attr:`cbop.runtime.definition.Flag.dest`
             (``{"rollout": True}``); missing ones take their defaults.
         shards: shards the bundles are spread over by namespace (``--shards``); 1: the

@@ -1,8 +1,9 @@
-"""pyproject.toml's layers contract places every top-level module of cbop.
+"""pyproject.toml's layers contract, and the README's table of them, name every top-level module.
 
 A module the contract does not name may import anything and be imported from anywhere:
 import-linter checks only the modules it lists. So the outermost contract (the one
-without ``containers``) must list each package and module directly under ``cbop``.
+without ``containers``) must list each package and module directly under ``cbop``, and
+the README's "How it is built" says what each one owns.
 """
 
 from __future__ import annotations
@@ -44,3 +45,11 @@ def test_every_top_level_module_is_in_one_layer() -> None:
     modules = _top_level_modules()
     assert modules - set(named) == set(), "not in the layers contract of pyproject.toml"
     assert set(named) - modules == set(), "in the layers contract, but not in src/cbop"
+
+
+def test_the_readme_table_of_layers_names_every_top_level_module() -> None:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = text.split("## How it is built", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `cbop")]
+    named = {name for row in rows for name in re.findall(r"`(cbop\.\w+)`", row)}
+    assert named == _top_level_modules()

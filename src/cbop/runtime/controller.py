@@ -116,7 +116,7 @@ class Controller:
         unchanged updates go in at low priority (see :mod:`cbop.runtime.handlers`),
         except listed objects that ``converged`` (when given) says are not. Events the
         ``predicates`` refuse enqueue nothing. The controller's caches are the informers
-        it watches: it starts once they all synced (:meth:`cache_synced`).
+        it watches: its scope starts it once they all synced (:meth:`cbop.runtime.Scope.start`).
         """
         informer.add_event_handler(
             EnqueueHandler(
