@@ -3,7 +3,8 @@
 A module the contract does not name may import anything and be imported from anywhere:
 import-linter checks only the modules it lists. So the outermost contract (the one
 without ``containers``) must list each package and module directly under ``cbop``, and
-the README's "How it is built" says what each one owns.
+the README's "How it is built" says what each one owns. Every controller package of
+the registry is in the ``independence`` contract, and in one layer with the others.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import cbop
+from cbop.controllers import CONTROLLERS
 
 REPO = Path(__file__).resolve().parents[2]
 #: Entry points, never imported by another module.
@@ -53,3 +55,14 @@ def test_the_readme_table_of_layers_names_every_top_level_module() -> None:
     rows = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `cbop")]
     named = {name for row in rows for name in re.findall(r"`(cbop\.\w+)`", row)}
     assert named == _top_level_modules()
+
+
+def test_every_registered_controller_package_is_an_independent_peer() -> None:
+    config: dict[str, Any] = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    (contract,) = (
+        c for c in config["tool"]["importlinter"]["contracts"] if c["type"] == "independence"
+    )
+    registered = {".".join(d.install.__module__.split(".")[:2]) for d in CONTROLLERS}
+    assert set(contract["modules"]) == registered
+    layers = [{n.strip() for n in re.split(r"[|:]", layer)} for layer in _outer_layers()]
+    assert any(registered <= layer for layer in layers), "not all in one layer"
