@@ -22,11 +22,14 @@ from cbop.kube import CONFIGMAPS, NAMESPACES, ApiError, KubeClient, Resource
 from cbop.rollout import ANNOTATION_CONFIG_HASH
 
 from .harness import wait_for
-from .pinpolicy import BINDINGS, PODS, POLICIES, POLICY_FILE
+from .pinpolicy import BINDINGS, LEGACY_POLICY_FILE, PODS, POLICIES, POLICY_FILE
 
 
 def _policy_docs() -> list[dict[str, Any]]:
-    return list(yaml.safe_load_all(POLICY_FILE.read_text()))
+    return [
+        *yaml.safe_load_all(LEGACY_POLICY_FILE.read_text()),
+        *yaml.safe_load_all(POLICY_FILE.read_text()),
+    ]
 
 
 def _resource(doc: Mapping[str, Any]) -> Resource:
