@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from cbop.revisions.legacy import (
     LEGACY_DIGEST_ANNOTATION,
@@ -37,7 +35,6 @@ from cbop.revisions.model import (
 )
 from cbop.rollout import ANNOTATION_CONFIG_HASH
 
-POLICY_FILE = Path(__file__).resolve().parents[2] / "manifests/revisions/pin_pods.yaml"
 A = "web-conf-0123456789"
 B = "other-abcdef0123"
 
@@ -76,19 +73,6 @@ def test_a_valid_pair_is_the_plain_name_a_dash_and_ten_hex_digits() -> None:
     assert valid_pair("web-conf", A)
     assert not valid_pair("", "-0123456789")
     assert not valid_pair("web", A)  # web-conf-... is not web-<10 hex>
-
-
-def test_the_shipped_policy_checks_what_the_parse_checks() -> None:
-    policy = next(yaml.safe_load_all(POLICY_FILE.read_text()))
-    text = yaml.safe_dump(policy)
-    assert ANNOTATION_REVISIONS in text
-    selector = policy["spec"]["matchConstraints"]["objectSelector"]["matchLabels"]
-    assert selector == {LABEL_PINNED: "true"}
-    assert "paramKind" not in policy["spec"]
-    pins = next(v for v in policy["spec"]["variables"] if v["name"] == "pins")["expression"]
-    assert "'^[0-9a-f]{10}$'" in pins
-    pairs = next(v for v in policy["spec"]["variables"] if v["name"] == "pairs")["expression"]
-    assert "split(',')" in pairs
 
 
 def _workload(annotations: dict[str, str] | None = None) -> dict[str, Any]:

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Mapping, Sequence
+from types import EllipsisType
 from typing import Any, Literal
 
 from cbop.api import CONDITION_READY, Reason
+from cbop.revisions.model import CONDITION_PINNED, PinnedReason, PinnedVerdict
 
 JSON = dict[str, Any]
 #: The status fields that tell where a composed content came from (docs/sources.md).
@@ -31,7 +33,7 @@ def set_condition(
     *,
     type_: str,
     status: ConditionStatus,
-    reason: Reason,
+    reason: Reason | PinnedReason,
     message: str,
     observed_generation: int | None,
     now: datetime.datetime,
@@ -62,7 +64,7 @@ def set_condition(
 def _condition(  # noqa: PLR0917 - a private constructor of one dict
     type_: str,
     status: ConditionStatus,
-    reason: Reason,
+    reason: Reason | PinnedReason,
     message: str,
     observed_generation: int | None,
     transition: str,
@@ -90,6 +92,7 @@ def compute_status(
     key_count: int | None,
     now: datetime.datetime,
     provenance: Mapping[str, Any] | None = None,
+    pinned: PinnedVerdict | EllipsisType | None = ...,
 ) -> JSON:
     """Return the full ``status`` for ``bundle`` after a reconcile.
 
@@ -106,6 +109,8 @@ def compute_status(
             ``keySourcesOmitted``; ``{}`` for a bundle without sources), replacing those
             of the current status; None keeps the current ones (the content was not
             composed this time: a source failed, the bundle is suspended).
+        pinned: the ``Pinned`` condition (``spec.revisions``, docs/revisions.md), None
+            to remove it, ``...`` to keep it as it is.
 
     Returns:
         A dict with ``observedGeneration``, ``conditions`` and, when known,
@@ -138,6 +143,20 @@ def compute_status(
         observed_generation=generation,
         now=now,
     )
+    if pinned is None:
+        status["conditions"] = [
+            c for c in status["conditions"] if c.get("type") != CONDITION_PINNED
+        ]
+    elif not isinstance(pinned, EllipsisType):
+        status["conditions"] = set_condition(
+            status["conditions"],
+            type_=CONDITION_PINNED,
+            status=pinned.status,
+            reason=pinned.reason,
+            message=pinned.message,
+            observed_generation=generation,
+            now=now,
+        )
     return status
 
 
