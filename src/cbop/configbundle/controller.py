@@ -47,8 +47,9 @@ from cbop.informers import (
     index_by_controller_uid,
 )
 from cbop.keys import CONFIGMAP_NAME_INDEX, CONTROLLER_UID_INDEX, key_of, object_key
-from cbop.kube import CONFIGBUNDLES, CONFIGMAPS
+from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, PODS
 from cbop.metrics.controller import BundleReadinessCollector, ConfigMapWriteMetrics
+from cbop.metrics.revisions import RevisionCollector
 from cbop.revisions.bundle import DEFAULT_GRACE
 from cbop.revisions.caches import (
     HISTORY,
@@ -60,8 +61,10 @@ from cbop.revisions.caches import (
     bundles_of_legacy_pins,
     bundles_of_reader,
     bundles_of_template,
+    count_unpinned,
     history_listers,
     index_by_revision_of,
+    legacy_namespaces,
     revision_owners,
 )
 from cbop.revisions.model import PINNED_SELECTOR
@@ -324,11 +327,22 @@ def reconcile_all(
 def install(context: Context) -> SetupFunc:
     """Install the ConfigBundle controller in a process; return its per-scope setup.
 
-    Registers ``cbop_configmap_writes_total``, ``cbop_drift_corrections_total`` and
-    ``cbop_configbundles{ready}`` (read from every scope's cache at scrape time).
+    Registers ``cbop_configmap_writes_total``, ``cbop_drift_corrections_total``,
+    ``cbop_configbundles{ready}``, ``cbop_revision_pods_unpinned`` and
+    ``cbop_revision_legacy_pins_namespaces`` (the last three read from every scope's
+    cache at scrape time).
     """
     observer = ConfigMapWriteMetrics(context.registry)
     context.registry.register(BundleReadinessCollector(lambda: context.cached(CONFIGBUNDLES)))
+    context.registry.register(
+        RevisionCollector(
+            lambda: count_unpinned(context.cached(PODS)),
+            lambda: legacy_namespaces(
+                context.cached(CONFIGMAPS),
+                [(r.kind, w) for r in WORKLOADS for w in context.cached(r)],
+            ),
+        )
+    )
 
     # One check of the pin policy per process, made with the client of the first scope
     # set up: it only reads.

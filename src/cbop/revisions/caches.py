@@ -18,7 +18,7 @@ concerned. Lookups only: no API call.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -35,12 +35,18 @@ from cbop.kube import (
     STATEFULSETS,
     Resource,
 )
-from cbop.revisions.legacy import LEGACY_DIGEST_ANNOTATION, PARAMS_NAME, legacy_named
+from cbop.revisions.legacy import (
+    LEGACY_DIGEST_ANNOTATION,
+    PARAMS_NAME,
+    legacy_in_use,
+    legacy_named,
+)
 from cbop.revisions.model import (
     ANNOTATION_REVISIONS,
     PINNED_SELECTOR,
     configmap_references,
     mapping_of,
+    pod_unpinned,
     template_metadata,
 )
 from cbop.revisions.objects import ownerless_revision
@@ -60,11 +66,13 @@ __all__ = [
     "bundles_of_legacy_pins",
     "bundles_of_reader",
     "bundles_of_template",
+    "count_unpinned",
     "history_listers",
     "index_by_plain",
     "index_by_reads",
     "index_by_revision",
     "index_by_revision_of",
+    "legacy_namespaces",
     "revision_owners",
     "strip_history",
     "strip_pod",
@@ -406,6 +414,47 @@ def bundles_of_reader(bundles: Lister) -> Callable[[Mapping[str, Any]], list[str
         return sorted(keys)
 
     return map_workload
+
+
+def count_unpinned(pods: Iterable[Mapping[str, Any]]) -> int:
+    """Return how many of ``pods`` (a pinned-pod cache's) read a plain ConfigMap they pin.
+
+    Pods being deleted are left out.
+    """
+    return sum(
+        1
+        for pod in pods
+        if not (pod.get("metadata") or {}).get("deletionTimestamp") and pod_unpinned(pod)
+    )
+
+
+def legacy_namespaces(
+    configmaps: Iterable[Mapping[str, Any]],
+    workloads: Iterable[tuple[str, Mapping[str, Any]]],
+) -> int:
+    """Return the namespaces where something still relies on 0.2.0's pins.
+
+    Args:
+        configmaps: the managed ConfigMaps (0.2.0's pins and the revisions among them).
+        workloads: ``(kind, workload)`` of the opted-in workloads.
+    """
+    params: dict[str, Mapping[str, Any]] = {}
+    revisions: dict[str, list[Mapping[str, Any]]] = {}
+    for cm in configmaps:
+        meta = cm.get("metadata") or {}
+        namespace = str(meta.get("namespace") or "")
+        if meta.get("name") == PARAMS_NAME:
+            params[namespace] = cm
+        elif LABEL_REVISION_OF in (meta.get("labels") or {}):
+            revisions.setdefault(namespace, []).append(cm)
+    by_namespace: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
+    for kind, workload in workloads:
+        by_namespace.setdefault(_namespace(workload), []).append((kind, workload))
+    return sum(
+        1
+        for namespace, pins in params.items()
+        if legacy_in_use(pins, revisions.get(namespace, ()), by_namespace.get(namespace, ()))
+    )
 
 
 def bundles_of_legacy_pins(configmaps: Lister) -> Callable[[Mapping[str, Any]], list[str]]:
