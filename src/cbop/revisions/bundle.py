@@ -89,7 +89,7 @@ log = structlog.get_logger("cbop.revisions")
 DEFAULT_GRACE: Final = 60.0
 #: Seconds until a bundle whose ``Pinned`` condition says the policy is missing is looked
 #: at again (it may have been installed meanwhile).
-POLICY_RECHECK: Final = 300.0
+POLICY_RECHECK: Final = 60.0
 #: A field of the outcome the reconcile leaves as it is.
 KEEP: Final[EllipsisType] = ...
 #: Revisions whose last "needed" time this process remembers.

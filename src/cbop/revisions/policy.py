@@ -7,8 +7,9 @@ so before any pod shows it (:class:`PolicyCheck`), and what pods show is verifie
 anyway (:mod:`cbop.revisions.bundle`).
 
 The answer comes from two LISTs (the policies and the bindings: a handful of
-cluster-scoped objects), at most once per ``interval`` seconds, and only while bundles
-with revisions reconcile: no informer, so an API server that does not serve the
+cluster-scoped objects), at most once a minute (every 10 s while it finds the policy
+missing, so that an install shows soon), and only while bundles with revisions
+reconcile: no informer, so an API server that does not serve the
 resource (Kubernetes before 1.36) costs two 404s a minute and never holds up the
 caches. The policy counts as installed when a binding names a policy labelled
 ``app.kubernetes.io/component: pin-pods`` (:data:`POLICY_LABEL`), whatever their names
@@ -34,6 +35,7 @@ from cbop.revisions.legacy import PARAMS_NAME
 
 __all__ = [
     "DEFAULT_POLICY_INTERVAL",
+    "MISSING_POLICY_INTERVAL",
     "POLICY_LABEL",
     "POLICY_NAME",
     "Lists",
@@ -44,8 +46,9 @@ __all__ = [
 
 log = structlog.get_logger("cbop.revisions")
 
-#: Seconds between two looks at the policy.
+#: Seconds between two looks at the policy; while it is missing or not served.
 DEFAULT_POLICY_INTERVAL: Final = 60.0
+MISSING_POLICY_INTERVAL: Final = 10.0
 #: The shipped policy's and binding's name (``manifests/revisions/pin_pods.yaml``).
 POLICY_NAME: Final = "cbop-pin-pods"
 #: The label that marks the shipped policy, whatever its name: ``(key, value)``.
@@ -103,6 +106,7 @@ class PolicyCheck:
     Args:
         client: the API client (two LISTs per look).
         interval: seconds an answer is reused.
+        missing_interval: seconds an answer "missing" or "not served" is reused.
         clock: the time source (tests: ``FakeClock``).
     """
 
@@ -111,10 +115,12 @@ class PolicyCheck:
         client: Lists,
         *,
         interval: float = DEFAULT_POLICY_INTERVAL,
+        missing_interval: float = MISSING_POLICY_INTERVAL,
         clock: Clock | None = None,
     ) -> None:
         self._client = client
         self._interval = interval
+        self._missing_interval = missing_interval
         self._clock: Clock = clock or RealClock()
         self._lock = threading.Lock()
         self._looked_at: float | None = None
@@ -124,7 +130,12 @@ class PolicyCheck:
         """Return the policy as last seen; looks again when that is ``interval`` seconds old."""
         with self._lock:
             now = self._clock.now()
-            if self._looked_at is None or now - self._looked_at >= self._interval:
+            interval = (
+                self._missing_interval
+                if self._state.served in (Served.MISSING, Served.NOT_SERVED)
+                else self._interval
+            )
+            if self._looked_at is None or now - self._looked_at >= interval:
                 self._looked_at = now
                 state = self._look()
                 if state.served != self._state.served:
