@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from cbop.revisions.caches import OPTED_IN_SELECTOR
 from cbop.revisions.legacy import (
     LEGACY_DIGEST_ANNOTATION,
     legacy_in_use,
@@ -33,7 +34,7 @@ from cbop.revisions.model import (
     valid_pair,
     wants_pin,
 )
-from cbop.rollout import ANNOTATION_CONFIG_HASH
+from cbop.rollout import ANNOTATION_CONFIG_HASH, ROLLOUT_SELECTOR
 
 A = "web-conf-0123456789"
 B = "other-abcdef0123"
@@ -237,8 +238,9 @@ def test_the_verdict_reports_the_most_pressing_finding_first() -> None:
 # -- 0.2.0's pins -------------------------------------------------------------------------
 
 
-def test_the_legacy_digest_annotation_is_the_rollouts() -> None:
+def test_the_names_shared_with_the_rollout_are_the_rollouts() -> None:
     assert LEGACY_DIGEST_ANNOTATION == ANNOTATION_CONFIG_HASH
+    assert OPTED_IN_SELECTOR == ROLLOUT_SELECTOR
 
 
 def test_legacy_pins_pin_a_template_by_digest_or_by_workload() -> None:

@@ -15,8 +15,6 @@ caches. The policy counts as installed when a binding names a policy labelled
 ``app.kubernetes.io/component: pin-pods`` (:data:`POLICY_LABEL`), whatever their names
 (the chart prefixes them with the release name). A 404 means not served; a 403 (an
 older ClusterRole) or any other failure means unknown, and unknown reports nothing.
-0.2.0's policy (a binding whose ``paramRef`` names ``cbop-revisions``) is reported
-apart, for the upgrade's bridge.
 """
 
 from __future__ import annotations
@@ -31,7 +29,6 @@ import structlog
 
 from cbop.clock import Clock, RealClock
 from cbop.kube import MUTATINGADMISSIONPOLICIES, MUTATINGADMISSIONPOLICYBINDINGS, ApiError, Resource
-from cbop.revisions.legacy import PARAMS_NAME
 
 __all__ = [
     "DEFAULT_POLICY_INTERVAL",
@@ -70,11 +67,9 @@ class PolicyState:
 
     Attributes:
         served: see :class:`Served`.
-        legacy: 0.2.0's policy with ConfigMap params is bound.
     """
 
     served: Served
-    legacy: bool = False
 
     def problem(self) -> str | None:
         """Return the sentence the ``Pinned`` condition says, or None when pods can be pinned."""
@@ -151,15 +146,8 @@ class PolicyCheck:
         if policies is _NOT_SERVED or bindings is _NOT_SERVED:
             return PolicyState(Served.NOT_SERVED)
         ours = {_name(p) for p in policies if _labelled(p)}
-        names = {_name(p) for p in policies}
         bound = {str((b.get("spec") or {}).get("policyName") or "") for b in bindings}
-        legacy = any(
-            ((b.get("spec") or {}).get("paramRef") or {}).get("name") == PARAMS_NAME
-            and str((b.get("spec") or {}).get("policyName") or "") in names
-            for b in bindings
-        )
-        served = Served.INSTALLED if ours & bound else Served.MISSING
-        return PolicyState(served, legacy)
+        return PolicyState(Served.INSTALLED if ours & bound else Served.MISSING)
 
     def _list(self, resource: Resource) -> list[Mapping[str, Any]] | None:
         """Return the objects of ``resource``, :data:`_NOT_SERVED` on 404, None when unknown."""

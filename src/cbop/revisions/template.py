@@ -37,7 +37,7 @@ from cbop.revisions.model import (
 )
 from cbop.runtime.seams import Lister
 
-__all__ = ["Content", "TemplatePin", "TemplatePins", "add_mapping"]
+__all__ = ["Content", "TemplatePin", "TemplatePins", "add_mapping", "pin_message"]
 
 #: Workloads whose last pin this process remembers (the loop guard).
 _REMEMBERED: Final = 100_000
@@ -100,6 +100,15 @@ def add_mapping(body: dict[str, Any], mapping: Mapping[str, str], baseline: str)
     template["metadata"] = meta
     out["spec"]["template"] = template
     return out
+
+
+def pin_message(mapping: Mapping[str, str]) -> str:
+    """Return the Event message of a pin at unchanged content (reason ``RevisionsPinned``)."""
+    names = ", ".join(f"{plain} -> {revision}" for plain, revision in sorted(mapping.items()))
+    return (
+        "the pod template read ConfigMaps whose bundles keep revisions by their plain "
+        f"names; rolled once, content unchanged, to pin its pods to {names}"
+    )
 
 
 class TemplatePins:

@@ -10,7 +10,9 @@ rolls), or that label and the pod template annotation ``cbop.dev/config-hash`` w
 the content its pods read has changed since the baseline. A new annotation value is
 what makes the workload's own controller roll it; content equal to the baseline means
 no request at all, whatever the template annotation says (``kubectl rollout undo``
-brings back an old one).
+brings back an old one). With revisions, the same apply writes the revisions the
+template reads, and a template that reads them by name is rolled once at unchanged
+content (:mod:`cbop.revisions.template`).
 
 Coalescing: the ConfigMap watch's map function (:func:`configmap_mapper`) tells a
 :class:`ChangeCoalescer` when a ConfigMap a workload reads has changed. While changes
@@ -57,7 +59,7 @@ import structlog
 from cbop.clock import Clock, RealClock
 from cbop.keys import object_key, split_key
 from cbop.kube import ApiError, Resource
-from cbop.revisions.template import TemplatePin, TemplatePins, add_mapping
+from cbop.revisions.template import TemplatePin, TemplatePins, add_mapping, pin_message
 from cbop.rollout.decision import (
     ANNOTATION_CONFIG_HASH,
     FIELD_MANAGER,
@@ -332,14 +334,14 @@ class RolloutReconciler:
         if pin.pin:
             # Nothing changed, but the template reads revisioned ConfigMaps by their
             # plain names: roll it once, at the same content, with the mapping.
-            action = self._pin_action(workload)
-            message = (
-                "the Deployment is paused; cbop pins its pod template to revisions once it "
-                "is resumed"
-                if action is Action.SKIP
-                else ""
+            paused = bool((workload.get("spec") or {}).get("paused"))
+            decision = replace(
+                decision,
+                action=Action.SKIP if paused else Action.APPLY,
+                message="the Deployment is paused; cbop pins its template once it is resumed"
+                if paused
+                else "",
             )
-            decision = replace(decision, action=action, message=message)
         # The controller binds controller, namespace, name and reconcile_id to every
         # line of the reconcile (cbop.runtime.reconcile_context).
         logger = log
@@ -388,10 +390,9 @@ class RolloutReconciler:
         return self._apply(key, workload, decision, pin, as_of=as_of, mark=mark, logger=logger)
 
     def _plan_pin(self, workload: Mapping[str, Any], decision: Decision) -> TemplatePin:
-        """Ask the revisions what this reconcile must write besides the annotation.
+        """Ask the revisions what this reconcile writes besides the annotation.
 
-        Only a workload with a managed reference has a mapping; a pin at unchanged
-        content is asked only when nothing else is to be written (NONE or RECORD).
+        A pin at unchanged content is asked only when nothing else is to be written.
         """
         if not decision.digest:
             return TemplatePin({})
@@ -402,13 +403,7 @@ class RolloutReconciler:
             digest_baseline=baseline_value(decision.digest),
             template_baseline=baseline_value(decision.current) if decision.current else "",
         )
-        if decision.action in (Action.NONE, Action.RECORD):
-            return pin
-        return TemplatePin(pin.mapping)
-
-    def _pin_action(self, workload: Mapping[str, Any]) -> Action:
-        """APPLY, or SKIP for a paused Deployment (pinned once it is resumed)."""
-        return Action.SKIP if (workload.get("spec") or {}).get("paused") else Action.APPLY
+        return pin if decision.action in (Action.NONE, Action.RECORD) else TemplatePin(pin.mapping)
 
     def _report_refused(
         self, key: str, workload: Mapping[str, Any], pin: TemplatePin, mark: tuple[str, int, str]
@@ -479,7 +474,7 @@ class RolloutReconciler:
             )
         if pin.pin:
             self._pins.pinned(workload, baseline_value(decision.digest))
-            message = self._describe_pin(pin.mapping)
+            message = pin_message(pin.mapping)
         else:
             message = self._describe(workload, decision.configmaps)
         if took_back:
@@ -584,15 +579,6 @@ class RolloutReconciler:
                 parts = [_changed_part(managed)]
         digest = config_digest(managed)
         return f"{'; '.join(parts)}; {ANNOTATION_CONFIG_HASH} set to {digest}"
-
-    @staticmethod
-    def _describe_pin(mapping: Mapping[str, str]) -> str:
-        """Return the Event message of a pin at unchanged content."""
-        names = ", ".join(f"{plain} -> {revision}" for plain, revision in sorted(mapping.items()))
-        return (
-            f"the pod template read ConfigMaps whose bundles keep revisions by their plain "
-            f"names; rolled once, content unchanged, to pin its pods to {names}"
-        )
 
     def _event(
         self,
