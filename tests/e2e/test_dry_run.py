@@ -198,14 +198,19 @@ def test_dry_run_lists_the_workloads_a_change_would_roll(
     the dry run names exactly the two, in the table and in JSON, and writes nothing."""
     kube.create(CONFIGBUNDLES, namespace, bundle("web-conf", {"data": {"a": "1"}}))
     kube.create(CONFIGBUNDLES, namespace, bundle("other", {"data": {"b": "1"}}))
-    for deployment in (
+    op = cbop()  # the rollout is on by default: it records each baseline
+    wait_for(
+        lambda: all(ready(kube, namespace, name) for name in ("web-conf", "other")),
+        60,
+        message="the bundles Ready",
+    )
+    for deployment in (  # created after their ConfigMaps: opting in rolls nothing
         _deployment("web", volume="web-conf"),
         _deployment("api", env_from="web-conf"),
         _deployment("plain", labelled=False, volume="web-conf"),
         _deployment("elsewhere", volume="other"),
     ):
         kube.create(DEPLOYMENTS, namespace, deployment)
-    op = cbop()  # the rollout is on by default: it records each baseline
     wait_for(
         lambda: all(
             LABEL_CONFIG_BASELINE in kube.get(DEPLOYMENTS, namespace, n)["metadata"]["labels"]

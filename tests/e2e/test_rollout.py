@@ -13,7 +13,9 @@ applies come before or after, never during), so each test's count is cbop's roll
 writes and nothing else.
 
 Workloads from earlier tests stay in place, so the quiet checks at the end cover
-every workload of the module.
+every workload of the module. The upgrade test runs release 0.2.0's operator (from the
+tag, as tests/e2e/test_upgrade.py does) and this checkout's, one at a time, in a
+namespace of their own.
 """
 
 from __future__ import annotations
@@ -44,11 +46,14 @@ from cbop.rollout import (
     LABEL_ROLLOUT,
     Action,
     baseline,
+    config_digest,
     decide,
 )
+from cbop.rollout.decision import baseline_value
 from cbop_testing.envtest import ControlPlane
 
 from .harness import Operator, apiserver_writes, bundle, events, ready, set_spec, wait_for
+from .releases import release_tree
 from .workloads import revisions
 
 NAMESPACE = "rollout-e2e"
@@ -328,6 +333,102 @@ def test_opting_in_is_no_reason_to_roll(kube: KubeClient, cbop: Cbop, later: boo
     assert len(revisions(kube, NAMESPACE, "Deployment", uid)) == 2
 
 
+def test_an_optional_reference_that_appears_later_rolls_once(kube: KubeClient, cbop: Cbop) -> None:
+    """Case 32: ``d-opt`` reads ``optcfg`` through an optional ``envFrom`` and is created
+    while no ``optcfg`` exists, so its pods start without it. cbop records the baseline
+    of nothing at first sight (one apply, generation 1); the bundle that then creates
+    ``optcfg`` rolls the Deployment once, and nothing more is written."""
+    name, conf = "d-opt", "optcfg"
+    labels = {"app": name}
+    manifest = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "labels": {LABEL_ROLLOUT: "true"}},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "app",
+                            "image": "registry.invalid/app:1",
+                            "envFrom": [{"configMapRef": {"name": conf, "optional": True}}],
+                        }
+                    ]
+                },
+            },
+        },
+    }
+    writes = applies(kube)
+    uid = kube.create(DEPLOYMENTS, NAMESPACE, manifest)["metadata"]["uid"]
+    first = wait_for(
+        lambda: revisions(kube, NAMESPACE, "Deployment", uid), WAIT, message="the ReplicaSet"
+    )
+    time.sleep(QUIET)
+    obj = kube.get(DEPLOYMENTS, NAMESPACE, name)
+    nothing = baseline_value(config_digest(()))
+    assert obj["metadata"]["labels"].get(LABEL_CONFIG_BASELINE) == nothing, (
+        "no baseline recorded for a workload that reads no managed ConfigMap yet"
+    )
+    assert obj["metadata"]["generation"] == 1
+    assert config_hash(kube, DEPLOYMENTS, name) == ""
+    assert applies(kube) - writes == 1  # the baseline label, and nothing else
+
+    new_bundle(kube, conf, {"LEVEL": "debug"})
+    digest = rolled_to_new_hash(kube, name, {""})
+    assert kube.get(DEPLOYMENTS, NAMESPACE, name)["metadata"]["generation"] == 2
+    wait_for(
+        lambda: len(revisions(kube, NAMESPACE, "Deployment", uid)) == len(first) + 1,
+        WAIT,
+        message="one new ReplicaSet",
+    )
+    time.sleep(QUIET)
+    assert applies(kube) - writes == 2
+    assert len(revisions(kube, NAMESPACE, "Deployment", uid)) == len(first) + 1
+    changed = wait_for(
+        lambda: [e for e in workload_events(kube, name, "ConfigChanged") if digest in e["message"]],
+        WAIT,
+        message="the ConfigChanged Event",
+    )
+    assert f"ConfigMap(s) {conf} now managed by ConfigBundle(s) {conf}" in changed[0]["message"]
+
+
+def test_a_required_configmap_created_after_its_workload_rolls_nothing(
+    kube: KubeClient, cbop: Cbop
+) -> None:
+    """A chart that creates a labelled Deployment before its ConfigBundle (Helm applies
+    custom resources last): the pods wait for the required ConfigMap and start with it,
+    so its arrival is the baseline. cbop writes nothing while it is absent, the baseline
+    label once it exists, and never rolls the Deployment for it; the next content
+    change rolls it once."""
+    name, conf = "d-req", "reqcfg"
+    kube.create(DEPLOYMENTS, NAMESPACE, workload("Deployment", name, [conf]))
+    writes = applies(kube)
+    time.sleep(QUIET)
+    assert applies(kube) == writes, "a write for a workload waiting for its ConfigMap"
+    assert LABEL_CONFIG_BASELINE not in kube.get(DEPLOYMENTS, NAMESPACE, name)["metadata"].get(
+        "labels", {}
+    )
+    new_bundle(kube, conf, {"a": "1"})
+    wait_for(
+        lambda: (
+            LABEL_CONFIG_BASELINE in kube.get(DEPLOYMENTS, NAMESPACE, name)["metadata"]["labels"]
+        ),
+        WAIT,
+        message="the baseline at the ConfigMap's arrival",
+    )
+    time.sleep(QUIET)
+    obj = kube.get(DEPLOYMENTS, NAMESPACE, name)
+    assert obj["metadata"]["generation"] == 1
+    assert config_hash(kube, DEPLOYMENTS, name) == ""
+    assert applies(kube) - writes == 1  # the baseline label alone
+    change_bundle(kube, conf, {"a": "2"})
+    rolled_to_new_hash(kube, name, {""})
+    assert kube.get(DEPLOYMENTS, NAMESPACE, name)["metadata"]["generation"] == 2
+
+
 def test_a_rollback_an_edit_or_a_restart_never_switches_rollouts_off(
     plane: ControlPlane, kube: KubeClient, cbop: Cbop
 ) -> None:
@@ -483,6 +584,131 @@ def test_removing_the_label_stops_rollouts_and_leaves_the_annotation(
     assert config_hash(kube, DEPLOYMENTS, "leaving-app") == first
     assert applies(kube) - writes == 0
     assert revisions(kube, NAMESPACE, "Deployment", uid) == before
+
+
+def _deployment(name: str, *, volume: str | None = None, optional: str | None = None) -> Any:
+    """A labelled Deployment mounting ConfigMap ``volume`` and reading ConfigMap
+    ``optional`` through an optional ``envFrom`` (each only when given)."""
+    container: dict[str, Any] = {"name": "app", "image": "registry.invalid/app:1"}
+    pod: dict[str, Any] = {"containers": [container]}
+    if volume:
+        pod["volumes"] = [{"name": "conf", "configMap": {"name": volume}}]
+    if optional:
+        container["envFrom"] = [{"configMapRef": {"name": optional, "optional": True}}]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "labels": {LABEL_ROLLOUT: "true"}},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": pod},
+        },
+    }
+
+
+def test_an_upgrade_from_0_2_0_rolls_nothing_and_records_each_missing_baseline_once(
+    plane: ControlPlane, kube: KubeClient, cbop: Cbop, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Release 0.2.0's operator baselines ``seen`` and rolls ``rolled``, and writes
+    nothing to ``later`` and ``back`` (an optional ConfigMap not there yet) nor to
+    ``bare`` (no ConfigMap at all). This checkout's operator, in its place, writes the
+    baseline of nothing on those three (three applies), nothing to the other two and
+    nothing after a restart; the ConfigMap that then appears rolls ``later`` once. Rolled
+    back to 0.2.0, the operator rolls ``back`` when its ConfigMap appears.
+
+    In a namespace of its own, with the module's cbop quiet (its workloads are settled)."""
+    ns = "rollout-upgrade"
+    old_src = release_tree("v0.2.0", tmp_path_factory.mktemp("v0.2.0")) / "src"
+    logs = tmp_path_factory.mktemp("upgrade-logs")
+    runs = iter(range(1, 10))
+
+    def start(release: str) -> Operator:
+        env = {"PYTHONPATH": str(old_src)} if release == "0.2.0" else {}
+        op = Operator(
+            plane.kubeconfig_path,
+            [ns],
+            args=["--rollout", "--resync-period", "2s"],
+            log_path=logs / f"cbop-{release}-{next(runs)}.log",
+            env=env,
+        )
+        return op.wait_ready(WAIT)
+
+    def stop(op: Operator) -> None:
+        assert op.stop() == 0, op.logs()[-4000:]
+
+    def get(name: str) -> dict[str, Any]:
+        return kube.get(DEPLOYMENTS, ns, name)
+
+    def hash_of(name: str) -> str:
+        return str((get(name)["spec"]["template"]["metadata"].get("annotations") or {}).get(
+            ANNOTATION_CONFIG_HASH, ""
+        ))  # fmt: skip
+
+    def label(name: str) -> str:
+        return str(get(name)["metadata"]["labels"].get(LABEL_CONFIG_BASELINE, ""))
+
+    def bundle_ready(name: str, data: dict[str, str]) -> None:
+        kube.create(CONFIGBUNDLES, ns, bundle(name, {"data": data}))
+        wait_for(lambda: ready(kube, ns, name, 1), WAIT, message=f"bundle {name} Ready")
+
+    kube.create(NAMESPACES, None, {"metadata": {"name": ns}})
+    old = start("0.2.0")
+    bundle_ready("up-seen", {"v": "1"})
+    bundle_ready("up-roll", {"v": "1"})
+    for manifest in (
+        _deployment("seen", volume="up-seen"),
+        _deployment("rolled", volume="up-roll"),
+        _deployment("later", optional="up-later"),
+        _deployment("back", optional="up-back"),
+        _deployment("bare"),
+    ):
+        kube.create(DEPLOYMENTS, ns, manifest)
+    wait_for(lambda: label("seen") and label("rolled"), WAIT, message="0.2.0's baselines")
+    set_spec(kube, ns, "up-roll", {"data": {"v": "2"}})
+    wait_for(lambda: hash_of("rolled"), WAIT, message="0.2.0 rolling 'rolled'")
+    time.sleep(QUIET)
+    stop(old)
+    unseen = ("later", "back", "bare")
+    assert [label(n) for n in unseen] == ["", "", ""]  # 0.2.0 recorded none of them
+    before = {n: (label(n), hash_of(n), get(n)["metadata"]["generation"]) for n in
+              ("seen", "rolled", *unseen)}  # fmt: skip
+    assert before["rolled"][2] == 2
+    writes = applies(kube)
+
+    new = start("new")
+    nothing = baseline_value(config_digest(()))
+    wait_for(
+        lambda: all(label(n) == nothing for n in unseen), WAIT, message="the baselines of nothing"
+    )
+    time.sleep(QUIET)
+    assert applies(kube) - writes == 3  # one label each, nothing to 'seen' and 'rolled'
+    for name, (was_label, was_hash, generation) in before.items():
+        assert get(name)["metadata"]["generation"] == generation, name
+        assert hash_of(name) == was_hash, name
+        if name not in unseen:
+            assert label(name) == was_label, name
+    stop(new)
+    new = start("new")
+    time.sleep(QUIET)
+    assert applies(kube) - writes == 3  # a restart writes nothing
+    assert new.metrics()['cbop_rollouts_total{kind="Deployment"}'] == 0
+
+    bundle_ready("up-later", {"LEVEL": "debug"})
+    wait_for(lambda: hash_of("later"), WAIT, message="'later' rolled")
+    time.sleep(QUIET)
+    assert applies(kube) - writes == 4
+    assert get("later")["metadata"]["generation"] == 2
+    stop(new)
+
+    old = start("0.2.0")
+    bundle_ready("up-back", {"LEVEL": "debug"})
+    wait_for(lambda: hash_of("back"), WAIT, message="'back' rolled by 0.2.0")
+    time.sleep(QUIET)
+    stop(old)
+    assert applies(kube) - writes == 5
+    assert get("back")["metadata"]["generation"] == 2
+    assert [get(n)["metadata"]["generation"] for n in ("seen", "rolled", "bare")] == [1, 2, 1]
 
 
 def test_resyncs_and_a_restart_write_nothing_to_workloads(kube: KubeClient, cbop: Cbop) -> None:

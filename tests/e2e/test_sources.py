@@ -35,6 +35,7 @@ from cbop_testing.envtest import ControlPlane
 
 from .clusterbundles import bundle_plane
 from .harness import Operator, apiserver_writes, bundle, raw_get, run_cli, wait_for
+from .releases import release_tree
 
 #: Generous bound for a change to travel through cbop.
 WAIT = 30.0
@@ -51,12 +52,16 @@ class Cluster:
     tmp: Path
     operators: list[Operator] = field(default_factory=list)
 
-    def start(self) -> Operator:
+    def start(
+        self, namespaces: tuple[str, ...] = (), env: dict[str, str] | None = None
+    ) -> Operator:
+        """Start this checkout's cbop (cluster-wide), or the one of ``env``'s PYTHONPATH."""
         op = Operator(
             self.control.kubeconfig_path,
-            [],
+            namespaces,
             args=["--resync-period", "2s"],
             log_path=self.tmp / f"cbop-{len(self.operators)}.log",
+            env=env,
         )
         self.operators.append(op)
         op.wait_ready(60)
@@ -223,7 +228,7 @@ def test_precedence_and_structured_merge_as_documented(cluster: Cluster) -> None
         "a": "platform",
         "b": "team",
         "c": "spec",
-        "log.yaml": "format:\n  color: false\n  time: iso\nlevel: debug\nsinks:\n- stdout\n",
+        "log.yaml": "level: debug\nsinks: [stdout]\nformat:\n  time: iso\n  color: false\n",
     }
     status = status_of(kube, app, "app")
     assert [(s["namespace"], s["name"]) for s in status["sources"]] == [
@@ -405,7 +410,7 @@ def test_a_source_feeds_a_cluster_bundle_with_per_namespace_overrides(cluster: C
             },
         },
     )
-    base = "format:\n  color: true\n  time: iso\nlevel: {}\nsinks:\n- stdout\n- file\n"
+    base = LOG_DEFAULTS.replace("level: info", "level: {}")
     wait_data(kube, team_a, "logging", {"log.yaml": base.format("debug"), "team": "a"})
     wait_data(kube, team_b, "logging", {"log.yaml": base.format("info")})
     assert status_of(kube, team_a, "logging")["keySources"]["log.yaml"] == (
@@ -472,3 +477,116 @@ def test_invalid_sources_and_merge_are_refused_at_admission(cluster: Cluster) ->
             kube.create(CONFIGBUNDLES, ns, bundle("bad", spec))
         assert err.value.status == 422
         assert words in err.value.message, err.value.message
+
+
+#: Case 21's ``app.yaml``: YAML 1.1 would read a bool, 1.1, 750, 493, a bool key, a
+#: datetime; nothing in it is overridden.
+APP_YAML = (
+    "enabled: NO\n"
+    "version: 1.10\n"
+    "time: 12:30\n"
+    "mode: 0755\n"
+    "country: NO\n"
+    "on: x\n"
+    "stamp: 2001-12-14t21:59:43.10-05:00\n"
+    "# the on-call team relies on this\n"
+)
+
+
+def test_a_merge_keeps_every_value_nobody_overrode(cluster: Cluster) -> None:
+    """Case 21: every leaf but ``level`` as ``base`` wrote it, and the comment stays."""
+    kube = cluster.kube
+    ns = namespace(kube, "keep-values")
+    source(kube, ns, "base", {"app.yaml": APP_YAML})
+    source(kube, ns, "team", {"app.yaml": "level: debug\n"})
+    spec = {
+        "sources": [{"configMap": {"name": "base"}}, {"configMap": {"name": "team"}}],
+        "merge": [{"key": "app.yaml", "format": "yaml"}],
+    }
+    kube.create(CONFIGBUNDLES, ns, bundle("app", spec))
+    cond = wait_reason(kube, ns, "app", "Synced")
+    assert cond["status"] == "True"
+    assert data_of(kube, ns, "app") == {"app.yaml": APP_YAML + "level: debug\n"}
+    assert status_of(kube, ns, "app")["keySources"] == {"app.yaml": f"{ns}/base+{ns}/team"}
+
+    # The override changes: one write, and only its leaf changes.
+    writes = configmap_updates(kube)
+    edit_source(kube, ns, "team", {"data": {"app.yaml": "level: 'warn'\nmode: 0600\n"}})
+    expected = APP_YAML.replace("mode: 0755", "mode: 0600") + "level: 'warn'\n"
+    wait_data(kube, ns, "app", {"app.yaml": expected})
+    wait_reason(kube, ns, "app", "Synced")
+    time.sleep(QUIET)
+    assert configmap_updates(kube) - writes == 1
+
+    # A duplicate key: InvalidSource naming the source, the key and the line; no write.
+    before = listed(kube, ns, "app")
+    edit_source(kube, ns, "team", {"data": {"app.yaml": "level: a\nlevel: b\n"}})
+    cond = wait_reason(kube, ns, "app", "InvalidSource")
+    assert cond["status"] == "False"
+    assert f"source ConfigMap {ns}/team: key 'app.yaml' is not valid yaml" in cond["message"]
+    assert 'duplicate key "level"' in cond["message"]
+    assert "line 2" in cond["message"]
+    assert listed(kube, ns, "app") == before
+
+
+def test_json_stays_json(cluster: Cluster) -> None:
+    """Case 22: NaN and 1e400 are InvalidSource naming source, key and member; no write."""
+    kube = cluster.kube
+    ns = namespace(kube, "strict-json")
+    source(kube, ns, "svc", {"svc.json": '{"timeoutSeconds": 30, "ratio": 0.50}'})
+    source(kube, ns, "limits", {"svc.json": '{"limit": 1e400}'})
+    for name, src in (("app", "svc"), ("capped", "limits")):
+        spec = {
+            "sources": [{"configMap": {"name": src}}],
+            "data": {"svc.json": '{"timeoutSeconds": 10}'},
+            "merge": [{"key": "svc.json", "format": "json"}],
+        }
+        kube.create(CONFIGBUNDLES, ns, bundle(name, spec))
+    # Beyond a double's range: refused from the start, no ConfigMap created.
+    cond = wait_reason(kube, ns, "capped", "InvalidSource")
+    assert cond["status"] == "False"
+    assert f"source ConfigMap {ns}/limits: key 'svc.json' is not valid json" in cond["message"]
+    assert "1e400 is beyond the range of a double, at /limit" in cond["message"]
+    assert listed(kube, ns, "capped") is None
+
+    wait_reason(kube, ns, "app", "Synced")
+    good = '{\n  "timeoutSeconds": 10,\n  "ratio": 0.50\n}\n'
+    assert data_of(kube, ns, "app") == {"svc.json": good}
+
+    # NaN in a source that was good: refused, the last good content stays.
+    before = listed(kube, ns, "app")
+    edit_source(kube, ns, "svc", {"data": {"svc.json": '{"timeoutSeconds": 30, "ratio": NaN}'}})
+    cond = wait_reason(kube, ns, "app", "InvalidSource")
+    assert f"source ConfigMap {ns}/svc: key 'svc.json'" in cond["message"]
+    assert "NaN is not a JSON value (RFC 8259), at /ratio" in cond["message"]
+    assert listed(kube, ns, "app") == before
+
+
+def test_an_upgrade_from_0_2_0_rewrites_a_merged_configmap_once(
+    cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """0.2.0 wrote merged values canonically; this cbop writes them once, then never."""
+    kube = cluster.kube
+    ns = namespace(kube, "upgrade-merge")
+    source(kube, ns, "base", {"app.yaml": "country: NO\nversion: 1.10\n"})
+    spec = {
+        "sources": [{"configMap": {"name": "base"}}],
+        "data": {"app.yaml": "level: debug\n"},
+        "merge": [{"key": "app.yaml", "format": "yaml"}],
+    }
+    cluster.stop()
+    old = release_tree("v0.2.0", tmp_path_factory.mktemp("v0.2.0"))
+    cluster.start((ns,), env={"PYTHONPATH": str(old / "src")})
+    kube.create(CONFIGBUNDLES, ns, bundle("app", spec))
+    wait_data(kube, ns, "app", {"app.yaml": "country: false\nlevel: debug\nversion: 1.1\n"})
+    wait_reason(kube, ns, "app", "Synced")
+    cluster.stop()
+
+    writes = configmap_updates(kube)
+    cluster.start()
+    wait_data(kube, ns, "app", {"app.yaml": "country: NO\nversion: 1.10\nlevel: debug\n"})
+    wait_reason(kube, ns, "app", "Synced")
+    first = listed(kube, ns, "app")
+    time.sleep(QUIET)
+    assert configmap_updates(kube) - writes == 1
+    assert listed(kube, ns, "app") == first

@@ -187,13 +187,15 @@ def test_two_bundles_changed_together_are_judged_together(cluster: Cluster) -> N
 
 def test_a_new_managed_configmap_joins_the_digest(cluster: Cluster) -> None:
     """A bundle created for a ConfigMap a seen workload already references rolls it
-    (the rollout rolls when a ConfigMap becomes managed); a workload reading no other
-    managed ConfigMap only gets its baseline recorded."""
+    (the rollout rolls when a ConfigMap becomes managed), also one that read no other
+    managed ConfigMap (its baseline is the digest of nothing); a workload the rollout
+    has never seen only gets its baseline recorded."""
     cluster.workload(workload("web", volumes=["app", "second"]))
-    cluster.workload(workload("solo", volumes=["second"]), seen=False)
+    cluster.workload(workload("solo", volumes=["second"]))
+    cluster.workload(workload("unseen", volumes=["second"]), seen=False)
     created = pending("second", {"x": "1"})
     plans = cluster.plan(Result(**{**_fields(created), "action": Action.CREATE}))
-    assert names(plans["demo/second"]) == ["Deployment/web"]
+    assert names(plans["demo/second"]) == ["Deployment/solo", "Deployment/web"]
 
 
 def _fields(result: Result) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 from typing import Any
 
@@ -20,13 +21,16 @@ from cbop.rollout import (
     referenced_configmaps,
 )
 from cbop.rollout.decision import (
+    EMPTY_DIGEST,
     FieldOwner,
     ManagedConfigMap,
+    baseline_value,
     in_last_applied,
     is_managed,
     managed_references,
     may_take_back,
     other_owners,
+    required_configmaps,
 )
 from cbop_testing.objects import configmap, rolled, with_annotation, with_baseline, workload
 
@@ -172,6 +176,193 @@ def test_first_sight_records_the_baseline_and_does_not_roll() -> None:
     again = decide(with_baseline(w, first.digest), cms)
     assert again.action is Action.NONE
     assert again.digest == first.digest
+
+
+def _reading(way: str, optional: bool | None, also: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A labelled workload reading ConfigMap ``opt`` one ``way`` (``optional`` as given,
+    unset when None), and ``also`` as volumes."""
+    ref: dict[str, Any] = {"name": "opt"}
+    if optional is not None:
+        ref["optional"] = optional
+    w = workload(volumes=list(also))
+    pod = w["spec"]["template"]["spec"]
+    init: dict[str, Any] = {"name": "init"}
+    if way == "volume":
+        pod["volumes"].append({"name": "o", "configMap": ref})
+    elif way == "projected":
+        pod["volumes"].append({"name": "o", "projected": {"sources": [{"configMap": ref}]}})
+    elif way == "env-from":
+        pod["containers"][0]["envFrom"] = [{"configMapRef": ref}]
+    elif way == "env-value-from":
+        key_ref = {**ref, "key": "k"}
+        pod["containers"][0]["env"] = [{"name": "K", "valueFrom": {"configMapKeyRef": key_ref}}]
+    elif way == "init-env-from":
+        pod["initContainers"] = [{**init, "envFrom": [{"configMapRef": ref}]}]
+    elif way == "init-env-value-from":
+        key_ref = {**ref, "key": "k"}
+        env = [{"name": "K", "valueFrom": {"configMapKeyRef": key_ref}}]
+        pod["initContainers"] = [{**init, "env": env}]
+    else:
+        raise AssertionError(way)
+    return w
+
+
+WAYS = ("volume", "projected", "env-from", "env-value-from", "init-env-from", "init-env-value-from")
+
+
+def test_the_digest_of_nothing_is_no_contents_digest() -> None:
+    """The baseline of a workload that reads no managed ConfigMap: sha256 of no bytes,
+    which no list of (name, hash) pairs hashes to, an empty pair included."""
+    assert EMPTY_DIGEST == config_digest([]) == "sha256:" + hashlib.sha256(b"").hexdigest()
+    assert config_digest([ManagedConfigMap("", "", "")]) != EMPTY_DIGEST
+    assert baseline_value(EMPTY_DIGEST) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4"
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_a_configmap_that_appears_later_rolls_the_workload_once(way: str) -> None:
+    """Case 32 and its kind: first seen while the optional ``opt`` is absent, the
+    workload's pods start without it; the baseline of nothing is recorded (a label:
+    nothing rolls) and kept without a write; the ConfigMap a bundle then creates rolls
+    the workload once."""
+    w = _reading(way, True)
+    assert referenced_configmaps(w) == ["opt"]
+    first = decide(w, {})
+    assert first.action is Action.RECORD
+    assert first.digest == EMPTY_DIGEST
+    assert first.configmaps == ()
+    body = apply_body(w, "apps/v1", "Deployment", first.digest, roll=False)
+    assert body["metadata"]["labels"] == {LABEL_CONFIG_BASELINE: baseline_value(EMPTY_DIGEST)}
+    assert "spec" not in body
+    seen = with_baseline(w, first.digest)
+    steady = decide(seen, {})
+    assert (steady.action, steady.digest) == (Action.NONE, EMPTY_DIGEST)
+    arrived = decide(seen, {"opt": configmap("opt")})
+    assert arrived.action is Action.APPLY
+    assert arrived.baseline == baseline_value(EMPTY_DIGEST)
+    assert [c.name for c in arrived.configmaps] == ["opt"]
+    assert decide(rolled(seen, arrived.digest), {"opt": configmap("opt")}).action is Action.NONE
+
+
+@pytest.mark.parametrize("optional", [False, None], ids=["required", "unset"])
+@pytest.mark.parametrize("way", WAYS)
+def test_a_required_configmap_that_appears_later_is_the_baseline(
+    way: str, optional: bool | None
+) -> None:
+    """A pod cannot start without a required ConfigMap: first seen while ``opt`` is
+    absent (a chart that creates the Deployment before its ConfigBundle), the workload's
+    pods wait for it and start with what appears. So nothing is written while it is
+    absent, and its arrival is recorded as the baseline: no rollout for pods that have
+    just started with that content."""
+    w = _reading(way, optional)
+    assert required_configmaps(w) == ["opt"]
+    waiting = decide(w, {})
+    assert (waiting.action, waiting.digest) == (Action.NONE, "")
+    assert "waiting for ConfigMap(s) opt" in waiting.message
+    arrived = decide(w, {"opt": configmap("opt")})
+    assert arrived.action is Action.RECORD
+    assert [c.name for c in arrived.configmaps] == ["opt"]
+    seen = with_baseline(w, arrived.digest)
+    assert decide(seen, {"opt": configmap("opt")}).action is Action.NONE
+    assert decide(seen, {"opt": configmap("opt", {"k": "2"})}).action is Action.APPLY
+
+
+def test_one_required_configmap_absent_holds_the_record_back() -> None:
+    """Only ``optional: true`` frees a reference; a required one absent holds the
+    baseline back even when another ConfigMap the template reads is managed."""
+    w = _reading("env-from", True, also=("a",))
+    assert required_configmaps(w) == ["a"]
+    assert decide(w, {}).action is Action.NONE
+    assert decide(w, {"a": configmap("a")}).action is Action.RECORD
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_an_optional_configmap_that_becomes_managed_later_rolls_the_workload_once(
+    way: str,
+) -> None:
+    """A ConfigMap that exists but is not cbop's (another tool's, or one released with
+    ``deletionPolicy: Orphan``) counts as nothing; when a bundle takes it, it rolls once."""
+    w = _reading(way, True)
+    foreign = {"opt": configmap("opt", managed=False)}
+    first = decide(w, foreign)
+    assert (first.action, first.digest) == (Action.RECORD, EMPTY_DIGEST)
+    seen = with_baseline(w, first.digest)
+    assert decide(seen, foreign).action is Action.NONE
+    assert decide(seen, {"opt": configmap("opt")}).action is Action.APPLY
+
+
+def test_one_more_configmap_appearing_beside_a_managed_one_rolls_once() -> None:
+    w = _reading("env-from", True, also=("a",))
+    first = decide(w, {"a": configmap("a")})
+    assert first.action is Action.RECORD
+    assert [c.name for c in first.configmaps] == ["a"]
+    seen = with_baseline(w, first.digest)
+    assert decide(seen, {"a": configmap("a")}).action is Action.NONE
+    both = decide(seen, {"a": configmap("a"), "opt": configmap("opt")})
+    assert both.action is Action.APPLY
+    assert [c.name for c in both.configmaps] == ["a", "opt"]
+
+
+def test_a_workload_that_reads_no_configmap_at_all_gets_the_baseline_of_nothing() -> None:
+    w = workload()
+    assert referenced_configmaps(w) == []
+    first = decide(w, {})
+    assert (first.action, first.digest) == (Action.RECORD, EMPTY_DIGEST)
+    assert decide(with_baseline(w, EMPTY_DIGEST), {}).action is Action.NONE
+
+
+def test_a_bundle_deleted_and_created_again_rolls_only_for_other_content() -> None:
+    """The pods keep what they read when the ConfigMap goes: no write while it is gone,
+    none when the same content comes back, one rollout for other content."""
+    w = workload(volumes=["a"])
+    x = decide(w, {"a": configmap("a", {"k": "1"})}).digest
+    seen = with_baseline(w, x)
+    gone = decide(seen, {})
+    assert (gone.action, gone.digest, gone.baseline) == (Action.NONE, "", baseline_value(x))
+    released = decide(seen, {"a": configmap("a", {"k": "1"}, managed=False)})
+    assert released.action is Action.NONE
+    assert decide(seen, {"a": configmap("a", {"k": "1"})}).action is Action.NONE
+    assert decide(seen, {"a": configmap("a", {"k": "2"})}).action is Action.APPLY
+
+
+def test_a_bundle_created_again_after_first_sight_without_it_rolls_once() -> None:
+    """First seen while the bundle was deleted: its pods read nothing of it (optional)."""
+    w = _reading("volume", True)
+    seen = with_baseline(w, decide(w, {}).digest)
+    assert decide(seen, {"opt": configmap("opt", {"k": "1"})}).action is Action.APPLY
+
+
+def test_a_paused_deployment_first_seen_reading_nothing_is_recorded_then_skipped() -> None:
+    w = _reading("env-from", True)
+    w["spec"]["paused"] = True
+    assert decide(w, {}).action is Action.RECORD
+    later = decide(with_baseline(w, EMPTY_DIGEST), {"opt": configmap("opt")})
+    assert later.action is Action.SKIP
+    assert "opt" in later.message
+
+
+@pytest.mark.parametrize(
+    ("labelled", "configmaps"),
+    [
+        (with_baseline, {"a": configmap("a")}),
+        (rolled, {"a": configmap("a")}),
+        (with_annotation, {"a": configmap("a")}),
+        (with_baseline, {}),
+        (rolled, {}),
+        (with_annotation, {}),
+    ],
+    ids=["baselined", "rolled", "rolled-by-0.1.0", "baselined-gone", "rolled-gone", "0.1.0-gone"],
+)
+def test_what_an_earlier_release_left_is_kept_without_a_write(
+    labelled: Any, configmaps: Any
+) -> None:
+    """Upgrades: a workload 0.2.0 baselined or rolled (0.1.0: the annotation alone) is
+    in sync, also when what it read is gone since; only a workload 0.2.0 left without a
+    baseline is recorded, once, when the ConfigMap it cannot start without exists."""
+    w = workload(volumes=["a"])
+    digest = config_digest(managed_references(w, {"a": configmap("a")}))
+    assert decide(labelled(w, digest), configmaps).action is Action.NONE
+    expected = Action.RECORD if configmaps else Action.NONE
+    assert decide(w, configmaps).action is expected
 
 
 def test_a_content_change_after_the_baseline_applies_a_new_digest() -> None:

@@ -25,6 +25,7 @@ from cbop.rollout import (
     configmap_mapper,
     index_by_configmap,
 )
+from cbop.rollout.decision import EMPTY_DIGEST
 from cbop.runtime import TerminalError
 from cbop.runtime.events import EventRecorder
 from cbop_testing.clock import FakeClock
@@ -170,6 +171,51 @@ def test_first_sight_records_the_baseline_and_rolls_nothing() -> None:
     ((kind, obj, type_, reason, message),) = f.events()
     assert (kind, obj, type_, reason) == ("Deployment", "web", "Normal", "ConfigChanged")
     assert message.startswith("ConfigBundle(s) app-conf changed (ConfigMaps a)")
+
+
+def test_a_workload_reading_no_managed_configmap_costs_one_write_then_rolls_once() -> None:
+    """Case 32: first seen reading only an optional ConfigMap that does not exist, the
+    workload gets the baseline of nothing: one apply of the label (no pins entry, no
+    template change), then none, also after a restart of cbop. The ConfigMap a bundle
+    creates later rolls it once."""
+    f = Fixture()
+    w = workload()
+    w["spec"]["template"]["spec"]["containers"][0]["envFrom"] = [
+        {"configMapRef": {"name": "opt", "optional": True}}
+    ]
+    f.seed(w)
+    recorded = f.reconciler.reconcile("demo/web")
+    assert (recorded.action, recorded.written) == (Action.RECORD, True)
+    assert recorded.digest == EMPTY_DIGEST
+    ((plural, _, _, body, _),) = f.patches()
+    assert plural == "deployments"
+    assert body["metadata"]["labels"] == {LABEL_CONFIG_BASELINE: EMPTY_DIGEST[7:47]}
+    assert "spec" not in body
+    assert len(f.kube.write_actions()) == 1
+    assert f.stored()["metadata"]["generation"] == 1
+    f.sync()
+    f.kube.clear_actions()
+    # A new process: nothing in memory, the label on the workload.
+    again = RolloutReconciler(
+        resource=DEPLOYMENTS, client=f.kube, workloads=f.workloads, configmaps=f.configmaps
+    )
+    for reconciler in (f.reconciler, again, f.reconciler):
+        assert reconciler.reconcile("demo/web").action is Action.NONE
+    assert f.kube.write_actions() == []
+
+    assert f.change(configmap("opt", {"K": "v"})) == ["demo/web"]
+    f.clock.step(1.0)
+    rolled_out = f.reconciler.reconcile("demo/web")
+    assert rolled_out.action is Action.APPLY
+    ((_, _, _, body, _),) = f.patches()
+    assert body["spec"]["template"]["metadata"]["annotations"] == {
+        ANNOTATION_CONFIG_HASH: rolled_out.digest
+    }
+    assert f.stored()["metadata"]["generation"] == 2
+    assert f.counter.kinds == ["Deployment"]
+    ((_, _, _, reason, message),) = f.events()
+    assert reason == "ConfigChanged"
+    assert message.startswith("ConfigMap(s) opt now managed by ConfigBundle(s) opt;")
 
 
 def test_in_sync_writes_nothing_however_often_it_is_reconciled() -> None:

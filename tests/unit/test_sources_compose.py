@@ -110,12 +110,17 @@ def test_text_and_binary_values_replace_each_other_by_key() -> None:
 def test_the_same_inputs_give_the_same_bytes_whatever_the_dict_order() -> None:
     """cloudflare-operator#26: a merge order that changed from run to run."""
     keys = [f"k{i}" for i in range(50)]
+    doc = json.dumps({k: {"v": k, "n": [1, 2]} for k in keys})
     outputs = set()
     for seed in range(5):
         random.Random(seed).shuffle(keys)
-        doc = {k: {"v": k, "n": [1, 2]} for k in keys}
-        base = source("base", data={**{k: k for k in keys}, "m.json": json.dumps(doc)})
-        got = run({"sources": [ref("base")], "merge": [{"key": "m.json", "format": "json"}]}, base)
+        base = source("base", data={**{k: k for k in keys}, "m.json": doc})
+        team = source("team", data=dict.fromkeys(reversed(keys), "t") | {"m.json": '{"k1": 2}'})
+        got = run(
+            {"sources": [ref("base"), ref("team")], "merge": [{"key": "m.json", "format": "json"}]},
+            base,
+            team,
+        )
         outputs.add((tuple(got.data.items()), tuple(got.key_sources.items())))
     assert len(outputs) == 1
     (data, _), *_ = outputs
@@ -270,29 +275,28 @@ def test_yaml_maps_merge_deeply_lists_and_scalars_are_replaced_spec_last() -> No
     got = run(
         {
             "sources": [ref("logging-defaults", "platform"), ref("team-overrides")],
-            "data": {"log.yaml": "# comments go\nlevel: debug\n"},
+            "data": {"log.yaml": "# a comment on a key the base has\nlevel: debug\n"},
             "merge": [{"key": "log.yaml", "format": "yaml"}],
         },
         platform,
         team,
     )
+    # The base's order and text; the later layers' leaves as they wrote them.
     assert got.data["log.yaml"] == (
-        "format:\n  color: false\n  time: iso\nlevel: debug\nsinks:\n- stdout\n"
+        "level: debug\nsinks: [stdout]\nformat:\n  time: iso\n  color: false\n"
     )
     assert got.key_sources["log.yaml"] == "platform/logging-defaults+demo/team-overrides+spec"
 
 
-def test_json_merge_is_canonical_with_indent_two_and_a_final_newline() -> None:
-    a = source("a", data={"c.json": '{"b": {"y": 1, "x": [1]}, "a": "é"}'})
+def test_json_merge_keeps_the_order_and_numbers_written_indent_two_final_newline() -> None:
+    a = source("a", data={"c.json": '{"b": {"y": 1.50, "x": [1]}, "a": "é"}'})
     b = source("b", data={"c.json": '{"b": {"x": [2, 3]}}'})
     got = run(
         {"sources": [ref("a"), ref("b")], "merge": [{"key": "c.json", "format": "json"}]}, a, b
     )
-    assert (
-        got.data["c.json"]
-        == '{\n  "a": "é",\n  "b": {\n    "x": [\n      2,\n      3\n    ],\n    "y": 1\n  }\n}\n'
-    )
-    assert json.loads(got.data["c.json"]) == {"a": "é", "b": {"x": [2, 3], "y": 1}}
+    lines = ["{", '  "b": {', '    "y": 1.50,', '    "x": [', "      2,", "      3", "    ]"]
+    assert got.data["c.json"] == "\n".join([*lines, "  },", '  "a": "é"', "}", ""])
+    assert json.loads(got.data["c.json"]) == {"a": "é", "b": {"x": [2, 3], "y": 1.5}}
 
 
 def test_a_scalar_replacing_a_map_resets_the_provenance() -> None:
@@ -456,3 +460,58 @@ def test_compose_reports_each_source_version_with_its_own_hash() -> None:
         got = compose(spec, NS, _only(cm), digests=digests)
         assert got.data == {"k": value}
         assert got.sources[0].content_hash == content_hash({"k": value}, {})
+
+
+# ------------------------------------------------------------------ values kept, JSON strict
+
+
+def test_a_merge_keeps_what_nobody_overrode_case_21() -> None:
+    """Case 21: every leaf but ``level`` as ``base`` wrote it, and the comment."""
+    app = (
+        "enabled: NO\nversion: 1.10\ntime: 12:30\nmode: 0755\ncountry: NO\non: x\n"
+        "stamp: 2001-12-14t21:59:43.10-05:00\n# the on-call team relies on this\n"
+    )
+    base = source("base", data={"app.yaml": app})
+    team = source("team", data={"app.yaml": "level: debug\n"})
+    got = run(
+        {"sources": [ref("base"), ref("team")], "merge": [{"key": "app.yaml", "format": "yaml"}]},
+        base,
+        team,
+    )
+    assert got.data["app.yaml"] == app + "level: debug\n"
+    assert got.key_sources["app.yaml"] == "demo/base+demo/team"
+
+
+@pytest.mark.parametrize(
+    ("value", "member"),
+    [('{"timeoutSeconds": 30, "ratio": NaN}', "/ratio"), ('{"limit": 1e400}', "/limit")],
+    ids=["nan", "1e400"],
+)
+def test_json_that_is_not_json_is_an_invalid_source_case_22(value: str, member: str) -> None:
+    """Case 22: InvalidSource naming the source, the key and the member; nothing composed."""
+    svc = source("svc", data={"svc.json": value})
+    with pytest.raises(SourceError) as err:
+        run(
+            {
+                "sources": [ref("svc")],
+                "data": {"svc.json": '{"timeoutSeconds": 10}'},
+                "merge": [{"key": "svc.json", "format": "json"}],
+            },
+            svc,
+        )
+    assert err.value.reason is Reason.INVALID_SOURCE
+    assert err.value.source == "demo/svc"
+    assert "source ConfigMap demo/svc: key 'svc.json' is not valid json" in err.value.message
+    assert f"at {member}" in err.value.message
+    with pytest.raises(SourceError) as err:
+        run({"data": {"svc.json": value}, "merge": [{"key": "svc.json", "format": "json"}]})
+    assert err.value.reason is Reason.INVALID_SPEC
+    assert "spec.data: key 'svc.json'" in err.value.message
+
+
+def test_a_merge_key_in_binary_data_that_is_not_utf8_is_invalid() -> None:
+    a = source("a", binary={"v.yaml": b"\xff\xfe"})
+    with pytest.raises(SourceError) as err:
+        run({"sources": [ref("a")], "merge": [{"key": "v.yaml", "format": "yaml"}]}, a)
+    assert err.value.reason is Reason.INVALID_SOURCE
+    assert "not UTF-8" in err.value.message

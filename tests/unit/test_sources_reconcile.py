@@ -141,7 +141,7 @@ def test_a_bundle_is_composed_from_its_sources_and_says_so_in_status(harness: Ha
     assert result.action is Action.CREATE
     assert harness.writes() == [("create", "configmaps"), ("patch/status", "configbundles")]
     assert harness.configmap()["data"] == {
-        "log.yaml": "format:\n  time: iso\nlevel: info\n",
+        "log.yaml": "level: info\nformat: {time: iso}\n",
         "owner": "demo",
     }
     status = harness.status()
@@ -167,7 +167,7 @@ def test_a_source_change_is_one_write_and_an_unchanged_result_none(harness: Harn
     # The ConfigMap first; the status waits for the reconcile its watch event brings, so
     # a source read by many bundles updates every reader's ConfigMap before any status.
     assert harness.writes() == [("update", "configmaps")]
-    assert harness.configmap()["data"]["log.yaml"] == "format:\n  time: iso\nlevel: debug\n"
+    assert harness.configmap()["data"]["log.yaml"] == "level: debug\nformat: {time: iso}\n"
     assert harness.status()["keySources"]["log.yaml"] == "platform/logging-defaults"
     harness.sync()
     assert harness.reconcile().action is Action.NONE
@@ -178,7 +178,9 @@ def test_a_source_change_is_one_write_and_an_unchanged_result_none(harness: Harn
     # New content from a source is no drift (no DriftCorrected Event, not counted).
     assert harness.counts.drift == 0
     assert harness.counts.writes == ["create", "update"]
-    # A change of the source that leaves the merged result as it is writes nothing.
+    # A change of the source that leaves the merged result as it is (the comment on an
+    # overriding key's line, the spaces between key and value are not written) writes
+    # nothing.
     harness.kube.tracker.add(
         CONFIGMAPS, source("team-overrides", {"log.yaml": "level:   debug  # same\n", "extra": "1"})
     )

@@ -15,9 +15,9 @@ ConfigMap volume do; without ``items`` every key is taken as it is.
 **Structured merge** for the keys of ``spec.merge``: the value of each layer that has
 the key is parsed (YAML or JSON); maps merge deeply, the later layer winning at the
 leaves; lists and scalars replace what was there whole; an empty value (a YAML document
-holding nothing) adds nothing. The result is written canonically: keys sorted, YAML
-block style with an indent of 2 (PyYAML's ``safe_dump``), JSON with an indent of 2 and
-a final newline. Comments and the original formatting are not kept.
+holding nothing) adds nothing. :mod:`cbop.api.structured` reads, merges and writes the
+values so that nothing a layer wrote changes unless a later layer overrides it, and
+parses each text once for all its readers.
 
 **What is read.** A source must be in the cache: cbop caches only ConfigMaps labelled
 ``cbop.dev/source: "true"``, so a ConfigMap that is missing and one without the label
@@ -44,18 +44,17 @@ provenance, whatever the order of the cache or of dictionaries.
 from __future__ import annotations
 
 import dataclasses
-import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 import cachetools
-import yaml
 
 from cbop.api.content import content_hash, decode_binary
 from cbop.api.ownership import controller_reference, is_bundle_reference
 from cbop.api.spec import BundleSpec, MergeFormat, SourceRef, SpecError, TooLargeError
+from cbop.api.structured import DOCUMENTS, Documents, StructuredError, merge_layers
 from cbop.api.types import (
     ANNOTATION_SHARE_WITH,
     LABEL_MANAGED_BY,
@@ -81,9 +80,6 @@ __all__ = [
 SPEC_LAYER: Final = "spec"
 #: At most this many keys are listed in ``status.keySources`` (the first by name).
 MAX_KEY_SOURCES: Final = 100
-#: The indent of merged YAML and JSON values.
-INDENT: Final = 2
-
 #: ``fn(namespace, name) -> ConfigMap or None``: a source ConfigMap from the cache.
 Lookup = Callable[[str, str], Mapping[str, Any] | None]
 
@@ -275,50 +271,38 @@ def _layer(source: SourceRef, configmap: Mapping[str, Any]) -> dict[str, str | b
     return out
 
 
-def _parse(value: str | bytes, fmt: MergeFormat, layer: str, key: str) -> Any:
-    """Parse one layer's value of a merge key; raise naming the layer and the key."""
+def _merged(
+    key: str, fmt: MergeFormat, layers: Sequence[tuple[str, str | bytes]], documents: Documents
+) -> tuple[str, list[str]]:
+    """Merge the layers' values of merge key ``key``; raise naming the layer and the key."""
+    texts: list[str] = []
+    for layer, value in layers:
+        try:
+            texts.append(value.decode("utf-8") if isinstance(value, bytes) else value)
+        except UnicodeDecodeError as err:
+            raise _invalid(layer, key, fmt, f"not UTF-8: {err.reason}") from None
     try:
-        text = value.decode("utf-8") if isinstance(value, bytes) else value
-        if fmt is MergeFormat.JSON:
-            return json.loads(text) if text.strip() else None
-        return yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as err:
-        where = "spec.data" if layer == SPEC_LAYER else f"source ConfigMap {layer}"
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise SourceError(
-            f"{where}: key {key!r} is not valid {fmt.value} ({first}); spec.merge lists it",
-            Reason.INVALID_SPEC if layer == SPEC_LAYER else Reason.INVALID_SOURCE,
-            layer,
-        ) from None
+        text, made_by = merge_layers(texts, fmt, documents)
+    except StructuredError as err:
+        names = "+".join(layer for layer, _ in layers)
+        if err.layer < 0:
+            raise SourceError(
+                f"key {key!r} merged from {names} cannot be written as {fmt.value}: {err.detail}",
+                Reason.INVALID_SOURCE,
+                names,
+            ) from None
+        raise _invalid(layers[err.layer][0], key, fmt, err.detail) from None
+    return text, [layers[i][0] for i in made_by]
 
 
-def _merge(base: Any, over: Any) -> Any:
-    """Merge ``over`` into ``base``: maps deeply, the rest replaced whole. Never mutates."""
-    if isinstance(base, dict) and isinstance(over, dict):
-        out = dict(base)
-        for k, v in over.items():
-            out[k] = _merge(out[k], v) if k in out else v
-        return out
-    return over
-
-
-def _dump(value: Any, fmt: MergeFormat, key: str, layers: str) -> str:
-    """Write a merged value canonically (sorted keys, indent 2); nothing at all as ``""``."""
-    if value is None:
-        return ""
-    try:
-        if fmt is MergeFormat.JSON:
-            return json.dumps(value, sort_keys=True, indent=INDENT, ensure_ascii=False) + "\n"
-        out: str = yaml.safe_dump(
-            value, sort_keys=True, indent=INDENT, default_flow_style=False, allow_unicode=True
-        )
-        return out
-    except (TypeError, ValueError, yaml.YAMLError) as err:
-        raise SourceError(
-            f"key {key!r} merged from {layers} cannot be written as canonical {fmt.value} ({err})",
-            Reason.INVALID_SOURCE,
-            layers,
-        ) from None
+def _invalid(layer: str, key: str, fmt: MergeFormat, detail: str) -> SourceError:
+    """Return the error of a layer whose value of merge key ``key`` is not valid ``fmt``."""
+    where = "spec.data" if layer == SPEC_LAYER else f"source ConfigMap {layer}"
+    return SourceError(
+        f"{where}: key {key!r} is not valid {fmt.value} ({detail}); spec.merge lists it",
+        Reason.INVALID_SPEC if layer == SPEC_LAYER else Reason.INVALID_SOURCE,
+        layer,
+    )
 
 
 def compose(
@@ -328,6 +312,7 @@ def compose(
     *,
     scope: Sequence[str] | None = None,
     digests: SourceDigests = SOURCE_DIGESTS,
+    documents: Documents = DOCUMENTS,
 ) -> Composed:
     """Compose the content of a bundle of ``namespace`` from its layers (module docstring).
 
@@ -338,6 +323,8 @@ def compose(
         lookup: the cached source ConfigMaps (never mutated).
         scope: the namespaces cbop watches (``--namespace``), or None for all.
         digests: where each source version's content hash is computed once.
+        documents: where the values of merge keys are parsed once
+            (:mod:`cbop.api.structured`).
 
     Returns:
         The :class:`Composed` content.
@@ -349,7 +336,6 @@ def compose(
     """
     values: dict[str, str | bytes] = {}
     provenance: dict[str, list[str]] = {}
-    parsed: dict[str, Any] = {}
     read: list[SourceStatus] = []
     spec_layer: dict[str, str | bytes] = {**spec.binary_data, **spec.data}
     layers: list[tuple[str, Mapping[str, str | bytes]]] = []
@@ -362,26 +348,16 @@ def compose(
         layers.append((source.key, picked))
     layers.append((SPEC_LAYER, spec_layer))
 
+    merging: dict[str, list[tuple[str, str | bytes]]] = {}
     for name, layer in layers:
         for key in sorted(layer):
-            value = layer[key]
-            fmt = spec.merge.get(key)
-            if fmt is None:
-                values[key] = value
-                provenance[key] = [name]
-                continue
-            doc = _parse(value, fmt, name, key)
-            if doc is None and key in parsed:  # an empty document adds nothing
-                continue
-            if key in parsed and isinstance(parsed[key], dict) and isinstance(doc, dict):
-                parsed[key] = _merge(parsed[key], doc)
-                provenance[key].append(name)
+            if key in spec.merge:
+                merging.setdefault(key, []).append((name, layer[key]))
             else:
-                parsed[key] = doc
+                values[key] = layer[key]
                 provenance[key] = [name]
-
-    for key, doc in parsed.items():
-        values[key] = _dump(doc, spec.merge[key], key, "+".join(provenance[key]))
+    for key, merged in sorted(merging.items()):
+        values[key], provenance[key] = _merged(key, spec.merge[key], merged, documents)
     data = {k: v for k, v in sorted(values.items()) if isinstance(v, str)}
     binary = {k: v for k, v in sorted(values.items()) if isinstance(v, bytes)}
     size = sum(len(v.encode("utf-8", "surrogatepass")) for v in data.values())

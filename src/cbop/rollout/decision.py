@@ -10,10 +10,11 @@ says so). The act layer (:mod:`cbop.rollout.reconcile`) performs what they decid
   controller owner reference to a ConfigBundle, as :mod:`cbop.configbundle.desired` writes
   them). References to other ConfigMaps are ignored.
 - :func:`config_digest`: ``sha256:<hex>`` over the sorted (ConfigMap name, content hash)
-  pairs, the value of the pod template annotation ``cbop.dev/config-hash``. The content
-  hash is the reconciler's own :func:`cbop.configbundle.desired.content_hash` of the data
-  and binaryData as they are in the cluster (what pods read), so it equals the
-  ConfigMap's ``cbop.dev/content-hash`` annotation whenever the ConfigMap is in sync.
+  pairs (:data:`EMPTY_DIGEST` for none), the value of the pod template annotation
+  ``cbop.dev/config-hash``. The content hash is the reconciler's own
+  :func:`cbop.configbundle.desired.content_hash` of the data and binaryData as they are
+  in the cluster (what pods read), so it equals the ConfigMap's
+  ``cbop.dev/content-hash`` annotation whenever the ConfigMap is in sync.
 - :func:`baseline`: the configuration the workload's pods run with, as far as cbop
   knows: the workload label ``cbop.dev/config-baseline`` (the first 40 hex digits of a
   digest), which cbop writes when it first sees the workload and with every rollout;
@@ -21,10 +22,15 @@ says so). The act layer (:mod:`cbop.rollout.reconcile`) performs what they decid
   The template annotation alone cannot serve: ``kubectl rollout undo`` brings back an
   old one while the pods it starts read today's content.
 - :func:`decide`: none, record, skip (paused Deployment) or apply, in that order of
-  checks: not opted in or being deleted -> none; no managed reference -> none (the
-  annotation, if any, stays: removing it would roll the workload for nothing); no
-  baseline yet -> record (pods that start after the content exists already read it,
-  so opting in is no reason to roll); digest equal to the baseline -> none; paused
+  checks: not opted in or being deleted -> none; no baseline yet -> none while a
+  required reference (:func:`required_configmaps`) is not a managed ConfigMap (the pods
+  wait for it and start with what appears), else record, also when the template reads
+  no managed ConfigMap (then of :data:`EMPTY_DIGEST`: pods that start after the
+  content exists already read it, so opting in is no reason to roll, and content that
+  an optional reference finds later is a change); digest equal to the baseline
+  -> none; no managed reference left -> none (the ConfigMaps went away or stopped
+  being managed; the annotation and the baseline stay: removing them would roll the
+  workload for nothing, and the same content coming back is no change); paused
   Deployment -> skip; else apply.
 - :func:`apply_body`: the server-side apply body that sets only the baseline label and,
   to roll, that annotation.
@@ -52,6 +58,7 @@ from cbop.revisions.model import ANNOTATION_REVISIONS, LABEL_PINNED, LABEL_PINNE
 __all__ = [
     "ANNOTATION_CONFIG_HASH",
     "BASELINE_DIGITS",
+    "EMPTY_DIGEST",
     "FIELD_MANAGER",
     "LABEL_CONFIG_BASELINE",
     "LABEL_ROLLOUT",
@@ -72,6 +79,7 @@ __all__ = [
     "may_take_back",
     "other_owners",
     "referenced_configmaps",
+    "required_configmaps",
 ]
 
 #: Label that opts a workload in (value ``"true"``).
@@ -129,8 +137,10 @@ class Decision:
 
     Attributes:
         action: what to do.
-        digest: the digest the annotation should carry (``""`` when there is no managed
-            reference).
+        digest: the digest the annotation should carry (:data:`EMPTY_DIGEST` when the
+            template reads no managed ConfigMap; ``""`` when nothing is to be written
+            because the workload is not opted in, is being deleted, or reads no managed
+            ConfigMap any more).
         current: the annotation's value now (``""`` when absent).
         baseline: the workload's baseline (:func:`baseline`; ``""`` when it has none).
         configmaps: the managed ConfigMaps the digest covers, sorted by name.
@@ -152,18 +162,23 @@ def _pod_spec(workload: Mapping[str, Any]) -> Mapping[str, Any]:
     return spec
 
 
-def _names(pod_spec: Mapping[str, Any]) -> Iterator[str]:
+def _references(pod_spec: Mapping[str, Any]) -> Iterator[tuple[str, bool]]:
+    """Yield ``(name, optional)`` for every ConfigMap reference of ``pod_spec``."""
     for volume in pod_spec.get("volumes") or ():
-        yield (volume.get("configMap") or {}).get("name", "")
+        yield _reference(volume.get("configMap"))
         for source in (volume.get("projected") or {}).get("sources") or ():
-            yield (source.get("configMap") or {}).get("name", "")
+            yield _reference(source.get("configMap"))
     for field in _CONTAINER_LISTS:
         for container in pod_spec.get(field) or ():
             for env_from in container.get("envFrom") or ():
-                yield (env_from.get("configMapRef") or {}).get("name", "")
+                yield _reference(env_from.get("configMapRef"))
             for env in container.get("env") or ():
-                value_from = env.get("valueFrom") or {}
-                yield (value_from.get("configMapKeyRef") or {}).get("name", "")
+                yield _reference((env.get("valueFrom") or {}).get("configMapKeyRef"))
+
+
+def _reference(ref: Mapping[str, Any] | None) -> tuple[str, bool]:
+    ref = ref or {}
+    return str(ref.get("name") or ""), bool(ref.get("optional"))
 
 
 def referenced_configmaps(workload: Mapping[str, Any]) -> list[str]:
@@ -178,7 +193,17 @@ def referenced_configmaps(workload: Mapping[str, Any]) -> list[str]:
         container, init container and ephemeral container. ``optional`` references count
         too. Empty names are dropped.
     """
-    return sorted({name for name in _names(_pod_spec(workload)) if name})
+    return sorted({name for name, _ in _references(_pod_spec(workload)) if name})
+
+
+def required_configmaps(workload: Mapping[str, Any]) -> list[str]:
+    """Return the sorted, distinct names ``workload``'s pod template cannot start without.
+
+    The references of :func:`referenced_configmaps` whose ``optional`` is unset or
+    false: a pod whose required ConfigMap does not exist waits for it (volume mount or
+    container configuration error) and starts with the content it finds.
+    """
+    return sorted({n for n, optional in _references(_pod_spec(workload)) if n and not optional})
 
 
 def is_managed(configmap: Mapping[str, Any]) -> bool:
@@ -241,6 +266,12 @@ def config_digest(configmaps: Iterable[ManagedConfigMap]) -> str:
     return "sha256:" + digest.hexdigest()
 
 
+#: The digest of no managed ConfigMap (``sha256:`` of zero bytes): the baseline of a
+#: workload whose pods read none. Every pair adds at least 16 framing bytes, so no list
+#: of pairs has this digest: content that appears later always differs from it.
+EMPTY_DIGEST: Final = config_digest(())
+
+
 def current_digest(workload: Mapping[str, Any]) -> str:
     """Return the pod template's ``cbop.dev/config-hash`` annotation, ``""`` if absent."""
     meta = ((workload.get("spec") or {}).get("template") or {}).get("metadata") or {}
@@ -261,7 +292,8 @@ def baseline(workload: Mapping[str, Any]) -> str:
     The label ``cbop.dev/config-baseline`` when set; else the pod template annotation
     ``cbop.dev/config-hash`` (a workload that cbop rolled before it wrote the label:
     its pods were started for that digest); else ``""``: cbop has not seen the workload
-    with a managed reference yet.
+    yet. A workload first seen reading no managed ConfigMap has the baseline of
+    :data:`EMPTY_DIGEST`, not ``""``.
     """
     labels = (workload.get("metadata") or {}).get("labels") or {}
     recorded = labels.get(LABEL_CONFIG_BASELINE)
@@ -290,22 +322,37 @@ def decide(workload: Mapping[str, Any], configmaps: Mapping[str, Mapping[str, An
         return Decision(Action.NONE, message="the workload is being deleted")
     current = current_digest(workload)
     managed = managed_references(workload, configmaps)
-    if not managed:
-        return Decision(
-            Action.NONE, current=current, message="the pod template reads no managed ConfigMap"
-        )
     digest = config_digest(managed)
     known = baseline(workload)
     if not known:
+        awaited = sorted(set(required_configmaps(workload)) - {cm.name for cm in managed})
+        if awaited:
+            return Decision(
+                Action.NONE,
+                current=current,
+                message=(
+                    f"first seen waiting for ConfigMap(s) {', '.join(awaited)} that it "
+                    "cannot start without: its pods will read what appears, so the "
+                    "baseline is recorded then"
+                ),
+            )
+        read = "this content" if managed else "no managed ConfigMap"
         return Decision(
             Action.RECORD,
             digest,
             current,
             configmaps=managed,
-            message="first seen: its pods already read this content; the baseline is recorded",
+            message=f"first seen: its pods already read {read}; the baseline is recorded",
         )
     if baseline_value(digest) == known:
         return Decision(Action.NONE, digest, current, known, managed)
+    if not managed:
+        return Decision(
+            Action.NONE,
+            current=current,
+            baseline=known,
+            message="the pod template reads no managed ConfigMap now; the baseline stays",
+        )
     if (workload.get("spec") or {}).get("paused"):
         bundles = ", ".join(sorted({cm.bundle for cm in managed}))
         return Decision(

@@ -1,0 +1,190 @@
+"""The reconcile path of one source change read by N bundles, in process: CPU and a profile.
+
+S10's layout (``bench/operators/sources.py``) on the project's fake API server
+(``cbop_testing.fakekube``) instead of a control plane: one labelled source holding
+``v`` and ``common.yaml`` (40 settings, about 1 KiB), read by ``--bundles`` (1,000)
+ConfigBundles that each add a key of their own; with ``--merge``, each bundle also lists
+``common.yaml`` in ``spec.merge`` and adds one setting to it in ``spec.data``. The bundles
+are converged (created, their statuses written, reconciled once more), then the source's
+``v`` changes and, as the operator does after the source's watch event, the source index
+maps the source to its readers and each reader is reconciled twice: the pass that writes
+its ConfigMap, and the pass its ConfigMap's watch event brings, that writes its status.
+
+Reported: process CPU seconds of the two passes (best of ``--repeat``), writes by verb
+(one ConfigMap update and one status patch per bundle, checked), and the share of
+``cbop.api.compose.compose`` in it. ``--profile FILE`` writes a cProfile of one change.
+The fake's own bookkeeping (its tracker, deep copies of what it stores and returns) is
+part of the figure; a real API server's JSON, HTTP and watch are not.
+
+    PYTHONPATH=src .venv/bin/python -m bench.sourcechange
+    PYTHONPATH=src .venv/bin/python -m bench.sourcechange --merge --profile /tmp/s.prof
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import datetime
+import os
+import pstats
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from cbop.configbundle import Reconciler
+from cbop.configbundle.controller import SOURCE_INDEX, bundles_reading, index_by_source
+from cbop.informers import CONTROLLER_UID_INDEX, index_by_controller_uid
+from cbop.kube import CONFIGBUNDLES, CONFIGMAPS
+from cbop.logconfig import configure_logging
+from cbop_testing.fakekube import CacheLister, FakeKube
+
+NOW = datetime.datetime(2026, 12, 1, tzinfo=datetime.UTC)
+SOURCE_NS = "s10-src"
+COMMON = "".join(f"setting-{i:03d}: value-{i:03d}\n" for i in range(40))
+
+
+def source_body(value: str) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": "s10-source",
+            "namespace": SOURCE_NS,
+            "labels": {"cbop.dev/source": "true"},
+        },
+        "data": {"v": value, "common.yaml": COMMON},
+    }
+
+
+def bundle_body(i: int, merge: bool) -> dict[str, Any]:
+    name = f"r-{i:04d}"
+    spec: dict[str, Any] = {
+        "sources": [{"configMap": {"name": "s10-source"}}],
+        "data": {"bundle": name},
+    }
+    if merge:
+        spec["data"]["common.yaml"] = f"setting-{i % 40:03d}: own-{i}\n"
+        spec["merge"] = [{"key": "common.yaml", "format": "yaml"}]
+    return {
+        "apiVersion": CONFIGBUNDLES.api_version,
+        "kind": CONFIGBUNDLES.kind,
+        "metadata": {"name": name, "namespace": SOURCE_NS, "generation": 1},
+        "spec": spec,
+    }
+
+
+class World:
+    """The fake API server, the informer caches synced from it, and one reconciler."""
+
+    def __init__(self, bundles: int, merge: bool) -> None:
+        self.kube = FakeKube()
+        self.kube.tracker.add(CONFIGMAPS, source_body("1"))
+        for i in range(bundles):
+            self.kube.tracker.add(CONFIGBUNDLES, bundle_body(i, merge))
+        self.bundles = CacheLister(indexers={SOURCE_INDEX: index_by_source})
+        self.configmaps = CacheLister(indexers={CONTROLLER_UID_INDEX: index_by_controller_uid})
+        self.sources = CacheLister()
+        self.sync()
+        self.reconciler = Reconciler(
+            client=self.kube,
+            bundles=self.bundles,
+            configmaps=self.configmaps,
+            sources=self.sources,
+            now=lambda: NOW,
+        )
+        self.readers = bundles_reading(self.bundles)  # type: ignore[arg-type]
+
+    def sync(self) -> None:
+        tracker = self.kube.tracker
+        self.bundles.sync(tracker, CONFIGBUNDLES)
+        self.configmaps.sync(tracker, CONFIGMAPS)
+        labelled = [
+            o
+            for o in tracker.objects(CONFIGMAPS)
+            if (o["metadata"].get("labels") or {}).get("cbop.dev/source") == "true"
+        ]
+        self.sources.indexer.replace(labelled, tracker.resource_version)
+
+    def writes(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for a in self.kube.actions:
+            if a.verb in ("get", "list") or a.resource == "events":
+                continue
+            verb = f"{a.verb}/{a.subresource}" if a.subresource else a.verb
+            out[f"{verb} {a.resource}"] = out.get(f"{verb} {a.resource}", 0) + 1
+        return out
+
+    def converge(self) -> None:
+        keys = [
+            f"{SOURCE_NS}/{b['metadata']['name']}" for b in self.kube.tracker.objects(CONFIGBUNDLES)
+        ]
+        for _ in range(3):
+            for key in keys:
+                self.reconciler.reconcile(key)
+            self.sync()
+
+    def change(self, value: str) -> tuple[float, dict[str, int]]:
+        """Change the source's ``v``; reconcile its readers twice. Returns CPU s, writes."""
+        current = self.kube.tracker.get(CONFIGMAPS, SOURCE_NS, "s10-source")
+        body = {**current, "data": {**current["data"], "v": value}}
+        self.kube.update(CONFIGMAPS, SOURCE_NS, "s10-source", body)
+        self.sync()
+        self.kube.clear_actions()
+        spent = 0.0
+        for _ in range(2):  # the ConfigMap writes, then the statuses
+            started = time.process_time()
+            changed = self.sources.get(SOURCE_NS, "s10-source")
+            assert changed is not None
+            for key in self.readers(changed):
+                self.reconciler.reconcile(key)
+            spent += time.process_time() - started
+            self.sync()
+        return spent, self.writes()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.sourcechange", description=__doc__)
+    parser.add_argument("--bundles", type=int, default=1000, help="readers of the source")
+    parser.add_argument("--merge", action="store_true", help="each merges common.yaml")
+    parser.add_argument("--repeat", type=int, default=3, help="changes; the best counts")
+    parser.add_argument("--profile", help="write a cProfile of one change to this file")
+    args = parser.parse_args(argv)
+    stderr, sys.stderr = sys.stderr, open(os.devnull, "w")  # noqa: SIM115
+    try:
+        configure_logging("info", "json")
+    finally:
+        sys.stderr = stderr
+    world = World(args.bundles, args.merge)
+    world.converge()
+    runs = []
+    for n in range(args.repeat):
+        spent, writes = world.change(str(n + 2))
+        expected = {"update configmaps": args.bundles, "patch/status configbundles": args.bundles}
+        assert writes == expected, writes
+        runs.append(spent)
+    share = ""
+    if args.profile:
+        profiler = cProfile.Profile()
+        profiler.enable()
+        world.change("profiled")
+        profiler.disable()
+        profiler.dump_stats(args.profile)
+        stats = pstats.Stats(args.profile)
+        total = max(v[3] for v in stats.stats.values())  # type: ignore[attr-defined]
+        composed = sum(
+            v[3]
+            for k, v in stats.stats.items()  # type: ignore[attr-defined]
+            if k[2] == "compose" and k[0].endswith("compose.py")
+        )
+        share = f"; compose {100 * composed / total:.1f} % of the profiled change"
+        pstats.Stats(args.profile, stream=sys.stderr).sort_stats("tottime").print_stats(30)
+    print(f"Python {sys.version.split()[0]}, load average {os.getloadavg()[0]:.2f}")
+    shape = "merging common.yaml" if args.merge else "no merge"
+    print(
+        f"{args.bundles} readers, {shape}: CPU s per change "
+        + " / ".join(f"{r:.3f}" for r in runs)
+        + f" (best {min(runs):.3f}; {1000 * min(runs) / args.bundles:.3f} ms per reader){share}"
+    )
+
+
+if __name__ == "__main__":
+    main()
