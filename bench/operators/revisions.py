@@ -23,8 +23,9 @@ per variant, each in namespaces of its own and with a cbop process of its own
   bundles are Ready with the new content and the API server is quiet, and cbop's writes
   by verb and resource.
 - **revisions at the end** (``on``): per bundle, the revisions that exist against
-  ``keep`` plus those the history references (the pins entries of the template
-  digests of the ReplicaSets that exist); revisions nothing holds (the goal: none),
+  ``keep`` plus those the history references (the ``cbop.dev/revisions`` mapping of
+  the ReplicaSets that exist, or, for cbop 0.2.0, the pins entries of their template
+  digests); revisions nothing holds (the goal: none),
   revisions referenced and missing (the goal: none).
 - **one content change** of one bundle (read by one Deployment), made after the rounds
   so that its collection writes happen too: every write by client, verb and resource.
@@ -51,13 +52,7 @@ from bench.operators.clusterbundles import cpu_share_of, goal_word, load, run_pa
 from bench.operators.procs import Operator, Sampler, cbop_revision, wait_quiet
 from bench.operators.scenarios import Bench, log
 from cbop.api import content_hash
-from cbop.api.revisions import (
-    LABEL_REVISION_OF,
-    PARAMS_NAME,
-    owner_pins_key,
-    parse_pins,
-    pins_key,
-)
+from cbop.api.revisions import LABEL_REVISION_OF
 from cbop.kube import (
     CONFIGBUNDLES,
     CONFIGMAPS,
@@ -66,6 +61,8 @@ from cbop.kube import (
     REPLICASETS,
     KubeClient,
 )
+from cbop.revisions.legacy import PARAMS_NAME, owner_pins_key, parse_pins, pins_key
+from cbop.revisions.model import mapping_of
 from cbop.rollout import ANNOTATION_CONFIG_HASH, LABEL_ROLLOUT
 
 SCENARIOS = frozenset({"s11"})
@@ -439,6 +436,9 @@ def census(kube: KubeClient, namespaces: list[str], keep: int) -> dict[str, Any]
             digest = ((template.get("metadata") or {}).get("annotations") or {}).get(
                 ANNOTATION_CONFIG_HASH, ""
             )
+            # The template's own mapping (cbop 0.3.0), then 0.2.0's pins entry.
+            for plain, revision in mapping_of(rs).items():
+                referenced.setdefault(f"{ns}/{plain}", set()).add(revision)
             entry = pins.get(pins_key(digest)) if digest else None
             if entry is None:
                 continue

@@ -573,7 +573,9 @@ def _reader_deployment() -> dict[str, Any]:
                     ],
                     "volumes": [
                         {"name": "pinned", "configMap": {"name": "pinned-cm"}},
-                        {"name": "control", "configMap": {"name": "control-cm"}},
+                        # Optional: cbop's rollout cannot see that a required ConfigMap
+                        # of someone else's exists, and records no baseline until it does.
+                        {"name": "control", "configMap": {"name": "control-cm", "optional": True}},
                     ],
                 },
             },

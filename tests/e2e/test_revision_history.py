@@ -119,7 +119,9 @@ def deployment(
                     "containers": [{"name": "app", "image": "registry.invalid/app:1"}],
                     "volumes": [
                         {"name": "conf", "configMap": {"name": plain}},
-                        {"name": "other", "configMap": {"name": "not-cbops"}},
+                        # Optional: a required ConfigMap that is not cbop's holds the
+                        # baseline back until it exists (docs/rollout.md).
+                        {"name": "other", "configMap": {"name": "not-cbops", "optional": True}},
                     ],
                 },
             },
