@@ -8,7 +8,8 @@ reads the plain ConfigMap was not rewritten by the policy (missing when the pod 
 created, or its evaluation failed); and without the policy, or on an API server that
 does not serve it, no new pod is pinned. The verdict is pure
 (:func:`cbop.revisions.model.pinned_verdict`); this module gathers its findings and
-emits a Warning Event on each workload a new one names.
+emits a Warning Event on each workload a new one names (but for a template not pinned
+yet, which the rollout is about to pin or has said why it does not).
 """
 
 from __future__ import annotations
@@ -155,8 +156,15 @@ class Verifier:
         verdict: PinnedVerdict | None,
         objects: Mapping[str, Mapping[str, Any]],
     ) -> None:
-        """Emit a Warning Event on the workloads a new ``False`` verdict names."""
+        """Emit a Warning Event on the workloads a new ``False`` verdict names.
+
+        Not for ``NotPinnedYet``: a workload that just opted in is in that state until
+        the rollout pins it, moments later, and a pin the rollout refuses has the
+        rollout's own Warning (``RevisionsNotPinned``); the condition says it all along.
+        """
         if verdict is None or verdict.status == "True" or self._recorder is None:
+            return
+        if verdict.reason is PinnedReason.NOT_PINNED_YET:
             return
         if same(condition_of(bundle.get("status") or {}), verdict):
             return
