@@ -10,6 +10,7 @@ tracker too, through the same index functions and transforms cbop's informers us
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable
 from typing import Any
 
 from cbop.api import content_hash
@@ -83,6 +84,8 @@ class World:
         history: give the reconciler the caches of what names revisions (else it runs
             as ``cbop --once``).
         rollout: whether the rollout runs.
+        listed: whether the history's caches have listed their collections (default:
+            always).
         **kw: the bundle's metadata (:func:`cbop_testing.objects.bundle`).
     """
 
@@ -94,6 +97,7 @@ class World:
         check_policy: bool = False,
         history: bool = True,
         rollout: bool = True,
+        listed: Callable[[], bool] = lambda: True,
         **kw: Any,
     ) -> None:
         # The server's clock (creationTimestamp), also the grace's: stepped by changes.
@@ -126,6 +130,7 @@ class World:
                 controllerrevisions=self.controllerrevisions,
                 pods=self.pods,
                 workloads={"Deployment": self.deployments} if rollout else {},
+                synced=listed,
             )
             if history
             else None

@@ -199,3 +199,26 @@ def test_revisions_off_have_no_pinned_condition() -> None:
     w.settle()
     assert w.condition() is None
     assert "revision" not in w.bundle()["status"]
+
+
+def test_before_the_history_has_listed_nothing_is_verified_nor_collected_past_keep() -> None:
+    """RBAC without pods or the apps group: the bundles are reconciled all the same."""
+    keep1 = {"enabled": True, "keep": 1}
+    listed = [False]
+    w = World({"data": A1, "revisions": keep1}, listed=lambda: listed[0])
+    w.reconcile()
+    assert pinned(w)[:2] == ("Unknown", "NotVerified")
+    assert w.result.requeue_after == 10.0  # looked at again until the caches list
+    for data in ({"a": "2"}, {"a": "3"}):
+        w.set_spec({"data": data, "revisions": keep1})
+        w.reconcile()
+        w.clock.step(60)
+        w.reconcile()
+    assert rev(A1) in w.configmap_names()  # nothing past keep deleted
+    ready = w.condition("Ready")
+    assert ready is not None
+    assert ready["status"] == "True"
+    listed[0] = True
+    w.settle()
+    assert pinned(w)[:2] == ("True", "NothingToPin")
+    assert rev(A1) not in w.configmap_names()

@@ -280,12 +280,16 @@ def setup(
         .watches(CONFIGMAPS, bundles_of_legacy_pins(configmaps), label_selector=MANAGED_SELECTOR)
         .watches(CONFIGMAPS, bundles_reading(bundles), label_selector=SOURCE_SELECTOR, whole=True)
     )
+    # The history's caches wake bundles, but the controller does not wait for them:
+    # without RBAC on pods or the apps group, bundles are still reconciled (nothing past
+    # keep is deleted, Pinned says Unknown) and /readyz names the refused list.
     for resource in HISTORY:
         builder = builder.watches(
             resource,
             bundles_of_template(bundles, configmaps),
             label_selector=PINNED_SELECTOR,
             predicates=(TEMPLATE_CHANGED,),
+            cache=False,
         )
     for resource in WORKLOADS if rollout else ():
         builder = builder.watches(
@@ -293,6 +297,7 @@ def setup(
             bundles_of_reader(bundles),
             label_selector=OPTED_IN_SELECTOR,
             predicates=(GENERATION_CHANGED,),
+            cache=False,
         )
     return builder.with_options(workers=workers, priority_queue=priority_queue).complete(reconciler)
 

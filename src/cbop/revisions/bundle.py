@@ -90,6 +90,8 @@ DEFAULT_GRACE: Final = 60.0
 #: Seconds until a bundle whose ``Pinned`` condition says the policy is missing is looked
 #: at again (it may have been installed meanwhile).
 POLICY_RECHECK: Final = 60.0
+#: Seconds until a bundle is looked at again while the history caches have not synced.
+UNSYNCED_RECHECK: Final = 10.0
 #: A field of the outcome the reconcile leaves as it is.
 KEEP: Final[EllipsisType] = ...
 #: Revisions whose last "needed" time this process remembers.
@@ -319,6 +321,8 @@ class BundleRevisions:
             keep=keep,
             grace=self._grace,
         )
+        if self._history is not None and not self._history.synced():
+            return False
         if plan.adopt or (self._history is not None and (plan.delete or plan.wait is not None)):
             return False
         for missing in self._missing(namespace, plain):
@@ -379,8 +383,9 @@ class BundleRevisions:
     ) -> tuple[bool, float | None]:
         """Carry out the collection plan; return (whether anything was written, seconds to wait).
 
-        Without the history caches nothing is deleted (nothing tells which templates
-        name a revision); revisions left with no owner are still held again.
+        Without the history caches, or before they have listed their collections (a
+        refusal, RBAC), nothing is deleted: nothing tells which templates name a
+        revision. Revisions left with no owner are still held again.
         """
         candidates = self._candidates(bundle, namespace, label, current, note=True)
         plan = collection_plan(candidates, current=current, keep=keep, grace=self._grace)
@@ -393,6 +398,8 @@ class BundleRevisions:
             wrote = self._own_again(bundle, by_name[name]) or wrote
         if self._history is None:
             return wrote, None
+        if not self._history.synced():
+            return wrote, UNSYNCED_RECHECK
         for name in plan.delete:
             wrote = self._delete(by_name[name]) or wrote
         return wrote, plan.wait

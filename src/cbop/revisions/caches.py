@@ -242,12 +242,15 @@ class History:
         pods: pinned pods (:func:`strip_pod`).
         workloads: kind -> the opted-in workloads of that kind (the rollout's
             informers, with :data:`READS_INDEX`); empty when the rollout is off.
+        synced: whether every one of these caches has listed its collection (a cache
+            refused by RBAC never has: it holds nothing, which says nothing).
     """
 
     replicasets: Lister
     controllerrevisions: Lister
     pods: Lister
     workloads: Mapping[str, Lister] = field(default_factory=dict)
+    synced: Callable[[], bool] = lambda: True
 
     def _holders(self) -> Iterator[tuple[str, Lister]]:
         yield "ReplicaSet", self.replicasets
@@ -313,27 +316,28 @@ def history_listers(informers: SharedInformerFactory, *, workloads: bool) -> His
         workloads: also the opted-in workloads (the rollout runs).
     """
     indexers = {REVISION_INDEX: index_by_revision, PLAIN_INDEX: index_by_plain}
-    pinned = {
-        resource: informers.lister(
-            resource,
-            label_selector=PINNED_SELECTOR,
-            indexers=indexers,
-            transform=strip_pod if resource is PODS else strip_history,
-        )
+    caches = [
+        (resource, PINNED_SELECTOR, indexers, strip_pod if resource is PODS else strip_history)
         for resource in HISTORY
-    }
+    ] + [
+        (resource, OPTED_IN_SELECTOR, {**indexers, READS_INDEX: index_by_reads}, None)
+        for resource in (WORKLOADS if workloads else ())
+    ]
+    listers: dict[Resource, Lister] = {}
+    synced: list[Callable[[], bool]] = []
+    for resource, selector, indexes, transform in caches:
+        kwargs: dict[str, Any] = {"transform": transform} if transform is not None else {}
+        made = informers.informers_for(
+            resource, label_selector=selector, indexers=indexes, **kwargs
+        )
+        synced.extend(informer.has_synced for informer in made.values())
+        listers[resource] = informers.lister(resource, label_selector=selector, **kwargs)
     return History(
-        replicasets=pinned[REPLICASETS],
-        controllerrevisions=pinned[CONTROLLERREVISIONS],
-        pods=pinned[PODS],
-        workloads={
-            resource.kind: informers.lister(
-                resource,
-                label_selector=OPTED_IN_SELECTOR,
-                indexers={**indexers, READS_INDEX: index_by_reads},
-            )
-            for resource in (WORKLOADS if workloads else ())
-        },
+        replicasets=listers[REPLICASETS],
+        controllerrevisions=listers[CONTROLLERREVISIONS],
+        pods=listers[PODS],
+        workloads={r.kind: listers[r] for r in (WORKLOADS if workloads else ())},
+        synced=lambda: all(is_synced() for is_synced in synced),
     )
 
 

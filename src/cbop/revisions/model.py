@@ -368,6 +368,7 @@ class PinnedReason(enum.StrEnum):
 
     PINNED = "Pinned"
     NOTHING_TO_PIN = "NothingToPin"
+    NOT_VERIFIED = "NotVerified"
     ROLLOUT_OFF = "RolloutOff"
     NOT_PINNED_YET = "NotPinnedYet"
     POD_NOT_PINNED = "PodNotPinned"
@@ -408,13 +409,13 @@ class PinnedVerdict:
     """The ``Pinned`` condition of one bundle.
 
     Attributes:
-        status: ``True`` or ``False``.
+        status: ``True``, ``False``, or ``Unknown`` (nothing verified yet).
         reason: its reason.
         message: its message; names workloads, never counts that move during a rollout.
         findings: every finding, the reported ones first (for Events on the workloads).
     """
 
-    status: Literal["True", "False"]
+    status: Literal["True", "False", "Unknown"]
     reason: PinnedReason
     message: str
     findings: tuple[Finding, ...] = ()

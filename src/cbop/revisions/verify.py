@@ -79,6 +79,18 @@ class Verifier:
             The verdict, and by ``Kind/name`` the objects its findings name.
         """
         history = self._history
+        if not history.synced():
+            return (
+                PinnedVerdict(
+                    "Unknown",
+                    PinnedReason.NOT_VERIFIED,
+                    "cbop has not listed the pods, ReplicaSets and ControllerRevisions of "
+                    "pinned templates (not yet, or refused: it needs get, list and watch on "
+                    "them, docs/deploy.md): nothing is verified, and no revision past keep "
+                    "is deleted",
+                ),
+                {},
+            )
         if not self._rollout:
             return (
                 PinnedVerdict(
