@@ -117,13 +117,16 @@ fmt: venv ## ruff format and ruff --fix
 # kubectl: $KUBECTL if set, else the one built with the local control plane.
 KUBECTL ?= $$(hack/build-control-plane.sh)/kubectl
 
-# The ConfigBundle CRD only.
-install: ## apply the ConfigBundle CRD to the current kubeconfig's cluster
-	$(KUBECTL) apply -f manifests/crd/cbop.dev_configbundles.yaml
+# Every CRD cbop serves (manifests/crd/: ConfigBundle, ClusterConfigBundle), and waits
+# until the API server serves them, so `kubectl apply -f manifests/samples/` works next.
+install: ## apply every CRD cbop serves to the current kubeconfig's cluster
+	$(KUBECTL) apply -f manifests/crd/
+	$(KUBECTL) wait --for condition=established --timeout=60s -f manifests/crd/
 
-# Deletes the CRD and with it every ConfigBundle. Bundles with deletionPolicy Orphan carry
-# cbop's finalizer: a running cbop releases them; if it does not within 5 s, the script
-# releases them as cbop would. It never hangs: see hack/uninstall.py.
+# Deletes the CRDs and with them every ConfigBundle. Bundles with deletionPolicy Orphan
+# carry cbop's finalizer: a running cbop releases them; if it does not within 5 s, the
+# script runs `cbop release --all`, which releases them as cbop would. It never hangs:
+# see hack/uninstall.py.
 UNINSTALL_ARGS ?=
 uninstall: venv ## delete the CRD and every ConfigBundle; says what stays behind
 	@$(PY) hack/uninstall.py $(UNINSTALL_ARGS)
@@ -145,10 +148,10 @@ clean: ## remove .venv and the build and tool caches
 
 # Operator benchmark (bench/README.md, "Operators"): cbop against the raw API floor,
 # controller-runtime and kopf on a fresh local control plane. Not part of `make test`.
-# The full run takes 40-60 minutes and updates bench/results/ and bench/README.md.
+# The full run takes 40-60 minutes and writes its results files into bench/results/.
 BENCH_ARGS ?=
-bench: venv binaries ## operator benchmark, 40-60 min; updates bench/README.md
-	$(PY) -m bench.operators --update-readme $(BENCH_ARGS)
+bench: venv binaries ## operator benchmark, 40-60 min; results into bench/results/
+	$(PY) -m bench.operators $(BENCH_ARGS)
 
 .PHONY: bench-quick
 bench-quick: venv binaries ## short operator benchmark into $TMPDIR/cbop-bench

@@ -70,7 +70,7 @@ export KUBECONFIG="$state/kubeconfig"
 "$kubectl" apply -f manifests/crd/
 "$kubectl" wait --for condition=established --timeout=60s crd/configbundles.cbop.dev \
   crd/clusterconfigbundles.cbop.dev
-"$kubectl" apply -k manifests/samples/
+"$kubectl" apply -f manifests/samples/
 if [[ -n "${WITH_NODE:-}" ]]; then
   KUBECTL="$kubectl" IMG=cbop:dev hack/deploy.sh
   "$kubectl" -n cbop-system rollout status deployment/cbop --timeout=180s

@@ -1,4 +1,4 @@
-"""`make uninstall`: delete the ConfigBundle CRD without ever hanging.
+"""`make uninstall`: delete cbop's CRDs without ever hanging.
 
 The ClusterConfigBundle CRD goes first (nothing holds it), then the ConfigBundle CRD.
 
@@ -6,11 +6,10 @@ Deleting the CRD deletes every ConfigBundle. A bundle with ``deletionPolicy: Orp
 carries cbop's finalizer ``cbop.dev/orphan``, which a running cbop removes after it has
 released the bundle's ConfigMap; without cbop the bundle, and the CRD with it, would stay
 "deletion in progress" forever. So this script deletes the CRD, gives a running cbop
-``--grace`` seconds, then releases what is still waiting itself, exactly as cbop does
-(``cbop.configbundle.decision.release_body``: the bundle's owner reference and cbop's
-labels and annotations come off the ConfigMap, which keeps its content; then the
-finalizer comes off the bundle). Finalizers of others are never touched: if they still
-hold bundles at ``--timeout``, it names them, says how to proceed and exits 1.
+``--grace`` seconds, then runs ``cbop release --all`` (:mod:`cbop.cli.release`, the
+command a release's users have too), which releases what is still waiting exactly as
+cbop does. Finalizers of others are never touched: if they still hold bundles at
+``--timeout``, it names them, says how to proceed and exits 1.
 
 Prints what was deleted and which ConfigMaps were left behind. Uses the current
 kubeconfig context ($KUBECONFIG, else ~/.kube/config), as kubectl does.
@@ -19,14 +18,14 @@ kubeconfig context ($KUBECONFIG, else ~/.kube/config), as kubectl does.
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 import time
 from collections.abc import Mapping
 from typing import Any
 
-from cbop.api import FINALIZER_ORPHAN, LABEL_BUNDLE
-from cbop.configbundle.decision import has_finalizer, release_body
-from cbop.configbundle.desired import is_controlled_by
+from cbop.api import config_map_name_of
+from cbop.configbundle.decision import has_finalizer
 from cbop.kube import (
     CONFIGBUNDLES,
     CONFIGMAPS,
@@ -40,7 +39,8 @@ from cbop.kube import (
 CRDS = CUSTOM_RESOURCE_DEFINITIONS
 CRD_NAME = "configbundles.cbop.dev"
 CLUSTER_CRD_NAME = "clusterconfigbundles.cbop.dev"
-FIELD_MANAGER = "cbop-uninstall"
+#: Seconds between two runs of ``cbop release --all`` while bundles still wait.
+RELEASE_EVERY = 5.0
 
 Bundle = Mapping[str, Any]
 
@@ -66,57 +66,15 @@ def _bundles(kube: KubeClient) -> list[dict[str, Any]]:
         raise
 
 
-def _release(kube: KubeClient, bundle: Bundle) -> list[str]:
-    """Release the ConfigMaps ``bundle`` controls, then drop cbop's finalizer.
-
-    Returns:
-        ``namespace/name`` of each ConfigMap released.
-
-    Raises:
-        ApiError: other than a conflict (retried from a fresh read) or not-found.
-    """
-    meta = bundle["metadata"]
-    released = []
-    selector = f"{LABEL_BUNDLE}={meta['name']}"
-    for listed in kube.list(CONFIGMAPS, meta["namespace"], label_selector=selector)["items"]:
-        cm = listed
-        while is_controlled_by(cm, bundle):
-            try:
-                kube.update(
-                    CONFIGMAPS,
-                    meta["namespace"],
-                    cm["metadata"]["name"],
-                    release_body(cm, bundle),
-                    field_manager=FIELD_MANAGER,
-                )
-                released.append(_key(cm))
-                break
-            except ApiError as err:
-                if err.is_not_found:
-                    break
-                if not err.is_conflict:
-                    raise
-                cm = kube.get(CONFIGMAPS, meta["namespace"], cm["metadata"]["name"])
-    while has_finalizer(bundle):
-        finalizers = [
-            f for f in bundle["metadata"].get("finalizers") or () if f != FINALIZER_ORPHAN
-        ]
-        patch = {
-            "metadata": {
-                "finalizers": finalizers,
-                "resourceVersion": bundle["metadata"]["resourceVersion"],
-            }
-        }
-        try:
-            kube.patch(CONFIGBUNDLES, meta["namespace"], meta["name"], patch)
-            break
-        except ApiError as err:
-            if err.is_not_found:
-                break
-            if not err.is_conflict:
-                raise
-            bundle = kube.get(CONFIGBUNDLES, meta["namespace"], meta["name"])
-    return released
+def _run_release(kubeconfig: str | None) -> None:
+    """Run ``cbop release --all`` with this interpreter; its lines go to stdout as they are."""
+    command = [sys.executable, "-m", "cbop", "release", "--all"]
+    if kubeconfig:
+        command.append(f"--kubeconfig={kubeconfig}")
+    _say("$ cbop release --all")
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    for line in (result.stdout + result.stderr).splitlines():
+        _say(f"  {line}")
 
 
 def _delete_cluster_bundles(kube: KubeClient) -> None:
@@ -135,13 +93,16 @@ def _delete_cluster_bundles(kube: KubeClient) -> None:
     _say(f"deleting CRD {CLUSTER_CRD_NAME} and every ClusterConfigBundle")
 
 
-def uninstall(kube: KubeClient, *, grace: float, timeout: float) -> int:
+def uninstall(
+    kube: KubeClient, *, grace: float, timeout: float, kubeconfig: str | None = None
+) -> int:
     """Delete the CRD and wait for it to go; return the exit status (0 gone, 1 blocked).
 
     Args:
         kube: client for the cluster.
         grace: seconds a running cbop gets to release Orphan bundles itself.
         timeout: seconds to wait for the CRD to be gone.
+        kubeconfig: the kubeconfig path ``cbop release`` is given (None: as kubectl).
     """
     _delete_cluster_bundles(kube)
     try:
@@ -163,8 +124,7 @@ def uninstall(kube: KubeClient, *, grace: float, timeout: float) -> int:
         if not err.is_not_found:
             raise
     start = time.monotonic()
-    released: list[str] = []
-    announced = False
+    last_release: float | None = None
     waiting: list[dict[str, Any]] = []
     while True:
         try:
@@ -173,24 +133,22 @@ def uninstall(kube: KubeClient, *, grace: float, timeout: float) -> int:
             if not err.is_not_found:
                 raise
             break
-        elapsed = time.monotonic() - start
+        now = time.monotonic()
         waiting = [b for b in _bundles(kube) if b["metadata"].get("deletionTimestamp")]
         ours = [b for b in waiting if has_finalizer(b)]
-        if ours and elapsed >= grace:
-            if not announced:
+        due = last_release is None or now - last_release >= RELEASE_EVERY
+        if ours and now - start >= grace and due:
+            if last_release is None:
                 _say(
                     f"cbop did not release {_count(len(ours), 'Orphan bundle')} within {grace:g}s "
                     "(is it running?); releasing them as cbop would"
                 )
-                announced = True
-            for bundle in ours:
-                released.extend(_release(kube, bundle))
-        elif elapsed >= timeout:
+            _run_release(kubeconfig)
+            last_release = now
+        elif now - start >= timeout:
             return _blocked(waiting)
         time.sleep(0.5)
     _say(f"CRD {CRD_NAME} and every ConfigBundle deleted")
-    for key in released:
-        _say(f"released ConfigMap {key} (owner reference and cbop's labels removed)")
     left = [key for key in map(_configmap_key, orphans) if _exists(kube, key)]
     if left:
         _say(
@@ -202,8 +160,7 @@ def uninstall(kube: KubeClient, *, grace: float, timeout: float) -> int:
 
 def _configmap_key(bundle: Bundle) -> str:
     """``namespace/name`` of the ConfigMap cbop manages for ``bundle``."""
-    name = (bundle.get("status") or {}).get("configMapName")
-    name = name or (bundle.get("spec") or {}).get("configMapName") or bundle["metadata"]["name"]
+    name = config_map_name_of(bundle) or bundle["metadata"]["name"]
     return f"{bundle['metadata']['namespace']}/{name}"
 
 
@@ -224,9 +181,11 @@ def _blocked(waiting: list[dict[str, Any]]) -> int:
     for bundle in waiting:
         finalizers = ", ".join(bundle["metadata"].get("finalizers") or ()) or "none"
         _say(f"  {_key(bundle)}: finalizers {finalizers}")
+    if any(has_finalizer(b) for b in waiting):
+        _say("cbop release --all could not release those with cbop.dev/orphan (see above)")
     _say(
-        "their finalizers belong to other controllers: start those, or remove the "
-        "finalizers by hand (kubectl patch configbundle NAME -n NS --type=merge "
+        "finalizers of other controllers: start those, or remove the finalizers by hand "
+        "(kubectl patch configbundle NAME -n NS --type=merge "
         '-p \'{"metadata":{"finalizers":null}}\'); the CRD then goes by itself'
     )
     return 1
@@ -241,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         kube = KubeClient.from_config(kubeconfig=args.kubeconfig, qps=0)
-        return uninstall(kube, grace=args.grace, timeout=args.timeout)
+        return uninstall(kube, grace=args.grace, timeout=args.timeout, kubeconfig=args.kubeconfig)
     except (ApiError, ConfigError, ConnectionFailed) as err:
         print(f"uninstall: error: {err}", file=sys.stderr)
         return 2

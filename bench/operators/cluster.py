@@ -1,11 +1,13 @@
-"""Cluster-side helpers: the CRD, namespaces, bundle inputs, and kube-apiserver's metrics."""
+"""The cluster side of a scenario: CRDs, namespaces, and the bundles' inputs and outputs.
+
+Every scenario builds its bundles from :func:`bundle_spec` and judges a ConfigMap with
+:func:`content_ok`, so all implementations are held to the same content.
+"""
 
 from __future__ import annotations
 
 import base64
 import hashlib
-import json
-import re
 import subprocess
 import time
 from collections.abc import Mapping
@@ -24,12 +26,12 @@ from cbop.api import (
 from cbop.kube import CONFIGBUNDLES, NAMESPACES, ApiError, KubeClient
 
 REPO = Path(__file__).resolve().parents[2]
-CRD = REPO / "manifests" / "crd" / "cbop.dev_configbundles.yaml"
-
-#: (verb, resource, subresource) -> count, as kube-apiserver labels apiserver_request_total.
-RequestCounts = dict[tuple[str, str, str], float]
-WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE", "DELETECOLLECTION", "APPLY"})
-READ_VERBS = frozenset({"GET", "LIST", "WATCH"})
+CRDS = REPO / "manifests" / "crd"
+#: The ConfigBundle CRD, installed at the start of every run.
+CRD = CRDS / "cbop.dev_configbundles.yaml"
+#: The bundle every namespace of S1, S2 and APF gets first: the operator is up and working.
+CANARY = "canary"
+CANARY_INDEX = 1_000_000
 
 
 def client(kubeconfig: Path) -> KubeClient:
@@ -37,27 +39,33 @@ def client(kubeconfig: Path) -> KubeClient:
     return KubeClient.from_config(kubeconfig=str(kubeconfig), qps=0, pool_size=32)
 
 
-def install_crd(kubectl: Path, kubeconfig: Path) -> None:
+def install_crd(kubectl: Path, kubeconfig: Path, path: Path = CRD) -> None:
+    """Apply the CRD in ``path`` (named ``<plural>.<group>`` as its file is) and wait
+    until it is Established."""
     base = [str(kubectl), f"--kubeconfig={kubeconfig}"]
-    subprocess.run([*base, "apply", "-f", str(CRD)], check=True, capture_output=True)
+    name = path.stem.split("_", 1)[1] + "." + path.stem.split("_", 1)[0]
+    subprocess.run([*base, "apply", "-f", str(path)], check=True, capture_output=True)
     subprocess.run(
-        [
-            *base,
-            "wait",
-            "--for=condition=Established",
-            "crd/configbundles.cbop.dev",
-            "--timeout=60s",
-        ],
+        [*base, "wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s"],
         check=True,
         capture_output=True,
     )
 
 
-def create_namespace(kube: KubeClient, name: str) -> None:
-    kube.create(NAMESPACES, None, {"metadata": {"name": name, "labels": {"bench.cbop.dev": "1"}}})
-    # The namespace controller creates the default ServiceAccount right away; let those
-    # writes land before anyone takes a baseline of the API server's counters.
-    time.sleep(0.5)
+def create_namespace(
+    kube: KubeClient, name: str, labels: Mapping[str, str] | None = None, settle: float = 0.0
+) -> None:
+    """Create namespace ``name`` (with ``labels``), then sleep ``settle`` seconds.
+
+    The namespace controller creates the default ServiceAccount right away; a settle
+    lets those writes land before anyone takes a baseline of the API server's counters.
+    """
+    meta: dict[str, Any] = {"name": name}
+    if labels is not None:
+        meta["labels"] = dict(labels)
+    kube.create(NAMESPACES, None, {"metadata": meta})
+    if settle:
+        time.sleep(settle)
 
 
 def drop_finalizers(kube: KubeClient, namespace: str, threads: int = 8) -> int:
@@ -138,6 +146,18 @@ def bundle_spec(index: int) -> dict[str, Any]:
         "labels": {"bench.cbop.dev/group": f"g{index % 10}"},
         "annotations": {"bench.cbop.dev/source": "loader"},
     }
+
+
+def names_for(n: int) -> list[str]:
+    """The names of ``n`` bundles of S1's inputs: ``cb-00000``, ``cb-00001``, ..."""
+    return [f"cb-{i:05d}" for i in range(n)]
+
+
+def expectations(n: int) -> dict[str, Expected]:
+    """What the ConfigMaps of ``n`` bundles (:func:`names_for`) and the canary carry."""
+    out = {name: expected(name, i) for i, name in enumerate(names_for(n))}
+    out[CANARY] = expected(CANARY, CANARY_INDEX)
+    return out
 
 
 def bundle_body(name: str, index: int) -> dict[str, Any]:
@@ -237,132 +257,3 @@ def configmap_body(bundle: Mapping[str, Any], name: str, want: Expected) -> dict
         "data": dict(want.data),
         "binaryData": dict(want.binary_data),
     }
-
-
-# ------------------------------------------------------------------ apiserver metrics
-
-
-def raw_get(kube: KubeClient, path: str) -> str:
-    """GET a non-JSON path (``/metrics``) with the client's credentials."""
-    api = kube._transport.api_client
-    response = api.rest_client.pool_manager.request(
-        "GET", api.configuration.host + path, headers=api.default_headers, preload_content=True
-    )
-    if response.status != 200:
-        raise RuntimeError(f"GET {path}: {response.status} {response.data[:200]!r}")
-    return str(response.data.decode())
-
-
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-
-
-def apiserver_requests(kube: KubeClient) -> RequestCounts:
-    """``apiserver_request_total`` summed by (verb, resource, subresource).
-
-    Only that family's lines are parsed: the whole page is megabytes, and a full parse
-    would take seconds of the CPU the operators under test need.
-    """
-    out: RequestCounts = {}
-    prefix = "apiserver_request_total{"
-    for line in raw_get(kube, "/metrics").splitlines():
-        if not line.startswith(prefix):
-            continue
-        labels_text, _, value = line[len(prefix) :].rpartition("} ")
-        labels = dict(_LABEL.findall(labels_text))
-        key = (labels.get("verb", ""), labels.get("resource", ""), labels.get("subresource", ""))
-        out[key] = out.get(key, 0.0) + float(value.split()[0])
-    return out
-
-
-BUNDLE_RESOURCES = frozenset({"configbundles", "configmaps", "events"})
-
-
-def wait_api_quiet(kube: KubeClient, *, quiet: float = 2.0, timeout: float = 60.0) -> float:
-    """Wait until no request touches bundles, ConfigMaps or Events for ``quiet`` seconds.
-
-    The garbage collector and namespace controller keep working for a while after a
-    namespace is gone; their requests must not be charged to the next operator.
-    """
-    start = time.monotonic()
-    last = apiserver_requests(kube)
-    calm_since = time.monotonic()
-    while time.monotonic() - start < timeout:
-        time.sleep(0.5)
-        now = apiserver_requests(kube)
-        moved = any(
-            k[1] in BUNDLE_RESOURCES and k[0] != "WATCH" and v for k, v in delta(now, last).items()
-        )
-        last = now
-        if moved:
-            calm_since = time.monotonic()
-        elif time.monotonic() - calm_since >= quiet:
-            break
-    return time.monotonic() - start
-
-
-AUDIT_POLICY = """\
-apiVersion: audit.k8s.io/v1
-kind: Policy
-omitStages: ["RequestReceived"]
-rules:
-  - level: Metadata
-    verbs: ["get"]
-    resources:
-      - group: "cbop.dev"
-        resources: ["configbundles"]
-      - group: ""
-        resources: ["configmaps", "events"]
-  - level: None
-"""
-
-
-def audit_flags(workdir: Path, extra_rules: str = "") -> list[str]:
-    """kube-apiserver flags that log only single-object GETs of our resources, and what
-    ``extra_rules`` (audit policy rules, YAML list items) adds.
-
-    apiserver_request_total has no client label; this log tells who made the reads
-    outside list/watch (an operator, or kube-controller-manager's garbage collector).
-    """
-    workdir.mkdir(parents=True, exist_ok=True)
-    policy = workdir / "audit-policy.yaml"
-    last = "  - level: None\n"
-    policy.write_text(AUDIT_POLICY.replace(last, extra_rules + last))
-    return [
-        f"--audit-policy-file={policy}",
-        f"--audit-log-path={workdir / 'audit.log'}",
-        "--audit-log-format=json",
-        "--audit-log-maxsize=0",
-    ]
-
-
-class AuditTail:
-    """Counts audited GETs by client (user agent's first word) since the last mark."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._offset = 0
-
-    def mark(self) -> None:
-        self._offset = self.path.stat().st_size if self.path.exists() else 0
-
-    def gets(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        if not self.path.exists():
-            return out
-        with self.path.open("rb") as f:
-            f.seek(self._offset)
-            for line in f:
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    continue
-                agent = str(event.get("userAgent", "?")).split("/")[0].split(" ")[0]
-                resource = (event.get("objectRef") or {}).get("resource", "?")
-                key = f"{agent} {resource}"
-                out[key] = out.get(key, 0) + 1
-        return out
-
-
-def delta(after: RequestCounts, before: RequestCounts) -> RequestCounts:
-    out = {k: v - before.get(k, 0.0) for k, v in after.items()}
-    return {k: v for k, v in out.items() if v > 0}

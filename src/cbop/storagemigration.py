@@ -22,6 +22,11 @@ external-secrets#4662). So, for each CRD, as the kube-storage-version-migrator d
 
 Running it twice, or while cbop reconciles, is safe: step 2 is a no-op for objects
 already migrated and races are retried; step 3 happens once nothing old remains.
+
+Before any of that, every CRD must serve and store the version this cbop writes
+(:data:`cbop.api.VERSION`). A CRD that does not (an upgrade that skipped the CRDs: Helm
+never upgrades ``crds/``) raises :class:`CrdTooOld` and nothing is written: migrating
+objects into the old version would report success for a cluster that is not upgraded.
 """
 
 from __future__ import annotations
@@ -30,10 +35,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from cbop.api import GROUP
+from cbop.api import GROUP, VERSION
 from cbop.kube import CUSTOM_RESOURCE_DEFINITIONS, ApiError, KubeClient, Resource
 
-__all__ = ["ATTEMPTS", "CrdMigration", "MigrationError", "migrate_storage"]
+__all__ = [
+    "ATTEMPTS",
+    "CrdMigration",
+    "CrdTooOld",
+    "MigrationError",
+    "check_versions",
+    "migrate_storage",
+]
 
 #: Tries per object when its update keeps losing optimistic-concurrency races.
 ATTEMPTS: Final = 5
@@ -43,6 +55,10 @@ _PAGE: Final = 500
 
 class MigrationError(Exception):
     """The migration of a CRD could not finish (its ``storedVersions`` stay as they were)."""
+
+
+class CrdTooOld(MigrationError):  # noqa: N818 - named for what it says of the cluster
+    """An installed CRD does not serve or store the version this cbop writes (one line)."""
 
 
 @dataclass
@@ -104,6 +120,44 @@ def _storage_version(crd: dict[str, Any]) -> str:
         if version.get("storage"):
             return str(version["name"])
     raise MigrationError(f"{crd['metadata']['name']} has no storage version")
+
+
+def check_versions(
+    crds: list[dict[str, Any]],
+    version: str = VERSION,
+    *,
+    then: str = "run migrate-storage again",
+) -> None:
+    """Check that every CRD serves ``version`` and stores objects in it.
+
+    Args:
+        crds: the CustomResourceDefinitions, as read.
+        version: the version this cbop reads and writes (default :data:`cbop.api.VERSION`).
+        then: what the message says to do once the new CRD is applied.
+
+    Raises:
+        CrdTooOld: a CRD lacks it, in one line naming each such CRD, the version it
+            lacks, what it serves and stores, and to apply the new CRD first.
+    """
+    problems = []
+    for crd in sorted(crds, key=lambda c: str(c["metadata"]["name"])):
+        versions = crd["spec"].get("versions") or ()
+        served = [str(v["name"]) for v in versions if v.get("served")]
+        stored = [str(v["name"]) for v in versions if v.get("storage")]
+        if version in served and stored == [version]:
+            continue
+        name = crd["metadata"]["name"]
+        problems.append(
+            f"{name} does not {'store' if version in served else 'serve'} "
+            f"{GROUP}/{version} (it serves {', '.join(served) or 'nothing'}, stores "
+            f"{', '.join(stored) or 'nothing'})"
+        )
+    if problems:
+        raise CrdTooOld(
+            f"{'; '.join(problems)}; this cbop writes {GROUP}/{version}: apply the new CRD "
+            "first (install.yaml or manifests/crd/, or `helm show crds` of the new chart, "
+            f"with kubectl apply --server-side --force-conflicts), then {then}"
+        )
 
 
 def _rewrite(client: KubeClient, res: Resource, obj: dict[str, Any], out: CrdMigration) -> None:
@@ -182,6 +236,8 @@ def migrate_storage(
 
     Raises:
         ApiError, ConnectionFailed: a CRD could not be read, listed or updated.
+        CrdTooOld: a CRD does not serve or store :data:`cbop.api.VERSION` (nothing is
+            written: :func:`check_versions` runs before any object is touched).
         MigrationError: a CRD has no storage version, or its status kept losing races.
     """
     if names is None:
@@ -189,6 +245,7 @@ def migrate_storage(
         crds = [c for c in listed if c["spec"]["group"] == GROUP]
     else:
         crds = [client.get(CUSTOM_RESOURCE_DEFINITIONS, None, n) for n in names]
+    check_versions(crds)
     results = []
     for crd in sorted(crds, key=lambda c: str(c["metadata"]["name"])):
         name = str(crd["metadata"]["name"])

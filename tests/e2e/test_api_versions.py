@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-from cbop.kube import CONFIGBUNDLES, CUSTOM_RESOURCE_DEFINITIONS, KubeClient
+from cbop.kube import CONFIGBUNDLES, CUSTOM_RESOURCE_DEFINITIONS, KubeClient, Resource
 from cbop_testing.apiexamples import FULL_CONFIGBUNDLE_SPEC, configbundle
 from cbop_testing.envtest import ControlPlane
 
@@ -228,5 +228,50 @@ def test_migrate_storage_explains_a_missing_crd_in_one_line(
         everything = _migrate(plane.kubeconfig_path)
         assert everything.returncode == 0, everything.stderr
         assert "no CRD of group cbop.dev is installed" in everything.stdout
+    finally:
+        plane.stop()
+
+
+def test_migrate_storage_refuses_when_the_crd_was_not_upgraded(
+    tmp_path_factory: pytest.TempPathFactory, control_plane: ControlPlane
+) -> None:
+    """Only 0.1.0's CRD installed (v1alpha1 served and stored): an upgrade that skipped
+    the CRDs, as Helm does. Run as the migration Job runs it (its args, its own
+    ServiceAccount and RBAC, which the chart's post-upgrade hook renders alike), it
+    exits non-zero with one line naming the missing v1beta1 and saying to apply the new
+    CRD first, and writes nothing. It used to print "stored as v1alpha1 only; nothing
+    to do" and exit 0, so the hook succeeded on a cluster that was not upgraded."""
+    old = release_tree("v0.1.0", tmp_path_factory.mktemp("v0.1.0-only"))
+    plane = ControlPlane(
+        binaries=control_plane.binaries, workdir=tmp_path_factory.mktemp("old-crd-plane")
+    )
+    plane.start(timeout=120)
+    try:
+        _ok(plane, "apply", "-f", str(old / "manifests" / "crd" / "cbop.dev_configbundles.yaml"))
+        _ok(plane, "wait", "--for=condition=established", f"crd/{CRD_NAME}")
+        _ok(plane, "create", "namespace", "legacy")
+        for i in range(3):
+            body = configbundle(f"b{i}", "legacy", {"data": {"k": str(i)}}, version="v1alpha1")
+            _ok(plane, "create", "-f", "-", stdin=json.dumps(body))
+        with KubeClient.from_config(kubeconfig=str(plane.kubeconfig_path), qps=0) as kube:
+            old_api = Resource("cbop.dev", "v1alpha1", "configbundles", "ConfigBundle")
+            versions = {b["metadata"]["name"]: b["metadata"]["resourceVersion"]
+                        for b in kube.list(old_api, "legacy")["items"]}  # fmt: skip
+            crd_before = kube.get(CUSTOM_RESOURCE_DEFINITIONS, None, CRD_NAME)
+            for run in (_migrate(_job_account(plane)), _migrate(plane.kubeconfig_path)):
+                assert run.returncode == 2, run.stdout + run.stderr
+                (line,) = run.stderr.strip().splitlines()
+                assert "configbundles.cbop.dev does not serve cbop.dev/v1beta1" in line, line
+                assert "apply the new CRD first" in line, line
+                assert "nothing to do" not in run.stdout + run.stderr
+            after = {b["metadata"]["name"]: b["metadata"]["resourceVersion"]
+                     for b in kube.list(old_api, "legacy")["items"]}  # fmt: skip
+            assert after == versions
+            crd_after = kube.get(CUSTOM_RESOURCE_DEFINITIONS, None, CRD_NAME)
+            assert crd_after["status"]["storedVersions"] == ["v1alpha1"]
+            assert (
+                crd_after["metadata"]["resourceVersion"]
+                == (crd_before["metadata"]["resourceVersion"])
+            )
     finally:
         plane.stop()

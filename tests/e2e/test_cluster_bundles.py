@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-from cbop.api import LABEL_CLUSTER_BUNDLE
+from cbop.api import LABEL_CLUSTER_BUNDLE, label_value
 from cbop.kube import (
     CLUSTERCONFIGBUNDLES,
     CONFIGBUNDLES,
@@ -430,6 +430,181 @@ def test_the_protected_namespace_policy_refuses_a_stamp_and_is_reported(
         kube.delete(BINDINGS, None, binding["metadata"]["name"])
         kube.delete(POLICIES, None, policy["metadata"]["name"])
     wait_status(kube, "prot-ca", selected=1, ready=1, failed=0)
+
+
+#: A ClusterConfigBundle name of 66 characters: a valid name, past a label value's 63.
+LONG_NAME = "platform-trusted-certificate-authorities-for-every-team-namespaces"
+
+
+def test_a_cluster_bundle_named_past_63_characters_serves_every_namespace(
+    cluster: Cluster,
+) -> None:
+    """Every name the API accepts works: the stamps' ``cbop.dev/cluster-bundle`` label is
+    cut and hashed as ``cbop.dev/bundle`` is, so no write is refused (no 422 at all), the
+    stamps are found by that label, and a namespace leaving the selector loses its copy."""
+    kube = cluster.kube
+    assert len(LONG_NAME) == 66
+    label = {"long.test/ca": "yes"}
+    spaces = [make_namespace(kube, f"long-{i}", label) for i in range(3)]
+    codes = ("400", "422")
+    before = apiserver_writes(kube, ("configbundles", "configmaps"), codes=codes)
+    make_ccb(kube, LONG_NAME, {"matchLabels": label})
+    got = wait_status(kube, LONG_NAME, selected=3, ready=3, failed=0)
+    assert ready_reason(got) == ("True", "AllNamespacesReady")
+    assert got["failedNamespaces"] == []
+    value = label_value(LONG_NAME)
+    assert len(value) <= 63
+    for ns in spaces:
+        assert configmap_data(kube, ns, LONG_NAME) == {"ca.crt": "CA-1"}
+        stamp = kube.get(CONFIGBUNDLES, ns, LONG_NAME)
+        assert stamp["metadata"]["labels"][LABEL_CLUSTER_BUNDLE] == value
+    selector = f"{LABEL_CLUSTER_BUNDLE}={value}"
+    listed = kube.list(CONFIGBUNDLES, None, label_selector=selector)["items"]
+    assert sorted(b["metadata"]["namespace"] for b in listed) == spaces
+
+    relabel(kube, spaces[0], {"long.test/ca": None})
+    wait_for(
+        lambda: get(kube, CONFIGBUNDLES, spaces[0], LONG_NAME) is None, WAIT, message="stamp gone"
+    )
+    wait_status(kube, LONG_NAME, selected=2, ready=2, failed=0)
+    after = apiserver_writes(kube, ("configbundles", "configmaps"), codes=codes)
+    assert after == before, "a write was refused"
+
+
+def test_a_source_no_longer_shared_fails_the_namespaces_and_lists_them(cluster: Cluster) -> None:
+    """A template reading a source in another namespace; the source's share-with narrowed
+    to leave the stamps' namespaces out: each is failed and listed with SourceNotShared
+    and the stamp's message (never pending), the ConfigMaps keep their content, and
+    sharing again makes them ready."""
+    kube = cluster.kube
+    source_ns = make_namespace(kube, "share-src")
+    label = {"share.test/ca": "yes"}
+    spaces = [make_namespace(kube, f"share-{x}", label) for x in ("a", "b")]
+    kube.create(
+        CONFIGMAPS,
+        source_ns,
+        {
+            "metadata": {
+                "name": "ca-src",
+                "labels": {"cbop.dev/source": "true"},
+                "annotations": {"cbop.dev/share-with": ",".join(spaces)},
+            },
+            "data": {"ca.crt": "SHARED-CA"},
+        },
+    )
+    template = {"sources": [{"configMap": {"name": "ca-src", "namespace": source_ns}}]}
+    make_ccb(kube, "share-ca", {"matchLabels": label}, template)
+    wait_status(kube, "share-ca", selected=2, ready=2, failed=0)
+    for ns in spaces:
+        assert configmap_data(kube, ns, "share-ca") == {"ca.crt": "SHARED-CA"}
+
+    narrowed = {"metadata": {"annotations": {"cbop.dev/share-with": "someone-else"}}}
+    kube.patch(CONFIGMAPS, source_ns, "ca-src", narrowed)
+    got = wait_status(kube, "share-ca", selected=2, ready=0, failed=2)
+    assert ready_reason(got) == ("False", "NamespacesFailing")
+    listed = got["failedNamespaces"]
+    assert [(f["namespace"], f["reason"]) for f in listed] == [
+        (ns, "SourceNotShared") for ns in spaces
+    ]
+    for entry in listed:
+        stamp = kube.get(CONFIGBUNDLES, entry["namespace"], "share-ca")
+        (cond,) = [c for c in stamp["status"]["conditions"] if c["type"] == "Ready"]
+        assert entry["message"] == cond["message"]
+        assert "cbop.dev/share-with" in entry["message"]
+    for ns in spaces:  # the last good content stays
+        assert configmap_data(kube, ns, "share-ca") == {"ca.crt": "SHARED-CA"}
+    gauges = cluster.op.metrics()
+    assert gauges.get('cbop_clusterconfigbundle_namespaces{name="share-ca",state="failed"}') == 2
+
+    kube.patch(CONFIGMAPS, source_ns, "ca-src", {"metadata": {"annotations": {
+        "cbop.dev/share-with": "*"}}})  # fmt: skip
+    got = wait_status(kube, "share-ca", selected=2, ready=2, failed=0)
+    assert ready_reason(got) == ("True", "AllNamespacesReady")
+
+
+def test_a_stamp_refused_as_invalid_is_reported_and_not_retried_in_a_loop(
+    cluster: Cluster,
+) -> None:
+    """An admission policy refusing stamps with 422 Invalid (the request itself refused):
+    the namespace is listed Refused with the server's message and a StampRefused Event,
+    and the create is not retried while nothing changes (it was retried with backoff,
+    about ten times in the first few seconds and for as long as it existed). A change
+    of the namespace tries again."""
+    kube = cluster.kube
+    label = {"invalid.test/ca": "yes"}
+    policy: dict[str, Any] = {
+        "apiVersion": POLICIES.api_version,
+        "kind": POLICIES.kind,
+        "metadata": {"name": "refuse-invalid-stamps"},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": ["cbop.dev"],
+                        "apiVersions": ["*"],
+                        "resources": ["configbundles"],
+                        "operations": ["CREATE"],
+                    }
+                ],
+            },
+            "validations": [
+                {
+                    "expression": "false",
+                    "reason": "Invalid",
+                    "message": "stamps are refused here as invalid",
+                }
+            ],
+        },
+    }
+    binding: dict[str, Any] = {
+        "apiVersion": BINDINGS.api_version,
+        "kind": BINDINGS.kind,
+        "metadata": {"name": "refuse-invalid-stamps"},
+        "spec": {
+            "policyName": "refuse-invalid-stamps",
+            "validationActions": ["Deny"],
+            "matchResources": {
+                "namespaceSelector": {"matchLabels": {"invalid.test/refuse": "yes"}}
+            },
+        },
+    }
+    kube.create(POLICIES, None, policy)
+    kube.create(BINDINGS, None, binding)
+    make_namespace(kube, "invalid-ok", label)
+    make_namespace(kube, "invalid-no", {**label, "invalid.test/refuse": "yes"})
+
+    def enforced() -> bool:
+        try:
+            kube.create(CONFIGBUNDLES, "invalid-no", {
+                "apiVersion": CONFIGBUNDLES.api_version, "kind": "ConfigBundle",
+                "metadata": {"name": "probe"}, "spec": {}}, dry_run=True)  # fmt: skip
+        except ApiError as err:
+            return err.status == 422
+        return False
+
+    try:
+        wait_for(enforced, WAIT, interval=0.5, message="the policy enforced")
+        before = apiserver_writes(kube, ("configbundles",), codes=("422",))
+        make_ccb(kube, "invalid-ca", {"matchLabels": label})
+        got = wait_status(kube, "invalid-ca", selected=2, ready=1, failed=1)
+        (failure,) = got["failedNamespaces"]
+        assert (failure["namespace"], failure["reason"]) == ("invalid-no", "Refused")
+        assert "stamps are refused here as invalid" in failure["message"]
+        time.sleep(5)
+        after = apiserver_writes(kube, ("configbundles",), codes=("422",))
+        refused = sum(after.values()) - sum(before.values())
+        assert 1 <= refused <= 2, (before, after)
+        events = kube.list(EVENTS, "default")["items"]
+        assert any(e["reason"] == "StampRefused" and e["involvedObject"]["name"] == "invalid-ca"
+                   for e in events), [e["reason"] for e in events]  # fmt: skip
+    finally:
+        kube.delete(BINDINGS, None, binding["metadata"]["name"])
+        kube.delete(POLICIES, None, policy["metadata"]["name"])
+    # The policy gone, a change of the namespace (its labels) brings the stamp work back.
+    wait_for(lambda: not enforced(), WAIT, interval=0.5, message="the policy lifted")
+    relabel(kube, "invalid-no", {"invalid.test/refuse": None})
+    wait_status(kube, "invalid-ca", selected=2, ready=2, failed=0)
 
 
 def test_with_namespace_the_controller_does_not_run_and_says_so(cluster: Cluster) -> None:

@@ -165,3 +165,23 @@ def test_sharding_values_render_what_the_sharded_component_patches() -> None:
     )  # fmt: skip
     assert result.returncode != 0
     assert "sharding.shards > 1 needs leaderElection.enabled" in result.stderr
+
+
+@pytest.mark.timeout(BUILD_TIMEOUT + 120)
+def test_the_storage_migration_hook_fails_visibly_and_stays_to_be_read() -> None:
+    """The post-upgrade hook runs ``cbop migrate-storage``, which exits 2 in one line when
+    the CRDs were not upgraded first (tests/e2e/test_api_versions.py runs it so, with the
+    hook's own RBAC, which the chart renders as manifests/migrate/ holds). A failing
+    hook must fail ``helm upgrade``: its Job gives up after a few tries, and a failed
+    Job is not deleted (only ``hook-succeeded`` and the next run's
+    ``before-hook-creation`` delete it), so ``kubectl logs job/<release>-migrate-storage``
+    shows that line."""
+    job = next(o for o in _render() if o["kind"] == "Job")
+    annotations = job["metadata"]["annotations"]
+    assert annotations["helm.sh/hook"] == "post-upgrade"
+    policies = set(annotations["helm.sh/hook-delete-policy"].split(","))
+    assert policies == {"before-hook-creation", "hook-succeeded"}
+    assert 0 < job["spec"]["backoffLimit"] <= 6
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert container["args"] == ["migrate-storage"]
+    assert all(o["kind"] != "Job" for o in _render("--set", "migrateStorage.enabled=false"))

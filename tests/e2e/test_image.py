@@ -61,6 +61,11 @@ def test_the_image_runs_cbop_as_non_root_with_a_read_only_root(image: str) -> No
     assert version.stdout.strip() == f"cbop {cbop_version()}"
     whoami = _podman("run", "--rm", *locked, "--entrypoint", "id", image, "-u")
     assert whoami.stdout.strip() == "65532"
+    # The commands a user without a checkout runs from the image.
+    for command in ("release", "migrate-storage"):
+        helped = _podman("run", "--rm", *locked, image, command, "--help")
+        assert helped.returncode == 0, helped.stderr
+        assert helped.stdout.startswith(f"usage: cbop {command}"), helped.stdout
 
 
 @pytest.mark.timeout(BUILD_TIMEOUT + 120)

@@ -105,3 +105,9 @@ def test_the_wheel_alone_imports_every_module_it_ships(tmp_path: Path) -> None:
     cli = _run([python, "-I", "-m", "cbop", "--help"], tmp_path, 60)
     assert cli.returncode == 0, cli.stderr
     assert "--metrics-bind-address" in cli.stdout
+    assert "cbop release --help" in " ".join(cli.stdout.split())
+    # The commands a user of the wheel runs without a checkout, from its console script.
+    for command in ("release", "migrate-storage"):
+        helped = _run([str(venv / "bin" / "cbop"), command, "--help"], tmp_path, 60)
+        assert helped.returncode == 0, helped.stderr
+        assert helped.stdout.startswith(f"usage: cbop {command}"), helped.stdout

@@ -25,12 +25,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from cbop.api import FINALIZER_ORPHAN, LABEL_BUNDLE, LABEL_MANAGED_BY
+from cbop.api import FINALIZER_ORPHAN, GROUP, LABEL_BUNDLE, LABEL_MANAGED_BY
+from cbop.controllers import CONTROLLERS
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, KubeClient
 from cbop_testing.envtest import find_binaries, process
 from tests.e2e.fixtures import CRDS
@@ -245,6 +247,44 @@ def _crd_gone(kube: KubeClient) -> bool:
     return False
 
 
+def test_make_install_serves_every_crd_so_every_sample_applies(tmp_path: Path) -> None:
+    """On a fresh control plane, `make install` then `kubectl apply -f manifests/samples/`,
+    as a new user does: every CRD a controller of cbop reads is served, and every object
+    of every sample file is created (the ClusterConfigBundle of trusted-ca.yaml too)."""
+    with _dev_cluster(tmp_path / "dev") as kubeconfig:
+        env = _env(KUBECONFIG=str(kubeconfig))
+        installed = _make("install", env=env)
+        assert installed.returncode == 0, installed.stdout + installed.stderr
+        with _kube(kubeconfig) as kube:
+            served = {c["metadata"]["name"] for c in kube.list(CRDS, None)["items"]}
+        wanted = {
+            f"{r.plural}.{r.group}" for d in CONTROLLERS for r in d.resources if r.group == GROUP
+        }
+        assert wanted == {"configbundles.cbop.dev", "clusterconfigbundles.cbop.dev"}
+        assert wanted <= served, served
+        kubectl = str(find_binaries().kubectl)
+        samples = REPO / "manifests" / "samples"
+        applied = subprocess.run(
+            [kubectl, "apply", "-f", f"{samples}/"],
+            env=env, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert applied.returncode == 0, applied.stderr
+        expected = {
+            f"{doc['kind']}/{doc['metadata']['name']}".lower()
+            for path in sorted(samples.iterdir())
+            for doc in yaml.safe_load_all(path.read_text())
+            if doc
+        }
+        assert len(expected) == 6, expected
+        listed = subprocess.run(
+            [kubectl, "get", "-f", f"{samples}/", "-o", "name"],
+            env=env, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert listed.returncode == 0, listed.stderr
+        got = {line.replace(".cbop.dev", "") for line in listed.stdout.split()}
+        assert got == expected, listed.stdout
+
+
 def test_make_uninstall_without_cbop_releases_orphan_bundles(tmp_path: Path) -> None:
     with _dev_cluster(tmp_path / "dev") as kubeconfig:
         kube = _install(kubeconfig)
@@ -267,6 +307,11 @@ def test_make_uninstall_without_cbop_releases_orphan_bundles(tmp_path: Path) -> 
         assert time.monotonic() - started < 110
         assert _crd_gone(kube)
         assert "releasing them as cbop would" in result.stdout
+        assert "uninstall: $ cbop release --all" in result.stdout
+        assert (
+            "ConfigBundle default/keep: ConfigMap default/keep released (content kept"
+            in result.stdout
+        ), result.stdout
         assert "left behind (deletionPolicy Orphan" in result.stdout
         assert "ConfigMap default/keep" in result.stdout
         kept = kube.get(CONFIGMAPS, "default", "keep")

@@ -8,6 +8,7 @@ import pytest
 import structlog
 from prometheus_client import CollectorRegistry
 
+from cbop.api import label_value
 from cbop.clusterbundle.controller import (
     DEFINITION,
     ClusterBundleControllers,
@@ -106,14 +107,22 @@ def test_with_the_cluster_scope_it_adds_two_controllers_on_three_kinds() -> None
     assert len(added.status.queue) == 1
 
 
+#: A ClusterConfigBundle name past the 63 characters of a label value.
+LONG = "platform-trusted-certificate-authorities-for-every-team-namespaces"
+
+
 @pytest.mark.parametrize(
     ("bundle", "keys"),
     [
         ({"metadata": {"name": "x", "labels": {"cbop.dev/cluster-bundle": "ca"}}}, ["ca"]),
         ({"metadata": {"name": "ca"}}, ["ca"]),
         ({"metadata": {"name": "other"}}, []),
+        (
+            {"metadata": {"name": LONG, "labels": {"cbop.dev/cluster-bundle": label_value(LONG)}}},
+            [LONG],
+        ),
     ],
-    ids=["stamp-by-label", "named-like-a-cluster-bundle", "unrelated"],
+    ids=["stamp-by-label", "named-like-a-cluster-bundle", "unrelated", "stamp-of-a-long-name"],
 )
 def test_a_configbundle_event_enqueues_the_cluster_bundle_it_concerns(
     bundle: dict[str, Any], keys: list[str]

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from cbop.api import LABEL_CLUSTER_BUNDLE, MAX_FAILED_NAMESPACES
+from cbop.api import LABEL_CLUSTER_BUNDLE, MAX_FAILED_NAMESPACES, label_value
 from cbop.clusterbundle.decision import (
     Create,
     Delete,
@@ -96,7 +96,7 @@ def plan(
     stamps = [
         b
         for b in found.values()
-        if (b["metadata"].get("labels") or {}).get(LABEL_CLUSTER_BUNDLE) == name
+        if (b["metadata"].get("labels") or {}).get(LABEL_CLUSTER_BUNDLE) == label_value(name)
     ]
     return decide(
         owner,
@@ -207,8 +207,8 @@ def test_a_stamp_reporting_a_configmap_conflict_fails_its_namespace() -> None:
 
 @pytest.mark.parametrize(
     ("status", "reason", "generation"),
-    [("False", "Suspended", 1), ("True", "Synced", 2), (None, "", 1)],
-    ids=["suspended", "status-of-an-older-spec", "no-status-yet"],
+    [("False", "Deleting", 1), ("True", "Synced", 2), (None, "", 1), ("False", "Synced", 2)],
+    ids=["deleting", "status-of-an-older-spec", "no-status-yet", "failing-for-an-older-spec"],
 )
 def test_a_stamp_not_yet_ready_is_pending(status: str | None, reason: str, generation: int) -> None:
     owner = ccb()

@@ -16,7 +16,7 @@ from cbop.clusterbundle.reconcile import (
     index_by_cluster_bundle,
 )
 from cbop.kube import CLUSTERCONFIGBUNDLES, CONFIGBUNDLES, NAMESPACES, ApiError
-from cbop.runtime import Requeue
+from cbop.runtime import Requeue, TerminalError
 from cbop_testing.clock import FakeClock
 from cbop_testing.fakekube import CacheLister, FakeKube, FakeRecorder, ObjectTracker, errors, fail
 
@@ -191,16 +191,51 @@ def test_a_refused_stamp_is_retried_on_its_own_key_while_the_others_are_served()
     assert isinstance(outcome["kube-system"], Requeue)
     assert outcome["a"] == 1
     assert world.woken == ["ca"]  # the status is told
-    # Refused again: nothing new to tell.
+    (refused,) = [e for e in world.recorder.recorded if e.reason == "StampRefused"]
+    assert refused.type == "Warning"
+    assert "namespace kube-system" in refused.message
+    assert "protected namespace kube-system" in refused.message
+    # Refused again: nothing new to tell, and no second Event.
     with pytest.raises(Requeue):
         world.stamps.reconcile("kube-system/ca")
     assert world.woken == ["ca"]
+    assert [e.reason for e in world.recorder.recorded].count("StampRefused") == 1
+
+
+@pytest.mark.parametrize(
+    ("error", "retried"),
+    [
+        (ApiError(403, "Forbidden", 'exceeded quota: "cb", requested: count/configbundles'), True),
+        (
+            ApiError(422, "Invalid", "metadata.labels: Invalid value: must be no more than 63"),
+            False,
+        ),
+        (ApiError(400, "BadRequest", "the body of the request was in an unknown format"), False),
+        (ApiError(413, "RequestEntityTooLarge", "request is too large"), False),
+    ],
+    ids=["403-quota", "422-invalid", "400-bad-request", "413-too-large"],
+)
+def test_a_refusal_the_same_request_never_overcomes_is_reported_not_retried(
+    error: ApiError, retried: bool
+) -> None:
+    """A 422 (or 400, 413) is the request's own fault: the namespace is failed with the
+    server's message and the key is not requeued (a TerminalError: only a change of the
+    ClusterConfigBundle, the namespace or the stamp brings it back). A 403 (a quota, a
+    policy) may be lifted at any time: retried with backoff."""
+    world = World(namespace("a"))
+    world.refuse("a", error)
+    with pytest.raises(Requeue if retried else TerminalError):
+        world.stamps.reconcile("a/ca")
+    assert [(f.namespace, f.reason, f.message) for f in world.outcomes.failures("ca")] == [
+        ("a", "Refused", error.message)
+    ]
+    assert [e.reason for e in world.recorder.recorded] == ["StampRefused"]
 
 
 def test_the_status_carries_the_refusal_with_the_server_message() -> None:
     world = World(namespace("kube-system"))
     world.refuse("kube-system", ApiError(422, "Invalid", "denied by policy"))
-    with pytest.raises(Requeue):
+    with pytest.raises(TerminalError):
         world.stamps.reconcile("kube-system/ca")
     world.status.reconcile("ca")
     (body,) = world.status_bodies()

@@ -166,3 +166,108 @@ func (in *ConfigBundleList) DeepCopyObject() runtime.Object {
 	in.DeepCopyInto(out)
 	return out
 }
+
+// ClusterConfigBundleSpec is the part of a ClusterConfigBundle's spec this peer acts on
+// (manifests/crd/cbop.dev_clusterconfigbundles.yaml): which namespaces, and what each gets.
+type ClusterConfigBundleSpec struct {
+	NamespaceSelector metav1.LabelSelector `json:"namespaceSelector"`
+	Template          ConfigBundleSpec     `json:"template"`
+}
+
+// NamespaceCounts counts the selected namespaces.
+type NamespaceCounts struct {
+	Selected int `json:"selected"`
+	Ready    int `json:"ready"`
+	Failed   int `json:"failed"`
+}
+
+// FailedNamespace is a namespace that cannot be served, and why.
+type FailedNamespace struct {
+	Namespace string `json:"namespace"`
+	Reason    string `json:"reason"`
+	Message   string `json:"message,omitempty"`
+}
+
+// ClusterConfigBundleStatus mirrors cbop's status fields.
+type ClusterConfigBundleStatus struct {
+	ObservedGeneration int64              `json:"observedGeneration,omitempty"`
+	Namespaces         NamespaceCounts    `json:"namespaces"`
+	FailedNamespaces   []FailedNamespace  `json:"failedNamespaces,omitempty"`
+	Conditions         []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// ClusterConfigBundle declares one ConfigMap in every selected namespace (cluster-scoped).
+type ClusterConfigBundle struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   ClusterConfigBundleSpec   `json:"spec,omitempty"`
+	Status ClusterConfigBundleStatus `json:"status,omitempty"`
+}
+
+// ClusterConfigBundleList is a list of ClusterConfigBundles.
+type ClusterConfigBundleList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ClusterConfigBundle `json:"items"`
+}
+
+func init() {
+	schemeBuilder.Register(&ClusterConfigBundle{}, &ClusterConfigBundleList{})
+}
+
+// DeepCopyInto copies the status.
+func (in *ClusterConfigBundleStatus) DeepCopyInto(out *ClusterConfigBundleStatus) {
+	*out = *in
+	out.FailedNamespaces = append([]FailedNamespace(nil), in.FailedNamespaces...)
+	if in.Conditions != nil {
+		out.Conditions = make([]metav1.Condition, len(in.Conditions))
+		for i := range in.Conditions {
+			in.Conditions[i].DeepCopyInto(&out.Conditions[i])
+		}
+	}
+}
+
+// DeepCopyInto copies the whole object.
+func (in *ClusterConfigBundle) DeepCopyInto(out *ClusterConfigBundle) {
+	*out = *in
+	in.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	in.Spec.NamespaceSelector.DeepCopyInto(&out.Spec.NamespaceSelector)
+	in.Spec.Template.DeepCopyInto(&out.Spec.Template)
+	in.Status.DeepCopyInto(&out.Status)
+}
+
+// DeepCopy returns a copy.
+func (in *ClusterConfigBundle) DeepCopy() *ClusterConfigBundle {
+	if in == nil {
+		return nil
+	}
+	out := new(ClusterConfigBundle)
+	in.DeepCopyInto(out)
+	return out
+}
+
+// DeepCopyObject implements runtime.Object.
+func (in *ClusterConfigBundle) DeepCopyObject() runtime.Object { return in.DeepCopy() }
+
+// DeepCopyInto copies the list.
+func (in *ClusterConfigBundleList) DeepCopyInto(out *ClusterConfigBundleList) {
+	*out = *in
+	in.ListMeta.DeepCopyInto(&out.ListMeta)
+	if in.Items != nil {
+		out.Items = make([]ClusterConfigBundle, len(in.Items))
+		for i := range in.Items {
+			in.Items[i].DeepCopyInto(&out.Items[i])
+		}
+	}
+}
+
+// DeepCopyObject implements runtime.Object.
+func (in *ClusterConfigBundleList) DeepCopyObject() runtime.Object {
+	if in == nil {
+		return nil
+	}
+	out := new(ClusterConfigBundleList)
+	in.DeepCopyInto(out)
+	return out
+}

@@ -1,5 +1,7 @@
 // Command controller-runtime-peer is a small controller-runtime operator implementing
-// cbop's ConfigBundle contract, used by bench/operators.py as a peer to measure against.
+// cbop's ConfigBundle contract (and, with --cluster-bundles, distributing a
+// ClusterConfigBundle's ConfigMap directly), used by bench/operators as a peer to
+// measure against.
 package main
 
 import (
@@ -13,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -30,7 +33,7 @@ func main() {
 	var namespace, metricsAddr, probeAddr string
 	var workers, burst int
 	var qps float64
-	var sources bool
+	var sources, clusterBundles bool
 	var resync time.Duration
 	flag.StringVar(&namespace, "namespace", "", "namespace to watch (default: all)")
 	flag.IntVar(&workers, "workers", 4, "MaxConcurrentReconciles")
@@ -42,6 +45,9 @@ func main() {
 	flag.BoolVar(&sources, "sources", false,
 		"serve spec.sources: cache ConfigMaps labelled cbop.dev/source=true (a cache of their own) and "+
 			"only the managed ConfigMaps (label app.kubernetes.io/managed-by=cbop) in the manager's cache, as cbop does")
+	flag.BoolVar(&clusterBundles, "cluster-bundles", false,
+		"serve ClusterConfigBundles instead of ConfigBundles: write each selected namespace's ConfigMap "+
+			"directly (no ConfigBundle per namespace), caching only the ConfigMaps labelled "+labelClusterBundle)
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -71,6 +77,15 @@ func main() {
 			&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{labelManagedBy: managedByValue})},
 		}
 	}
+	if clusterBundles {
+		copies, err := labels.NewRequirement(labelClusterBundle, selection.Exists, nil)
+		if err != nil {
+			panic(err)
+		}
+		cacheOpts.ByObject = map[client.Object]cache.ByObject{
+			&corev1.ConfigMap{}: {Label: labels.NewSelector().Add(*copies)},
+		}
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
 		Cache:                  cacheOpts,
@@ -81,28 +96,13 @@ func main() {
 		log.Error(err, "creating the manager")
 		os.Exit(1)
 	}
-	r := &BundleReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme()}
 	var sourceCache cache.Cache
-	if sources {
-		sourceOpts := cache.Options{
-			Scheme:               mgr.GetScheme(),
-			Mapper:               mgr.GetRESTMapper(),
-			SyncPeriod:           &resync,
-			DefaultLabelSelector: labels.SelectorFromSet(labels.Set{labelSource: "true"}),
-		}
-		if namespace != "" {
-			sourceOpts.DefaultNamespaces = cacheOpts.DefaultNamespaces
-		}
-		if sourceCache, err = cache.New(mgr.GetConfig(), sourceOpts); err != nil {
-			log.Error(err, "creating the source cache")
+	if clusterBundles {
+		if err := SetupClusterBundles(mgr, workers); err != nil {
+			log.Error(err, "setting up the distributor")
 			os.Exit(1)
 		}
-		if err := mgr.Add(sourceCache); err != nil {
-			panic(err)
-		}
-		r.Sources = sourceCache
-	}
-	if err := r.SetupWithManager(context.Background(), mgr, workers, sourceCache); err != nil {
+	} else if sourceCache, err = setupBundles(mgr, cacheOpts, sources, resync, workers); err != nil {
 		log.Error(err, "setting up the controller")
 		os.Exit(1)
 	}
@@ -123,9 +123,35 @@ func main() {
 	if err := mgr.AddReadyzCheck("informers-synced", synced); err != nil {
 		panic(err)
 	}
-	log.Info("starting", "namespace", namespace, "sources", sources, "workers", workers, "qps", cfg.QPS, "burst", cfg.Burst)
+	log.Info("starting", "namespace", namespace, "sources", sources, "clusterBundles", clusterBundles,
+		"workers", workers, "qps", cfg.QPS, "burst", cfg.Burst)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		log.Error(err, "manager exited")
 		os.Exit(1)
 	}
+}
+
+// setupBundles adds the ConfigBundle controller; with sources, also the label-selected
+// cache of source ConfigMaps (returned, for the readiness check).
+func setupBundles(mgr ctrl.Manager, cacheOpts cache.Options, sources bool, resync time.Duration, workers int) (cache.Cache, error) {
+	r := &BundleReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme()}
+	var sourceCache cache.Cache
+	if sources {
+		sourceOpts := cache.Options{
+			Scheme:               mgr.GetScheme(),
+			Mapper:               mgr.GetRESTMapper(),
+			SyncPeriod:           &resync,
+			DefaultLabelSelector: labels.SelectorFromSet(labels.Set{labelSource: "true"}),
+			DefaultNamespaces:    cacheOpts.DefaultNamespaces,
+		}
+		var err error
+		if sourceCache, err = cache.New(mgr.GetConfig(), sourceOpts); err != nil {
+			return nil, err
+		}
+		if err := mgr.Add(sourceCache); err != nil {
+			return nil, err
+		}
+		r.Sources = sourceCache
+	}
+	return sourceCache, r.SetupWithManager(context.Background(), mgr, workers, sourceCache)
 }

@@ -19,7 +19,9 @@ from cbop.api.cluster import (
     template_of,
 )
 from cbop.api.content import content_hash, decode_binary, encode_binary
+from cbop.api.labels import label_value
 from cbop.api.ownership import controller_reference, is_bundle_reference
+from cbop.api.reasons import FAILING_REASONS, READINESS, TRANSIENT_REASONS, Readiness, readiness_of
 from cbop.api.spec import (
     BundleSpec,
     DeletionPolicy,
@@ -68,6 +70,7 @@ __all__ = [
     "CLUSTER_PLURAL",
     "CONDITION_READY",
     "DEPRECATED_VERSIONS",
+    "FAILING_REASONS",
     "FINALIZER_ORPHAN",
     "GROUP",
     "KIND",
@@ -80,15 +83,18 @@ __all__ = [
     "MAX_CONFIGMAP_BYTES",
     "MAX_FAILED_NAMESPACES",
     "PLURAL",
+    "READINESS",
     "RESERVED_ANNOTATIONS",
     "RESERVED_LABELS",
     "SOURCE_SELECTOR",
+    "TRANSIENT_REASONS",
     "VERSION",
     "BundleSpec",
     "ClusterReason",
     "DeletionPolicy",
     "MergeFormat",
     "NamespaceSelector",
+    "Readiness",
     "Reason",
     "SelectorError",
     "SourceItem",
@@ -102,7 +108,9 @@ __all__ = [
     "encode_binary",
     "is_bundle_reference",
     "is_cluster_bundle_reference",
+    "label_value",
     "parse_selector",
     "parse_spec",
+    "readiness_of",
     "template_of",
 ]

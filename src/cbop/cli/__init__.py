@@ -10,7 +10,8 @@ Modules, outermost first (an import-linter contract keeps them in this order):
 - ``cbop.cli.command``: :func:`main`, the entry point of ``cbop`` and
   ``python -m cbop``, and the signal handlers of a running operator;
 - ``cbop.cli.once``: ``--once`` (:func:`run_once`, its table or JSON output,
-  :func:`exit_code`);
+  :func:`exit_code`); ``cbop.cli.migrate``: ``cbop migrate-storage``;
+  ``cbop.cli.release``: ``cbop release``;
 - ``cbop.cli.connect``: the API client and the ConfigBundle LIST that checks it;
 - ``cbop.cli.parser``: :func:`build_parser`, with the ``CBOP_*`` variables applied;
   ``cbop.cli.plan``: the workloads a dry run's pending changes would roll;

@@ -18,9 +18,12 @@ import structlog
 
 from cbop.cli.connect import connect
 from cbop.cli.exits import fail
-from cbop.cli.migrate import COMMAND, migrate_main
+from cbop.cli.migrate import COMMAND as MIGRATE_COMMAND
+from cbop.cli.migrate import migrate_main
 from cbop.cli.once import run_once
 from cbop.cli.parser import build_parser, controller_settings
+from cbop.cli.release import COMMAND as RELEASE_COMMAND
+from cbop.cli.release import release_main
 from cbop.logconfig import configure_logging
 from cbop.manager import Manager, Options, options_error
 
@@ -44,11 +47,14 @@ def _install_signal_handlers(stop: threading.Event) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``cbop`` / ``python -m cbop``; returns the exit code.
 
-    ``cbop migrate-storage ...`` runs :func:`cbop.cli.migrate.migrate_main` instead.
+    ``cbop migrate-storage ...`` runs :func:`cbop.cli.migrate.migrate_main` instead, and
+    ``cbop release ...`` :func:`cbop.cli.release.release_main`.
     """
     words = list(sys.argv[1:] if argv is None else argv)
-    if words[:1] == [COMMAND]:
+    if words[:1] == [MIGRATE_COMMAND]:
         return migrate_main(words[1:])
+    if words[:1] == [RELEASE_COMMAND]:
+        return release_main(words[1:])
     parser = build_parser()
     args = parser.parse_args(words)
     if args.dry_run and not args.once:

@@ -7,7 +7,9 @@ and turns the outcome into an exit code:
 
 - 0: every CRD is stored in its storage version alone (now, or already);
 - 1: some objects could not be written; those CRDs keep their ``storedVersions``;
-- 2: usage, configuration or connection errors, in one line.
+- 2: usage, configuration or connection errors, and a CRD that does not serve or store
+  the version this cbop writes (the new CRD was not applied; nothing is written), in
+  one line.
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ def build_migrate_parser() -> argparse.ArgumentParser:
             "Rewrite every stored object of cbop's CRDs in the CRD's storage version, then "
             "set status.storedVersions to that version alone (safe to run twice and while "
             "cbop runs; writes no spec and no ConfigMap). Run it after an upgrade that "
-            "added a storage version, before a release drops the old one."
+            "added a storage version, before a release drops the old one. A CRD that does "
+            "not serve and store the version this cbop writes stops it before any write "
+            "(exit 2): apply the new CRD first."
         ),
     )
     parser.add_argument("--kubeconfig", help="path to a kubeconfig (default: in-cluster)")

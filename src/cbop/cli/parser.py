@@ -89,7 +89,9 @@ def build_parser(
             "The ConfigBundle operator: keeps a managed ConfigMap equal to each "
             "ConfigBundle. Every flag can also be set as CBOP_<FLAG> in the environment; "
             "a flag on the command line wins. `cbop migrate-storage --help`: rewrite stored "
-            "objects in the storage version after an upgrade."
+            "objects in the storage version after an upgrade. `cbop release --help`: "
+            "release the bundles being deleted that wait for cbop's finalizer, while cbop "
+            "is stopped or gone."
         ),
     )
 

@@ -8,5 +8,6 @@ on the runtime and imports nothing of it (docs/cluster-bundles.md):
 - :mod:`cbop.clusterbundle.decision`: the pure decision (which namespaces, the stamp
   each needs, conflicts, the status);
 - :mod:`cbop.clusterbundle.reconcile`: the reconciler that performs it;
+- :mod:`cbop.clusterbundle.outcomes`: the failures of the stamp work no stamp shows;
 - :mod:`cbop.clusterbundle.controller`: caches, key mapping and the definition.
 """

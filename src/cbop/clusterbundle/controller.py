@@ -53,7 +53,7 @@ from typing import Any, Final
 import structlog
 
 from cbop import defaults
-from cbop.api import LABEL_CLUSTER_BUNDLE, template_of
+from cbop.api import LABEL_CLUSTER_BUNDLE, label_value, template_of
 from cbop.clusterbundle import report
 from cbop.clusterbundle.reconcile import (
     CLUSTER_BUNDLE_INDEX,
@@ -194,7 +194,9 @@ def cluster_bundle_stamp_mapper(
 def bundle_mapper(cluster_bundles: ListingLister) -> Callable[[Mapping[str, Any]], list[str]]:
     """Return the status map function: a ConfigBundle -> the ClusterConfigBundle it concerns.
 
-    A stamp maps to the ClusterConfigBundle its label names; any other bundle to the
+    A stamp maps to the ClusterConfigBundle its label names: its own name, when the
+    label is that name's :func:`cbop.api.label_value` (a name past 63 characters is cut
+    and hashed in the label), else the label itself; any other bundle to the
     ClusterConfigBundle of its name, if one is cached (it may be a conflict, or one
     resolved). Others map to nothing.
     """
@@ -202,9 +204,9 @@ def bundle_mapper(cluster_bundles: ListingLister) -> Callable[[Mapping[str, Any]
     def map_bundle(bundle: Mapping[str, Any]) -> list[str]:
         meta = bundle.get("metadata") or {}
         label = (meta.get("labels") or {}).get(LABEL_CLUSTER_BUNDLE)
-        if isinstance(label, str) and label:
-            return [label]
         name = str(meta.get("name", ""))
+        if isinstance(label, str) and label:
+            return [name] if name and label_value(name) == label else [label]
         return [name] if name and cluster_bundles.get(None, name) is not None else []
 
     return map_bundle

@@ -32,15 +32,16 @@ from cbop.api import (
     API_VERSION,
     CLUSTER_KIND,
     CONDITION_READY,
+    FAILING_REASONS,
     KIND,
     LABEL_CLUSTER_BUNDLE,
     MAX_FAILED_NAMESPACES,
     ClusterReason,
     NamespaceSelector,
-    Reason,
     SelectorError,
     controller_reference,
     is_cluster_bundle_reference,
+    label_value,
     parse_selector,
     template_of,
 )
@@ -63,16 +64,10 @@ __all__ = [
     "status_of",
 ]
 
-#: Reasons of a stamped bundle's ``Ready=False`` that make its namespace failed (the
-#: rest, ``Suspended`` and ``Deleting``, leave it pending).
-FAILING_BUNDLE_REASONS: Final = frozenset(
-    {
-        Reason.CONFIGMAP_CONFLICT,
-        Reason.CONFIGMAP_TOO_LARGE,
-        Reason.INVALID_SPEC,
-        Reason.RECONCILE_ERROR,
-    }
-)
+#: Reasons of a stamped bundle's ``Ready`` (not ``True``) that make its namespace
+#: failed: :data:`cbop.api.FAILING_REASONS`, the one classification of every reason the
+#: ConfigBundle controller sets. The transient rest leave it pending.
+FAILING_BUNDLE_REASONS: Final = FAILING_REASONS
 
 
 @dataclass(frozen=True)
@@ -169,12 +164,16 @@ def is_controlled_by(bundle: Mapping[str, Any], cluster_bundle: Mapping[str, Any
     meta = cluster_bundle["metadata"]
     if ref is None:
         labels = (bundle.get("metadata") or {}).get("labels") or {}
-        return bool(labels.get(LABEL_CLUSTER_BUNDLE) == meta["name"])
+        return bool(labels.get(LABEL_CLUSTER_BUNDLE) == label_value(str(meta["name"])))
     return is_cluster_bundle_reference(ref) and bool(ref.get("uid") == meta.get("uid"))
 
 
 def desired_stamp(cluster_bundle: Mapping[str, Any], namespace: str) -> dict[str, Any]:
-    """Return the ConfigBundle to create in ``namespace`` for ``cluster_bundle`` (a new dict)."""
+    """Return the ConfigBundle to create in ``namespace`` for ``cluster_bundle`` (a new dict).
+
+    It is named after the ClusterConfigBundle and labelled ``cbop.dev/cluster-bundle``
+    with :func:`cbop.api.label_value` of that name (cut and hashed past 63 characters).
+    """
     name = str(cluster_bundle["metadata"]["name"])
     return {
         "apiVersion": API_VERSION,
@@ -182,7 +181,7 @@ def desired_stamp(cluster_bundle: Mapping[str, Any], namespace: str) -> dict[str
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "labels": {LABEL_CLUSTER_BUNDLE: name},
+            "labels": {LABEL_CLUSTER_BUNDLE: label_value(name)},
             "ownerReferences": [owner_reference(cluster_bundle)],
         },
         "spec": copy.deepcopy(template_of(cluster_bundle)),
@@ -198,18 +197,18 @@ def _corrected(
     put back; other labels, annotations, finalizers and non-controller references that
     other actors set are kept.
     """
-    name = cluster_bundle["metadata"]["name"]
+    label = label_value(str(cluster_bundle["metadata"]["name"]))
     ref = owner_reference(cluster_bundle)
     meta = stamp.get("metadata") or {}
     refs = list(meta.get("ownerReferences") or ())
     labels = meta.get("labels") or {}
-    if stamp.get("spec") == spec and labels.get(LABEL_CLUSTER_BUNDLE) == name and ref in refs:
+    if stamp.get("spec") == spec and labels.get(LABEL_CLUSTER_BUNDLE) == label and ref in refs:
         return None
     body = copy.deepcopy(dict(stamp))
     body.pop("status", None)
     body["spec"] = copy.deepcopy(dict(spec))
     new_meta = body.setdefault("metadata", {})
-    new_meta.setdefault("labels", {})[LABEL_CLUSTER_BUNDLE] = name
+    new_meta.setdefault("labels", {})[LABEL_CLUSTER_BUNDLE] = label
     kept = [r for r in refs if not r.get("controller") and r.get("uid") != ref["uid"]]
     new_meta["ownerReferences"] = [*kept, ref]
     return body
@@ -226,7 +225,9 @@ def _stamp_state(stamp: Mapping[str, Any]) -> Failure | bool:
     """Judge a stamp needing no write: True when Ready, its Failure when failing, else False.
 
     Only a status written for the stamp's current generation counts (a condition of an
-    older spec says nothing of this one).
+    older spec says nothing of this one). Failing: a reason of
+    :data:`FAILING_BUNDLE_REASONS`; False (pending): a copy being made, updated or
+    deleted (no status for this generation yet, a transient reason).
     """
     meta = stamp.get("metadata") or {}
     generation = meta.get("generation")
@@ -239,7 +240,9 @@ def _stamp_state(stamp: Mapping[str, Any]) -> Failure | bool:
     if cond.get("status") == "True":
         return True
     reason = str(cond.get("reason", ""))
-    if cond.get("status") == "False" and reason in FAILING_BUNDLE_REASONS:
+    if reason in FAILING_BUNDLE_REASONS:
+        # Ready False or Unknown (Suspended) for a reason that lasts: failed, with the
+        # stamp's own reason and message.
         return Failure(str(meta.get("namespace", "")), reason, str(cond.get("message", "")))
     return False
 
@@ -346,7 +349,7 @@ def _is_releasable(stamp: Mapping[str, Any], cluster_bundle: Mapping[str, Any]) 
     return (
         not stamp_meta.get("deletionTimestamp")
         and stamp_meta.get("name") == name
-        and labels.get(LABEL_CLUSTER_BUNDLE) == name
+        and labels.get(LABEL_CLUSTER_BUNDLE) == label_value(str(name))
         and is_controlled_by(stamp, cluster_bundle)
     )
 
@@ -413,9 +416,10 @@ def decide(
         namespaces: every cached Namespace.
         bundle_at: ``fn(namespace) -> ConfigBundle or None``: the ConfigBundle named
             after the ClusterConfigBundle in that namespace, whoever made it.
-        stamps: the ConfigBundles labelled with this ClusterConfigBundle's name, in any
-            namespace (those whose namespace left the selector are deleted when this
-            ClusterConfigBundle controls them).
+        stamps: the ConfigBundles labelled with this ClusterConfigBundle's name (as
+            :func:`cbop.api.label_value` gives it), in any namespace (those whose
+            namespace left the selector are deleted when this ClusterConfigBundle
+            controls them).
         others: every ClusterConfigBundle (this one may be among them), for the
             configMapName conflicts.
 

@@ -20,10 +20,15 @@ Error policy of the stamp work, in the words of sample-controller:
   its stamps through their owner references);
 - a lost race (409 on update, 409 AlreadyExists on create: the cache had not caught
   up): :class:`cbop.runtime.Requeue`, a quiet rate-limited retry;
-- a stamp refused by the API server (403 or 422: an admission policy, a quota): the
-  namespace is failed with the server's message (the status says so) and the key is
-  retried with the workqueue's rate limiter (per-key exponential backoff, never a hot
-  loop) through :class:`cbop.runtime.Requeue`; the other namespaces are other keys;
+- a stamp refused by the API server: the namespace is failed with the server's message
+  (the status says so, and a ``StampRefused`` Warning Event when the refusal is new).
+  A 403 (an admission policy, a quota: lifted any time) is retried with the
+  workqueue's rate limiter (per-key exponential backoff, never a hot loop) through
+  :class:`cbop.runtime.Requeue`; a refusal of the request itself (422 Invalid, 400,
+  413, 415), which the same request can never overcome, is a
+  :class:`cbop.runtime.reconcile.TerminalError`: not retried until the
+  ClusterConfigBundle, the namespace or the stamp changes. The other namespaces are
+  other keys;
 - a namespace being deleted, or gone: skipped (no error, no retry);
 - anything else: raised, so the controller retries it rate-limited.
 
@@ -45,7 +50,7 @@ from typing import Any, Final, Protocol
 import cachetools
 import structlog
 
-from cbop.api import LABEL_CLUSTER_BUNDLE, ClusterReason
+from cbop.api import LABEL_CLUSTER_BUNDLE, ClusterReason, label_value
 from cbop.clusterbundle import report
 from cbop.clusterbundle.decision import (
     Create,
@@ -56,10 +61,11 @@ from cbop.clusterbundle.decision import (
     decide_namespace,
     status_of,
 )
+from cbop.clusterbundle.outcomes import Outcomes
 from cbop.keys import key_of, split_key
 from cbop.kube import CLUSTERCONFIGBUNDLES, CONFIGBUNDLES, NAMESPACES, ApiError
 from cbop.runtime.ownwrites import OwnWrites
-from cbop.runtime.reconcile import Requeue
+from cbop.runtime.reconcile import Requeue, TerminalError
 from cbop.runtime.seams import Client, EventSink
 
 __all__ = [
@@ -96,6 +102,18 @@ UNSEEN_REASONS: Final = frozenset({ClusterReason.REFUSED, ClusterReason.CONFIGBU
 REPORT_INTERVAL: Final = 1.0
 #: Seconds a created stamp is remembered while the cache does not show it yet.
 _CREATED_TTL: Final = 30.0
+#: Refusals of a stamp write that the same request can never overcome (the request
+#: itself is wrong: 422 Invalid, 400 Bad Request, 413 Request Entity Too Large, 415
+#: Unsupported Media Type). 403 is not among them: a quota or a policy may be lifted.
+_FINAL_STATUSES: Final = frozenset({400, 413, 415, 422})
+
+
+@dataclass(frozen=True)
+class _Refusal:
+    """A stamp write the API server refused: the failure to report, and whether to retry."""
+
+    failure: Failure
+    retry: bool
 
 
 def index_by_cluster_bundle(bundle: Mapping[str, Any]) -> list[str]:
@@ -134,57 +152,6 @@ class Done:
     requeue_after: float | None = None
     writes: int = 0
     status_written: bool = False
-
-
-class Outcomes:
-    """The failures no stamp shows, per ClusterConfigBundle and namespace (thread-safe).
-
-    What the stamp work learns that the status writer's caches may not show: the
-    namespaces whose stamp the API server refused, and (for a sharded writer, whose
-    cache holds only stamps) those where a foreign ConfigBundle is in the way.
-
-    The stamp reconciler records each namespace's last outcome (a :class:`Failure`, or
-    None when the stamp work went through); the status reconciler reads the failures.
-    A namespace never recorded since the process started is *unknown*
-    (:meth:`known`): the status then keeps what it said before, so a restart writes
-    no status that only lacks the refusals the stamp work has not met again yet.
-
-    Args:
-        changed: ``fn(name)``, called (outside the lock) when ClusterConfigBundle
-            ``name``'s failures changed (the controller enqueues its status key).
-    """
-
-    def __init__(self, changed: Callable[[str], None] | None = None) -> None:
-        self._lock = threading.Lock()
-        self._outcomes: dict[str, dict[str, Failure | None]] = {}
-        self.changed = changed
-
-    def record(self, name: str, namespace: str, failure: Failure | None) -> bool:
-        """Record ``namespace``'s outcome for ``name``; return whether the failures changed."""
-        with self._lock:
-            table = self._outcomes.setdefault(name, {})
-            before = table.get(namespace)
-            table[namespace] = failure
-        changed = before != failure
-        if changed and self.changed is not None:
-            self.changed(name)
-        return changed
-
-    def known(self, name: str, namespace: str) -> bool:
-        """Whether an outcome of ``namespace`` for ``name`` was recorded."""
-        with self._lock:
-            return namespace in self._outcomes.get(name, {})
-
-    def failures(self, name: str) -> list[Failure]:
-        """Return the recorded failures of ``name``, by namespace."""
-        with self._lock:
-            table = dict(self._outcomes.get(name, {}))
-        return [f for ns in sorted(table) if (f := table[ns]) is not None]
-
-    def forget(self, name: str) -> None:
-        """Drop everything recorded for ``name`` (the ClusterConfigBundle is gone)."""
-        with self._lock:
-            self._outcomes.pop(name, None)
 
 
 class StampReconciler:
@@ -267,24 +234,34 @@ class StampReconciler:
             current=self._stamp_at(namespace, name),
             others=self._cluster_bundles.list(),
         )
-        refusal: Failure | None = None
+        refusal: _Refusal | None = None
         written = False
         if verdict.action is not None:
             outcome = self._act(cluster_bundle, verdict.action)
-            if isinstance(outcome, Failure):
+            if isinstance(outcome, _Refusal):
                 refusal = outcome
             else:
                 written = outcome
-        unseen = refusal
+        unseen = refusal.failure if refusal is not None else None
         if verdict.failure is not None and verdict.failure.reason in UNSEEN_REASONS:
             unseen = verdict.failure  # a foreign bundle: not in a sharded writer's cache
         if self._outcomes.record(name, namespace, unseen) and refusal is not None:
-            log.info("stamp refused; retrying with backoff", stamp_namespace=namespace)
-        if refusal is not None:
-            raise Requeue(f"stamp refused: {refusal.message}")
-        return Done(writes=int(written))
+            retry = "retrying with backoff" if refusal.retry else "retried on the next change"
+            log.info(f"stamp refused; {retry}", stamp_namespace=namespace)
+            self._event(
+                cluster_bundle,
+                "StampRefused",
+                f"the API server refused the stamp in namespace {namespace}: "
+                f"{refusal.failure.message}",
+                warning=True,
+            )
+        if refusal is None:
+            return Done(writes=int(written))
+        if refusal.retry:
+            raise Requeue(f"stamp refused: {refusal.failure.message}")
+        raise TerminalError(f"stamp refused for good: {refusal.failure.message}")
 
-    def _act(self, owner: Mapping[str, Any], action: Create | Update | Delete) -> bool | Failure:
+    def _act(self, owner: Mapping[str, Any], action: Create | Update | Delete) -> bool | _Refusal:
         """Perform one action; return whether it was written, or the refusal met."""
         try:
             if isinstance(action, Create):
@@ -320,7 +297,7 @@ class StampReconciler:
         except ApiError as err:
             return self._failed(action, err)
 
-    def _failed(self, action: Create | Update | Delete, err: ApiError) -> bool | Failure:
+    def _failed(self, action: Create | Update | Delete, err: ApiError) -> bool | _Refusal:
         """Sort an API error of one action: skip, return a refusal, or raise."""
         if _namespace_going(err):
             return False  # a terminating or deleted namespace: skipped, not retried
@@ -328,13 +305,19 @@ class StampReconciler:
             return False  # gone already, or replaced (the precondition on its UID)
         if err.is_already_exists or err.is_conflict:
             raise Requeue(str(err)) from err
-        if err.is_forbidden or err.is_invalid:
-            return Failure(action.namespace, ClusterReason.REFUSED, err.message or str(err))
+        final = err.is_invalid or err.status in _FINAL_STATUSES
+        if err.is_forbidden or final:
+            failure = Failure(
+                action.namespace, ClusterReason.REFUSED, err.message or err.reason or str(err)
+            )
+            return _Refusal(failure, retry=not final)
         raise err
 
-    def _event(self, owner: Mapping[str, Any], reason: str, message: str) -> None:
+    def _event(
+        self, owner: Mapping[str, Any], reason: str, message: str, *, warning: bool = False
+    ) -> None:
         if self._recorder is not None:
-            self._recorder.event(owner, "Normal", reason, message)
+            self._recorder.event(owner, "Warning" if warning else "Normal", reason, message)
 
 
 class StatusReconciler:
@@ -412,7 +395,7 @@ class StatusReconciler:
             current,
             namespaces=self._namespaces.list(),
             bundle_at=lambda namespace: self._bundles.get(namespace, name),
-            stamps=self._bundles.by_index(CLUSTER_BUNDLE_INDEX, name),
+            stamps=self._bundles.by_index(CLUSTER_BUNDLE_INDEX, label_value(name)),
             others=self._cluster_bundles.list(),
         )
         status = status_of(current, plan, self._refusals(current, plan.selected), now=self._now())

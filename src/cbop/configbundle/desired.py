@@ -16,7 +16,6 @@ added is kept (case 9 of the field cases).
 from __future__ import annotations
 
 import copy
-import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +30,7 @@ from cbop.api import (
     LABEL_MANAGED_BY,
     MANAGED_BY_VALUE,
     BundleSpec,
+    label_value,
 )
 from cbop.api.content import content_hash, decode_binary, encode_binary
 from cbop.api.ownership import controller_reference, is_bundle_reference, owner_reference_to
@@ -98,7 +98,7 @@ def desired_configmap(bundle: Mapping[str, Any], spec: BundleSpec) -> DesiredCon
     digest = content_hash(spec.data, spec.binary_data)
     labels = dict(spec.labels)
     labels[LABEL_MANAGED_BY] = MANAGED_BY_VALUE
-    labels[LABEL_BUNDLE] = _label_safe(meta["name"])
+    labels[LABEL_BUNDLE] = label_value(meta["name"])
     annotations = dict(spec.annotations)
     annotations[ANNOTATION_CONTENT_HASH] = digest
     if spec.labels:
@@ -116,17 +116,6 @@ def desired_configmap(bundle: Mapping[str, Any], spec: BundleSpec) -> DesiredCon
         owner_reference=owner_reference(bundle),
         content_hash=digest,
     )
-
-
-def _label_safe(name: str) -> str:
-    """Bundle names are DNS subdomains (up to 253 characters); label values stop at 63.
-
-    Longer names are cut to 54 characters plus ``-`` and 8 hex digits of their SHA-256,
-    so the label stays unique and valid.
-    """
-    if len(name) <= 63:
-        return name
-    return f"{name[:54].rstrip('.-_')}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
 
 
 def _managed_keys(annotations: Mapping[str, str], key: str) -> set[str]:

@@ -33,7 +33,7 @@ def set_condition(
     *,
     type_: str,
     status: ConditionStatus,
-    reason: Reason | PinnedReason,
+    reason: Reason,
     message: str,
     observed_generation: int | None,
     now: datetime.datetime,
@@ -41,8 +41,41 @@ def set_condition(
     """Return ``conditions`` with the condition of ``type_`` set, as meta.SetStatusCondition.
 
     ``lastTransitionTime`` is kept from the existing condition when ``status`` is
-    unchanged, else set to ``now``. Other conditions are kept in order.
+    unchanged, else set to ``now``. Other conditions are kept in order. ``reason`` comes
+    from the registry of :class:`cbop.api.Reason` (the ``Pinned`` condition has its own,
+    :func:`set_pinned`).
     """
+    return _set(conditions, type_, status, reason, message, observed_generation, now)
+
+
+def set_pinned(
+    conditions: Sequence[Mapping[str, Any]],
+    verdict: PinnedVerdict,
+    *,
+    observed_generation: int | None,
+    now: datetime.datetime,
+) -> list[JSON]:
+    """Return ``conditions`` with the ``Pinned`` condition of ``verdict`` (docs/revisions.md)."""
+    return _set(
+        conditions,
+        CONDITION_PINNED,
+        verdict.status,
+        verdict.reason,
+        verdict.message,
+        observed_generation,
+        now,
+    )
+
+
+def _set(  # noqa: PLR0917 - the private body of the two setters above
+    conditions: Sequence[Mapping[str, Any]],
+    type_: str,
+    status: ConditionStatus,
+    reason: Reason | PinnedReason,
+    message: str,
+    observed_generation: int | None,
+    now: datetime.datetime,
+) -> list[JSON]:
     out: list[JSON] = []
     found = False
     for cond in conditions:
@@ -148,14 +181,8 @@ def compute_status(
             c for c in status["conditions"] if c.get("type") != CONDITION_PINNED
         ]
     elif not isinstance(pinned, EllipsisType):
-        status["conditions"] = set_condition(
-            status["conditions"],
-            type_=CONDITION_PINNED,
-            status=pinned.status,
-            reason=pinned.reason,
-            message=pinned.message,
-            observed_generation=generation,
-            now=now,
+        status["conditions"] = set_pinned(
+            status["conditions"], pinned, observed_generation=generation, now=now
         )
     return status
 

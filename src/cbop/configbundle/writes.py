@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from cbop.api import BundleSpec, Reason, SpecError
+from cbop.api import BundleSpec, Reason, SpecError, config_map_name_of
 from cbop.configbundle.decision import Action, Decision
 from cbop.configbundle.interfaces import CONTROLLER_UID_INDEX, Lister, Requeue
 from cbop.configbundle.report import UNRETRYABLE_STATUSES, ReconcileReports, RejectedError
@@ -40,9 +40,16 @@ class ConfigMapWrites(ReconcileReports):
     def _cached_configmap(
         self, bundle: Mapping[str, Any], spec: BundleSpec | SpecError
     ) -> Mapping[str, Any] | None:
-        if not isinstance(spec, BundleSpec):
+        """Return the cached ConfigMap the bundle names, or None.
+
+        For a spec that does not parse or compose, the ConfigMap it names all the same
+        (:func:`cbop.api.config_map_name_of`): the one a bundle being deleted with
+        ``deletionPolicy: Orphan`` releases, its last good content kept.
+        """
+        name = spec.config_map_name if isinstance(spec, BundleSpec) else config_map_name_of(bundle)
+        if name is None:
             return None
-        return self._configmaps.get(bundle["metadata"]["namespace"], spec.config_map_name)
+        return self._configmaps.get(bundle["metadata"]["namespace"], name)
 
     def _fresh_configmap(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         """GET the ConfigMap from the API server, bypassing a cache that may be stale."""

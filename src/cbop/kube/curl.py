@@ -3,10 +3,11 @@
 Why: a request through urllib3 and ``http.client`` costs the client 0.5-0.9 ms of CPU
 (the pool manager's URL parsing and pool lookup, ``http.client`` reading the response
 headers through the ``email`` package), the same request through libcurl about a fifth
-of that (bench/README.md, "Where cbop's time goes"). Each new bundle costs two writes and
-every reconcile that writes at least one, so on a small machine that CPU is taken from
-the API server cbop waits on. Lists decoded while they arrive and watch streams stay on
-urllib3 (:mod:`cbop.kube.transport`): they are few, long, and read incrementally.
+of that (bench/results/s1-s5.md, "Where cbop's time goes"). Each new bundle costs two
+writes and every reconcile that writes at least one, so on a small machine that CPU is
+taken from the API server cbop waits on. Lists decoded while they arrive and watch
+streams stay on urllib3 (:mod:`cbop.kube.transport`): they are few, long, and read
+incrementally.
 
 :class:`CurlSession` sends one request and returns the whole answer. It is built from the
 same ``kubernetes.client.Configuration`` as the urllib3 pool and maps what that carries:

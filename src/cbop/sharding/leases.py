@@ -3,7 +3,8 @@
 This module owns the conventions every Lease of a shard group follows. Every replica
 of a group renews a membership Lease of its own, ``<group>-member-<identity>``; each
 shard ``i`` has the Lease ``<group>-shard-<i>`` (written by that shard's
-``LeaderElector``). All of them carry the label ``cbop.dev/shard-group=<group>`` and
+``LeaderElector``). All of them carry the label ``cbop.dev/shard-group=<group>`` (the
+group as :func:`cbop.api.label_value` gives it: cut and hashed past 63 characters) and
 ``cbop.dev/shard-role=member|shard``, so one label-selected LIST reads the whole group.
 A membership Lease also announces its replica's shard count (``cbop.dev/shards``) and
 when the replica joined (``cbop.dev/joined``).
@@ -19,6 +20,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
+from cbop.api import label_value
 from cbop.shardrange import fnv1a64
 
 __all__ = [
@@ -30,6 +32,7 @@ __all__ = [
     "SHARD_ROLE",
     "announced_shards",
     "group_labels",
+    "group_selector",
     "lease_holder",
     "lease_meta",
     "lease_seniority",
@@ -77,8 +80,17 @@ def member_lease_name(group: str, identity: str) -> str:
 
 
 def group_labels(group: str, role: str) -> dict[str, str]:
-    """Return the labels every Lease of ``group`` with ``role`` carries."""
-    return {GROUP_LABEL: group, ROLE_LABEL: role}
+    """Return the labels every Lease of ``group`` with ``role`` carries.
+
+    The group (a Lease name, up to 253 characters) goes through
+    :func:`cbop.api.label_value`, so any ``--leader-election-id`` makes valid labels.
+    """
+    return {GROUP_LABEL: label_value(group), ROLE_LABEL: role}
+
+
+def group_selector(group: str) -> str:
+    """Return the label selector of every Lease of ``group`` (as :func:`group_labels` labels)."""
+    return f"{GROUP_LABEL}={label_value(group)}"
 
 
 def lease_spec(lease: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -36,11 +36,11 @@ from cbop.kube import LEASES, ApiError, KubeClient
 from cbop.leaderelection import LeaseObserver
 from cbop.sharding.assign import ShardState
 from cbop.sharding.leases import (
-    GROUP_LABEL,
     MEMBER_ROLE,
     ROLE_LABEL,
     SHARD_ROLE,
     announced_shards,
+    group_selector,
     lease_holder,
     lease_meta,
     lease_seniority,
@@ -128,7 +128,7 @@ class GroupReader:
             listed = self._client.list(
                 LEASES,
                 self._namespace,
-                label_selector=f"{GROUP_LABEL}={self._group}",
+                label_selector=group_selector(self._group),
                 timeout=self._timeout,
             )
         except ApiError as err:
