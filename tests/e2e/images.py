@@ -62,5 +62,18 @@ def build_report() -> str:
 
 @functools.cache
 def pause_image() -> str:
-    """Build (or reuse) the node's sandbox image and return its name."""
-    return _run(str(REPO / "hack" / "image" / "pause.sh"), timeout=BUILD_TIMEOUT).strip()
+    """Build (or reuse) the node's sandbox image and return its name.
+
+    The name is the script's last line on stdout: what installing its tools prints on
+    a first run (stderr, or apt's own lines) is no part of it.
+    """
+    result = subprocess.run(
+        [str(REPO / "hack" / "image" / "pause.sh")],
+        capture_output=True,
+        text=True,
+        timeout=BUILD_TIMEOUT,
+        env=podman_env(),
+        check=False,
+    )
+    assert result.returncode == 0, f"pause.sh failed:\n{result.stdout}\n{result.stderr}"
+    return result.stdout.strip().splitlines()[-1]

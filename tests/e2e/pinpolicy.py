@@ -1,8 +1,8 @@
 """Helpers for the e2e tests of the pod-pinning admission policy (docs/revisions.md).
 
 * :data:`POLICY_FILE`: the shipped MutatingAdmissionPolicy and its binding
-  (``manifests/revisions/pin_revisions.yaml``).
-* :func:`install_policy`: creates them on a control plane, once (they stay: see there).
+  (``manifests/revisions/pin_pods.yaml``); :func:`policy_docs`, its documents.
+* :func:`install_policy`: creates them on a control plane unless they exist.
 * :func:`create_pod`: creates a pod (as a ReplicaSet would, or with ``dryRun=All``) and
   returns it as the API server stored it, after admission.
 
@@ -20,7 +20,9 @@ import yaml
 
 from cbop.kube import ApiError, KubeClient, Resource
 
-POLICY_FILE = Path(__file__).parents[2] / "manifests/revisions/pin_revisions.yaml"
+POLICY_FILE = Path(__file__).parents[2] / "manifests/revisions/pin_pods.yaml"
+#: 0.2.0's policy with ConfigMap params (the upgrade tests install it from that release).
+LEGACY_POLICY_FILE = Path(__file__).parents[2] / "manifests/revisions/pin_revisions.yaml"
 PODS = Resource("", "v1", "pods", "Pod")
 POLICIES = Resource(
     "admissionregistration.k8s.io",
@@ -42,16 +44,18 @@ def _resource(doc: Mapping[str, Any]) -> Resource:
     return POLICIES if doc["kind"] == "MutatingAdmissionPolicy" else BINDINGS
 
 
-def install_policy(kube: KubeClient) -> None:
-    """Create the shipped policy and binding unless they exist; never remove them.
+def policy_docs() -> list[dict[str, Any]]:
+    """Return the documents of :data:`POLICY_FILE`: the policy, then its binding."""
+    return list(yaml.safe_load_all(POLICY_FILE.read_text()))
 
-    They stay until the control plane stops: on Kubernetes 1.36.3, once no binding
-    names the ConfigMap param kind, kube-apiserver stops its informer of ConfigMap
-    params for good (kubernetes/kubernetes#130887), and a binding created afterwards
-    never sees params created since. The API server takes a new policy into account
-    within moments, not at once: a caller retries its first pod until it is pinned.
+
+def install_policy(kube: KubeClient) -> None:
+    """Create the shipped policy and binding unless they exist.
+
+    The API server takes a new policy into account within moments, not at once: a
+    caller retries its first pod until it is pinned.
     """
-    for doc in yaml.safe_load_all(POLICY_FILE.read_text()):
+    for doc in policy_docs():
         try:
             kube.create(_resource(doc), None, doc)
         except ApiError as err:

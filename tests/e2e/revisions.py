@@ -1,12 +1,14 @@
 """Helpers for the e2e tests of revisions and the pods pinned to them (docs/revisions.md).
 
-* :data:`POLICY_FILE`, :func:`install_pin_policy`: the shipped
-  MutatingAdmissionPolicy and its binding (``manifests/revisions/``), left installed.
+* :func:`install_pin_policy`: the shipped MutatingAdmissionPolicy and its binding
+  (``manifests/revisions/``), installed and effective.
 * :func:`wait_policy_effective`: until the policy pins a probe pod (it takes effect
   within moments of its creation, not at once).
 * :func:`configmap_volumes`: a pod's ``volumes[].configMap`` names, by volume.
 * :func:`revision_of`: the revision name of a content.
 * :func:`pods_by_replicaset`: a workload's live pods, by the ReplicaSet that owns them.
+* :func:`pinned_condition`: a bundle's ``Pinned`` condition.
+* :func:`cbop_writes`: the writes a cbop process has sent, from its own metrics.
 """
 
 from __future__ import annotations
@@ -14,44 +16,25 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import yaml
-
 from cbop.api import content_hash
-from cbop.api.revisions import PARAMS_NAME, revision_name
-from cbop.kube import CONFIGMAPS, NAMESPACES, ApiError, KubeClient, Resource
-from cbop.rollout import ANNOTATION_CONFIG_HASH
+from cbop.api.revisions import revision_name
+from cbop.kube import CONFIGBUNDLES, NAMESPACES, KubeClient
+from cbop.revisions.model import ANNOTATION_REVISIONS, LABEL_PINNED
 
-from .harness import wait_for
-from .pinpolicy import BINDINGS, PODS, POLICIES, POLICY_FILE
+from .harness import Operator, wait_for
+from .pinpolicy import PODS, install_policy
 
-
-def _policy_docs() -> list[dict[str, Any]]:
-    return list(yaml.safe_load_all(POLICY_FILE.read_text()))
-
-
-def _resource(doc: Mapping[str, Any]) -> Resource:
-    return POLICIES if doc["kind"] == "MutatingAdmissionPolicy" else BINDINGS
+#: The HTTP methods of writes, in cbop's ``rest_client_requests_total``.
+WRITE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 
 
-def install_pin_policy(kube: KubeClient) -> None:
-    """Create the shipped policy and binding (``manifests/revisions/pin_revisions.yaml``)
-    unless they exist; never removed.
+def install_pin_policy(kube: KubeClient, namespace: str, timeout: float) -> None:
+    """Install the shipped policy and binding unless there, and wait until they pin.
 
-    They stay for the control plane's life, because kube-apiserver 1.36 stops reading a
-    built-in ``paramKind`` (ConfigMap) for good once no binding names it for a second
-    (kubernetes/kubernetes#130887): a policy deleted and made again pins no pod until
-    kube-apiserver restarts. Left in place, the policy acts only on pods of a namespace
-    with cbop's pins, so the other tests of the control plane see no change.
-
-    Raises:
-        ApiError: the API server refused one for another reason than its existence.
+    ``namespace`` (made here, deleted after; it must not exist) holds the probe pods.
     """
-    for doc in _policy_docs():
-        try:
-            kube.create(_resource(doc), None, doc)
-        except ApiError as err:
-            if not err.is_already_exists:
-                raise
+    install_policy(kube)
+    wait_policy_effective(kube, namespace, timeout)
 
 
 def configmap_volumes(pod: Mapping[str, Any]) -> dict[str, str]:
@@ -66,24 +49,19 @@ def configmap_volumes(pod: Mapping[str, Any]) -> dict[str, str]:
 def wait_policy_effective(kube: KubeClient, namespace: str, timeout: float) -> None:
     """Wait until the installed policy pins a new pod; leave ``namespace`` deleting.
 
-    In ``namespace`` (created here; it must not exist, and no cbop may watch it) a pins
-    ConfigMap of our own maps the digest ``sha256:0...0`` to ``probe=probe-0123456789``; a
-    pod with that digest and a ``probe`` volume is created with ``dryRun`` (admitted,
-    mutated, never stored) until its volume names ``probe-0123456789``.
+    In ``namespace`` (created here; it must not exist) a pod labelled and annotated as a
+    pinned template's (``probe=probe-0123456789``) with a ``probe`` volume is created with
+    ``dryRun`` (admitted, mutated, never stored) until its volume names the revision.
 
     Raises:
         AssertionError: no pod was pinned within ``timeout`` seconds.
     """
     kube.create(NAMESPACES, None, {"metadata": {"name": namespace}})
-    kube.create(
-        CONFIGMAPS,
-        namespace,
-        {"metadata": {"name": PARAMS_NAME}, "data": {"0" * 40: "probe=probe-0123456789"}},
-    )
     body = {
         "metadata": {
             "generateName": "probe-",
-            "annotations": {ANNOTATION_CONFIG_HASH: "sha256:" + "0" * 64},
+            "labels": {LABEL_PINNED: "true"},
+            "annotations": {ANNOTATION_REVISIONS: "probe=probe-0123456789"},
         },
         "spec": {
             "containers": [{"name": "c", "image": "registry.invalid/probe:1"}],
@@ -119,3 +97,24 @@ def pods_by_replicaset(
             if ref.get("controller") and ref["kind"] == "ReplicaSet":
                 out.setdefault(ref["name"], []).append(dict(pod))
     return out
+
+
+def pinned_condition(kube: KubeClient, namespace: str, name: str) -> dict[str, Any] | None:
+    """Return bundle ``name``'s ``Pinned`` condition, or None."""
+    for cond in (kube.get(CONFIGBUNDLES, namespace, name).get("status") or {}).get(
+        "conditions"
+    ) or ():
+        if cond["type"] == "Pinned":
+            return dict(cond)
+    return None
+
+
+def cbop_writes(op: Operator) -> float:
+    """The write requests ``op`` has sent (``rest_client_requests_total``, POST, PUT,
+    PATCH, DELETE), whatever their answer."""
+    return sum(
+        value
+        for name, value in op.metrics().items()
+        if name.startswith("rest_client_requests_total{")
+        and any(f'method="{m}"' in name for m in WRITE_METHODS)
+    )

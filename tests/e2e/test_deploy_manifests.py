@@ -36,6 +36,7 @@ from cbop.metrics.controller import (
     LeaderElectionMetrics,
     PrometheusControllerMetricsProvider,
 )
+from cbop.metrics.revisions import RevisionCollector
 from cbop.metrics.sharding import PrometheusShardMetrics
 from cbop.metrics.workqueue import PrometheusWorkqueueMetricsProvider
 from cbop_testing.envtest import ControlPlane
@@ -254,12 +255,14 @@ EXPECTED_CLUSTER_GRANTS = {
         for workloads in ("deployments", "statefulsets", "daemonsets")
         for v in ("get", "list", "watch", "patch")
     ),
-    # Revisions: the workloads' history holds the revisions its templates read.
+    # Revisions: the pinned templates' history and pods keep the revisions they name
+    # (read only, and only those labelled cbop.dev/pinned=true are listed).
     *(
         ("apps", history, v)
         for history in ("replicasets", "controllerrevisions")
         for v in ("get", "list", "watch")
     ),
+    *(("", "pods", v) for v in ("get", "list", "watch")),
     # Revisions: whether the policy that points pods at revisions is installed.
     *(
         ("admissionregistration.k8s.io", policies, v)
@@ -403,6 +406,9 @@ CAN_I = [
     CanI(False, "get", "secrets", None, NAMESPACE),
     CanI(False, "list", "secrets", None, None),
     CanI(False, "create", "pods", None, NAMESPACE),
+    CanI(True, "watch", "pods", None, None),
+    CanI(False, "delete", "pods", None, "default"),
+    CanI(False, "get", "pods", "exec", "default"),
     CanI(True, "create", "tokenreviews.authentication.k8s.io", None, None),
     CanI(True, "create", "subjectaccessreviews.authorization.k8s.io", None, None),
     CanI(False, "create", "localsubjectaccessreviews.authorization.k8s.io", None, "default"),
@@ -450,6 +456,7 @@ def exported_samples() -> dict[str, set[str]]:
     ):
         new("configbundle")
     registry.register(BundleReadinessCollector(list))
+    registry.register(RevisionCollector(lambda: 0, lambda: 0))
     samples: dict[str, set[str]] = {}
     for family in registry.collect():
         for sample in family.samples:
@@ -475,6 +482,7 @@ def test_alerts_and_dashboard_query_only_metrics_cbop_exports(kubectl: Kubectl) 
         "CbopWorkqueueGrowing": "15m",
         "CbopNoLeader": "5m",
         "CbopShardsUnheld": "5m",
+        "CbopPodsNotPinned": "10m",
     }
     assert "absent(leader_election_master_status" in alerts["CbopNoLeader"]["expr"]
     exprs = [r["expr"] for r in alerts.values()]
@@ -531,7 +539,7 @@ def test_promtool_accepts_the_rules_and_the_dashboard_queries(
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 4 rules found" in result.stdout
+    assert "SUCCESS: 5 rules found" in result.stdout
     assert f"SUCCESS: {len(recording['groups'][0]['rules'])} rules found" in result.stdout
 
 
@@ -709,6 +717,21 @@ ALERT_CASES = {
     ),
     "no-new-reconcile-errors-is-quiet": _alert_test(
         [_errors("cbop-a", "7x40")], "CbopReconcileErrors", "30m", []
+    ),
+    "pods-not-pinned-fire-after-10m": _alert_test(
+        [
+            _series("cbop_revision_pods_unpinned", "cbop-a", "2x20"),
+            _series("cbop_revision_pods_unpinned", "cbop-b", "2x20"),
+        ],
+        "CbopPodsNotPinned",
+        "11m",
+        [{**POD_LABELS, "severity": "warning"}],
+    ),
+    "pods-not-pinned-pending-before-10m": _alert_test(
+        [_series("cbop_revision_pods_unpinned", "cbop-a", "2x20")], "CbopPodsNotPinned", "9m", []
+    ),
+    "pinned-pods-are-quiet": _alert_test(
+        [_series("cbop_revision_pods_unpinned", "cbop-a", "0x20")], "CbopPodsNotPinned", "15m", []
     ),
 }
 

@@ -1,15 +1,20 @@
 """The shipped pod-pinning policy on a real API server (docs/revisions.md).
 
 The session's ``workload_control_plane`` (Kubernetes 1.36, which serves
-MutatingAdmissionPolicy), in namespaces of this module's own, with the policy and
-binding of ``manifests/revisions/pin_revisions.yaml`` installed (and left there). The
-params are written in cbop's own pins format (:func:`cbop.api.revisions.pins_key` and
-:func:`cbop.api.revisions.pins_value`), as the rollout writes them
-(tests/e2e/test_revision_history.py checks them end to end with cbop running). Each
-test creates pods and reads them back as the API server stored them: no kubelet is
-needed for admission. A pod's expected spec is the same pod admitted with ``dryRun=All``
-and no template digest (so no pins), with only the pinned names replaced: every other
+MutatingAdmissionPolicy), in a namespace of this module's own, with the policy and
+binding of ``manifests/revisions/pin_pods.yaml`` installed. The policy has no params:
+it reads the pod's own ``cbop.dev/revisions`` annotation, written as cbop's rollout
+writes it (:func:`cbop.revisions.model.format_mapping`), on a pod labelled
+``cbop.dev/pinned: "true"`` (tests/e2e/test_revision_history.py checks them end to end
+with cbop running). Each test creates pods and reads them back as the API server stored
+them: no kubelet is needed for admission. A pod's expected spec is the same pod admitted
+with ``dryRun=All`` and no mapping, with only the pinned names replaced: every other
 field must come out as it went in.
+
+The policy and its binding deleted and made again, and an unrelated policy with
+ConfigMap params bound and unbound (kubernetes/kubernetes#130887 froze the param
+informer of kube-apiserver 1.36 that way), leave pinning working, with no restart of
+kube-apiserver.
 """
 
 from __future__ import annotations
@@ -20,48 +25,44 @@ from typing import Any
 
 import pytest
 
-from cbop.api.revisions import PARAMS_NAME, pins_key, pins_value, revision_name
-from cbop.kube import CONFIGMAPS, NAMESPACES, KubeClient
-from cbop.rollout import ANNOTATION_CONFIG_HASH
+from cbop.api.revisions import revision_name
+from cbop.kube import CONFIGMAPS, NAMESPACES, ApiError, KubeClient
+from cbop.revisions.model import (
+    ANNOTATION_REVISIONS,
+    LABEL_PINNED,
+    format_mapping,
+    parse_mapping,
+)
 from cbop_testing.envtest import ControlPlane
 
 from .harness import wait_for
-from .pinpolicy import create_pod, install_policy
+from .pinpolicy import BINDINGS, POLICIES, create_pod, install_policy, policy_docs
 
 NAMESPACE = "pin-policy-e2e"
 WAIT = 60.0
-#: The template digest whose entry pins the ConfigMaps below, and one without an entry.
-DIGEST = "sha256:" + "5e" * 32
-UNKNOWN = "sha256:" + "0f" * 32
-#: A digest whose entry was edited by hand: a malformed line and a repeated one.
-EDITED = "sha256:" + "e7" * 32
 PINNED = {
     name: revision_name(name, "sha256:" + digit * 64)
     for name, digit in (("vol-conf", "1"), ("proj-conf", "2"), ("env-conf", "3"), ("key-conf", "4"))
 }
+#: The annotation as the rollout writes it.
+MAPPING = format_mapping(PINNED)
+#: An annotation edited by hand: a pair that names no revision of its plain name, a
+#: pair without a plain name, a repeated plain name (the last counts), an upper-case
+#: suffix.
+EDITED = (
+    f"vol-conf=elsewhere, =env-conf-9999999999,env-conf=env-conf-0000000000,"
+    f"env-conf={PINNED['env-conf']} ,key-conf=key-conf-ABCDEF0123"
+)
 
 
 @pytest.fixture(scope="module")
 def kube(workload_control_plane: ControlPlane) -> Iterator[KubeClient]:
-    """A client, the module's namespace and its params; the policy installed."""
+    """A client and the module's namespace; the policy installed and effective."""
     config = str(workload_control_plane.kubeconfig_path)
     with KubeClient.from_config(kubeconfig=config, qps=0) as client:
         client.create(NAMESPACES, None, {"metadata": {"name": NAMESPACE}})
-        edited = "vol-conf=elsewhere\n =env-conf-9999999999\nenv-conf=env-conf-0000000000\n"
-        edited += f"env-conf={PINNED['env-conf']}\nkey-conf=key-conf-ABCDEF0123\n"
-        params = {
-            "metadata": {"name": PARAMS_NAME},
-            "data": {pins_key(DIGEST): pins_value(PINNED), pins_key(EDITED): edited},
-        }
-        client.create(CONFIGMAPS, NAMESPACE, params)
         install_policy(client)
-        # A new policy takes effect within moments: wait for a pinned pod.
-        probe = {"containers": [_container("probe", env=[_env_ref("A", "key-conf")])]}
-        wait_for(
-            lambda: _env_names(_pod(client, probe, DIGEST))[0] == PINNED["key-conf"],
-            WAIT,
-            message="the policy pins a pod",
-        )
+        _wait_pinning(client, NAMESPACE)
         yield client
         client.delete(NAMESPACES, None, NAMESPACE)
 
@@ -75,17 +76,38 @@ def _env_ref(name: str, configmap: str, **ref: Any) -> dict[str, Any]:
 
 
 def _pod(
-    kube: KubeClient, spec: dict[str, Any], digest: str | None, *, dry_run: bool = False
+    kube: KubeClient,
+    spec: dict[str, Any],
+    mapping: str | None,
+    *,
+    labelled: bool = True,
+    dry_run: bool = False,
+    namespace: str = NAMESPACE,
 ) -> dict[str, Any]:
-    """Create a pod of ``spec`` whose template digest is ``digest`` (None: no annotation)."""
-    annotations = {ANNOTATION_CONFIG_HASH: digest} if digest else {}
-    metadata = {"labels": {"app": "pinned"}, "annotations": {"team": "a", **annotations}}
+    """Create a pod of ``spec`` whose template mapping is ``mapping`` (None: no annotation)."""
+    annotations = {ANNOTATION_REVISIONS: mapping} if mapping is not None else {}
+    labels = {"app": "pinned", **({LABEL_PINNED: "true"} if labelled else {})}
+    metadata = {"labels": labels, "annotations": {"team": "a", **annotations}}
     body = {"automountServiceAccountToken": False, **spec}
-    return create_pod(kube, NAMESPACE, metadata, body, dry_run=dry_run)
+    return create_pod(kube, namespace, metadata, body, dry_run=dry_run)
+
+
+#: A pod that reads one pinned ConfigMap in its environment.
+PROBE = {"containers": [_container("probe", env=[_env_ref("A", "key-conf")])]}
+
+
+def _probe_pinned(kube: KubeClient, namespace: str = NAMESPACE) -> bool:
+    pod = _pod(kube, PROBE, MAPPING, dry_run=True, namespace=namespace)
+    return bool(_env_names(pod)[0] == PINNED["key-conf"])
+
+
+def _wait_pinning(kube: KubeClient, namespace: str = NAMESPACE) -> None:
+    """A new policy or binding takes effect within moments: wait for a pinned pod."""
+    wait_for(lambda: _probe_pinned(kube, namespace), WAIT, message="the policy pins a pod")
 
 
 def _unpinned_spec(kube: KubeClient, spec: dict[str, Any]) -> dict[str, Any]:
-    """``spec`` as the API server admits it without pins (defaults filled in)."""
+    """``spec`` as the API server admits it without a mapping (defaults filled in)."""
     return dict(_pod(kube, spec, None, dry_run=True)["spec"])
 
 
@@ -180,7 +202,7 @@ def _pinned(spec: dict[str, Any], pins: dict[str, str]) -> dict[str, Any]:
 
 def test_every_kind_of_reference_is_pinned_and_nothing_else_changes(kube: KubeClient) -> None:
     spec = _every_kind()
-    pod = _pod(kube, spec, DIGEST)
+    pod = _pod(kube, spec, MAPPING)
     expected = _pinned(_unpinned_spec(kube, spec), PINNED)
     assert pod["spec"] == expected
     # The hand-made expectation did rename something in each kind of reference.
@@ -213,7 +235,7 @@ def test_every_kind_of_reference_is_pinned_and_nothing_else_changes(kube: KubeCl
     assert init["env"][0]["valueFrom"]["configMapKeyRef"]["name"] == PINNED["key-conf"]
     assert got["initContainers"][1] == expected["initContainers"][1]
     # Metadata is as it was written.
-    assert pod["metadata"]["annotations"] == {"team": "a", ANNOTATION_CONFIG_HASH: DIGEST}
+    assert pod["metadata"]["annotations"] == {"team": "a", ANNOTATION_REVISIONS: MAPPING}
 
 
 @pytest.mark.parametrize(
@@ -235,23 +257,118 @@ def test_every_kind_of_reference_is_pinned_and_nothing_else_changes(kube: KubeCl
     ids=["envFrom-only", "env-only", "init-env-only", "projected-only"],
 )
 def test_a_pod_with_one_kind_of_reference_is_pinned(kube: KubeClient, spec: dict[str, Any]) -> None:
-    pod = _pod(kube, spec, DIGEST)
+    pod = _pod(kube, spec, MAPPING)
     expected = _pinned(_unpinned_spec(kube, spec), PINNED)
     assert pod["spec"] == expected
     assert pod["spec"] != _unpinned_spec(kube, spec)
 
 
-def test_a_pod_without_pins_is_unchanged(kube: KubeClient) -> None:
+def test_a_pod_without_a_mapping_or_the_label_is_unchanged(kube: KubeClient) -> None:
     spec = _every_kind()
     unpinned = _unpinned_spec(kube, spec)
-    for digest in (UNKNOWN, None, "sha256:short"):
-        assert _pod(kube, spec, digest)["spec"] == unpinned, digest
+    assert _pod(kube, spec, None)["spec"] == unpinned
+    assert _pod(kube, spec, "")["spec"] == unpinned
+    assert _pod(kube, spec, "garbage")["spec"] == unpinned
+    # The label is what the policy selects: a mapping alone pins nothing.
+    assert _pod(kube, spec, MAPPING, labelled=False)["spec"] == unpinned
 
 
-def test_an_entry_edited_by_hand_pins_only_its_well_formed_lines(kube: KubeClient) -> None:
+def test_a_mapping_edited_by_hand_pins_only_its_well_formed_pairs(kube: KubeClient) -> None:
     spec = _every_kind()
     pod = _pod(kube, spec, EDITED)
     # "vol-conf=elsewhere" and an upper-case suffix are no revision names; of the two
-    # env-conf lines the last counts, as cbop's parse_pins reads them.
-    expected = _pinned(_unpinned_spec(kube, spec), {"env-conf": PINNED["env-conf"]})
+    # env-conf pairs the last counts: the policy reads the annotation as parse_mapping.
+    assert parse_mapping(EDITED) == {"env-conf": PINNED["env-conf"]}
+    expected = _pinned(_unpinned_spec(kube, spec), parse_mapping(EDITED))
     assert pod["spec"] == expected
+
+
+def _delete(kube: KubeClient, resource: Any, name: str) -> None:
+    try:
+        kube.delete(resource, None, name)
+    except ApiError as err:
+        if not err.is_not_found:
+            raise
+
+
+def test_the_policy_deleted_and_made_again_pins_again_with_no_apiserver_restart(
+    kube: KubeClient,
+) -> None:
+    docs = policy_docs()
+    for doc in reversed(docs):  # the binding first, as helm uninstall deletes them
+        _delete(kube, BINDINGS if doc["kind"].endswith("Binding") else POLICIES,
+                doc["metadata"]["name"])  # fmt: skip
+    wait_for(lambda: not _probe_pinned(kube), WAIT, message="pinning stops with the policy gone")
+    install_policy(kube)
+    _wait_pinning(kube)
+    # A namespace made afterwards is pinned too (a param informer frozen by the
+    # deletion would not have seen anything new).
+    fresh = f"{NAMESPACE}-after"
+    kube.create(NAMESPACES, None, {"metadata": {"name": fresh}})
+    try:
+        _wait_pinning(kube, fresh)
+    finally:
+        kube.delete(NAMESPACES, None, fresh)
+
+
+#: An unrelated policy with ConfigMap params, as another product might ship one.
+OTHER_POLICY = {
+    "apiVersion": "admissionregistration.k8s.io/v1",
+    "kind": "MutatingAdmissionPolicy",
+    "metadata": {"name": "other-product-params"},
+    "spec": {
+        "failurePolicy": "Ignore",
+        "reinvocationPolicy": "Never",
+        "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
+        "matchConstraints": {
+            "resourceRules": [
+                {
+                    "apiGroups": [""],
+                    "apiVersions": ["v1"],
+                    "resources": ["pods"],
+                    "operations": ["CREATE"],
+                }
+            ]
+        },
+        "matchConditions": [{"name": "never", "expression": "params != null && false"}],
+        "mutations": [
+            {
+                "patchType": "JSONPatch",
+                "jsonPatch": {
+                    "expression": "[JSONPatch{op: 'add', path: '/metadata/labels/other', "
+                    "value: params.data.a}]"
+                },
+            }
+        ],
+    },
+}
+OTHER_BINDING = {
+    "apiVersion": "admissionregistration.k8s.io/v1",
+    "kind": "MutatingAdmissionPolicyBinding",
+    "metadata": {"name": "other-product-params"},
+    "spec": {
+        "policyName": "other-product-params",
+        "paramRef": {"name": "other-product", "parameterNotFoundAction": "Allow"},
+    },
+}
+
+
+def test_an_unrelated_policy_with_configmap_params_bound_and_unbound_leaves_pinning_on(
+    kube: KubeClient,
+) -> None:
+    kube.create(CONFIGMAPS, NAMESPACE, {"metadata": {"name": "other-product"}, "data": {"a": "b"}})
+    kube.create(POLICIES, None, copy.deepcopy(OTHER_POLICY))
+    kube.create(BINDINGS, None, copy.deepcopy(OTHER_BINDING))
+    assert _probe_pinned(kube)
+    _delete(kube, BINDINGS, "other-product-params")
+    _delete(kube, POLICIES, "other-product-params")
+    # kube-apiserver stops its ConfigMap param informer once no binding names the kind
+    # (kubernetes/kubernetes#130887): cbop's policy has no params, so pinning goes on,
+    # here and in a namespace made afterwards.
+    fresh = f"{NAMESPACE}-unbound"
+    kube.create(NAMESPACES, None, {"metadata": {"name": fresh}})
+    try:
+        _wait_pinning(kube, NAMESPACE)
+        _wait_pinning(kube, fresh)
+    finally:
+        kube.delete(NAMESPACES, None, fresh)

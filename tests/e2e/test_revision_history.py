@@ -1,18 +1,27 @@
-"""The workload's history holds revisions, end to end (docs/revisions.md).
+"""Revisions and the workloads' history, end to end (docs/revisions.md).
 
-The session's control plane with kube-controller-manager's deployment, replicaset and
-garbage-collector controllers (``workload_control_plane``, in a namespace of its own),
-and one cbop process with ``--rollout``. A Deployment with ``revisionHistoryLimit: 1``
-(and no replicas: no pod needs a node) reads a bundle with revisions and ``keep: 1``.
-Each change makes a new revision and a new ReplicaSet; that ReplicaSet becomes an owner
-of the revision its template was made for. A revision beyond ``keep`` that a ReplicaSet
-in the history still reads stays, and so does the bundle's hold on it while the pins
-name it; once the history limit deletes that ReplicaSet, its pins entry is dropped
-(``--pins-grace 2``) and the revision collected.
+The session's control plane with kube-controller-manager's deployment, replicaset,
+resource-quota and garbage-collector controllers (``workload_control_plane``, in a
+namespace of its own), the shipped policy (``manifests/revisions/``), and one cbop
+process with ``--rollout`` and ``--revision-grace 2``. Deployments have no replicas
+unless a test scales them: the ReplicaSet controller then creates pods, which stay
+``Pending`` without a node; what each reads is in its spec, as the policy wrote it.
+
+- a revision a ReplicaSet in the history names is kept past ``keep`` with the bundle's
+  owner reference only, and collected once the history limit drops that ReplicaSet;
+- a new pod of a pinned template reads its revision in every kind of reference;
+- one content change of one bundle read by one Deployment: at most 6 cbop writes, no
+  garbage-collector write;
+- ``kubectl replace`` of the Deployment without cbop's keys (case 28), revisions turned
+  on after the last rollout, a Deployment opted in with revisions on: pinned once;
+- ``cbop-revisions`` deleted by hand (case 29): nothing depends on it;
+- a ResourceQuota full of ConfigMaps (case 31).
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,8 +29,6 @@ from typing import Any
 
 import pytest
 
-from cbop.api import content_hash
-from cbop.api.revisions import PARAMS_NAME, is_frozen, parse_pins, pins_key, revision_name
 from cbop.kube import (
     CONFIGBUNDLES,
     CONFIGMAPS,
@@ -30,39 +37,53 @@ from cbop.kube import (
     REPLICASETS,
     ApiError,
     KubeClient,
+    Resource,
 )
-from cbop.rollout import ANNOTATION_CONFIG_HASH, LABEL_ROLLOUT
+from cbop.revisions.model import ANNOTATION_REVISIONS, LABEL_PINNED, mapping_of
+from cbop.rollout import ANNOTATION_CONFIG_HASH, LABEL_CONFIG_BASELINE, LABEL_ROLLOUT
 from cbop_testing.envtest import ControlPlane
 
-from .harness import Operator, bundle, set_spec, wait_for
+from .harness import Operator, apiserver_writes, bundle, set_spec, wait_for
 from .pinpolicy import create_pod
-from .revisions import configmap_volumes, install_pin_policy
+from .revisions import (
+    cbop_writes,
+    configmap_volumes,
+    install_pin_policy,
+    pinned_condition,
+    pods_by_replicaset,
+    revision_of,
+)
 
 NAMESPACE = "revision-history-e2e"
-#: A namespace without cbop's pins (no bundle with revisions there).
-UNPINNED = "revision-history-e2e-plain"
 WAIT = 90.0
+#: Longer than the rollout's coalescing (1 s), a reconcile and two resyncs (2 s each).
+QUIET = 6.0
+QUOTAS = Resource("", "v1", "resourcequotas", "ResourceQuota")
 
 
 @pytest.fixture(scope="module")
-def kube(workload_control_plane: ControlPlane) -> Iterator[KubeClient]:
-    config = str(workload_control_plane.kubeconfig_path)
+def plane(workload_control_plane: ControlPlane) -> ControlPlane:
+    return workload_control_plane
+
+
+@pytest.fixture(scope="module")
+def kube(plane: ControlPlane) -> Iterator[KubeClient]:
+    config = str(plane.kubeconfig_path)
     with KubeClient.from_config(kubeconfig=config, qps=0) as client:
         client.create(NAMESPACES, None, {"metadata": {"name": NAMESPACE}})
+        install_pin_policy(client, f"{NAMESPACE}-probe", WAIT)
         yield client
 
 
 @pytest.fixture(scope="module")
 def cbop(
-    workload_control_plane: ControlPlane,
-    kube: KubeClient,
-    tmp_path_factory: pytest.TempPathFactory,
+    plane: ControlPlane, kube: KubeClient, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Operator]:
     logs: Path = tmp_path_factory.mktemp("revision-history-cbop")
     op = Operator(
-        workload_control_plane.kubeconfig_path,
+        plane.kubeconfig_path,
         [NAMESPACE],
-        args=["--rollout", "--resync-period", "2s", "--pins-grace", "2"],
+        args=["--rollout", "--resync-period", "2s", "--revision-grace", "2"],
         log_path=logs / "cbop.log",
     ).wait_ready(WAIT)
     yield op
@@ -73,47 +94,41 @@ def cbop(
     assert code in (0, -9), f"cbop did not stop cleanly ({code}):\n{op.logs()[-4000:]}"
 
 
-def _revision(data: dict[str, str], plain: str = "web-conf") -> str:
-    return revision_name(plain, content_hash(data, {}))
+# -- helpers ---------------------------------------------------------------------------
 
 
-def _deployment(
-    name: str = "web", plain: str = "web-conf", *, every_kind: bool = False
+def deployment(
+    name: str, plain: str, *, replicas: int = 0, every_kind: bool = False
 ) -> dict[str, Any]:
-    """A Deployment of no replicas whose template mounts ``plain`` (and ``not-cbops``).
-
-    With ``every_kind`` it also reads ``plain`` through ``envFrom``, ``env``, a
-    projected volume and an init container's ``env``.
-    """
+    """An opted-in Deployment (``revisionHistoryLimit: 1``) whose template mounts ``plain``
+    and ``not-cbops``; with ``every_kind`` it also reads ``plain`` through ``envFrom``,
+    ``env``, a projected volume and an init container's ``env``."""
     labels = {"app": name}
-    deployment: dict[str, Any] = {
+    out: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": name, "labels": {LABEL_ROLLOUT: "true"}},
         "spec": {
-            "replicas": 0,
+            "replicas": replicas,
             "revisionHistoryLimit": 1,
+            "strategy": {"type": "Recreate"},
             "selector": {"matchLabels": labels},
             "template": {
                 "metadata": {"labels": labels},
                 "spec": {
-                    "containers": [
-                        {
-                            "name": "app",
-                            "image": "registry.invalid/app:1",
-                            "volumeMounts": [{"name": "conf", "mountPath": "/etc/app"}],
-                        }
-                    ],
+                    "containers": [{"name": "app", "image": "registry.invalid/app:1"}],
                     "volumes": [
                         {"name": "conf", "configMap": {"name": plain}},
-                        {"name": "other", "configMap": {"name": "not-cbops"}},
+                        # Optional: a required ConfigMap that is not cbop's holds the
+                        # baseline back until it exists (docs/rollout.md).
+                        {"name": "other", "configMap": {"name": "not-cbops", "optional": True}},
                     ],
                 },
             },
         },
     }
     if every_kind:
-        spec: dict[str, Any] = deployment["spec"]["template"]["spec"]
+        spec: dict[str, Any] = out["spec"]["template"]["spec"]
         ref = {"valueFrom": {"configMapKeyRef": {"name": plain, "key": "v"}}}
         spec["containers"][0]["envFrom"] = [{"configMapRef": {"name": plain}}]
         spec["containers"][0]["env"] = [{"name": "V", **ref}, {"name": "W", "value": plain}]
@@ -121,290 +136,342 @@ def _deployment(
         spec["initContainers"][0]["env"] = [{"name": "V", **ref}]
         projected = {"sources": [{"configMap": {"name": plain}}, {"secret": {"name": plain}}]}
         spec["volumes"].append({"name": "proj", "projected": projected})
-    return deployment
+    return out
 
 
-def _replicaset_for(kube: KubeClient, data: dict[str, str]) -> dict[str, Any] | None:
-    """The Deployment's ReplicaSet whose template digest pins ``data``'s revision."""
+def start(kube: KubeClient, name: str, data: dict[str, str], **revisions: Any) -> dict[str, Any]:
+    """Create bundle ``name`` (ConfigMap ``<name>-conf``) and wait for its ConfigMap (and
+    revision, with revisions on); return its spec."""
+    spec: dict[str, Any] = {"configMapName": f"{name}-conf", "revisions": revisions}
+    kube.create(CONFIGBUNDLES, NAMESPACE, bundle(name, {**spec, "data": data}))
+    wanted = revision_of(f"{name}-conf", data) if revisions.get("enabled") else f"{name}-conf"
+    wait_for(lambda: exists(kube, wanted), WAIT, message=f"{wanted}")
+    return spec
+
+
+def change(kube: KubeClient, name: str, spec: dict[str, Any], data: dict[str, str]) -> None:
+    time.sleep(1.1)  # creationTimestamp has whole seconds: the newest is unambiguous
+    set_spec(kube, NAMESPACE, name, {**spec, "data": data})
+
+
+def exists(kube: KubeClient, name: str) -> bool:
     try:
-        pins = kube.get(CONFIGMAPS, NAMESPACE, PARAMS_NAME).get("data") or {}
+        kube.get(CONFIGMAPS, NAMESPACE, name)
     except ApiError as err:
         if err.is_not_found:
-            return None
+            return False
         raise
-    for rs in kube.list(REPLICASETS, NAMESPACE)["items"]:
-        annotations = rs["spec"]["template"]["metadata"].get("annotations") or {}
-        entry = pins.get(pins_key(annotations.get(ANNOTATION_CONFIG_HASH, "")))
-        if entry is not None and parse_pins(entry).get("web-conf") == _revision(data):
-            return dict(rs)
-    return None
+    return True
 
 
-def _owners(kube: KubeClient, name: str) -> list[tuple[str, str]] | None:
-    try:
-        cm = kube.get(CONFIGMAPS, NAMESPACE, name)
-    except ApiError as err:
-        if err.is_not_found:
-            return None
-        raise
-    return sorted((r["kind"], r["uid"]) for r in cm["metadata"].get("ownerReferences") or ())
+def owners(kube: KubeClient, name: str) -> list[tuple[str, str]]:
+    refs = kube.get(CONFIGMAPS, NAMESPACE, name)["metadata"].get("ownerReferences") or ()
+    return sorted((r["kind"], r["name"]) for r in refs)
 
 
-def _held_by(kube: KubeClient, data: dict[str, str]) -> str:
-    """Wait until ``data``'s ReplicaSet owns ``data``'s revision; return its UID."""
+def template(kube: KubeClient, name: str) -> dict[str, Any]:
+    return dict(kube.get(DEPLOYMENTS, NAMESPACE, name)["spec"]["template"])
 
-    def owned() -> str | None:
-        rs = _replicaset_for(kube, data)
-        if rs is None:
-            return None
-        owners = _owners(kube, _revision(data)) or []
-        uid = str(rs["metadata"]["uid"])
-        return uid if ("ReplicaSet", uid) in owners else None
 
-    found: str = wait_for(owned, WAIT, message=f"the ReplicaSet of {data} owns its revision")
+def pinned_to(kube: KubeClient, name: str, mapping: dict[str, str]) -> dict[str, Any]:
+    """Wait until Deployment ``name``'s template names ``mapping``; return the template."""
+
+    def pinned() -> dict[str, Any] | None:
+        got = template(kube, name)
+        return got if mapping_of({"spec": {"template": got}}) == mapping else None
+
+    found: dict[str, Any] = wait_for(pinned, WAIT, message=f"{name} pinned to {mapping}")
     return found
 
 
-def _gone(kube: KubeClient, name: str) -> bool:
-    return _owners(kube, name) is None
+def baseline(kube: KubeClient, name: str) -> None:
+    wait_for(
+        lambda: (
+            LABEL_CONFIG_BASELINE in kube.get(DEPLOYMENTS, NAMESPACE, name)["metadata"]["labels"]
+        ),
+        WAIT,
+        message=f"{name}'s baseline",
+    )
 
 
-def _change(kube: KubeClient, spec: dict[str, Any], data: dict[str, str]) -> None:
-    time.sleep(1.1)  # creationTimestamp has whole seconds: the newest is unambiguous
-    set_spec(kube, NAMESPACE, "web", {**spec, "data": data})
+def replicasets_of(kube: KubeClient, name: str) -> list[dict[str, Any]]:
+    return [
+        dict(rs)
+        for rs in kube.list(REPLICASETS, NAMESPACE)["items"]
+        if any(o["name"] == name for o in rs["metadata"].get("ownerReferences") or ())
+    ]
 
 
-def test_history_holds_revisions_until_its_limit_drops_them(
+def reads(kube: KubeClient, name: str) -> dict[str, list[str]]:
+    """ReplicaSet -> what the ``conf`` volume of each of its live pods names."""
+    got = pods_by_replicaset(kube, NAMESPACE, f"app={name}")
+    return {rs: sorted(configmap_volumes(p)["conf"] for p in ps) for rs, ps in got.items()}
+
+
+def kubectl(plane: ControlPlane, *args: str, stdin: str | None = None) -> str:
+    result = subprocess.run(
+        [
+            str(plane.binaries.kubectl),
+            f"--kubeconfig={plane.kubeconfig_path}",
+            "-n",
+            NAMESPACE,
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        input=stdin,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
+    return result.stdout
+
+
+# -- tests -----------------------------------------------------------------------------
+
+
+def test_history_keeps_what_it_names_until_its_limit_drops_it(
     kube: KubeClient, cbop: Operator
 ) -> None:
     c1, c2, c3, c4 = ({"v": str(i)} for i in (1, 2, 3, 4))
-    spec: dict[str, Any] = {"configMapName": "web-conf", "revisions": {"enabled": True, "keep": 1}}
-    kube.create(CONFIGBUNDLES, NAMESPACE, bundle("web", {**spec, "data": c1}))
-    wait_for(lambda: _owners(kube, _revision(c1)) is not None, WAIT, message="c1's revision")
-    kube.create(DEPLOYMENTS, NAMESPACE, _deployment())
-    # cbop records the baseline (the template keeps no annotation: nothing rolls).
-    wait_for(
-        lambda: (
-            "cbop.dev/config-baseline"
-            in kube.get(DEPLOYMENTS, NAMESPACE, "web")["metadata"]["labels"]
-        ),
-        WAIT,
-        message="baseline",
-    )
-
-    _change(kube, spec, c2)
-    rs2 = _held_by(kube, c2)
-    digest2 = _digest_of(kube, rs2)
-    _change(kube, spec, c3)
-    rs3 = _held_by(kube, c3)
-    web = str(kube.get(CONFIGBUNDLES, NAMESPACE, "web")["metadata"]["uid"])
-    # c2 is beyond keep (1), but its ReplicaSet (in the history: revisionHistoryLimit 1)
-    # reads it and the pins name it: the bundle keeps its hold too.
-    wait_for(
-        lambda: _owners(kube, _revision(c2)) == [("ConfigBundle", web), ("ReplicaSet", rs2)],
-        WAIT,
-        message="c2's revision held by its ReplicaSet and the bundle",
-    )
-
-    _change(kube, spec, c4)
-    _held_by(kube, c4)
-    # The history limit deletes c2's ReplicaSet; cbop drops its pins entry, and the
-    # revision, held by nothing, is collected.
-    wait_for(lambda: pins_key(digest2) not in _pins(kube), WAIT, message="c2's entry dropped")
-    wait_for(lambda: _gone(kube, _revision(c2)), WAIT, message="c2's revision collected")
-    wait_for(
-        lambda: _owners(kube, _revision(c3)) == [("ConfigBundle", web), ("ReplicaSet", rs3)],
-        WAIT,
-        message="c3's revision held by its ReplicaSet and the bundle",
-    )
-    # c1: beyond keep; the first template (no digest) ran with it, and its entry
-    # (Deployment.web, frozen by the first rollout) went with that ReplicaSet.
-    wait_for(lambda: _gone(kube, _revision(c1)), WAIT, message="c1's revision collected")
-    assert "Deployment.web" not in _pins(kube)
-    names = {cm["metadata"]["name"] for cm in kube.list(CONFIGMAPS, NAMESPACE)["items"]}
-    assert {_revision(c3), _revision(c4)} <= names
-    assert _revision(c2) not in names
-    # The entries of the templates in the history stay.
-    assert len(_pins(kube)) == 2
+    r1, r2, r3, r4 = (revision_of("web-conf", c) for c in (c1, c2, c3, c4))
+    spec = start(kube, "web", c1, enabled=True, keep=1)
+    kube.create(DEPLOYMENTS, NAMESPACE, deployment("web", "web-conf"))
+    # Opted in with revisions on: rolled once, at the same content, to pin its template.
+    pinned_to(kube, "web", {"web-conf": r1})
+    change(kube, "web", spec, c2)
+    pinned_to(kube, "web", {"web-conf": r2})
+    change(kube, "web", spec, c3)
+    pinned_to(kube, "web", {"web-conf": r3})
+    # r2: past keep (1), named by the ReplicaSet the history limit (1) keeps: kept, and
+    # held by nothing but its bundle (no workload adds an owner reference).
+    wait_for(lambda: not exists(kube, r1), WAIT, message="r1 collected with its ReplicaSet")
+    assert exists(kube, r2)
+    assert owners(kube, r2) == [("ConfigBundle", "web")]
+    named = {mapping_of(rs)["web-conf"] for rs in replicasets_of(kube, "web")}
+    assert named == {r2, r3}
+    change(kube, "web", spec, c4)
+    pinned_to(kube, "web", {"web-conf": r4})
+    # The history limit deletes r2's ReplicaSet; cbop deletes r2 after the grace.
+    wait_for(lambda: not exists(kube, r2), WAIT, message="r2 collected")
+    assert exists(kube, r3)
+    assert exists(kube, r4)
+    assert all(owners(kube, r) == [("ConfigBundle", "web")] for r in (r3, r4))
 
 
-def _pins(kube: KubeClient) -> dict[str, str]:
-    return dict(kube.get(CONFIGMAPS, NAMESPACE, PARAMS_NAME).get("data") or {})
-
-
-def _digest_of(kube: KubeClient, uid: str) -> str:
-    for rs in kube.list(REPLICASETS, NAMESPACE)["items"]:
-        if rs["metadata"]["uid"] == uid:
-            return str(rs["spec"]["template"]["metadata"]["annotations"][ANNOTATION_CONFIG_HASH])
-    raise AssertionError(f"no ReplicaSet {uid}")
-
-
-def _pod(kube: KubeClient, namespace: str, template: dict[str, Any]) -> dict[str, Any]:
-    """Create a pod of ``template`` (as a ReplicaSet would) in ``namespace``; return it."""
-    return create_pod(kube, namespace, template["metadata"], template["spec"])
-
-
-@pytest.fixture
-def pin_policy(kube: KubeClient) -> None:
-    """The shipped policy and binding (manifests/revisions/), left installed
-    (:func:`tests.e2e.revisions.install_pin_policy` says why)."""
-    install_pin_policy(kube)
-
-
-def test_a_new_pod_of_a_pinned_template_reads_its_revision(
-    kube: KubeClient, cbop: Operator, pin_policy: None
+def test_a_new_pod_of_a_pinned_template_reads_its_revision_everywhere(
+    kube: KubeClient, cbop: Operator
 ) -> None:
-    spec: dict[str, Any] = {"configMapName": "api-conf", "revisions": {"enabled": True}}
-    d1, d2 = {"v": "1"}, {"v": "2"}
-    kube.create(CONFIGBUNDLES, NAMESPACE, bundle("api", {**spec, "data": d1}))
-    wait_for(lambda: _owners(kube, _revision(d1, "api-conf")) is not None, WAIT, message="d1")
-    kube.create(DEPLOYMENTS, NAMESPACE, _deployment("api", "api-conf", every_kind=True))
-    wait_for(
-        lambda: (
-            "cbop.dev/config-baseline"
-            in kube.get(DEPLOYMENTS, NAMESPACE, "api")["metadata"]["labels"]
-        ),
-        WAIT,
-        message="baseline",
-    )
-    set_spec(kube, NAMESPACE, "api", {**spec, "data": d2})
-
-    def rolled() -> dict[str, Any] | None:
-        template = kube.get(DEPLOYMENTS, NAMESPACE, "api")["spec"]["template"]
-        annotations = template["metadata"].get("annotations") or {}
-        return dict(template) if ANNOTATION_CONFIG_HASH in annotations else None
-
-    template: dict[str, Any] = wait_for(rolled, WAIT, message="api rolled")
-
-    # The policy takes effect within moments of its creation: retry until a pod is pinned.
-    def pinned_pod() -> dict[str, Any] | None:
-        pod = _pod(kube, NAMESPACE, template)
-        return pod if configmap_volumes(pod)["conf"] != "api-conf" else None
-
-    pinned: dict[str, Any] = wait_for(pinned_pod, WAIT, message="a pod pinned")
-    revision = _revision(d2, "api-conf")
-    assert configmap_volumes(pinned) == {"conf": revision, "other": "not-cbops"}
-    # And in every other kind of reference the template has (tests/e2e/test_pin_policy.py
-    # checks each kind and the fields around it).
-    app, init = pinned["spec"]["containers"][0], pinned["spec"]["initContainers"][0]
+    d1 = {"v": "1"}
+    revision = revision_of("api-conf", d1)
+    start(kube, "api", d1, enabled=True)
+    kube.create(DEPLOYMENTS, NAMESPACE, deployment("api", "api-conf", every_kind=True))
+    pinned = pinned_to(kube, "api", {"api-conf": revision})
+    assert pinned["metadata"]["labels"][LABEL_PINNED] == "true"
+    pod = create_pod(kube, NAMESPACE, pinned["metadata"], pinned["spec"])
+    assert configmap_volumes(pod) == {"conf": revision, "other": "not-cbops"}
+    app, init = pod["spec"]["containers"][0], pod["spec"]["initContainers"][0]
     assert app["envFrom"] == [{"configMapRef": {"name": revision}}]
     ref = {"valueFrom": {"configMapKeyRef": {"name": revision, "key": "v"}}}
     assert app["env"] == [{"name": "V", **ref}, {"name": "W", "value": "api-conf"}]
     assert init["env"] == [{"name": "V", **ref}]
-    projected = next(v for v in pinned["spec"]["volumes"] if v["name"] == "proj")["projected"]
+    projected = next(v for v in pod["spec"]["volumes"] if v["name"] == "proj")["projected"]
     assert projected["sources"] == [
         {"configMap": {"name": revision}},
         {"secret": {"name": "api-conf"}},
     ]
-    # The rest of the pod is as its template wrote it.
-    assert (
-        pinned["metadata"]["annotations"][ANNOTATION_CONFIG_HASH]
-        == (template["metadata"]["annotations"][ANNOTATION_CONFIG_HASH])
-    )
-    # A pinned digest on a pod with no volume of a pinned ConfigMap: volumes untouched.
-    unpinned_volumes = {
-        **template,
-        "spec": {
-            **template["spec"],
-            "volumes": [v for v in template["spec"]["volumes"] if v["name"] == "other"],
-            "containers": [{**template["spec"]["containers"][0], "volumeMounts": []}],
-        },
-    }
-    assert configmap_volumes(_pod(kube, NAMESPACE, unpinned_volumes)) == {"other": "not-cbops"}
-    # Where the params are missing, the same template keeps the plain name.
-    kube.create(NAMESPACES, None, {"metadata": {"name": UNPINNED}})
-    assert configmap_volumes(_pod(kube, UNPINNED, template)) == {
-        "conf": "api-conf",
-        "other": "not-cbops",
-    }
-    # A digest without an entry keeps the plain name too.
-    unknown = {
-        **template,
-        "metadata": {
-            **template["metadata"],
-            "annotations": {ANNOTATION_CONFIG_HASH: "sha256:" + "0" * 64},
-        },
-    }
-    assert configmap_volumes(_pod(kube, NAMESPACE, unknown)) == {
-        "conf": "api-conf",
-        "other": "not-cbops",
-    }
-
-
-def test_a_pod_of_a_workload_never_rolled_reads_its_revision_until_and_after_the_first_roll(
-    kube: KubeClient, cbop: Operator, pin_policy: None
-) -> None:
-    spec: dict[str, Any] = {"configMapName": "batch-conf", "revisions": {"enabled": True}}
-    e1, e2 = {"v": "1"}, {"v": "2"}
-    kube.create(CONFIGBUNDLES, NAMESPACE, bundle("batch", {**spec, "data": e1}))
-    wait_for(lambda: _owners(kube, _revision(e1, "batch-conf")) is not None, WAIT, message="e1")
-    kube.create(DEPLOYMENTS, NAMESPACE, _deployment("batch", "batch-conf"))
-    # Never rolled: cbop keeps the Deployment's own entry at the current revision.
+    assert pod["metadata"]["annotations"][ANNOTATION_REVISIONS] == f"api-conf={revision}"
+    # cbop verifies it: Pinned=True, naming the Deployment.
     wait_for(
         lambda: (
-            parse_pins(_pins(kube).get("Deployment.batch", ""))
-            == {"batch-conf": _revision(e1, "batch-conf")}
+            (c := pinned_condition(kube, NAMESPACE, "api"))
+            and c["status"] == "True"
+            and "Deployment/api" in c["message"]
         ),
         WAIT,
-        message="the entry of the Deployment never rolled",
+        message="Pinned=True naming Deployment/api",
     )
 
-    def first_replicaset() -> dict[str, Any] | None:
-        for rs in kube.list(REPLICASETS, NAMESPACE)["items"]:
-            owners = rs["metadata"].get("ownerReferences") or []
-            if any(o["kind"] == "Deployment" and o["name"] == "batch" for o in owners):
-                return dict(rs)
-        return None
 
-    rs: dict[str, Any] = wait_for(first_replicaset, WAIT, message="the first ReplicaSet")
-    owned = {
-        **rs["spec"]["template"],
-        "metadata": {
-            **rs["spec"]["template"]["metadata"],
-            "ownerReferences": [
-                {
-                    "apiVersion": "apps/v1",
-                    "kind": "ReplicaSet",
-                    "name": rs["metadata"]["name"],
-                    "uid": rs["metadata"]["uid"],
-                    "controller": True,
-                }
-            ],
-        },
-    }
+def test_one_change_of_one_bundle_costs_at_most_six_writes_and_none_of_the_collector(
+    kube: KubeClient, cbop: Operator
+) -> None:
+    c1, c2, c3, c4 = ({"v": str(i)} for i in (1, 2, 3, 4))
+    spec = start(kube, "cost", c1, enabled=True, keep=2)
+    kube.create(DEPLOYMENTS, NAMESPACE, deployment("cost", "cost-conf"))
+    pinned_to(kube, "cost", {"cost-conf": revision_of("cost-conf", c1)})
+    for data in (c2, c3):
+        change(kube, "cost", spec, data)
+        pinned_to(kube, "cost", {"cost-conf": revision_of("cost-conf", data)})
+    time.sleep(QUIET)  # the grace of what the last changes left, and resyncs
+    before, gc_before = cbop_writes(cbop), apiserver_writes(kube, ("configmaps",))
+    change(kube, "cost", spec, c4)
+    pinned_to(kube, "cost", {"cost-conf": revision_of("cost-conf", c4)})
+    wait_for(lambda: not exists(kube, revision_of("cost-conf", c2)), WAIT, message="c2 collected")
+    time.sleep(QUIET)
+    # The revision, the plain ConfigMap, the status, the Deployment, the Event, the delete.
+    assert cbop_writes(cbop) - before <= 6
+    after = apiserver_writes(kube, ("configmaps",))
+    patches = after.get(("PATCH", "configmaps"), 0) - gc_before.get(("PATCH", "configmaps"), 0)
+    assert patches == 0, "a ConfigMap was patched: no owner reference is there to remove"
 
-    # A pod of that ReplicaSet (as it would create one; no template digest): pinned.
-    def pinned_pod() -> dict[str, Any] | None:
-        pod = _pod(kube, NAMESPACE, owned)
-        return pod if configmap_volumes(pod)["conf"] != "batch-conf" else None
 
-    pinned: dict[str, Any] = wait_for(pinned_pod, WAIT, message="a pod pinned by its owner")
-    assert configmap_volumes(pinned) == {"conf": _revision(e1, "batch-conf"), "other": "not-cbops"}
+def test_a_replaced_deployment_reads_the_current_content_and_is_pinned_once(
+    kube: KubeClient, cbop: Operator, plane: ControlPlane
+) -> None:
+    """Case 28: ``kubectl replace`` from a manifest without cbop's keys, a new image."""
+    v1, v2 = {"v": "1"}, {"v": "2"}
+    r1, r2 = revision_of("rep-conf", v1), revision_of("rep-conf", v2)
+    spec = start(kube, "rep", v1, enabled=True)
+    kube.create(DEPLOYMENTS, NAMESPACE, deployment("rep", "rep-conf", replicas=1))
+    pinned_to(kube, "rep", {"rep-conf": r1})
+    change(kube, "rep", spec, v2)
+    pinned_to(kube, "rep", {"rep-conf": r2})
+    wait_for(lambda: list(reads(kube, "rep").values()) == [[r2]], WAIT, message="v2's pod")
+    manifest = deployment("rep", "rep-conf", replicas=1)
+    manifest["spec"]["template"]["spec"]["containers"][0]["image"] = "registry.invalid/app:2"
+    kubectl(plane, "replace", "-f", "-", stdin=json.dumps(manifest))
+    # Every pod from now reads v2: by its plain name at first (right for its template),
+    # then its revision once cbop pinned the replaced template; never v1's revision.
+    seen: set[str] = set()
 
-    # The first content change rolls the Deployment and freezes its entry: a pod of the
-    # old template created mid-rollout still reads the revision that template ran with.
-    set_spec(kube, NAMESPACE, "batch", {**spec, "data": e2})
+    def settled() -> bool:
+        got = reads(kube, "rep")
+        seen.update(n for names in got.values() for n in names)
+        return list(got.values()) == [[r2]] and mapping_of(
+            {"spec": {"template": template(kube, "rep")}}
+        ) == {"rep-conf": r2}
+
+    wait_for(settled, WAIT, message="the replaced Deployment pinned to v2")
+    assert r1 not in seen
+    assert seen <= {"rep-conf", r2}
+    image = template(kube, "rep")["spec"]["containers"][0]["image"]
+    assert image == "registry.invalid/app:2"
+
+
+def test_revisions_turned_on_after_the_last_rollout_pin_the_template_once(
+    kube: KubeClient, cbop: Operator
+) -> None:
+    v1, v2 = {"v": "1"}, {"v": "2"}
+    spec = start(kube, "late", v1)
+    kube.create(DEPLOYMENTS, NAMESPACE, deployment("late", "late-conf", replicas=1))
+    baseline(kube, "late")
+    change(kube, "late", spec, v2)
     wait_for(
-        lambda: is_frozen(_pins(kube).get("Deployment.batch", "")),
+        lambda: (
+            ANNOTATION_CONFIG_HASH in (template(kube, "late")["metadata"].get("annotations") or {})
+        ),
         WAIT,
-        message="the entry frozen by the first rollout",
+        message="rolled",
     )
-    assert parse_pins(_pins(kube)["Deployment.batch"]) == {
-        "batch-conf": _revision(e1, "batch-conf")
-    }
-    assert configmap_volumes(_pod(kube, NAMESPACE, owned)) == {
-        "conf": _revision(e1, "batch-conf"),
-        "other": "not-cbops",
-    }
-    # A pod whose template carries a digest never falls back to its owner's entry.
-    digested = {
-        **owned,
-        "metadata": {
-            **owned["metadata"],
-            "annotations": {ANNOTATION_CONFIG_HASH: "sha256:" + "0" * 64},
-        },
-    }
-    assert configmap_volumes(_pod(kube, NAMESPACE, digested)) == {
-        "conf": "batch-conf",
-        "other": "not-cbops",
-    }
+    digest = template(kube, "late")["metadata"]["annotations"][ANNOTATION_CONFIG_HASH]
+    set_spec(kube, NAMESPACE, "late", {**spec, "data": v2, "revisions": {"enabled": True}})
+    pinned = pinned_to(kube, "late", {"late-conf": revision_of("late-conf", v2)})
+    assert pinned["metadata"]["annotations"][ANNOTATION_CONFIG_HASH] == digest  # same content
+    wait_for(
+        lambda: list(reads(kube, "late").values()) == [[revision_of("late-conf", v2)]],
+        WAIT,
+        message="the pinned pod",
+    )
+
+
+def test_cbop_revisions_deleted_by_hand_changes_nothing(
+    kube: KubeClient, cbop: Operator, plane: ControlPlane
+) -> None:
+    """Case 29: after a rollout, ``kubectl delete cm cbop-revisions``, then a scale-up."""
+    v1, v2 = {"v": "1"}, {"v": "2"}
+    r2 = revision_of("scale-conf", v2)
+    spec = start(kube, "scale", v1, enabled=True)
+    kube.create(DEPLOYMENTS, NAMESPACE, deployment("scale", "scale-conf", replicas=1))
+    change(kube, "scale", spec, v2)
+    pinned_to(kube, "scale", {"scale-conf": r2})
+    wait_for(lambda: list(reads(kube, "scale").values()) == [[r2]], WAIT, message="v2's pod")
+    kubectl(plane, "delete", "configmap", "cbop-revisions", "--ignore-not-found")
+    kube.patch(DEPLOYMENTS, NAMESPACE, "scale", {"spec": {"replicas": 3}})
+    wait_for(
+        lambda: list(reads(kube, "scale").values()) == [[r2, r2, r2]], WAIT, message="3 pods on r2"
+    )
+
+
+def test_a_configmap_quota_full_of_collectable_revisions_leaves_room_for_the_new_one(
+    kube: KubeClient, cbop: Operator
+) -> None:
+    """Case 31: ``count/configmaps`` at what is in use; ``keep`` 3 -> 1 with a change.
+
+    Last in the module: the quota holds the whole namespace while it is there.
+    """
+    c1, c2, c3, c4, c5 = ({"v": str(i)} for i in (1, 2, 3, 4, 5))
+    spec = start(kube, "quota", c1, enabled=True, keep=3)
+    for data in (c2, c3):
+        change(kube, "quota", spec, data)
+        name = revision_of("quota-conf", data)
+        wait_for(lambda: exists(kube, name), WAIT, message=f"{name} made")  # noqa: B023
+    time.sleep(QUIET)  # past the grace: c1 and c2 are collectable once keep drops
+    used = len(kube.list(CONFIGMAPS, NAMESPACE)["items"])
+    quota = {"metadata": {"name": "cm"}, "spec": {"hard": {"count/configmaps": str(used)}}}
+    kube.create(QUOTAS, NAMESPACE, quota)
+    try:
+        wait_for(
+            lambda: (kube.get(QUOTAS, NAMESPACE, "cm").get("status") or {}).get("used"),
+            WAIT,
+            message="the quota's usage counted",
+        )
+        time.sleep(1.1)
+        set_spec(
+            kube,
+            NAMESPACE,
+            "quota",
+            {**spec, "data": c4, "revisions": {"enabled": True, "keep": 1}},
+        )
+        # The two collectable revisions go first; the new one fits.
+        wait_for(lambda: exists(kube, revision_of("quota-conf", c4)), WAIT, message="c4's revision")
+        assert not exists(kube, revision_of("quota-conf", c1))
+        assert not exists(kube, revision_of("quota-conf", c2))
+        wait_for(
+            lambda: (
+                (kube.get(CONFIGBUNDLES, NAMESPACE, "quota").get("status") or {}).get("revision")
+                == revision_of("quota-conf", c4)
+            ),
+            WAIT,
+            message="status.revision of c4",
+        )
+        # Now nothing is collectable in time (c3 was current a moment ago): the create
+        # is refused, Ready=False says why, the plain ConfigMap has the content.
+        quota_full = {
+            "spec": {
+                "hard": {"count/configmaps": str(len(kube.list(CONFIGMAPS, NAMESPACE)["items"]))}
+            }
+        }
+        kube.patch(QUOTAS, NAMESPACE, "cm", quota_full, patch_type="merge")
+        time.sleep(1.1)
+        set_spec(
+            kube,
+            NAMESPACE,
+            "quota",
+            {**spec, "data": c5, "revisions": {"enabled": True, "keep": 2}},
+        )
+
+        def refused() -> dict[str, Any] | None:
+            for c in (kube.get(CONFIGBUNDLES, NAMESPACE, "quota").get("status") or {}).get(
+                "conditions"
+            ) or ():
+                if c["type"] == "Ready" and c["reason"] == "RevisionNotCreated":
+                    return dict(c)
+            return None
+
+        cond: dict[str, Any] = wait_for(refused, WAIT, message="Ready=False, RevisionNotCreated")
+        assert cond["status"] == "False"
+        assert "exceeded quota" in cond["message"]
+        assert kube.get(CONFIGMAPS, NAMESPACE, "quota-conf")["data"] == c5
+        # The quota raised: converges at the next try of the backoff.
+        kube.patch(
+            QUOTAS,
+            NAMESPACE,
+            "cm",
+            {"spec": {"hard": {"count/configmaps": "100"}}},
+            patch_type="merge",
+        )
+        wait_for(lambda: exists(kube, revision_of("quota-conf", c5)), WAIT, message="c5's revision")
+        wait_for(lambda: refused() is None, WAIT, message="Ready again")
+    finally:
+        kube.delete(QUOTAS, NAMESPACE, "cm")

@@ -2,9 +2,10 @@
 
 The session's control plane with kube-controller-manager's deployment, replicaset and
 garbage-collector controllers (``workload_control_plane``, in a namespace of its own),
-the shipped MutatingAdmissionPolicy (``manifests/revisions/``), and one cbop process
-with ``--rollout``. The ReplicaSet controller creates the pods; they are never
-scheduled (no node), so they stay ``Pending`` and never become available: a rolling
+the shipped MutatingAdmissionPolicy (``manifests/revisions/``: no params, it reads each
+pod's own ``cbop.dev/revisions``), and one cbop process with ``--rollout``. The
+ReplicaSet controller creates the pods; they are never scheduled (no node), so they
+stay ``Pending`` and never become available: a rolling
 update with ``maxUnavailable: 0`` stops midway, with pods of the old and the new
 ReplicaSet side by side, and a pod deleted leaves at once. What each pod reads is read
 from its spec, as the admission policy wrote it: ``volumes[].configMap.name``.
@@ -25,18 +26,27 @@ from typing import Any
 
 import pytest
 
-from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, DEPLOYMENTS, NAMESPACES, ApiError, KubeClient
+from cbop.kube import (
+    CONFIGBUNDLES,
+    CONFIGMAPS,
+    DEPLOYMENTS,
+    NAMESPACES,
+    REPLICASETS,
+    ApiError,
+    KubeClient,
+)
+from cbop.revisions.model import mapping_of
 from cbop.rollout import ANNOTATION_CONFIG_HASH, FIELD_MANAGER, LABEL_CONFIG_BASELINE, LABEL_ROLLOUT
 from cbop_testing.envtest import ControlPlane
 
 from .harness import Operator, apiserver_writes, bundle, events, set_spec, wait_for
-from .pinpolicy import PODS
+from .pinpolicy import BINDINGS, PODS, POLICIES, install_policy, policy_docs
 from .revisions import (
     configmap_volumes,
     install_pin_policy,
+    pinned_condition,
     pods_by_replicaset,
     revision_of,
-    wait_policy_effective,
 )
 
 NAMESPACE = "revision-rollouts-e2e"
@@ -90,8 +100,7 @@ def kube(plane: ControlPlane) -> Iterator[KubeClient]:
 def cbop(
     plane: ControlPlane, kube: KubeClient, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Cbop]:
-    install_pin_policy(kube)
-    wait_policy_effective(kube, f"{NAMESPACE}-probe", WAIT)
+    install_pin_policy(kube, f"{NAMESPACE}-probe", WAIT)
     running = Cbop(plane.kubeconfig_path, tmp_path_factory.mktemp("revision-rollouts"))
     yield running
     if running.op is None:
@@ -219,6 +228,13 @@ def replicaset_of(kube: KubeClient, name: str, revision: str) -> str:
     return rs
 
 
+def names(kube: KubeClient, replicaset: str) -> str:
+    """The revision of ConfigMap ``<app>-conf`` ReplicaSet ``replicaset``'s template names."""
+    rs = kube.get(REPLICASETS, NAMESPACE, replicaset)
+    (revision,) = mapping_of(rs).values()
+    return revision
+
+
 def owners(kube: KubeClient, configmap: str) -> list[tuple[str, str]] | None:
     """(kind, name) of the ConfigMap's owners, sorted; None when it does not exist."""
     try:
@@ -325,14 +341,15 @@ def test_old_and_new_pods_read_their_own_revisions_during_a_rollout(
     start(kube, "roll", c1)
     kube.create(DEPLOYMENTS, NAMESPACE, deployment("roll", replicas=0, rolling=True))
     baseline(kube, "roll")
-    # The first rolled template is pinned (a template never rolled is not: docs/revisions.md).
+    # Opted in with revisions on: pinned at once (a roll at the same content).
+    h1 = rolled(kube, "roll", {""})
     change(kube, "roll", c2)
-    h2 = rolled(kube, "roll", {""})
+    h2 = rolled(kube, "roll", {"", h1})
     kube.patch(DEPLOYMENTS, NAMESPACE, "roll", {"spec": {"replicas": 2}})
     pods_reading(kube, "roll", (2, r2))
 
     change(kube, "roll", c3)
-    rolled(kube, "roll", {"", h2})
+    rolled(kube, "roll", {"", h1, h2})
     # One surge pod of the new ReplicaSet; the old ones stay, since none is available.
     midway = pods_reading(kube, "roll", (2, r2), (1, r3))
     old_rs, new_rs = replicaset_of(kube, "roll", r2), replicaset_of(kube, "roll", r3)
@@ -342,9 +359,10 @@ def test_old_and_new_pods_read_their_own_revisions_during_a_rollout(
     after = pods_reading(kube, "roll", (2, r2), (1, r3))
     assert set(after[old_rs]) - set(midway[old_rs]), "the deleted pod was not replaced"
     assert after[new_rs] == midway[new_rs]
-    # Each ReplicaSet owns the revision its template reads.
-    wait_for(lambda: ("ReplicaSet", old_rs) in (owners(kube, r2) or ()), WAIT, message="r2")
-    wait_for(lambda: ("ReplicaSet", new_rs) in (owners(kube, r3) or ()), WAIT, message="r3")
+    # Each ReplicaSet's template names the revision its pods read; the revisions have
+    # no owner but their bundle.
+    assert (names(kube, old_rs), names(kube, new_rs)) == (r2, r3)
+    assert owners(kube, r2) == owners(kube, r3) == [("ConfigBundle", "roll")]
 
 
 def test_rollout_undo_restores_the_old_revision_and_is_not_rolled_forward(
@@ -355,24 +373,25 @@ def test_rollout_undo_restores_the_old_revision_and_is_not_rolled_forward(
     start(kube, "undo", c1, keep=1)
     kube.create(DEPLOYMENTS, NAMESPACE, deployment("undo", replicas=1, rolling=False))
     baseline(kube, "undo")
+    h1 = rolled(kube, "undo", {""})  # pinned once at opt-in
     change(kube, "undo", c2)
-    h2 = rolled(kube, "undo", {""})
+    h2 = rolled(kube, "undo", {"", h1})
     pods_reading(kube, "undo", (1, r2))
     rs2 = replicaset_of(kube, "undo", r2)
     change(kube, "undo", c3)
-    h3 = rolled(kube, "undo", {"", h2})
+    h3 = rolled(kube, "undo", {"", h1, h2})
     pods_reading(kube, "undo", (1, r3))
-    # Beyond keep (1), r2 is held by its ReplicaSet, and by the bundle only because the
-    # pins still name it (rs2 is in the history): docs/revisions.md.
-    held = {("ReplicaSet", rs2), ("ConfigBundle", "undo")}
-    wait_for(lambda: set(owners(kube, r2) or ()) == held, WAIT, message="r2 held by rs2")
+    # Beyond keep (1), r2 is kept: rs2, in the history, names it (docs/revisions.md).
+    time.sleep(QUIET)
+    assert owners(kube, r2) == [("ConfigBundle", "undo")]
+    assert names(kube, rs2) == r2
 
     kubectl(plane, "rollout", "undo", "deployment/undo")
     wait_for(lambda: config_hash(kube, "undo") == h2, WAIT, message="the undo")
     # The old template's new pod reads the old revision, which still exists.
     pods_reading(kube, "undo", (1, r2))
     assert replicaset_of(kube, "undo", r2) == rs2
-    assert set(owners(kube, r2) or ()) == held
+    assert owners(kube, r2) == [("ConfigBundle", "undo")]
     # cbop does not answer the undo: the content has not changed since the last rollout.
     undone = assert_quiet(kube, "undo")
     assert config_hash(kube, "undo") == h2
@@ -380,7 +399,7 @@ def test_rollout_undo_restores_the_old_revision_and_is_not_rolled_forward(
 
     # The next content change rolls as usual.
     change(kube, "undo", c4)
-    rolled(kube, "undo", {"", h2, h3})
+    rolled(kube, "undo", {"", h1, h2, h3})
     pods_reading(kube, "undo", (1, r4))
 
 
@@ -393,8 +412,9 @@ def test_a_forced_gitops_apply_fights_nothing_and_pods_keep_their_revision(
     manifest = deployment("flux", replicas=1, rolling=False)
     flux_apply(kube, manifest)
     baseline(kube, "flux")
+    h1 = rolled(kube, "flux", {""})
     change(kube, "flux", c2)
-    h2 = rolled(kube, "flux", {""})
+    h2 = rolled(kube, "flux", {"", h1})
     pods_reading(kube, "flux", (1, r2))
     rs2 = replicaset_of(kube, "flux", r2)
     cbop_entry = [
@@ -406,8 +426,8 @@ def test_a_forced_gitops_apply_fights_nothing_and_pods_keep_their_revision(
     # Flux applies its manifest again (no annotation in it; force): nothing is written.
     synced = flux_apply_unchanged(kube, manifest)
     assert config_hash(kube, "flux") == h2
-    # Then a new image in Git: a new ReplicaSet, whose template keeps the annotation, so
-    # its pods read the same revision, which it owns too.
+    # Then a new image in Git: a new ReplicaSet, whose template keeps cbop's annotations
+    # (Flux's apply does not own them), so its pods read the same revision.
     manifest["spec"]["template"]["spec"]["containers"][0]["image"] = "registry.invalid/app:2"
     updated = flux_apply(kube, manifest)
     assert updated["metadata"]["generation"] == synced["metadata"]["generation"] + 1
@@ -419,7 +439,7 @@ def test_a_forced_gitops_apply_fights_nothing_and_pods_keep_their_revision(
         return fresh[0] if fresh and rs2 not in got else None
 
     rs2b: str = wait_for(new_replicaset, WAIT, message=f"flux's new ReplicaSet reading {r2}")
-    wait_for(lambda: ("ReplicaSet", rs2b) in (owners(kube, r2) or ()), WAIT, message="owned")
+    assert names(kube, rs2b) == r2
     # cbop writes nothing to the workload: no apply, its own managedFields entry as before.
     quiet = assert_quiet(kube, "flux")
     assert [w for w in managed_fields(quiet) if w[0] == FIELD_MANAGER] == cbop_entry
@@ -440,16 +460,17 @@ def test_with_cbop_stopped_new_pods_still_read_their_revision(
     start(kube, "down", c1)
     kube.create(DEPLOYMENTS, NAMESPACE, deployment("down", replicas=1, rolling=False))
     baseline(kube, "down")
+    h1 = rolled(kube, "down", {""})
     change(kube, "down", c2)
-    h2 = rolled(kube, "down", {""})
+    h2 = rolled(kube, "down", {"", h1})
     pods_reading(kube, "down", (1, r2))
     change(kube, "down", c3)
-    h3 = rolled(kube, "down", {"", h2})
+    h3 = rolled(kube, "down", {"", h1, h2})
     pods_reading(kube, "down", (1, r3))
 
     cbop.stop()
-    # The admission policy runs in kube-apiserver: scaling up, a deleted pod's
-    # replacement and an undo all get their revision from the pins cbop wrote before.
+    # The admission policy runs in kube-apiserver and reads each pod's own mapping:
+    # scaling up, a deleted pod's replacement and an undo all get their revision.
     kube.patch(DEPLOYMENTS, NAMESPACE, "down", {"spec": {"replicas": 3}})
     scaled = pods_reading(kube, "down", (3, r3))
     (rs3,) = scaled
@@ -467,3 +488,126 @@ def test_with_cbop_stopped_new_pods_still_read_their_revision(
         kube.get(DEPLOYMENTS, NAMESPACE, "down")["metadata"]["labels"][LABEL_CONFIG_BASELINE]
         == h3[7:47]
     )
+
+
+def warnings_on(kube: KubeClient, name: str, reason: str) -> list[dict[str, Any]]:
+    """Warning Events of ``reason`` on Deployment ``name``."""
+    return [
+        e
+        for e in events(kube, NAMESPACE, reason)
+        if e["involvedObject"]["kind"] == "Deployment" and e["involvedObject"]["name"] == name
+    ]
+
+
+def test_a_revision_deleted_by_hand_that_an_undo_needs_is_reported(
+    kube: KubeClient, cbop: Cbop, plane: ControlPlane
+) -> None:
+    """Case 30: v1 -> v2 -> v3 rolled; v2's revision deleted by hand; an undo to v2.
+
+    The content is this test's own: no other revision of the namespace holds v2 (cbop
+    would make the revision again from it: tests/unit/test_revisions.py).
+    """
+    c1, c2, c3 = ({"miss": str(i)} for i in (1, 2, 3))
+    r2, r3 = revision_of("miss-conf", c2), revision_of("miss-conf", c3)
+    start(kube, "miss", c1)
+    kube.create(DEPLOYMENTS, NAMESPACE, deployment("miss", replicas=1, rolling=False))
+    baseline(kube, "miss")
+    h1 = rolled(kube, "miss", {""})
+    change(kube, "miss", c2)
+    h2 = rolled(kube, "miss", {"", h1})
+    change(kube, "miss", c3)
+    rolled(kube, "miss", {"", h1, h2})
+    pods_reading(kube, "miss", (1, r3))
+    kube.delete(CONFIGMAPS, NAMESPACE, r2)
+    kubectl(plane, "rollout", "undo", "deployment/miss")
+    wait_for(lambda: config_hash(kube, "miss") == h2, WAIT, message="the undo")
+
+    def missing() -> dict[str, Any] | None:
+        cond = pinned_condition(kube, NAMESPACE, "miss")
+        return cond if cond and cond["reason"] == "RevisionMissing" else None
+
+    cond: dict[str, Any] = wait_for(missing, WAIT, message="Pinned=False, RevisionMissing")
+    assert cond["status"] == "False"
+    assert cond["message"].startswith("Deployment/miss: ")
+    assert r2 in cond["message"]
+    (ready,) = [
+        c
+        for c in kube.get(CONFIGBUNDLES, NAMESPACE, "miss")["status"]["conditions"]
+        if c["type"] == "Ready"
+    ]
+    assert ready["status"] == "True"  # the ConfigMap is right
+    wait_for(lambda: warnings_on(kube, "miss", "RevisionMissing"), WAIT, message="the Event")
+    (event,) = warnings_on(kube, "miss", "RevisionMissing")
+    assert event["type"] == "Warning"
+    assert r2 in event["message"]
+
+
+def test_the_policy_deleted_and_made_again_is_seen_in_pods_a_gauge_and_events(
+    kube: KubeClient, cbop: Cbop
+) -> None:
+    """Pinning is verified: a pod created while the policy is gone reads the plain name,
+    and cbop says so; the policy made again (no kube-apiserver restart) pins again."""
+    c1 = {"v": "1"}
+    r1 = revision_of("gone-conf", c1)
+    start(kube, "gone", c1)
+    kube.create(DEPLOYMENTS, NAMESPACE, deployment("gone", replicas=1, rolling=False))
+    baseline(kube, "gone")
+    rolled(kube, "gone", {""})
+    pods_reading(kube, "gone", (1, r1))
+    wait_for(
+        lambda: (
+            (c := pinned_condition(kube, NAMESPACE, "gone")) is not None and c["status"] == "True"
+        ),
+        WAIT,
+        message="Pinned=True",
+    )
+    assert cbop.op is not None
+    for doc in reversed(policy_docs()):
+        kube.delete(BINDINGS if doc["kind"].endswith("Binding") else POLICIES, None,
+                    doc["metadata"]["name"])  # fmt: skip
+    try:
+        # A new pod while the policy is gone (its effect ends within moments).
+        def unpinned_pod() -> bool:
+            return not pods_rolled_to(kube, "gone", r1)
+
+        wait_for(unpinned_pod, WAIT, message="a pod created without the policy")
+
+        def reported() -> dict[str, Any] | None:
+            cond = pinned_condition(kube, NAMESPACE, "gone")
+            return cond if cond and cond["status"] == "False" else None
+
+        cond: dict[str, Any] = wait_for(reported, WAIT, message="Pinned=False")
+        assert cond["reason"] in ("PodNotPinned", "PolicyMissing")
+        metrics = cbop.op.metrics()
+        assert metrics["cbop_revision_pods_unpinned{}"] >= 1
+        wait_for(
+            lambda: (
+                warnings_on(kube, "gone", "PodNotPinned")
+                or warnings_on(kube, "gone", "PolicyMissing")
+            ),
+            WAIT,
+            message="a Warning on the Deployment",
+        )
+    finally:
+        install_policy(kube)
+    # Made again: the next pod is pinned, and the condition and the gauge follow.
+    wait_for(lambda: pods_rolled_to(kube, "gone", r1), WAIT, message="a pinned pod again")
+    wait_for(
+        lambda: (
+            (c := pinned_condition(kube, NAMESPACE, "gone")) is not None and c["status"] == "True"
+        ),
+        WAIT,
+        message="Pinned=True again",
+    )
+    assert cbop.op.metrics()["cbop_revision_pods_unpinned{}"] == 0
+
+
+def pods_rolled_to(kube: KubeClient, name: str, revision: str) -> bool:
+    """Scale ``name`` to 0 and back to 1; whether its new pod reads ``revision``."""
+    kube.patch(DEPLOYMENTS, NAMESPACE, name, {"spec": {"replicas": 0}})
+    wait_for(lambda: not pods(kube, name), WAIT, message="scaled to 0")
+    kube.patch(DEPLOYMENTS, NAMESPACE, name, {"spec": {"replicas": 1}})
+    found: list[dict[str, Any]] = wait_for(
+        lambda: [p for ps in pods(kube, name).values() for p in ps], WAIT, message="a pod"
+    )
+    return bool(configmap_volumes(found[0])["conf"] == revision)

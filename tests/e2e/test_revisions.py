@@ -4,16 +4,16 @@
   current one; a revert to earlier content creates no ConfigMap and leaves the old
   revision as it was; the steady state writes nothing (no resourceVersion of the
   namespace's ConfigMaps and bundles changes over three resyncs).
-- Collection: the bundle holds its newest ``keep`` revisions; an older one that only
-  the bundle held is deleted, one that another object also owns loses the bundle's
-  owner reference and is deleted by kube-controller-manager's garbage collector once
-  that owner is gone.
+- Collection (``--revision-grace 2``): the bundle holds its newest ``keep`` revisions;
+  an older one nothing names is deleted by cbop, one that another object also owns
+  (as a 0.2.0 ReplicaSet did) keeps the bundle's reference and is deleted by cbop once
+  kube-controller-manager's garbage collector has removed that owner's.
 - The CRD refuses ``keep`` outside 1..20 and a ``configMapName`` too long for the
   revision suffix at admission; a bundle whose own name is too long (which a rule on
   ``spec`` cannot see) is reported ``Ready=False``, reason ``InvalidSpec``, naming the
   limit, and its plain ConfigMap is still kept.
-- Without the pin policy installed, a bundle with revisions is ``Ready=True`` and its
-  message says that pods are not pointed at revisions.
+- Without the pin policy installed, a bundle with revisions is ``Ready=True`` (its
+  message about the ConfigMap alone) and ``Pinned=False``, reason ``PolicyMissing``.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, KubeClient
 from .harness import Operator, bundle, ready, set_spec, wait_for
 
 ON = {"enabled": True}
+#: cbop's collection grace in these tests (seconds).
+GRACE = "2"
 
 
 def _revision(data: dict[str, str], name: str = "web-conf") -> str:
@@ -85,18 +87,16 @@ def test_a_change_makes_a_new_revision_and_a_revert_writes_none(
     (ref,) = old["metadata"]["ownerReferences"]
     assert (ref["kind"], ref["name"], ref["controller"]) == ("ConfigBundle", "web", False)
     # This control plane serves MutatingAdmissionPolicy, but the pin policy is not
-    # installed: Ready stays True and its message says so.
-    (condition,) = [
-        c
-        for c in kube.get(CONFIGBUNDLES, namespace, "web")["status"]["conditions"]
-        if c["type"] == "Ready"
-    ]
-    assert condition["status"] == "True"
-    assert condition["message"].endswith(
-        "; pods are not pointed at revisions: MutatingAdmissionPolicy cbop-pin-revisions "
-        "and its binding (paramRef cbop-revisions) not installed or not served "
-        "(docs/revisions.md)"
-    )
+    # installed: Ready stays about the ConfigMap, Pinned says so.
+    conditions = {
+        c["type"]: c for c in kube.get(CONFIGBUNDLES, namespace, "web")["status"]["conditions"]
+    }
+    assert conditions["Ready"]["status"] == "True"
+    assert conditions["Ready"]["message"].startswith("ConfigMap web-conf matches the spec (")
+    assert "revision" not in conditions["Ready"]["message"]
+    pinned = conditions["Pinned"]
+    assert (pinned["status"], pinned["reason"]) == ("False", "PolicyMissing")
+    assert "cbop-pin-pods" in pinned["message"]
 
     # A change: a new revision, the old one kept as it was.
     set_spec(kube, namespace, "web", {**spec, "data": second})
@@ -169,13 +169,13 @@ def _gone(kube: KubeClient, namespace: str, name: str) -> bool:
 def test_older_revisions_are_collected_once_nothing_else_owns_them(
     kube: KubeClient, namespace: str, cbop: Callable[..., Operator]
 ) -> None:
-    cbop()
+    cbop("--revision-grace", GRACE)
     keep2 = {"enabled": True, "keep": 2}
     c1, c2, c3 = ({"v": str(i)} for i in (1, 2, 3))
     spec: dict[str, Any] = {"configMapName": "web-conf", "data": c1, "revisions": keep2}
     kube.create(CONFIGBUNDLES, namespace, bundle("web", spec))
     wait_for(lambda: _status_revision(kube, namespace, "web", _revision(c1)), 30, message="c1")
-    # Another owner of the first revision (as a ReplicaSet that reads it would be).
+    # Another owner of the first revision (as cbop 0.2.0 made a ReplicaSet that reads it).
     holder = kube.create(
         CONFIGMAPS, namespace, {"metadata": {"name": "holder"}, "data": {"x": "y"}}
     )
@@ -203,8 +203,8 @@ def test_older_revisions_are_collected_once_nothing_else_owns_them(
     set_spec(kube, namespace, "web", {**spec, "data": c3})
     wait_for(lambda: _status_revision(kube, namespace, "web", _revision(c3)), 30, message="c3")
 
-    # Beyond keep, but another owner holds it: the bundle keeps its reference (letting
-    # go first would race the garbage collector's patch when that owner goes).
+    # Beyond keep, but another owner holds it: the bundle keeps its reference and writes
+    # nothing to it.
     refs = kube.get(CONFIGMAPS, namespace, _revision(c1))["metadata"]["ownerReferences"]
     assert sorted(r["name"] for r in refs) == ["holder", "web"]
     assert _names(kube, namespace) == {
@@ -235,7 +235,7 @@ def test_a_revision_left_with_no_owner_is_deleted_by_its_bundle(
 ) -> None:
     # The garbage collector never deletes an object without owners: a revision whose
     # references were all taken off is cbop's to collect, found through its label.
-    cbop()
+    cbop("--revision-grace", GRACE)
     keep1 = {"enabled": True, "keep": 1}
     c1, c2 = {"v": "1"}, {"v": "2"}
     spec: dict[str, Any] = {"configMapName": "web-conf", "data": c1, "revisions": keep1}

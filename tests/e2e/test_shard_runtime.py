@@ -108,7 +108,8 @@ def test_two_processes_share_two_shards_and_every_bundle_converges(
     assert len(set(leases.values())) == 2, f"one holder per shard: {leases}"
 
     bundles_per_shard = Counter(shard_of(ns, SHARDS) for ns in namespaces for _ in range(2))
-    # The rollout (on by default) caches opted-in workloads per shard too: none here.
+    # The rollout (on by default) caches opted-in workloads per shard too, and the
+    # bundles the pinned history and pods: none here.
     expected = {
         (shard, resource): float(count if resource in ("configbundles", "configmaps") else 0)
         for shard, count in bundles_per_shard.items()
@@ -118,6 +119,7 @@ def test_two_processes_share_two_shards_and_every_bundle_converges(
             "controllerrevisions",
             "daemonsets",
             "deployments",
+            "pods",
             "replicasets",
             "statefulsets",
         )

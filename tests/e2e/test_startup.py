@@ -236,6 +236,8 @@ _BASE_RULES: list[dict[str, Any]] = [
     },
     {"apiGroups": ["cbop.dev"], "resources": ["configbundles/finalizers"], "verbs": ["update"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+    # The pods of pinned templates, which revisions verify (docs/revisions.md).
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
 ]
 #: The rollout controllers' rules (``--rollout`` is on by default).
 _APPS_RULES: list[dict[str, Any]] = [
@@ -244,7 +246,7 @@ _APPS_RULES: list[dict[str, Any]] = [
         "resources": ["deployments", "statefulsets", "daemonsets"],
         "verbs": ["get", "list", "watch", "patch"],
     },
-    # The workloads' history, which holds revisions (docs/revisions.md).
+    # The pinned templates' history, which keeps revisions (docs/revisions.md).
     {
         "apiGroups": ["apps"],
         "resources": ["replicasets", "controllerrevisions"],

@@ -1,7 +1,8 @@
 """Helpers for the e2e tests of rolled workloads (Deployments, StatefulSets, DaemonSets).
 
 * :data:`WORKLOAD_CONTROLLERS`: kube-controller-manager's ``--controllers`` with the
-  controllers that turn a pod template change into a new revision.
+  controllers that turn a pod template change into a new revision (and the one that
+  keeps a ResourceQuota's usage, which the revisions' quota test needs).
 * :func:`revisions`: the ReplicaSets (Deployment) or ControllerRevisions (StatefulSet,
   DaemonSet) a workload owns, by name.
 """
@@ -25,6 +26,7 @@ WORKLOAD_CONTROLLERS = (
     "replicaset-controller",
     "statefulset-controller",
     "daemonset-controller",
+    "resourcequota-controller",
 )
 
 

@@ -135,25 +135,25 @@ def test_more_than_one_shard_without_leader_election_is_a_usage_error(
 @pytest.mark.parametrize(
     ("argv", "size"),
     [
-        # The rollout and cluster bundles are on by default: 10 watches per scope (9
-        # resources, ReplicaSets and ControllerRevisions for revisions among them, and
-        # ConfigMaps twice: the managed ones and the sources), 9 controllers (the
+        # The rollout and cluster bundles are on by default: 11 watches per scope (10
+        # resources, the pinned ReplicaSets, ControllerRevisions and pods among them,
+        # and ConfigMaps twice: the managed ones and the sources), 6 controllers (the
         # cluster bundles' two counted also where they do not run, under --namespace
         # or --shards, and its status controller's one worker as --workers: a few
         # spare connections).
-        ([], 10 + 9 * 4 + 4),
+        ([], 11 + 6 * 4 + 4),
         (["--no-rollout", "--no-cluster-bundles"], 16),
-        (["--namespace=a", "--namespace=b", "--workers=8"], 10 * 2 + 9 * 8 + 4),
+        (["--namespace=a", "--namespace=b", "--workers=8"], 11 * 2 + 6 * 8 + 4),
         (
             ["--shards=2", "--leader-elect"] + [f"--namespace=n{i}" for i in range(10)],
-            2 * (10 * 10 + 9 * 4) + 4,
+            2 * (11 * 10 + 6 * 4) + 4,
         ),
         (
             ["--shards=3", "--leader-elect", "--no-rollout", "--no-cluster-bundles"]
             + [f"--namespace=n{i}" for i in range(10)],
-            3 * (3 * 10 + 4) + 4,
+            3 * (6 * 10 + 4) + 4,
         ),
-        (["--shards=3", "--leader-elect", "--rollout"], 3 * (10 + 9 * 4) + 4),
+        (["--shards=3", "--leader-elect", "--rollout"], 3 * (11 + 6 * 4) + 4),
     ],
 )
 def test_the_connection_pool_holds_every_watch_and_worker_of_every_shard(

@@ -1,9 +1,9 @@
-"""The pod-pinning admission policy agrees with the pins cbop writes (docs/revisions.md).
+"""The pod-pinning admission policy agrees with the mapping cbop writes (docs/revisions.md).
 
-The shipped MutatingAdmissionPolicy (manifests/revisions/) reads the pins ConfigMap by
-name and its entries by the pod's template digest; these tests tie its CEL to the names
-and the key format that cbop.api.revisions defines, and the chart's copy to the
-manifest's.
+The shipped MutatingAdmissionPolicy (manifests/revisions/pin_pods.yaml) reads the pod's
+own ``cbop.dev/revisions`` annotation on pods labelled ``cbop.dev/pinned: "true"``;
+these tests tie its CEL to what :mod:`cbop.revisions.model` writes and parses, and the
+chart's copy to the manifest's. tests/e2e/test_pin_policy.py runs it on an API server.
 """
 
 from __future__ import annotations
@@ -15,29 +15,27 @@ from typing import Any
 
 import yaml
 
-from cbop.api.revisions import (
-    PARAMS_NAME,
-    PINS_KEY_DIGITS,
-    REVISION_HASH_DIGITS,
-    owner_pins_key,
-    parse_pins,
-    pins_key,
-    pins_value,
-    revision_name,
+from cbop.api.revisions import REVISION_HASH_DIGITS, revision_name
+from cbop.revisions.model import (
+    ANNOTATION_REVISIONS,
+    LABEL_PINNED,
+    format_mapping,
+    parse_mapping,
+    valid_pair,
 )
-from cbop.rollout import ANNOTATION_CONFIG_HASH
+from cbop.revisions.policy import POLICY_LABEL, POLICY_NAME
 
 REPO = Path(__file__).parents[2]
 
 
 def _manifest() -> list[dict[str, Any]]:
-    text = (REPO / "manifests/revisions/pin_revisions.yaml").read_text()
+    text = (REPO / "manifests/revisions/pin_pods.yaml").read_text()
     return list(yaml.safe_load_all(text))
 
 
 def _chart() -> list[dict[str, Any]]:
     """The chart's template with its conditions true and the release name empty."""
-    text = (REPO / "charts/cbop/templates/pin_revisions.yaml").read_text()
+    text = (REPO / "charts/cbop/templates/pin_pods.yaml").read_text()
     lines = [line for line in text.splitlines() if not re.fullmatch(r"\s*\{\{-?.*\}\}\s*", line)]
     rendered = "\n".join(lines).replace("{{ .Release.Name }}-", "")
     return list(yaml.safe_load_all(rendered))
@@ -52,58 +50,40 @@ def test_the_chart_ships_the_manifests_policy_and_binding() -> None:
     assert [(d["kind"], d["metadata"]["name"], d["spec"]) for d in chart] == [
         (d["kind"], d["metadata"]["name"], d["spec"]) for d in manifest
     ]
+    key, value = POLICY_LABEL
+    assert all(d["metadata"]["labels"][key] == value for d in manifest + chart)
 
 
-def test_the_policy_reads_the_pins_cbop_writes() -> None:
+def test_the_policy_has_no_params_and_matches_pods_of_pinned_templates() -> None:
     policy, binding = _manifest()
-    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
-    assert binding["spec"]["paramRef"] == {
-        "name": PARAMS_NAME,
-        "parameterNotFoundAction": "Allow",
-    }
-    assert "namespace" not in binding["spec"]["paramRef"]  # the pod's own namespace
-    assert policy["spec"]["failurePolicy"] == "Ignore"
-    assert policy["spec"]["matchConstraints"]["resourceRules"] == [
+    assert policy["metadata"]["name"] == binding["spec"]["policyName"] == POLICY_NAME
+    assert "paramKind" not in policy["spec"]
+    assert "paramRef" not in binding["spec"]
+    constraints = policy["spec"]["matchConstraints"]
+    assert constraints["objectSelector"] == {"matchLabels": {LABEL_PINNED: "true"}}
+    assert constraints["resourceRules"] == [
         {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}
     ]
-    # The key the CEL takes from the annotation is pins_key's: skip "sha256:", take 40.
-    digest = "sha256:" + "0123456789abcdef" * 4
-    start = len("sha256:")
-    assert digest[start : start + PINS_KEY_DIGITS] == pins_key(digest)
-    cel = re.sub(r"\s+", " ", " ".join(str(c["expression"]) for c in _expressions(policy)))
-    annotation = f"object.metadata.annotations['{ANNOTATION_CONFIG_HASH}']"
-    key_expr = f"{annotation}.substring({start}, {start + PINS_KEY_DIGITS})"
-    assert cel.count(f"{annotation}.substring(") == cel.count(key_expr) == 2
-    assert f"size({annotation}) >= {start + PINS_KEY_DIGITS}" in cel
-
-
-def _expressions(policy: dict[str, Any]) -> list[dict[str, Any]]:
-    spec = policy["spec"]
-    return [*spec["matchConditions"], *spec["variables"]]
+    (condition,) = [c for c in policy["spec"]["matchConditions"] if c["name"] == "has-revisions"]
+    assert f"'{ANNOTATION_REVISIONS}' in object.metadata.annotations" in condition["expression"]
+    assert policy["spec"]["failurePolicy"] == "Ignore"
 
 
 def _mutations(policy: dict[str, Any]) -> list[str]:
-    """The JSONPatch expressions of ``policy``, whitespace collapsed."""
-    out = []
-    for mutation in policy["spec"]["mutations"]:
-        assert mutation["patchType"] == "JSONPatch"
-        out.append(re.sub(r"\s+", " ", mutation["jsonPatch"]["expression"]).strip())
-    return out
+    return [re.sub(r"\s+", " ", m["jsonPatch"]["expression"]) for m in policy["spec"]["mutations"]]
 
 
 def _patches(expression: str) -> list[tuple[str, str, str]]:
-    """(op, path with ``{i}``, ``{j}`` for indexes, value) of each JSONPatch in ``expression``."""
-    found = []
+    """(op, path pattern, value) of each JSONPatch literal in ``expression``."""
+    out = []
     for op, path, value in re.findall(
         r"JSONPatch\{ op: '(\w+)', path: (.*?), value: (.*?)\}", expression
     ):
-        flat = re.sub(r"' \+ string\((\w)\) \+ '", r"{\1}", path.replace("' + '", ""))
-        found.append((op, flat.strip("'").replace("' '", ""), value))
-    return found
+        pattern = re.sub(r"' \+ string\((\w)\) \+ '", r"{\1}", path.strip())
+        out.append((op, pattern.strip("'").replace("' + '", ""), value.strip()))
+    return out
 
 
-#: Every place a new pod names a ConfigMap (ephemeral containers are never in a CREATE),
-#: and the field the name is read from.
 _REFERENCES = {
     "/spec/volumes/{i}/configMap/name": "v.configMap.name",
     "/spec/volumes/{i}/projected/sources/{j}/configMap/name": "s.configMap.name",
@@ -127,7 +107,7 @@ def test_the_policy_replaces_the_name_of_every_kind_of_reference_and_nothing_els
     assert len(patches) == len(_REFERENCES)
     # Only replaces of a name that is there: no entry is added, moved or removed.
     assert {op for op, _, _ in patches} == {"replace"}
-    # Each name is replaced only when the pins have it, and read where it is replaced.
+    # Each name is replaced only when the mapping has it, and read where it is replaced.
     for expression in _mutations(policy):
         for _, _, value in _patches(expression):
             field = value.removeprefix("variables.pins[").removesuffix("]")
@@ -164,28 +144,29 @@ def _pins_expression(policy: dict[str, Any]) -> str:
     variables = {
         v["name"]: re.sub(r"\s+", " ", v["expression"]) for v in policy["spec"]["variables"]
     }
-    return variables["lines"] + " " + variables["pins"]
+    return variables["pairs"] + " " + variables["pins"]
 
 
-def test_the_policy_reads_an_entry_as_cbop_writes_and_parses_it() -> None:
+def test_the_policy_reads_the_annotation_as_cbop_writes_and_parses_it() -> None:
     policy, _ = _manifest()
     cel = _pins_expression(policy)
-    # Lines split on newline, trimmed, the plain name before the first "=".
-    assert ".split('\\n').map(l, l.trim()).filter(l, l.indexOf('=') > 0)" in cel
-    # Of lines naming the same ConfigMap, the last counts (as parse_pins).
-    assert "variables.lines.all(k, m, k <= i || !m.startsWith(" in cel
-    assert parse_pins("a=a-0000000000\na=a-1111111111\n") == {"a": "a-1111111111"}
-    # A line counts when its revision is "<plain>-" and the suffix revision_name adds.
+    # Pairs split on commas, trimmed, the plain name before the first "=".
+    assert f"object.metadata.annotations['{ANNOTATION_REVISIONS}']" in cel
+    assert ".split(',').map(p, p.trim()).filter(p, p.indexOf('=') > 0)" in cel
+    # Of pairs naming the same ConfigMap, the last counts (as parse_mapping).
+    assert "variables.pairs.all(k, q, k <= i || !q.startsWith(" in cel
+    assert parse_mapping("a=a-0000000000,a=a-1111111111") == {"a": "a-1111111111"}
+    # A pair counts when its revision is "<plain>-" and the suffix revision_name adds.
     suffix = re.search(r"\.matches\('(.*?)'\)", cel)
     assert suffix is not None
     hex_digits = "0123456789abcdef" * 4
     pins = {"web-conf": revision_name("web-conf", "sha256:" + hex_digits), "a.b": "a.b-" + "f" * 10}
-    for line in pins_value(pins).splitlines():
-        plain, _, revision = line.partition("=")
-        assert revision.startswith(plain + "-")
+    for pair in format_mapping(pins).split(","):
+        plain, _, revision = pair.partition("=")
+        assert valid_pair(plain, revision)
         assert re.fullmatch(suffix.group(1), revision[len(plain) + 1 :])
         assert len(revision) == len(plain) + 1 + REVISION_HASH_DIGITS
-    assert parse_pins(pins_value(pins)) == pins
+    assert parse_mapping(format_mapping(pins)) == pins
     assert not re.fullmatch(suffix.group(1), "f" * (REVISION_HASH_DIGITS + 1))
     assert not re.fullmatch(suffix.group(1), "F" * REVISION_HASH_DIGITS)
 
@@ -195,28 +176,3 @@ def test_the_policy_does_not_mutate_what_a_pod_create_lacks() -> None:
     text = " ".join(_mutations(policy)) + json.dumps(policy["spec"]["matchConditions"])
     assert "ephemeralContainers" not in text  # never set at CREATE
     assert policy["spec"]["reinvocationPolicy"] == "Never"
-
-
-def test_the_policy_keys_a_pod_without_digest_as_cbop_keys_its_workload() -> None:
-    """``Kind.name``: the controller's kind and name, a Deployment's through its ReplicaSet
-    ``<deployment>-<pod-template-hash>``; the key chosen in the match condition and in
-    the variable alike; a pod with a digest never keyed by its owner."""
-    policy, _ = _manifest()
-    assert owner_pins_key("Deployment", "web") == "Deployment.web"
-    assert owner_pins_key("StatefulSet", "db") == "StatefulSet.db"
-    assert owner_pins_key("DaemonSet", "agent") == "DaemonSet.agent"
-    (condition,) = [c for c in policy["spec"]["matchConditions"] if c["name"] == "has-pins"]
-    (key,) = [v for v in policy["spec"]["variables"] if v["name"] == "key"]
-    for expression in (condition["expression"], key["expression"]):
-        cel = re.sub(r"\s+", " ", str(expression))
-        assert "'Deployment.' + r.name.substring(0, size(r.name) - " in cel
-        assert "size(object.metadata.labels['pod-template-hash']) - 1)" in cel
-        assert "r.name.endsWith('-' + object.metadata.labels['pod-template-hash'])" in cel
-        assert "r.kind + '.' + r.name" in cel
-        assert "has(r.controller) && r.controller" in cel
-        # The digest first: a pod with the annotation is keyed by it alone.
-        assert cel.index(f"'{ANNOTATION_CONFIG_HASH}' in object.metadata.annotations) ?") < (
-            cel.index("r.kind + '.' + r.name")
-        )
-    (lines,) = [v for v in policy["spec"]["variables"] if v["name"] == "lines"]
-    assert re.sub(r"\s+", "", lines["expression"]).startswith("params.data[variables.key].split(")

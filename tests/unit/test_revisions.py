@@ -1,134 +1,36 @@
 """Revision ConfigMaps of the ConfigBundle reconcile, on the fake API server.
 
-As the other act-layer tests: the reconcile is called directly, its caches synced from
-the fake server's tracker between reconciles (the watch caught up), and the recorded
-API actions are compared with the expected ones.
+Made before the plain ConfigMap, collected by the workloads' history (the newest
+``keep``, what a cached template names, 0.2.0's pins, other owners, a grace period),
+collected before a create (a quota), a refused create reported and retried, a revision
+a template names made again when its content is at hand (docs/revisions.md). The
+``Pinned`` condition: tests/unit/test_revisions_verify.py.
 """
 
 from __future__ import annotations
 
-import datetime
-from typing import Any
-
-import structlog
+import pytest
 
 from cbop.api import content_hash
-from cbop.api.revisions import LABEL_REVISION_OF, PARAMS_NAME, revision_name
+from cbop.api.revisions import LABEL_REVISION_OF
 from cbop.configbundle import Action, Reconciler
-from cbop.configbundle.pinpolicy import PinPolicyCheck
-from cbop.configbundle.revisions import (
-    POLICY_RECHECK,
-    REVISION_OF_INDEX,
-    index_by_revision_of,
-    revision_owners,
-    revisions_pinned_by,
-)
-from cbop.informers import CONTROLLER_UID_INDEX, index_by_controller_uid
-from cbop.kube import (
-    CONFIGBUNDLES,
-    CONFIGMAPS,
-    MUTATINGADMISSIONPOLICIES,
-    MUTATINGADMISSIONPOLICYBINDINGS,
-)
-from cbop.runtime.events import EventRecorder
-from cbop_testing.clock import FakeClock
-from cbop_testing.fakekube import CacheLister, FakeKube, ObjectTracker
-from cbop_testing.fakekube.errors import forbidden
+from cbop.kube import CONFIGMAPS, REPLICASETS, ApiError
+from cbop.revisions.caches import revision_owners
+from cbop.revisions.legacy import PARAMS_NAME
+from cbop.runtime import Requeue
 from cbop_testing.fakekube.reactions import fail
-from cbop_testing.objects import UID, bundle
+from cbop_testing.objects import UID
 
-NOW = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
-ON = {"enabled": True}
-
-Call = tuple[str, str, str]
-
-
-def writes(kube: FakeKube) -> list[Call]:
-    """The writes made, Events left out: (verb[/subresource], resource, name)."""
-    return [
-        (f"{a.verb}/{a.subresource}" if a.subresource else a.verb, a.resource, a.name or "")
-        for a in kube.actions
-        if a.verb not in ("get", "list") and a.resource != "events"
-    ]
-
-
-def rev(data: dict[str, str], name: str = "app") -> str:
-    """The revision name of ``data`` under ConfigMap ``name``."""
-    return revision_name(name, content_hash(data, {}))
-
-
-class World:
-    """A fake API server and one reconciler whose caches follow it."""
-
-    def __init__(
-        self, spec: dict[str, Any], *, dry_run: bool = False, check_policy: bool = False, **kw: Any
-    ) -> None:
-        # The server's clock (creationTimestamp): stepped between changes.
-        self.clock = FakeClock(1_767_225_600.0)
-        self.kube = FakeKube(ObjectTracker(now=self.clock.now))
-        self.policy = PinPolicyCheck(self.kube, clock=self.clock) if check_policy else None
-        self.kube.tracker.add(CONFIGBUNDLES, bundle(spec, **kw))
-        self.bundles = CacheLister(())
-        self.configmaps = CacheLister(
-            (),
-            indexers={
-                CONTROLLER_UID_INDEX: index_by_controller_uid,
-                REVISION_OF_INDEX: index_by_revision_of,
-            },
-        )
-        self.recorder = EventRecorder(self.kube, clock=lambda: NOW, level="all")
-        self.reconciler = Reconciler(
-            client=self.kube,
-            bundles=self.bundles,
-            configmaps=self.configmaps,
-            recorder=self.recorder,
-            now=lambda: NOW,
-            dry_run=dry_run,
-            pin_policy=self.policy,
-        )
-        self.key = f"demo/{kw.get('name', 'app')}"
-
-    def reconcile(self) -> list[Call]:
-        """Sync the caches, reconcile once, return the writes made."""
-        self.bundles.sync(self.kube.tracker, CONFIGBUNDLES)
-        self.configmaps.sync(self.kube.tracker, CONFIGMAPS)
-        self.kube.clear_actions()
-        self.result = self.reconciler.reconcile(self.key)
-        self.recorder.flush()
-        return writes(self.kube)
-
-    def settle(self) -> None:
-        """Reconcile until a reconcile writes nothing (at most five times)."""
-        for _ in range(5):
-            if not self.reconcile():
-                return
-        raise AssertionError("the reconcile never settled")
-
-    def bundle(self) -> dict[str, Any]:
-        name = self.key.partition("/")[2]
-        return self.kube.tracker.get(CONFIGBUNDLES, "demo", name)
-
-    def set_spec(self, spec: dict[str, Any]) -> None:
-        self.clock.step(60)
-        b = self.bundle()
-        b["spec"] = spec
-        b["metadata"]["generation"] += 1
-        self.kube.tracker.add(CONFIGBUNDLES, b)
-
-    def configmap(self, name: str) -> dict[str, Any]:
-        return self.kube.tracker.get(CONFIGMAPS, "demo", name)
-
-    def configmap_names(self) -> list[str]:
-        return sorted(o["metadata"]["name"] for o in self.kube.tracker.objects(CONFIGMAPS))
+from .revisionworld import GRACE, NOW, ON, World, replicaset, rev
 
 
 def owned_by_replicaset(w: World, name: str) -> dict[str, str]:
-    """Give revision ``name`` a ReplicaSet's owner reference too (as the history does)."""
-    replicaset = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-1", "uid": "rs-1"}
+    """Give revision ``name`` a ReplicaSet's owner reference too (as 0.2.0's history did)."""
+    owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-1", "uid": "rs-1"}
     revision = w.configmap(name)
-    revision["metadata"]["ownerReferences"].append(replicaset)
+    revision["metadata"]["ownerReferences"].append(owner)
     w.kube.tracker.add(CONFIGMAPS, revision)
-    return replicaset
+    return owner
 
 
 def gc_removes(w: World, name: str, uid: str) -> None:
@@ -302,9 +204,11 @@ def test_the_bundle_holds_the_newest_keep_and_deletes_older_revisions_it_alone_h
     assert w.configmap_names() == sorted(["app", rev({"a": "1"}), rev({"a": "2"})])
     w.set_spec({"data": {"a": "3"}, "revisions": keep2})
     first = w.configmap(rev({"a": "1"}))
+    # One change, four writes: the collection goes first (room for the new revision
+    # under a quota), then the revision, the plain ConfigMap, the status.
     assert w.reconcile() == [
-        ("create", "configmaps", rev({"a": "3"})),
         ("delete", "configmaps", rev({"a": "1"})),
+        ("create", "configmaps", rev({"a": "3"})),
         ("update", "configmaps", "app"),
         ("patch/status", "configbundles", "app"),
     ]
@@ -335,6 +239,7 @@ def test_an_older_revision_with_other_owners_is_deleted_once_they_are_gone() -> 
     ]
     # The ReplicaSet goes; the collector's patch removes its reference and wakes the
     # bundle (its reference is still there), which deletes the revision: one write.
+    w.clock.step(GRACE)
     gc_removes(w, rev({"a": "1"}), replicaset["uid"])
     assert revision_owners(w.configmap(rev({"a": "1"}))) == ["demo/app"]
     assert w.reconcile() == [("delete", "configmaps", rev({"a": "1"}))]
@@ -350,12 +255,13 @@ def test_a_revert_to_a_revision_other_owners_hold_writes_nothing_to_it() -> None
     w.set_spec({"data": {"a": "2"}, "revisions": keep1})
     w.settle()
     w.set_spec({"data": {"a": "1"}, "revisions": keep1})
+    # The revision current until now waits out the grace (a rollout may be naming it).
     assert w.reconcile() == [
-        ("delete", "configmaps", rev({"a": "2"})),
         ("update", "configmaps", "app"),
         ("patch/status", "configbundles", "app"),
     ]
     assert w.bundle()["status"]["revision"] == rev({"a": "1"})
+    w.settle()
     assert w.configmap_names() == sorted(["app", rev({"a": "1"})])
 
 
@@ -496,16 +402,89 @@ def test_a_dry_run_says_what_a_revision_problem_would_make_the_bundle() -> None:
     assert long_name.result.message.endswith("the bundle would then be InvalidSpec")
 
 
-def pins(w: World, entries: dict[str, str] | None) -> None:
-    """Make the namespace's pins ConfigMap hold ``entries`` (None: delete it)."""
+# ---------------------------------------------------------------- collection by history
+
+
+def named_by(w: World, name: str, revision: str) -> None:
+    """A ReplicaSet ``name`` in the history whose template names ``revision`` of ``app``."""
+    w.kube.tracker.add(REPLICASETS, replicaset(name, {"app": revision}))
+
+
+def test_a_revision_a_template_in_the_history_names_is_kept_and_collected_once_unnamed() -> None:
+    keep1 = {"enabled": True, "keep": 1}
+    w = World({"data": {"a": "1"}, "revisions": keep1})
+    w.settle()
+    named_by(w, "web-1", rev({"a": "1"}))
+    w.set_spec({"data": {"a": "2"}, "revisions": keep1})
+    w.settle()
+    w.set_spec({"data": {"a": "3"}, "revisions": keep1})
+    w.settle()
+    # Past keep, named by a ReplicaSet of the history: kept, with the bundle's reference
+    # only (nothing of the workloads' adds one).
+    assert rev({"a": "1"}) in w.configmap_names()
+    assert [r["uid"] for r in w.configmap(rev({"a": "1"}))["metadata"]["ownerReferences"]] == [UID]
+    assert rev({"a": "2"}) not in w.configmap_names()  # named by nothing: collected
+    # The history limit deletes the ReplicaSet (its deletion wakes the bundle). The
+    # revision was named until now: it waits out the grace, then goes.
+    w.kube.tracker.delete(REPLICASETS, "demo", "web-1")
+    assert w.reconcile() == []
+    assert w.result.requeue_after == GRACE
+    w.clock.step(GRACE - 1)
+    assert w.reconcile() == []
+    assert w.result.requeue_after == 1.0
+    w.clock.step(1)
+    assert w.reconcile() == [("delete", "configmaps", rev({"a": "1"}))]
+    assert w.reconcile() == []
+    assert w.configmap_names() == sorted(["app", rev({"a": "3"})])
+
+
+def test_a_revision_just_current_waits_out_the_grace_and_a_restart_waits_again() -> None:
+    keep1 = {"enabled": True, "keep": 1}
+    w = World({"data": {"a": "1"}, "revisions": keep1})
+    w.settle()
+    # A change moments after: the old revision was status.revision at the reconcile's
+    # start, so a template the rollout is applying may name it: not deleted yet.
+    w.set_spec({"data": {"a": "2"}, "revisions": keep1}, seconds=1)
+    assert ("delete", "configmaps", rev({"a": "1"})) not in w.reconcile()
+    assert w.result.requeue_after == GRACE
+    # A new process (a restart, a new leader) knows nothing of what was named: it
+    # waits the grace out from its first look.
+    w.reconciler = Reconciler(
+        client=w.kube,
+        bundles=w.bundles,
+        configmaps=w.configmaps,
+        now=lambda: NOW,
+        history=w.history,
+        revision_grace=GRACE,
+        clock=w.clock,
+    )
+    w.clock.step(GRACE)
+    assert w.reconcile() == []
+    assert w.result.requeue_after == GRACE
+    w.clock.step(GRACE)
+    assert w.reconcile() == [("delete", "configmaps", rev({"a": "1"}))]
+
+
+def test_without_the_history_nothing_is_collected_past_keep() -> None:
+    """``cbop --once`` has no caches of the workloads: it deletes nothing they may name."""
+    keep1 = {"enabled": True, "keep": 1}
+    w = World({"data": {"a": "1"}, "revisions": keep1}, history=False)
+    w.settle()
+    w.set_spec({"data": {"a": "2"}, "revisions": keep1})
+    w.settle()
+    w.set_spec({"data": {"a": "3"}, "revisions": keep1})
+    w.settle()
+    assert w.configmap_names() == sorted(["app", *(rev({"a": str(i)}) for i in (1, 2, 3))])
+
+
+def legacy_pins(w: World, entries: dict[str, str] | None) -> None:
+    """Make 0.2.0's pins ConfigMap hold ``entries`` (None: delete it)."""
     if entries is None:
         w.kube.tracker.delete(CONFIGMAPS, "demo", PARAMS_NAME)
         return
     w.kube.tracker.add(
         CONFIGMAPS,
         {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
             "metadata": {
                 "name": PARAMS_NAME,
                 "namespace": "demo",
@@ -516,137 +495,105 @@ def pins(w: World, entries: dict[str, str] | None) -> None:
     )
 
 
-def test_a_revision_the_pins_name_is_never_let_go_and_is_collected_once_unnamed() -> None:
-    # keep 1, and a template pinned to the first revision whose ReplicaSet has no owner
-    # reference on it yet: two content changes must not delete it.
+def test_a_revision_0_2_0s_pins_name_is_kept_until_they_go() -> None:
     keep1 = {"enabled": True, "keep": 1}
     w = World({"data": {"a": "1"}, "revisions": keep1})
     w.settle()
-    pins(w, {"a" * 40: f"app={rev({'a': '1'})}\n", "b" * 40: "other=other-0123456789\n"})
+    legacy_pins(w, {"a" * 40: f"app={rev({'a': '1'})}\n", "Deployment.web": "#frozen\n"})
     w.set_spec({"data": {"a": "2"}, "revisions": keep1})
     w.settle()
     w.set_spec({"data": {"a": "3"}, "revisions": keep1})
     w.settle()
     assert rev({"a": "1"}) in w.configmap_names()
-    assert [r["uid"] for r in w.configmap(rev({"a": "1"}))["metadata"]["ownerReferences"]] == [UID]
-    assert rev({"a": "2"}) not in w.configmap_names()  # not pinned: collected as before
-    # The pins' change wakes the bundle (the old object's entries are mapped too)...
-    old = w.configmap(PARAMS_NAME)
-    pins(w, {"b" * 40: "other=other-0123456789\n"})
-    mapper = revisions_pinned_by(w.configmaps)
-    w.configmaps.sync(w.kube.tracker, CONFIGMAPS)
-    assert mapper(old) == ["demo/app"]
-    assert mapper(w.configmap(PARAMS_NAME)) == []
-    assert mapper(w.configmap("app")) == []
-    # ... and its reconcile, past the no-op fast path, deletes the revision unnamed now.
+    assert w.configmap(PARAMS_NAME)["data"]["a" * 40] == f"app={rev({'a': '1'})}\n"  # untouched
+    legacy_pins(w, None)
+    w.clock.step(GRACE)
     assert w.reconcile() == [("delete", "configmaps", rev({"a": "1"}))]
-    assert w.reconcile() == []
-    assert w.configmap_names() == sorted(["app", PARAMS_NAME, rev({"a": "3"})])
 
 
-def test_a_pinned_revision_with_other_owners_keeps_the_bundle_reference() -> None:
+# ---------------------------------------------------------------- a quota on ConfigMaps
+
+
+def test_collectable_revisions_go_before_a_create_and_a_refused_create_is_reported() -> None:
+    """A quota full of collectable revisions leaves room for the new one (case 31)."""
+    keep3 = {"enabled": True, "keep": 3}
+    w = World({"data": {"a": "1"}, "revisions": keep3})
+    w.settle()
+    for i in (2, 3):
+        w.set_spec({"data": {"a": str(i)}, "revisions": keep3})
+        w.settle()
+    # keep lowered to 1 with a change: the two older ones (idle past the grace) are
+    # deleted before the new one is created; the one current until now waits the grace.
     keep1 = {"enabled": True, "keep": 1}
-    w = World({"data": {"a": "1"}, "revisions": keep1})
-    w.settle()
-    replicaset = owned_by_replicaset(w, rev({"a": "1"}))
-    pins(w, {"a" * 40: f"app={rev({'a': '1'})}\n"})
-    w.set_spec({"data": {"a": "2"}, "revisions": keep1})
-    w.settle()
-    assert [r["uid"] for r in w.configmap(rev({"a": "1"}))["metadata"]["ownerReferences"]] == [
-        UID,
-        "rs-1",
+    w.set_spec({"data": {"a": "4"}, "revisions": keep1})
+    assert w.reconcile() == [
+        ("delete", "configmaps", rev({"a": "2"})),
+        ("delete", "configmaps", rev({"a": "1"})),
+        ("create", "configmaps", rev({"a": "4"})),
+        ("update", "configmaps", "app"),
+        ("patch/status", "configbundles", "app"),
     ]
-    # No longer pinned, still owned by the ReplicaSet: nothing to write yet.
-    pins(w, None)
-    assert w.reconcile() == []
-    gc_removes(w, rev({"a": "1"}), replicaset["uid"])
-    assert w.reconcile() == [("delete", "configmaps", rev({"a": "1"}))]
-
-
-def ready_message(w: World) -> str:
-    (ready,) = [c for c in w.bundle()["status"]["conditions"] if c["type"] == "Ready"]
+    # Now a quota that refuses the next create: the plain ConfigMap still gets the
+    # content, Ready says why, and the reconcile is retried with backoff.
+    quota = ApiError(
+        403,
+        "Forbidden",
+        'configmaps "app-x" is forbidden: exceeded quota: cm, requested: count/configmaps=1',
+    )
+    w.kube.prepend_reactor("create", "configmaps", fail(quota, times=1))
+    w.set_spec({"data": {"a": "5"}, "revisions": keep1}, seconds=1)
+    with pytest.raises(Requeue):
+        w.reconcile()
+    assert w.configmap("app")["data"] == {"a": "5"}
+    ready = w.condition("Ready")
+    assert ready is not None
+    assert (ready["status"], ready["reason"]) == ("False", "RevisionNotCreated")
+    assert "exceeded quota" in ready["message"]
+    assert "revision" not in w.bundle()["status"]
+    assert [e["reason"] for e in w.events("RevisionNotCreated")] == ["RevisionNotCreated"]
+    # The quota raised: the next try converges.
+    assert ("create", "configmaps", rev({"a": "5"})) in w.reconcile()
+    ready = w.condition("Ready")
+    assert ready is not None
     assert ready["status"] == "True"
-    return str(ready["message"])
+    assert w.bundle()["status"]["revision"] == rev({"a": "5"})
 
 
-def policy_lists(w: World) -> list[str]:
-    return [a.resource for a in w.kube.actions if a.verb == "list" and "mutating" in a.resource]
+# ---------------------------------------------------------------- a revision deleted by hand
 
 
-def install_policy(w: World, name: str = "rel-cbop-pin-revisions") -> None:
-    """The policy and its binding, named as the chart names them (release prefix)."""
-    w.kube.tracker.add(MUTATINGADMISSIONPOLICIES, {"metadata": {"name": name}})
+def test_a_revision_a_template_names_is_made_again_from_a_revision_of_that_content() -> None:
+    keep2 = {"enabled": True, "keep": 2}
+    w = World({"data": {"a": "1"}, "revisions": keep2})
+    w.settle()
+    w.set_spec({"data": {"a": "2"}, "revisions": keep2})
+    w.settle()
+    # A ReplicaSet names a revision of the content {"a": "1"} under the name "app" that
+    # is gone, while another revision with that content exists (here: {"a": "1"}'s own,
+    # kept): made again from it, with the bundle's labels and its own content hash.
+    gone = rev({"a": "1"})
+    named_by(w, "web-1", gone)
+    w.kube.tracker.delete(CONFIGMAPS, "demo", gone)
     w.kube.tracker.add(
-        MUTATINGADMISSIONPOLICYBINDINGS,
+        CONFIGMAPS,
         {
-            "metadata": {"name": name},
-            "spec": {"policyName": name, "paramRef": {"name": PARAMS_NAME}},
+            **w.configmap(rev({"a": "2"})),
+            "metadata": {
+                **w.configmap(rev({"a": "2"}))["metadata"],
+                "name": "copy",
+                "uid": "copy-uid",
+                "annotations": {"cbop.dev/content-hash": content_hash({"a": "1"}, {})},
+            },
+            "data": {"a": "1"},
         },
     )
-
-
-def test_a_missing_pin_policy_is_told_in_the_ready_message_and_logged_once() -> None:
-    w = World({"data": {"a": "1"}, "revisions": ON}, check_policy=True)
-    with structlog.testing.capture_logs() as logs:
-        w.settle()
-        missing = (
-            "MutatingAdmissionPolicy cbop-pin-revisions and its binding (paramRef cbop-revisions)"
-        )
-        assert ready_message(w).endswith(
-            f"; pods are not pointed at revisions: {missing} not installed or not served "
-            "(docs/revisions.md)"
-        )
-        assert w.result.requeue_after == POLICY_RECHECK
-        assert w.result.ready == "True"
-        # Looked at once a minute at most, whatever the reconciles.
-        w.clock.step(30)
-        w.reconcile()
-        assert policy_lists(w) == []
-        # Installed: the sentence goes at the next look.
-        install_policy(w)
-        w.clock.step(30)
-        assert w.reconcile() == [("patch/status", "configbundles", "app")]
-        assert policy_lists(w) == [
-            "mutatingadmissionpolicies",
-            "mutatingadmissionpolicybindings",
-        ]
-        assert "revisions" not in ready_message(w)
-        assert w.result.requeue_after is None
-        assert w.reconcile() == []  # steady state, by the no-op fast path
-        # The policy removed, its binding left: the fast path notices at the next look.
-        w.kube.tracker.delete(MUTATINGADMISSIONPOLICIES, None, "rel-cbop-pin-revisions")
-        w.clock.step(60)
-        assert w.reconcile() == [("patch/status", "configbundles", "app")]
-        assert (
-            "pods are not pointed at revisions: MutatingAdmissionPolicy "
-            "rel-cbop-pin-revisions (named by its binding) not installed"
-        ) in ready_message(w)
-    warnings = [e for e in logs if e["event"].startswith("pin policy missing")]
-    assert [e["missing"] for e in warnings] == [
-        missing,
-        "MutatingAdmissionPolicy rel-cbop-pin-revisions (named by its binding)",
-    ]
-    assert [e["event"] for e in logs].count(
-        "pin policy installed: new pods are pointed at their revisions"
-    ) == 1
-
-
-def test_a_pin_policy_that_cannot_be_read_or_revisions_off_say_nothing() -> None:
-    w = World({"data": {"a": "1"}, "revisions": ON}, check_policy=True)
-    w.kube.prepend_reactor(
-        "list",
-        "mutatingadmissionpolicies",
-        fail(forbidden(MUTATINGADMISSIONPOLICIES, "list", None)),
-    )
-    w.settle()
-    assert "revisions" not in ready_message(w)
-    assert w.result.requeue_after is None
-    off = World({"data": {"a": "1"}}, check_policy=True)
-    off.kube.prepend_reactor(
-        "list", "mutatingadmissionpolicies", fail(AssertionError("looked without revisions"))
-    )
-    off.settle()
-    assert "revisions" not in ready_message(off)
+    assert w.reconcile() == [("create", "configmaps", gone)]
+    made = w.configmap(gone)
+    assert made["data"] == {"a": "1"}
+    assert made["immutable"] is True
+    assert made["metadata"]["annotations"]["cbop.dev/content-hash"] == content_hash({"a": "1"}, {})
+    assert made["metadata"]["labels"][LABEL_REVISION_OF] == "app"
+    assert w.reconcile() == []
 
 
 def test_a_revision_left_without_owners_is_deleted() -> None:
@@ -658,6 +605,7 @@ def test_a_revision_left_without_owners_is_deleted() -> None:
     replicaset = owned_by_replicaset(w, rev({"a": "1"}))
     w.set_spec({"data": {"a": "2"}, "revisions": keep1})
     w.settle()
+    w.clock.step(GRACE)
     gc_removes(w, rev({"a": "1"}), UID)
     gc_removes(w, rev({"a": "1"}), replicaset["uid"])
     orphan = w.configmap(rev({"a": "1"}))
@@ -685,8 +633,8 @@ def test_an_ownerless_revision_still_kept_or_pinned_is_held_again() -> None:
     assert w.reconcile() == [("update", "configmaps", rev({"a": "1"}))]
     assert [r["uid"] for r in w.configmap(rev({"a": "1"}))["metadata"]["ownerReferences"]] == [UID]
     assert w.reconcile() == []
-    # Past the newest keep but named by the pins: held again, not deleted.
-    pins(w, {"a" * 40: f"app={rev({'a': '1'})}\n"})
+    # Past the newest keep but named by a template of the history: held again, not deleted.
+    named_by(w, "web-1", rev({"a": "1"}))
     w.set_spec({"data": {"a": "3"}, "revisions": keep2})
     w.settle()
     gc_removes(w, rev({"a": "1"}), UID)

@@ -3,7 +3,9 @@
 The ConfigBundle controller and the three rollout controllers read the managed
 ConfigMaps through one informer per namespace (the factory's key is resource, scope and
 selector), and each workload kind is cached with the opt-in label selector and the
-ConfigMap index the rollout's map function queries.
+ConfigMap index the rollout's map function queries; the ConfigBundle controller reads
+the same workload informers, and caches only pinned ReplicaSets, ControllerRevisions
+and pods (docs/revisions.md).
 """
 
 from __future__ import annotations
@@ -15,12 +17,21 @@ import pytest
 from cbop.configbundle import controller as configbundle
 from cbop.informers import SharedInformerFactory
 from cbop.keys import CONTROLLER_UID_INDEX
-from cbop.kube import CONFIGMAPS, DAEMONSETS, DEPLOYMENTS, STATEFULSETS
+from cbop.kube import (
+    CONFIGMAPS,
+    CONTROLLERREVISIONS,
+    DAEMONSETS,
+    DEPLOYMENTS,
+    PODS,
+    REPLICASETS,
+    STATEFULSETS,
+)
 from cbop.manager import Manager as CbopManager
 from cbop.manager import Options
+from cbop.revisions.caches import PLAIN_INDEX, READS_INDEX, REVISION_INDEX
+from cbop.revisions.model import PINNED_SELECTOR
 from cbop.rollout import CONFIGMAP_INDEX, ROLLOUT_SELECTOR
 from cbop.rollout import controller as rollout
-from cbop.rollout.history import DIGEST_INDEX
 from cbop.runtime import Manager
 from cbop_testing.fakekube import FakeKube
 
@@ -43,15 +54,13 @@ def test_rollout_controllers_share_the_configbundle_controllers_configmap_inform
         "rollout-deployment",
         "rollout-statefulset",
         "rollout-daemonset",
-        "history-replicaset",
-        "history-controllerrevision",
-        "pins",
     ]
     assert set(manager.controllers) == {"configbundle", *(c.name for c in controllers)}
     factory = manager.informers
-    # One informer per (resource, namespace): the managed-ConfigMap informer serves all
-    # seven controllers (a second selector would add "configmaps/a[...]"); the other
-    # ConfigMap informer is the ConfigBundle controller's source ConfigMaps.
+    # One informer per (resource, namespace, selector): the managed-ConfigMap informer
+    # serves all four controllers (a second selector would add "configmaps/a[...]");
+    # the other ConfigMap informer is the ConfigBundle controller's source ConfigMaps.
+    # The history and pods: only those of pinned templates.
     assert sorted(inf.name for inf in factory.informers) == sorted(
         [
             f"{plural}/{ns}"
@@ -61,6 +70,7 @@ def test_rollout_controllers_share_the_configbundle_controllers_configmap_inform
                 "controllerrevisions",
                 "daemonsets",
                 "deployments",
+                "pods",
                 "replicasets",
                 "statefulsets",
             )
@@ -68,13 +78,16 @@ def test_rollout_controllers_share_the_configbundle_controllers_configmap_inform
         ]
         + [f"configmaps/{ns}[cbop.dev/source=true]" for ns in ("a", "b")]
     )
+    for resource in (REPLICASETS, CONTROLLERREVISIONS, PODS):
+        for informer in factory.informers_for(resource, label_selector=PINNED_SELECTOR).values():
+            assert {PLAIN_INDEX, REVISION_INDEX} <= set(informer.indexer().index_names())
     configmaps = factory.informers_for(CONFIGMAPS, label_selector=configbundle.MANAGED_SELECTOR)
     for informer in configmaps.values():
         assert CONTROLLER_UID_INDEX in informer.indexer().index_names()
     for resource in (DEPLOYMENTS, STATEFULSETS, DAEMONSETS):
         for informer in factory.informers_for(resource, label_selector=ROLLOUT_SELECTOR).values():
             assert CONFIGMAP_INDEX in informer.indexer().index_names()
-            assert DIGEST_INDEX in informer.indexer().index_names()
+            assert READS_INDEX in informer.indexer().index_names()
 
 
 def test_a_second_setup_is_refused(manager: Manager) -> None:
@@ -85,9 +98,9 @@ def test_a_second_setup_is_refused(manager: Manager) -> None:
 
 @pytest.mark.parametrize("enabled", [True, False], ids=["rollout", "no-rollout"])
 def test_cbop_manager_runs_the_rollout_only_with_the_flag(enabled: bool) -> None:
-    """``--rollout`` adds the three controllers, the two of the history, the pins'
-    collection and ``cbop_rollouts_total{kind}`` (each kind at 0); without it neither, and no apps
-    informer is created."""
+    """``--rollout`` adds the three controllers and ``cbop_rollouts_total{kind}`` (each
+    kind at 0); without it neither, and no workload informer is created: the bundles
+    still cache the pinned history and pods, to keep what they name."""
     made = CbopManager(
         FakeKube(),
         Options(
@@ -97,14 +110,7 @@ def test_cbop_manager_runs_the_rollout_only_with_the_flag(enabled: bool) -> None
             settings={"rollout": enabled},
         ),
     )
-    rollouts = {
-        "rollout-deployment",
-        "rollout-statefulset",
-        "rollout-daemonset",
-        "history-replicaset",
-        "history-controllerrevision",
-        "pins",
-    }
+    rollouts = {"rollout-deployment", "rollout-statefulset", "rollout-daemonset"}
     assert set(made.controllers) == {"configbundle", *(rollouts if enabled else ())}
     counted = {
         kind: made.registry.get_sample_value("cbop_rollouts_total", {"kind": kind})
@@ -118,4 +124,7 @@ def test_cbop_manager_runs_the_rollout_only_with_the_flag(enabled: bool) -> None
             "configbundles/a",
             "configmaps/a",
             "configmaps/a[cbop.dev/source=true]",
+            "controllerrevisions/a",
+            "pods/a",
+            "replicasets/a",
         ]

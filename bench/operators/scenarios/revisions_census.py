@@ -2,8 +2,9 @@
 
 Writes are counted per client from kube-apiserver's audit log (the policy rules of
 :func:`audit_write_rules`). The census reads the cluster as it is: the revisions of each
-bundle, the ReplicaSets that exist, and each namespace's pins ConfigMap
-(``cbop-revisions``), whose entries say which revisions a template digest reads.
+bundle, the ReplicaSets that exist and the ``cbop.dev/revisions`` mapping of their
+templates, and (cbop 0.2.0) each namespace's pins ConfigMap (``cbop-revisions``), whose
+entries say which revisions a template digest reads.
 """
 
 from __future__ import annotations
@@ -14,14 +15,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from bench.operators.apiserver import WRITE_VERBS, AuditLog, wait_api_quiet
-from cbop.api.revisions import (
-    LABEL_REVISION_OF,
-    PARAMS_NAME,
-    owner_pins_key,
-    parse_pins,
-    pins_key,
-)
+from cbop.api.revisions import LABEL_REVISION_OF
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, DEPLOYMENTS, REPLICASETS, KubeClient
+from cbop.revisions.legacy import PARAMS_NAME, owner_pins_key, parse_pins, pins_key
+from cbop.revisions.model import mapping_of
 from cbop.rollout import ANNOTATION_CONFIG_HASH
 
 #: Resources whose writes the audit log records for S11 and the quiet waits watch.
@@ -222,6 +219,9 @@ def census(kube: KubeClient, namespaces: list[str], keep: int) -> dict[str, Any]
             digest = ((template.get("metadata") or {}).get("annotations") or {}).get(
                 ANNOTATION_CONFIG_HASH, ""
             )
+            # The template's own mapping (cbop 0.3.0), then 0.2.0's pins entry.
+            for plain, revision in mapping_of(rs).items():
+                referenced.setdefault(f"{ns}/{plain}", set()).add(revision)
             entry = pins.get(pins_key(digest)) if digest else None
             if entry is None:
                 continue

@@ -52,6 +52,9 @@ READINESS: Final[Mapping[Reason, Readiness]] = MappingProxyType(
         # A write the API server refused (a quota, an admission policy, RBAC) or did
         # not answer: retried with backoff, reported until a write goes through.
         Reason.RECONCILE_ERROR: Readiness.FAILING,
+        # spec.revisions: the revision's create refused (a quota, an admission rule);
+        # the ConfigMap has the content; retried with backoff until it goes through.
+        Reason.REVISION_NOT_CREATED: Readiness.FAILING,
         # spec.suspend: cbop keeps no copy up to date until it is lifted.
         Reason.SUSPENDED: Readiness.FAILING,
         Reason.DELETING: Readiness.TRANSIENT,

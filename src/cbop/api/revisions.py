@@ -26,19 +26,9 @@ __all__ = [
     "MAX_KEEP",
     "MAX_REVISIONED_NAME",
     "MIN_KEEP",
-    "OWNER_KINDS",
-    "PARAMS_NAME",
-    "PINS_FROZEN",
-    "PINS_KEY_DIGITS",
-    "PIN_POLICY_NAME",
     "REVISION_HASH_DIGITS",
     "RevisionsSpec",
-    "is_frozen",
-    "owner_pins_key",
-    "parse_pins",
     "parse_revisions",
-    "pins_key",
-    "pins_value",
     "revision_name",
 ]
 
@@ -141,92 +131,3 @@ def revision_name(config_map_name: str, content_hash: str) -> str:
 
 def _is_hex(text: str) -> bool:
     return all(c in "0123456789abcdef" for c in text)
-
-
-#: The per-namespace ConfigMap mapping template digests to revisions (the pins), which
-#: the rollout writes before a template annotation and the history and the admission
-#: policy read (docs/revisions.md).
-PARAMS_NAME: Final = "cbop-revisions"
-#: The name of the MutatingAdmissionPolicy that points new pods at their revisions, and
-#: of its binding (manifests/revisions/pin_revisions.yaml, the chart's
-#: ``revisions.pinPods``).
-PIN_POLICY_NAME: Final = "cbop-pin-revisions"
-#: Hex digits of a template digest in a pin's key (as the rollout's baseline label).
-PINS_KEY_DIGITS: Final = 40
-
-
-def pins_key(digest: str) -> str:
-    """Return the pins ConfigMap's key for the template digest ``digest``.
-
-    Args:
-        digest: the pod template annotation ``cbop.dev/config-hash``, ``sha256:<hex>``.
-
-    Returns:
-        The first :data:`PINS_KEY_DIGITS` hex digits (a valid ConfigMap key), or ``""``
-        when ``digest`` is not ``sha256:`` and that many hex digits.
-    """
-    algorithm, _, hex_digits = digest.partition(":")
-    head = hex_digits[:PINS_KEY_DIGITS]
-    if algorithm != "sha256" or len(head) != PINS_KEY_DIGITS or not _is_hex(head):
-        return ""
-    return head
-
-
-def pins_value(pins: Mapping[str, str]) -> str:
-    """Return the pins ConfigMap value for ``pins`` (plain name -> revision name).
-
-    One ``plain=revision`` line per pair, sorted by the plain name: the same pairs
-    always give the same value, so rewriting an entry that is there writes nothing new.
-    """
-    return "".join(f"{plain}={revision}\n" for plain, revision in sorted(pins.items()))
-
-
-def parse_pins(value: str) -> dict[str, str]:
-    """Return the plain name -> revision name pairs of one pins ConfigMap value.
-
-    The inverse of :func:`pins_value`; lines without ``=`` or with an empty side are
-    skipped (an entry edited by hand pins what it still names correctly).
-    """
-    out = {}
-    for line in value.splitlines():
-        plain, sep, revision = line.strip().partition("=")
-        if sep and plain and revision:
-            out[plain] = revision
-    return out
-
-
-#: The workload kinds whose never-rolled pods are pinned by their workload's name.
-OWNER_KINDS: Final = frozenset({"Deployment", "StatefulSet", "DaemonSet"})
-#: The line that marks a workload's entry frozen (its first rollout happened): a line
-#: without ``=``, so neither :func:`parse_pins` nor the policy's CEL reads it as a pin.
-PINS_FROZEN: Final = "#frozen"
-#: The longest key a ConfigMap's data may have.
-_MAX_KEY: Final = 253
-
-
-def owner_pins_key(kind: str, name: str) -> str:
-    """Return the pins key of a workload's pods whose template carries no digest yet.
-
-    A workload opted in but never rolled has no ``cbop.dev/config-hash`` on its pod
-    template, so its pods are found by their controller instead: the admission policy
-    builds the same key from the pod's controller owner reference (a ReplicaSet
-    ``<deployment>-<pod-template-hash>`` gives its Deployment's name; a StatefulSet's or
-    DaemonSet's pods name their workload). docs/revisions.md.
-
-    Args:
-        kind: ``Deployment``, ``StatefulSet`` or ``DaemonSet``.
-        name: the workload's name.
-
-    Returns:
-        ``<kind>.<name>`` (a valid ConfigMap key: a name is a DNS subdomain), or ``""``
-        for another kind or a key longer than 253 characters.
-    """
-    key = f"{kind}.{name}"
-    if kind not in OWNER_KINDS or not name or len(key) > _MAX_KEY:
-        return ""
-    return key
-
-
-def is_frozen(value: str) -> bool:
-    """Whether a pins value carries the :data:`PINS_FROZEN` line."""
-    return any(line.strip() == PINS_FROZEN for line in value.splitlines())

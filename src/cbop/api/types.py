@@ -81,5 +81,8 @@ class Reason(enum.StrEnum):
     SOURCE_NOT_SHARED = "SourceNotShared"
     INVALID_SOURCE = "InvalidSource"
     RECONCILE_ERROR = "ReconcileError"
+    #: ``spec.revisions``: the API server refused the revision of the content (a quota,
+    #: an admission rule); the plain ConfigMap has the content all the same.
+    REVISION_NOT_CREATED = "RevisionNotCreated"
     SUSPENDED = "Suspended"
     DELETING = "Deleting"

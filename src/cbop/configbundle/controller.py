@@ -19,10 +19,10 @@ It owns three decisions and nothing else:
   unlabelled) the keys of the bundles that read it (:func:`bundles_reading`, through
   the :data:`SOURCE_INDEX` index: no GET, also for sources that do not exist yet);
   a revision's event the bundles its owner references name
-  (:func:`cbop.configbundle.revisions.revision_owners`), and the pins ConfigMap's the
-  bundles holding the revisions it names, or named before the update
-  (:func:`cbop.configbundle.revisions.revisions_pinned_by`); and after a restart the
-  listed bundles that are not converged
+  (:func:`cbop.revisions.caches.revision_owners`); an event of a pinned ReplicaSet,
+  ControllerRevision or pod, or of an opted-in workload's template, the bundles whose
+  ConfigMaps or revisions it names (:mod:`cbop.revisions.caches`: collection and the
+  ``Pinned`` condition); and after a restart the listed bundles that are not converged
   (:func:`cbop.configbundle.status.is_converged`) go ahead of those that are;
 - **its reconciler**: :class:`cbop.configbundle.Reconciler`, built with the manager's
   (fenced) client and the shared listers.
@@ -39,13 +39,6 @@ from typing import Any, Final
 from cbop.api import MANAGED_SELECTOR, SOURCE_SELECTOR, config_map_name_of
 from cbop.configbundle import Reconciler, Requeue, Result
 from cbop.configbundle.interfaces import Client, Observer
-from cbop.configbundle.pinpolicy import PinPolicyCheck
-from cbop.configbundle.revisions import (
-    REVISION_OF_INDEX,
-    index_by_revision_of,
-    revision_owners,
-    revisions_pinned_by,
-)
 from cbop.configbundle.status import is_converged
 from cbop.informers import (
     IndexFunc,
@@ -54,10 +47,31 @@ from cbop.informers import (
     index_by_controller_uid,
 )
 from cbop.keys import CONFIGMAP_NAME_INDEX, CONTROLLER_UID_INDEX, key_of, object_key
-from cbop.kube import CONFIGBUNDLES, CONFIGMAPS
+from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, PODS
 from cbop.metrics.controller import BundleReadinessCollector, ConfigMapWriteMetrics
+from cbop.metrics.revisions import RevisionCollector
+from cbop.revisions.bundle import DEFAULT_GRACE
+from cbop.revisions.caches import (
+    HISTORY,
+    OPTED_IN_SELECTOR,
+    REVISION_OF_INDEX,
+    TEMPLATE_CHANGED,
+    WORKLOADS,
+    History,
+    bundles_of_legacy_pins,
+    bundles_of_reader,
+    bundles_of_template,
+    count_unpinned,
+    history_listers,
+    index_by_revision_of,
+    legacy_namespaces,
+    revision_owners,
+)
+from cbop.revisions.model import PINNED_SELECTOR
+from cbop.revisions.policy import PolicyCheck
 from cbop.runtime import Builder, Controller, Scope, reconcile_context
-from cbop.runtime.definition import Context, ControllerDefinition, PolicyRule, SetupFunc
+from cbop.runtime.definition import Context, ControllerDefinition, Flag, PolicyRule, SetupFunc
+from cbop.runtime.predicates import GENERATION_CHANGED
 from cbop.runtime.seams import EventSink
 
 __all__ = [
@@ -173,7 +187,10 @@ def new_reconciler(
     recorder: EventSink | None = None,
     observer: Observer | None = None,
     dry_run: bool = False,
-    pin_policy: PinPolicyCheck | None = None,
+    history: History | None = None,
+    pin_policy: PolicyCheck | None = None,
+    rollout: bool = True,
+    revision_grace: float = DEFAULT_GRACE,
 ) -> Reconciler:
     """Return the ConfigBundle reconciler reading from ``informers``' shared caches.
 
@@ -185,7 +202,10 @@ def new_reconciler(
         recorder: where Events go (None: none).
         observer: the ConfigMap write metrics (None: none).
         dry_run: see :class:`cbop.configbundle.Reconciler`.
-        pin_policy: see :class:`cbop.configbundle.Reconciler` (None: not checked).
+        history: see :class:`cbop.configbundle.Reconciler` (``cbop --once``: none).
+        pin_policy: see :class:`cbop.configbundle.Reconciler`.
+        rollout: see :class:`cbop.configbundle.Reconciler`.
+        revision_grace: see :class:`cbop.configbundle.Reconciler`.
     """
     return Reconciler(
         client=client,
@@ -203,7 +223,10 @@ def new_reconciler(
         dry_run=dry_run,
         sources=informers.lister(CONFIGMAPS, label_selector=SOURCE_SELECTOR, whole=True),
         source_scope=[ns for ns in informers.scopes if ns] or None,
+        history=history,
         pin_policy=pin_policy,
+        rollout=rollout,
+        revision_grace=revision_grace,
     )
 
 
@@ -214,7 +237,9 @@ def setup(
     observer: Observer | None = None,
     workers: int | None = None,
     priority_queue: bool | None = None,
-    pin_policy: PinPolicyCheck | None = None,
+    pin_policy: PolicyCheck | None = None,
+    rollout: bool = True,
+    revision_grace: float = DEFAULT_GRACE,
 ) -> Controller:
     """Add the ConfigBundle controller to ``manager`` and return it.
 
@@ -225,31 +250,56 @@ def setup(
         observer: the ConfigMap write metrics (None: none).
         workers: worker threads (None: the runtime's default, 4).
         priority_queue: see :meth:`cbop.runtime.Builder.with_options` (None: on).
-        pin_policy: see :class:`cbop.configbundle.Reconciler` (None: not checked).
+        pin_policy: see :class:`cbop.configbundle.Reconciler`.
+        rollout: whether the rollout runs (its workload caches are then read too).
+        revision_grace: see :class:`cbop.configbundle.Reconciler`.
 
     Raises:
         ValueError: the manager has a controller of this name already.
     """
+    # First: the history's informers take the transforms that keep them small.
+    history = history_listers(manager.informers, workloads=rollout)
     reconciler = new_reconciler(
         manager.client,
         manager.informers,
         recorder=recorder,
         observer=observer,
+        history=history,
         pin_policy=pin_policy,
+        rollout=rollout,
+        revision_grace=revision_grace,
     )
     bundles = manager.lister(CONFIGBUNDLES, indexers=_BUNDLE_INDEXERS)
     configmaps = manager.lister(CONFIGMAPS, label_selector=MANAGED_SELECTOR)
-    return (
+    builder = (
         Builder(manager, CONTROLLER_NAME)
         .for_(CONFIGBUNDLES, converged=is_converged)
         .owns(CONFIGMAPS, label_selector=MANAGED_SELECTOR)
         .watches(CONFIGMAPS, bundles_naming(bundles), label_selector=MANAGED_SELECTOR)
         .watches(CONFIGMAPS, revision_owners, label_selector=MANAGED_SELECTOR)
-        .watches(CONFIGMAPS, revisions_pinned_by(configmaps), label_selector=MANAGED_SELECTOR)
+        .watches(CONFIGMAPS, bundles_of_legacy_pins(configmaps), label_selector=MANAGED_SELECTOR)
         .watches(CONFIGMAPS, bundles_reading(bundles), label_selector=SOURCE_SELECTOR, whole=True)
-        .with_options(workers=workers, priority_queue=priority_queue)
-        .complete(reconciler)
     )
+    # The history's caches wake bundles, but the controller does not wait for them:
+    # without RBAC on pods or the apps group, bundles are still reconciled (nothing past
+    # keep is deleted, Pinned says Unknown) and /readyz names the refused list.
+    for resource in HISTORY:
+        builder = builder.watches(
+            resource,
+            bundles_of_template(bundles, configmaps),
+            label_selector=PINNED_SELECTOR,
+            predicates=(TEMPLATE_CHANGED,),
+            cache=False,
+        )
+    for resource in WORKLOADS if rollout else ():
+        builder = builder.watches(
+            resource,
+            bundles_of_reader(bundles),
+            label_selector=OPTED_IN_SELECTOR,
+            predicates=(GENERATION_CHANGED,),
+            cache=False,
+        )
+    return builder.with_options(workers=workers, priority_queue=priority_queue).complete(reconciler)
 
 
 def reconcile_all(
@@ -282,19 +332,32 @@ def reconcile_all(
 def install(context: Context) -> SetupFunc:
     """Install the ConfigBundle controller in a process; return its per-scope setup.
 
-    Registers ``cbop_configmap_writes_total``, ``cbop_drift_corrections_total`` and
-    ``cbop_configbundles{ready}`` (read from every scope's cache at scrape time).
+    Registers ``cbop_configmap_writes_total``, ``cbop_drift_corrections_total``,
+    ``cbop_configbundles{ready}``, ``cbop_revision_pods_unpinned`` and
+    ``cbop_revision_legacy_pins_namespaces`` (the last three read from every scope's
+    cache at scrape time).
     """
     observer = ConfigMapWriteMetrics(context.registry)
     context.registry.register(BundleReadinessCollector(lambda: context.cached(CONFIGBUNDLES)))
+    context.registry.register(
+        RevisionCollector(
+            lambda: count_unpinned(context.cached(PODS)),
+            lambda: legacy_namespaces(
+                context.cached(CONFIGMAPS),
+                [(r.kind, w) for r in WORKLOADS for w in context.cached(r)],
+            ),
+        )
+    )
 
-    # One check of the pin policy per process (its finding is logged once), made with
-    # the client of the first scope set up: it only reads.
-    checks: list[PinPolicyCheck] = []
+    # One check of the pin policy per process, made with the client of the first scope
+    # set up: it only reads.
+    checks: list[PolicyCheck] = []
+    rollout = bool(context.settings.get("rollout"))
+    grace = float(context.settings.get("revision_grace", DEFAULT_GRACE))
 
     def setup_scope(scope: Scope) -> Controller:
         if not checks:
-            checks.append(PinPolicyCheck(scope.client))
+            checks.append(PolicyCheck(scope.client))
         return setup(
             scope,
             recorder=context.recorder,
@@ -302,6 +365,8 @@ def install(context: Context) -> SetupFunc:
             workers=context.workers,
             priority_queue=context.priority_queue,
             pin_policy=checks[0],
+            rollout=rollout,
+            revision_grace=grace,
         )
 
     return setup_scope
@@ -312,7 +377,15 @@ DEFINITION: Final = ControllerDefinition(
     name=CONTROLLER_NAME,
     summary="keeps a managed ConfigMap equal to each ConfigBundle",
     install=install,
-    resources=(CONFIGBUNDLES, CONFIGMAPS),
+    flags=(
+        Flag(
+            "revision-grace",
+            DEFAULT_GRACE,
+            "seconds a revision ConfigMap must have been neither current nor named by a "
+            "cached pod template before it is deleted (docs/revisions.md)",
+        ),
+    ),
+    resources=(CONFIGBUNDLES, CONFIGMAPS, *HISTORY),
     more_informers=(CONFIGMAPS,),  # the sources (cbop.dev/source=true)
     controllers=1,
     rbac=(
@@ -336,11 +409,25 @@ DEFINITION: Final = ControllerDefinition(
             "the managed ConfigMaps; list and watch the source ConfigMaps",
         ),
         PolicyRule(
+            ("apps",),
+            ("replicasets", "controllerrevisions"),
+            ("get", "list", "watch"),
+            "the history of pinned pod templates (label cbop.dev/pinned=true): a "
+            "revision stays while one names it",
+        ),
+        PolicyRule(
+            ("",),
+            ("pods",),
+            ("get", "list", "watch"),
+            "the pods of pinned templates (label cbop.dev/pinned=true): the Pinned "
+            "condition checks that they read their revisions",
+        ),
+        PolicyRule(
             ("admissionregistration.k8s.io",),
             ("mutatingadmissionpolicies", "mutatingadmissionpolicybindings"),
             ("get", "list", "watch"),
-            "whether the policy that points pods at revisions (cbop-pin-revisions) is "
-            "installed, told in the Ready message of bundles with revisions",
+            "whether the policy that points pods at revisions (cbop-pin-pods) is "
+            "installed and served, told in the Pinned condition of bundles with revisions",
         ),
     ),
 )

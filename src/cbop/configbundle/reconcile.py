@@ -46,6 +46,7 @@ import structlog
 
 from cbop.api import BundleSpec, SpecError, config_map_name_of
 from cbop.api.compose import compose, composed_spec
+from cbop.clock import Clock
 from cbop.configbundle.decision import Action, Decision, decide, status_can_wait
 from cbop.configbundle.diff import configmap_diff
 from cbop.configbundle.dryrun import dry_run_account
@@ -59,14 +60,15 @@ from cbop.configbundle.interfaces import (
     Result,
 )
 from cbop.configbundle.memo import DecisionMemo
-from cbop.configbundle.pinpolicy import PinPolicyCheck
 from cbop.configbundle.release import FinalizerWrites
 from cbop.configbundle.report import RejectedError
-from cbop.configbundle.revisions import RevisionWrites
 from cbop.configbundle.writes import GIVE_UP, ConfigMapWrites
 from cbop.keys import split_key
 from cbop.kube import ApiError
 from cbop.locks import YieldingLock, absent
+from cbop.revisions.bundle import DEFAULT_GRACE, BundleRevisions, RevisionOutcome
+from cbop.revisions.caches import History
+from cbop.revisions.policy import PolicyCheck
 from cbop.runtime.ownwrites import OwnWrites
 from cbop.runtime.seams import EventSink
 
@@ -74,11 +76,14 @@ __all__ = ["Reconciler"]
 
 #: The actions that write the ConfigMap (a dry run's result carries the body).
 _WRITES = frozenset({Action.CREATE, Action.UPDATE, Action.REPLACE})
+#: The decisions after which the plain ConfigMap is as the spec says (or is being made
+#: so): only then is the current revision kept.
+_KEPT = frozenset({Action.NONE, *_WRITES})
 
 log = structlog.get_logger("cbop.configbundle")
 
 
-class Reconciler(ConfigMapWrites, FinalizerWrites, RevisionWrites):
+class Reconciler(ConfigMapWrites, FinalizerWrites):
     """Reconciles one ConfigBundle key at a time; safe to call from many threads.
 
     Args:
@@ -97,9 +102,15 @@ class Reconciler(ConfigMapWrites, FinalizerWrites, RevisionWrites):
             every namespace in scope, never shard-filtered); None: no source is found.
         source_scope: the namespaces cbop watches (``--namespace``), None for all; a
             source elsewhere is reported as not found, naming them.
+        history: the caches of the templates and pods that name revisions
+            (:func:`cbop.revisions.caches.history_listers`); None: revisions are not
+            collected past the newest ``keep`` nor verified (``cbop --once``).
         pin_policy: tells whether the admission policy that points pods at revisions
-            is installed; when it is not, bundles with revisions say so in their Ready
-            message (docs/revisions.md). None: nothing is said.
+            is installed, for the ``Pinned`` condition (None: not looked at).
+        rollout: whether the rollout runs (without it no template names revisions).
+        revision_grace: seconds a revision must have been unnamed before it is deleted
+            (:mod:`cbop.revisions.bundle`).
+        clock: the monotonic clock of that grace (tests: ``FakeClock``).
     """
 
     def __init__(
@@ -116,10 +127,13 @@ class Reconciler(ConfigMapWrites, FinalizerWrites, RevisionWrites):
         field_manager: str = "cbop",
         sources: Lister | None = None,
         source_scope: Sequence[str] | None = None,
-        pin_policy: PinPolicyCheck | None = None,
+        history: History | None = None,
+        pin_policy: PolicyCheck | None = None,
+        rollout: bool = True,
+        revision_grace: float = DEFAULT_GRACE,
+        clock: Clock | None = None,
     ) -> None:
         self._client = client
-        self._pin_policy = pin_policy
         self._sources = sources
         self._source_scope = tuple(source_scope) if source_scope else None
         self._bundles = bundles
@@ -145,6 +159,20 @@ class Reconciler(ConfigMapWrites, FinalizerWrites, RevisionWrites):
         # Parsed specs, desired ConfigMaps and in-sync verdicts by (uid, generation) and
         # the ConfigMap's (uid, resourceVersion): a no-op reconcile recomputes none.
         self._memo = DecisionMemo()
+        self._revisions = BundleRevisions(
+            client=client,
+            configmaps=configmaps,
+            history=history,
+            policy=pin_policy,
+            recorder=recorder,
+            count=self._count,
+            event=self._event,
+            field_manager=field_manager,
+            conflict_recheck=conflict_recheck,
+            rollout=rollout,
+            grace=revision_grace,
+            clock=clock,
+        )
 
     # -- entry point ---------------------------------------------------------------
 
@@ -316,7 +344,7 @@ class Reconciler(ConfigMapWrites, FinalizerWrites, RevisionWrites):
         """
         namespace = bundle["metadata"]["namespace"]
         stored = self._memo.noop(bundle, lambda name: self._configmaps.get(namespace, name), inputs)
-        if stored is None or not self._revision_in_place(bundle):
+        if stored is None or not self._revisions.in_place(bundle):
             return None
         known: Result = stored[0]
         name = stored[1]["metadata"]["name"]
@@ -413,7 +441,12 @@ class Reconciler(ConfigMapWrites, FinalizerWrites, RevisionWrites):
                 message,
                 desired_hash=decision.desired.content_hash if decision.desired else None,
                 revision=revision.status,
+                pinned=revision.pinned,
             )
+        if revision.retry and not self._dry_run:
+            # The revision was refused (reported in status and an Event): retry with
+            # backoff, the plain ConfigMap written meanwhile.
+            raise Requeue(f"revision of {key} not created")
         result = Result(
             key,
             decision.action,
@@ -447,3 +480,15 @@ class Reconciler(ConfigMapWrites, FinalizerWrites, RevisionWrites):
             # The watch events of its writes bring the bundle back within seconds.
             self._memo.keep(bundle, spec if parsed is None else parsed, decision, inputs=inputs)
         return result
+
+    def _keep_revision(self, bundle: Mapping[str, Any], decision: Decision) -> RevisionOutcome:
+        """Return what the revisions part of the reconcile found and did (:mod:`cbop.revisions`).
+
+        Only a decision that keeps the ConfigMap (none, create, update, replace) keeps a
+        revision; a dry run only looks.
+        """
+        if decision.action not in _KEPT or decision.desired is None:
+            return RevisionOutcome()
+        if self._dry_run:
+            return self._revisions.planned(bundle, decision.desired)
+        return self._revisions.keep(bundle, decision.desired)

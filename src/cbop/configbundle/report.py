@@ -25,6 +25,7 @@ from cbop.configbundle.interfaces import Client, Observer
 from cbop.configbundle.status import ConditionStatus, compute_status, status_equal
 from cbop.keys import object_key
 from cbop.kube import CONFIGBUNDLES, ApiError, ConnectionFailed
+from cbop.revisions.model import PinnedVerdict
 from cbop.runtime.ownwrites import OwnWrites
 from cbop.runtime.seams import EventSink
 
@@ -130,11 +131,13 @@ class ReconcileReports:
         *,
         desired_hash: str | None = None,
         revision: str | EllipsisType | None = ...,
+        pinned: PinnedVerdict | EllipsisType | None = ...,
     ) -> bool:
         """Write ``status`` if its content changed; return whether a write was sent.
 
         ``revision`` is what ``status.revision`` is to say: a name, None to remove it, or
-        ``...`` (the default) to leave it as it is (:mod:`cbop.configbundle.revisions`).
+        ``...`` (the default) to leave it as it is; ``pinned`` the ``Pinned`` condition
+        the same way (:mod:`cbop.revisions.bundle`).
 
         ``desired_hash`` is the content hash the decision already computed; it is
         computed here only when the decision had no desired ConfigMap (a suspended
@@ -172,6 +175,7 @@ class ReconcileReports:
             key_count=key_count,
             now=self._now(),
             provenance=provenance,
+            pinned=pinned,
         )
         if revision is not ...:
             new_status.pop("revision", None)

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Mapping, Sequence
+from types import EllipsisType
 from typing import Any, Literal
 
 from cbop.api import CONDITION_READY, Reason
+from cbop.revisions.model import CONDITION_PINNED, PinnedReason, PinnedVerdict
 
 JSON = dict[str, Any]
 #: The status fields that tell where a composed content came from (docs/sources.md).
@@ -39,8 +41,41 @@ def set_condition(
     """Return ``conditions`` with the condition of ``type_`` set, as meta.SetStatusCondition.
 
     ``lastTransitionTime`` is kept from the existing condition when ``status`` is
-    unchanged, else set to ``now``. Other conditions are kept in order.
+    unchanged, else set to ``now``. Other conditions are kept in order. ``reason`` comes
+    from the registry of :class:`cbop.api.Reason` (the ``Pinned`` condition has its own,
+    :func:`set_pinned`).
     """
+    return _set(conditions, type_, status, reason, message, observed_generation, now)
+
+
+def set_pinned(
+    conditions: Sequence[Mapping[str, Any]],
+    verdict: PinnedVerdict,
+    *,
+    observed_generation: int | None,
+    now: datetime.datetime,
+) -> list[JSON]:
+    """Return ``conditions`` with the ``Pinned`` condition of ``verdict`` (docs/revisions.md)."""
+    return _set(
+        conditions,
+        CONDITION_PINNED,
+        verdict.status,
+        verdict.reason,
+        verdict.message,
+        observed_generation,
+        now,
+    )
+
+
+def _set(  # noqa: PLR0917 - the private body of the two setters above
+    conditions: Sequence[Mapping[str, Any]],
+    type_: str,
+    status: ConditionStatus,
+    reason: Reason | PinnedReason,
+    message: str,
+    observed_generation: int | None,
+    now: datetime.datetime,
+) -> list[JSON]:
     out: list[JSON] = []
     found = False
     for cond in conditions:
@@ -62,7 +97,7 @@ def set_condition(
 def _condition(  # noqa: PLR0917 - a private constructor of one dict
     type_: str,
     status: ConditionStatus,
-    reason: Reason,
+    reason: Reason | PinnedReason,
     message: str,
     observed_generation: int | None,
     transition: str,
@@ -90,6 +125,7 @@ def compute_status(
     key_count: int | None,
     now: datetime.datetime,
     provenance: Mapping[str, Any] | None = None,
+    pinned: PinnedVerdict | EllipsisType | None = ...,
 ) -> JSON:
     """Return the full ``status`` for ``bundle`` after a reconcile.
 
@@ -106,6 +142,8 @@ def compute_status(
             ``keySourcesOmitted``; ``{}`` for a bundle without sources), replacing those
             of the current status; None keeps the current ones (the content was not
             composed this time: a source failed, the bundle is suspended).
+        pinned: the ``Pinned`` condition (``spec.revisions``, docs/revisions.md), None
+            to remove it, ``...`` to keep it as it is.
 
     Returns:
         A dict with ``observedGeneration``, ``conditions`` and, when known,
@@ -138,6 +176,14 @@ def compute_status(
         observed_generation=generation,
         now=now,
     )
+    if pinned is None:
+        status["conditions"] = [
+            c for c in status["conditions"] if c.get("type") != CONDITION_PINNED
+        ]
+    elif not isinstance(pinned, EllipsisType):
+        status["conditions"] = set_pinned(
+            status["conditions"], pinned, observed_generation=generation, now=now
+        )
     return status
 
 

@@ -25,6 +25,8 @@ from cbop.informers.indexfuncs import IndexFunc
 from cbop.informers.informer import (
     DEFAULT_RESYNC_PERIOD,
     SharedInformer,
+    Transform,
+    strip_managed_fields,
     wait_for_cache_sync,
 )
 from cbop.informers.listers import MultiNamespaceLister
@@ -80,6 +82,7 @@ class SharedInformerFactory:
         self._lock = threading.Lock()
         self._informers: dict[InformerKey, SharedInformer] = {}
         self._index_funcs: dict[InformerKey, dict[str, IndexFunc]] = {}
+        self._transforms: dict[InformerKey, Transform] = {}
         self._started: set[InformerKey] = set()
 
     def informers_for(
@@ -90,6 +93,7 @@ class SharedInformerFactory:
         indexers: Mapping[str, IndexFunc] | None = None,
         whole: bool = False,
         by_name: bool = False,
+        transform: Transform = strip_managed_fields,
     ) -> dict[str | None, SharedInformer]:
         """Return the informer of ``resource`` for each namespace in scope (created once).
 
@@ -109,12 +113,17 @@ class SharedInformerFactory:
                 shard's range (the shard's Namespaces; client-side only, see
                 :meth:`cbop.shardrange.ShardRange.by_object_name`); its name ends in
                 ``by name``. No effect in an unsharded factory, or with ``whole``.
+            transform: what each object goes through before it is cached (client-go's
+                ``SetTransform``), set by the first caller of a new informer: one that
+                keeps only the fields its readers use makes a large collection cheap to
+                cache. A later caller passes the same one, or the default (any).
 
         Returns:
             namespace (``None``: all namespaces) -> informer.
 
         Raises:
-            ValueError: an index of the same name was registered with another function.
+            ValueError: an index of the same name was registered with another function,
+                or the informer exists with another transform than a non-default one.
         """
         out: dict[str | None, SharedInformer] = {}
         with self._lock:
@@ -127,6 +136,12 @@ class SharedInformerFactory:
             for ns in self.scopes:
                 key: InformerKey = (resource, ns, label_selector, mode)
                 informer = self._informers.get(key)
+                if (
+                    informer is not None
+                    and transform is not strip_managed_fields
+                    and self._transforms[key] is not transform
+                ):
+                    raise ValueError(f"informer {informer.name} exists with another transform")
                 if informer is None:
                     informer = SharedInformer(
                         self._client,
@@ -138,8 +153,10 @@ class SharedInformerFactory:
                         clock=self._clock,
                         name=self._name(resource, ns, label_selector, mode=mode),
                         shard=shard,
+                        transform=transform,
                     )
                     self._informers[key] = informer
+                    self._transforms[key] = transform
                     self._index_funcs[key] = {}
                 self._add_indexers(key, informer, indexers or {})
                 out[ns] = informer
@@ -153,6 +170,7 @@ class SharedInformerFactory:
         indexers: Mapping[str, IndexFunc] | None = None,
         whole: bool = False,
         by_name: bool = False,
+        transform: Transform = strip_managed_fields,
     ) -> MultiNamespaceLister:
         """Return one lister over the informers of :meth:`informers_for` (same arguments).
 
@@ -165,6 +183,7 @@ class SharedInformerFactory:
             indexers=indexers,
             whole=whole,
             by_name=by_name,
+            transform=transform,
         )
         return MultiNamespaceLister({ns: inf.lister() for ns, inf in informers.items()})
 

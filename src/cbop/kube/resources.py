@@ -129,10 +129,11 @@ CLUSTERCONFIGBUNDLES = Resource(
 DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment")
 STATEFULSETS = Resource("apps", "v1", "statefulsets", "StatefulSet")
 DAEMONSETS = Resource("apps", "v1", "daemonsets", "DaemonSet")
-#: apps/v1 workload history: a revision ConfigMap is owned by the entries that read it
-#: (docs/revisions.md).
+#: apps/v1 workload history, and core v1 pods: cbop caches those of pinned templates, to
+#: keep the revisions they name and check that pods read them (docs/revisions.md).
 REPLICASETS = Resource("apps", "v1", "replicasets", "ReplicaSet")
 CONTROLLERREVISIONS = Resource("apps", "v1", "controllerrevisions", "ControllerRevision")
+PODS = Resource("", "v1", "pods", "Pod")
 #: admissionregistration.k8s.io/v1 MutatingAdmissionPolicies and their bindings
 #: (cluster-scoped; Kubernetes 1.36 serves them by default): cbop reads whether its
 #: policy that points pods at revisions is installed (docs/revisions.md).

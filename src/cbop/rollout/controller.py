@@ -16,11 +16,8 @@ named ``rollout-<kind>`` (``rollout-deployment``, ...) that owns three decisions
 - **its reconciler**: :class:`cbop.rollout.RolloutReconciler`, writing with the
   manager's (fenced) client.
 
-Besides them, per workload history kind, ``history-replicaset`` and
-``history-controllerrevision`` (:class:`cbop.rollout.history.HistoryReconciler`), and
-one controller ``pins`` (:class:`cbop.rollout.unpin.PinsCollector`, one worker, keyed
-by ``namespace/cbop-revisions``) that drops the pins entries nothing references; the
-rollout reconcilers and it share one :class:`cbop.rollout.pins.PinsGuard` per scope.
+The same apply that rolls a workload writes the revisions its template reads
+(:mod:`cbop.revisions.template`); nothing else of the workload's history is written.
 
 ``cbop --once`` does not run these controllers.
 """
@@ -31,16 +28,7 @@ from typing import Final
 
 from cbop import defaults
 from cbop.api import MANAGED_SELECTOR
-from cbop.informers import IndexFunc
-from cbop.kube import (
-    CONFIGMAPS,
-    CONTROLLERREVISIONS,
-    DAEMONSETS,
-    DEPLOYMENTS,
-    REPLICASETS,
-    STATEFULSETS,
-    Resource,
-)
+from cbop.kube import CONFIGMAPS, DAEMONSETS, DEPLOYMENTS, STATEFULSETS, Resource
 from cbop.metrics.rollout import RolloutMetrics
 from cbop.rollout import (
     CONFIGMAP_INDEX,
@@ -51,16 +39,6 @@ from cbop.rollout import (
     configmap_mapper,
     index_by_configmap,
 )
-from cbop.rollout.history import DIGEST_INDEX, HistoryReconciler, index_by_digest, pins_mapper
-from cbop.rollout.pins import DEFAULT_PINS_GRACE, PinsGuard
-from cbop.rollout.unpin import (
-    DIGEST_CHANGED,
-    OWNER_INDEX,
-    PINS_ONLY,
-    PinsCollector,
-    index_by_owner_without_digest,
-    pins_key_of,
-)
 from cbop.runtime import Builder, Controller, Scope
 from cbop.runtime.definition import Context, ControllerDefinition, Flag, PolicyRule, SetupFunc
 from cbop.runtime.predicates import GENERATION_CHANGED, LABELS_CHANGED, any_of
@@ -68,8 +46,6 @@ from cbop.runtime.seams import EventSink
 
 __all__ = [
     "DEFINITION",
-    "HISTORY",
-    "PINS_CONTROLLER",
     "WORKLOADS",
     "WORKLOAD_CHANGED",
     "controller_name",
@@ -85,12 +61,6 @@ WORKLOAD_CHANGED: Final = any_of(GENERATION_CHANGED, LABELS_CHANGED)
 
 #: The workload kinds cbop rolls, one controller each.
 WORKLOADS: Final = (DEPLOYMENTS, STATEFULSETS, DAEMONSETS)
-#: The controller that drops the pins entries nothing references
-#: (:class:`cbop.rollout.unpin.PinsCollector`).
-PINS_CONTROLLER: Final = "pins"
-#: The workload history kinds that own the revisions their templates read, one
-#: controller each (``history-replicaset``, ``history-controllerrevision``).
-HISTORY: Final = (REPLICASETS, CONTROLLERREVISIONS)
 
 
 def controller_name(resource: Resource) -> str:
@@ -105,7 +75,6 @@ def setup(
     observer: RolloutObserver | None = None,
     workers: int | None = None,
     priority_queue: bool | None = None,
-    pins_grace: float = DEFAULT_PINS_GRACE,
 ) -> list[Controller]:
     """Add one rollout controller per workload kind to ``manager``; return them.
 
@@ -116,22 +85,18 @@ def setup(
         observer: ``cbop_rollouts_total`` (None: no metrics).
         workers: worker threads per controller (None: the runtime's default, 4).
         priority_queue: see :meth:`cbop.runtime.Builder.with_options` (None: on).
-        pins_grace: seconds a pins entry is kept, referenced or not, after it was
-            written or first seen (:class:`cbop.rollout.pins.PinsGuard`).
 
     Raises:
         ValueError: the manager has a controller of one of these names already.
     """
     configmaps = manager.lister(CONFIGMAPS, label_selector=MANAGED_SELECTOR)
-    guard = PinsGuard(grace=pins_grace)
-    digest_index: dict[str, IndexFunc] = {DIGEST_INDEX: index_by_digest}
     controllers = []
     for resource in WORKLOADS:
         name = controller_name(resource)
         workloads = manager.lister(
             resource,
             label_selector=ROLLOUT_SELECTOR,
-            indexers={CONFIGMAP_INDEX: index_by_configmap, **digest_index},
+            indexers={CONFIGMAP_INDEX: index_by_configmap},
         )
         coalescer = ChangeCoalescer()
         reconciler = RolloutReconciler(
@@ -143,7 +108,6 @@ def setup(
             observer=observer,
             coalescer=coalescer,
             controller_name=name,
-            pins_guard=guard,
         )
         controllers.append(
             Builder(manager, name)
@@ -156,54 +120,6 @@ def setup(
             .with_options(workers=workers, priority_queue=priority_queue)
             .complete(reconciler)
         )
-    for resource in HISTORY:
-        # No server-side selector can pick the opted-in workloads' entries (they carry
-        # the template's labels): the index keeps those with a digest apart.
-        history = manager.lister(resource, indexers={DIGEST_INDEX: index_by_digest})
-        controllers.append(
-            Builder(manager, f"history-{resource.kind.lower()}")
-            .for_(resource)
-            .watches(CONFIGMAPS, pins_mapper(history), label_selector=MANAGED_SELECTOR)
-            .with_options(workers=workers, priority_queue=priority_queue)
-            .complete(
-                HistoryReconciler(
-                    resource=resource,
-                    client=manager.client,
-                    history=history,
-                    configmaps=configmaps,
-                )
-            )
-        )
-    collector = PinsCollector(
-        client=manager.client,
-        configmaps=configmaps,
-        history=[
-            manager.lister(
-                resource,
-                indexers={**digest_index, OWNER_INDEX: index_by_owner_without_digest},
-            )
-            for resource in HISTORY
-        ],
-        workloads={
-            resource.kind: manager.lister(
-                resource, label_selector=ROLLOUT_SELECTOR, indexers=digest_index
-            )
-            for resource in WORKLOADS
-        },
-        guard=guard,
-    )
-    builder = Builder(manager, PINS_CONTROLLER).for_(
-        CONFIGMAPS, label_selector=MANAGED_SELECTOR, predicates=(PINS_ONLY,)
-    )
-    for resource in HISTORY:
-        builder = builder.watches(resource, pins_key_of, predicates=(DIGEST_CHANGED,))
-    for resource in WORKLOADS:
-        builder = builder.watches(
-            resource, pins_key_of, label_selector=ROLLOUT_SELECTOR, predicates=(DIGEST_CHANGED,)
-        )
-    controllers.append(
-        builder.with_options(workers=1, priority_queue=priority_queue).complete(collector)
-    )
     return controllers
 
 
@@ -221,7 +137,6 @@ def install(context: Context) -> SetupFunc:
             observer=metrics,
             workers=context.workers,
             priority_queue=context.priority_queue,
-            pins_grace=float(context.settings.get("pins_grace", DEFAULT_PINS_GRACE)),
         )
 
     return setup_scope
@@ -239,37 +154,18 @@ DEFINITION: Final = ControllerDefinition(
             "roll Deployments, StatefulSets and DaemonSets labelled cbop.dev/rollout=true "
             "when the managed ConfigMaps they read change (needs get/list/watch/patch on them)",
         ),
-        Flag(
-            "pins-grace",
-            DEFAULT_PINS_GRACE,
-            "seconds an entry of a namespace's cbop-revisions pins is kept after it was "
-            "written or first seen, even when no workload, ReplicaSet or ControllerRevision "
-            "carries its digest (docs/revisions.md)",
-        ),
     ),
     enabled=lambda settings: bool(settings.get("rollout")),
-    resources=(CONFIGMAPS, *WORKLOADS, *HISTORY),
-    controllers=len(WORKLOADS) + len(HISTORY) + 1,
+    resources=(CONFIGMAPS, *WORKLOADS),
+    controllers=len(WORKLOADS),
     rbac=(
         PolicyRule(
             ("apps",),
             ("deployments", "statefulsets", "daemonsets"),
             ("get", "list", "watch", "patch"),
-            "the opted-in workloads; patch is the server-side apply of the annotation "
-            "and the baseline label",
+            "the opted-in workloads; patch is the server-side apply of the annotations "
+            "and labels cbop sets (docs/rollout.md)",
         ),
-        PolicyRule(
-            ("apps",),
-            ("replicasets", "controllerrevisions"),
-            ("get", "list", "watch"),
-            "the workloads' history, which owns the revisions its templates read",
-        ),
-        PolicyRule(
-            ("",),
-            ("configmaps",),
-            ("get", "list", "watch", "create", "update", "patch"),
-            "the managed ConfigMaps; create and patch the pins (cbop-revisions), update "
-            "a revision's owner references",
-        ),
+        PolicyRule(("",), ("configmaps",), ("get", "list", "watch"), "the managed ConfigMaps"),
     ),
 )

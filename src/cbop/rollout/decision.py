@@ -53,6 +53,7 @@ from cbop.api import (
     decode_binary,
     is_bundle_reference,
 )
+from cbop.revisions.model import ANNOTATION_REVISIONS, LABEL_PINNED, LABEL_PINNED_BASELINE
 
 __all__ = [
     "ANNOTATION_CONFIG_HASH",
@@ -422,15 +423,26 @@ class FieldOwner:
     operation: str
 
 
+#: The workload labels, template annotations and template labels cbop's apply sets.
+_OUR_LABELS: Final = (LABEL_CONFIG_BASELINE, LABEL_PINNED_BASELINE)
+_OUR_ANNOTATIONS: Final = (ANNOTATION_CONFIG_HASH, ANNOTATION_REVISIONS)
+_OUR_TEMPLATE_LABELS: Final = (LABEL_PINNED,)
+
+
 def _owns_ours(fields: Mapping[str, Any]) -> bool:
     labels = ((fields.get("f:metadata") or {}).get("f:labels")) or {}
     template = ((fields.get("f:spec") or {}).get("f:template") or {}).get("f:metadata") or {}
     annotations = template.get("f:annotations") or {}
-    return f"f:{LABEL_CONFIG_BASELINE}" in labels or f"f:{ANNOTATION_CONFIG_HASH}" in annotations
+    template_labels = template.get("f:labels") or {}
+    return (
+        any(f"f:{k}" in labels for k in _OUR_LABELS)
+        or any(f"f:{k}" in annotations for k in _OUR_ANNOTATIONS)
+        or any(f"f:{k}" in template_labels for k in _OUR_TEMPLATE_LABELS)
+    )
 
 
 def other_owners(workload: Mapping[str, Any], field_manager: str) -> tuple[FieldOwner, ...]:
-    """Return the field managers other than ``field_manager`` owning cbop's two keys.
+    """Return the field managers other than ``field_manager`` owning keys cbop applies.
 
     Args:
         workload: the workload as the API server returns it, ``metadata.managedFields``
@@ -439,9 +451,10 @@ def other_owners(workload: Mapping[str, Any], field_manager: str) -> tuple[Field
 
     Returns:
         One :class:`FieldOwner` per managedFields entry of another manager (or of the
-        same name with the Update operation) whose ``fieldsV1`` holds the annotation
-        ``cbop.dev/config-hash`` of the pod template or the label
-        ``cbop.dev/config-baseline``, in the object's order.
+        same name with the Update operation) whose ``fieldsV1`` holds one of them (the
+        template annotations ``cbop.dev/config-hash`` and ``cbop.dev/revisions``, the
+        template label ``cbop.dev/pinned``, the labels ``cbop.dev/config-baseline`` and
+        ``cbop.dev/pinned-baseline``), in the object's order.
     """
     owners = []
     for entry in (workload.get("metadata") or {}).get("managedFields") or ():
@@ -455,7 +468,7 @@ def other_owners(workload: Mapping[str, Any], field_manager: str) -> tuple[Field
 
 
 def in_last_applied(workload: Mapping[str, Any]) -> bool:
-    """Whether kubectl's ``last-applied-configuration`` holds the annotation or the label.
+    """Whether kubectl's ``last-applied-configuration`` holds one of the keys cbop applies.
 
     True means a client-side ``kubectl apply`` (as Argo CD runs by default) applies that
     key from a manifest, and would put its own value back on every sync. An annotation
@@ -471,7 +484,12 @@ def in_last_applied(workload: Mapping[str, Any]) -> bool:
         return False
     labels = _dig(applied, "metadata", "labels")
     kept = _dig(applied, "spec", "template", "metadata", "annotations")
-    return LABEL_CONFIG_BASELINE in labels or ANNOTATION_CONFIG_HASH in kept
+    template_labels = _dig(applied, "spec", "template", "metadata", "labels")
+    return (
+        any(k in labels for k in _OUR_LABELS)
+        or any(k in kept for k in _OUR_ANNOTATIONS)
+        or any(k in template_labels for k in _OUR_TEMPLATE_LABELS)
+    )
 
 
 def _dig(obj: Any, *path: str) -> Mapping[str, Any]:

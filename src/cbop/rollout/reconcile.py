@@ -10,7 +10,9 @@ rolls), or that label and the pod template annotation ``cbop.dev/config-hash`` w
 the content its pods read has changed since the baseline. A new annotation value is
 what makes the workload's own controller roll it; content equal to the baseline means
 no request at all, whatever the template annotation says (``kubectl rollout undo``
-brings back an old one).
+brings back an old one). With revisions, the same apply writes the revisions the
+template reads, and a template that reads them by name is rolled once at unchanged
+content (:mod:`cbop.revisions.template`).
 
 Coalescing: the ConfigMap watch's map function (:func:`configmap_mapper`) tells a
 :class:`ChangeCoalescer` when a ConfigMap a workload reads has changed. While changes
@@ -48,16 +50,16 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final, Literal, Protocol
 
 import cachetools
 import structlog
 
-from cbop.api.revisions import owner_pins_key, pins_key
 from cbop.clock import Clock, RealClock
 from cbop.keys import object_key, split_key
 from cbop.kube import ApiError, Resource
+from cbop.revisions.template import TemplatePin, TemplatePins, add_mapping, pin_message
 from cbop.rollout.decision import (
     ANNOTATION_CONFIG_HASH,
     FIELD_MANAGER,
@@ -66,15 +68,14 @@ from cbop.rollout.decision import (
     FieldOwner,
     ManagedConfigMap,
     apply_body,
+    baseline_value,
     config_digest,
     decide,
     may_take_back,
     other_owners,
     referenced_configmaps,
 )
-from cbop.rollout.history import template_digest
 from cbop.rollout.index import CONFIGMAP_INDEX, configmap_index_value
-from cbop.rollout.pins import PinsGuard, pins_for, write_owner_pins, write_pins
 from cbop.runtime.ownwrites import OwnWrites
 from cbop.runtime.reconcile import TerminalError
 from cbop.runtime.seams import Client, EventSink, Lister
@@ -257,8 +258,6 @@ class RolloutReconciler:
             never fights a tool that applies the same field: that conflict is reported
             instead (docs/rollout.md).
         controller_name: the ``controller`` field of the log lines.
-        pins_guard: shared with the collection of unreferenced pins entries
-            (:class:`cbop.rollout.pins.PinsGuard`); None: no collection runs.
     """
 
     def __init__(
@@ -274,9 +273,7 @@ class RolloutReconciler:
         field_manager: str = FIELD_MANAGER,
         force: bool = False,
         controller_name: str | None = None,
-        pins_guard: PinsGuard | None = None,
     ) -> None:
-        self._pins_guard = pins_guard
         self._resource = resource
         self._client = client
         self._workloads = workloads
@@ -297,6 +294,9 @@ class RolloutReconciler:
         # of them changes.
         self._conflicts: dict[str, tuple[str, int, str]] = {}
         self._paused: dict[str, tuple[str, int, str]] = {}
+        # key -> mark of a pin not sent again (reported once).
+        self._refused: dict[str, tuple[str, int, str]] = {}
+        self._pins = TemplatePins(configmaps, resource.kind)
         # key -> (uid, digest, resourceVersion) of this reconciler's last apply, until
         # the cache holds that version or a newer one (see the module docstring).
         self._applied: OwnWrites[str] = OwnWrites(maxsize=_KNOWN_ENTRIES)
@@ -330,15 +330,28 @@ class RolloutReconciler:
             if cm is not None:
                 configmaps[cm_name] = cm
         decision = decide(workload, configmaps)
+        pin = self._plan_pin(workload, decision)
+        if pin.pin:
+            # Nothing changed, but the template reads revisioned ConfigMaps by their
+            # plain names: roll it once, at the same content, with the mapping.
+            paused = bool((workload.get("spec") or {}).get("paused"))
+            decision = replace(
+                decision,
+                action=Action.SKIP if paused else Action.APPLY,
+                message="the Deployment is paused; cbop pins its template once it is resumed"
+                if paused
+                else "",
+            )
         # The controller binds controller, namespace, name and reconcile_id to every
         # line of the reconcile (cbop.runtime.reconcile_context).
         logger = log
         mark = self._mark(workload, decision.digest)
+        if decision.action is Action.NONE or (pin.refused and decision.action is Action.RECORD):
+            self._report_refused(key, workload, pin, mark)
         if decision.action is Action.NONE:
             self._settle(key, as_of)
             if decision.digest:
                 self._remember(workload, decision.configmaps)
-                self._pin_unrolled(workload, decision)
             logger.debug("rollout: nothing to do", reason=decision.message or "in sync")
             return RolloutResult(key, Action.NONE, decision.digest, message=decision.message)
         if decision.action in _WRITES and self._own_write_pending(key, workload, mark):
@@ -374,13 +387,43 @@ class RolloutReconciler:
                 return RolloutResult(
                     key, decision.action, decision.digest, message="conflict reported; not retried"
                 )
-        return self._apply(key, workload, decision, as_of=as_of, mark=mark, logger=logger)
+        return self._apply(key, workload, decision, pin, as_of=as_of, mark=mark, logger=logger)
+
+    def _plan_pin(self, workload: Mapping[str, Any], decision: Decision) -> TemplatePin:
+        """Ask the revisions what this reconcile writes besides the annotation.
+
+        A pin at unchanged content is asked only when nothing else is to be written.
+        """
+        if not decision.digest:
+            return TemplatePin({})
+        pin = self._pins.plan(
+            workload,
+            decision.configmaps,
+            baseline=decision.baseline,
+            digest_baseline=baseline_value(decision.digest),
+            template_baseline=baseline_value(decision.current) if decision.current else "",
+        )
+        return pin if decision.action in (Action.NONE, Action.RECORD) else TemplatePin(pin.mapping)
+
+    def _report_refused(
+        self, key: str, workload: Mapping[str, Any], pin: TemplatePin, mark: tuple[str, int, str]
+    ) -> None:
+        """Warn once per workload generation that a pin was not sent again (a loop)."""
+        if pin.refused is None:
+            return
+        with self._lock:
+            reported = self._refused.get(key) == mark
+            self._refused[key] = mark
+        if not reported:
+            self._event(workload, "Warning", "RevisionsNotPinned", pin.refused)
+            log.warning("rollout: pin not sent again", reason=pin.refused)
 
     def _apply(
         self,
         key: str,
         workload: Mapping[str, Any],
         decision: Decision,
+        pin: TemplatePin,
         *,
         as_of: float,
         mark: tuple[str, int, str],
@@ -391,32 +434,9 @@ class RolloutReconciler:
         body = apply_body(
             workload, self._resource.api_version, self._resource.kind, decision.digest, roll=roll
         )
-        took_back: tuple[FieldOwner, ...] = ()
         if roll:
-            # The first rollout freezes the entry of the template without a digest, so
-            # its pods created from now on keep the revisions it ran with.
-            owner_key = owner_pins_key(self._resource.kind, meta["name"])
-            write_owner_pins(
-                self._client, self._configmaps, meta["namespace"], owner_key, {}, freeze=True
-            )
-            # The pins before the annotation: no ReplicaSet of the new template exists
-            # before its entry does (docs/revisions.md).
-            pins = pins_for(self._configmaps, meta["namespace"], decision.configmaps)
-            force = False
-            if pins and self._pins_guard is not None:
-                force = self._pins_guard.pinning(meta["namespace"], pins_key(decision.digest))
-            write_pins(
-                self._client,
-                self._configmaps,
-                meta["namespace"],
-                decision.digest,
-                pins,
-                force=force,
-            )
-        else:
-            # The baseline alone: no template carries its digest; the pods of the
-            # template as it is are pinned by their workload.
-            self._pin_unrolled(workload, decision)
+            body = add_mapping(body, pin.mapping, baseline_value(decision.digest))
+        took_back: tuple[FieldOwner, ...] = ()
         try:
             try:
                 applied = self._patch(meta, body, force=self._force)
@@ -452,31 +472,19 @@ class RolloutReconciler:
             return RolloutResult(
                 key, Action.RECORD, decision.digest, written=True, message=decision.message
             )
-        message = self._describe(workload, decision.configmaps)
+        if pin.pin:
+            self._pins.pinned(workload, baseline_value(decision.digest))
+            message = pin_message(pin.mapping)
+        else:
+            message = self._describe(workload, decision.configmaps)
         if took_back:
             managers = ", ".join(sorted({o.manager for o in took_back}))
             message += f" (taken back from {managers}, which wrote it with a plain update)"
         self._remember(workload, decision.configmaps)
         self._observer.rolled_out(self._resource.kind)
-        self._event(workload, "Normal", "ConfigChanged", message)
+        self._event(workload, "Normal", "RevisionsPinned" if pin.pin else "ConfigChanged", message)
         logger.info("rollout: annotation written", digest=decision.digest, message=message)
         return RolloutResult(key, Action.APPLY, decision.digest, written=True, message=message)
-
-    def _pin_unrolled(self, workload: Mapping[str, Any], decision: Decision) -> None:
-        """Keep the owner-keyed pins entry of a workload never rolled (no template digest).
-
-        Its pods carry no ``cbop.dev/config-hash``, so the admission policy finds their
-        entry by their controller (:func:`cbop.api.revisions.owner_pins_key`); the
-        entry follows the revisions of the content the pods read now (the baseline's:
-        only NONE and RECORD come here) until the first rollout freezes it. Nothing is
-        written when the cache shows the entry, or it is frozen.
-        """
-        if template_digest(workload):
-            return
-        meta = workload["metadata"]
-        key = owner_pins_key(self._resource.kind, meta["name"])
-        pins = pins_for(self._configmaps, meta["namespace"], decision.configmaps)
-        write_owner_pins(self._client, self._configmaps, meta["namespace"], key, pins)
 
     def _patch(self, meta: Mapping[str, Any], body: Any, *, force: bool) -> dict[str, Any]:
         return self._client.patch(
@@ -530,6 +538,7 @@ class RolloutReconciler:
         with self._lock:
             self._conflicts.pop(key, None)
             self._paused.pop(key, None)
+            self._refused.pop(key, None)
         self._applied.forget(key)
         self._settle(key, float("inf"))
 

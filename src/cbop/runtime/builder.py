@@ -50,6 +50,7 @@ class _Watch:
     predicates: tuple[Predicate, ...] = ()
     whole: bool = False
     by_name: bool = False
+    cache: bool = True
 
 
 @dataclass
@@ -154,11 +155,14 @@ class Builder:
         predicates: Sequence[Predicate] = (),
         whole: bool = False,
         by_name: bool = False,
+        cache: bool = True,
     ) -> Builder:
         """Watch ``resource``: each event ``predicates`` pass enqueues ``map_func``'s keys.
 
         In a shard's scope, ``whole``: the whole collection, not the shard's;
         ``by_name``: the objects whose own name hashes into the shard (its Namespaces).
+        ``cache=False``: the controller starts without waiting for this informer to
+        sync (see :meth:`cbop.runtime.Controller.watch`).
         """
         self._options.watches.append(
             _Watch(
@@ -168,6 +172,7 @@ class Builder:
                 predicates=tuple(predicates),
                 whole=whole,
                 by_name=by_name,
+                cache=cache,
             )
         )
         return self
@@ -246,6 +251,7 @@ class Builder:
                     watch.map_func,
                     converged=watch.converged,
                     predicates=watch.predicates,
+                    cache=watch.cache,
                 )
         manager.add(controller)
         return controller

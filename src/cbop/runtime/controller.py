@@ -94,6 +94,7 @@ class Controller:
         *,
         converged: ConvergedFunc | None = None,
         predicates: Sequence[Predicate] = (),
+        cache: bool = True,
     ) -> None:
         """Enqueue the keys ``map_func`` yields for every event of ``informer``.
 
@@ -101,7 +102,9 @@ class Controller:
         unchanged updates go in at low priority (see :mod:`cbop.runtime.handlers`),
         except listed objects that ``converged`` (when given) says are not. Events the
         ``predicates`` refuse enqueue nothing. The controller's caches are the informers
-        it watches: its scope starts it once they all synced (:meth:`cbop.runtime.Scope.start`).
+        it watches: its scope starts it once they all synced (:meth:`cbop.runtime.Scope.start`);
+        with ``cache=False`` the informer's events enqueue keys but the controller does
+        not wait for it (its reconciler tells a cache that has not synced from an empty one).
         """
         informer.add_event_handler(
             EnqueueHandler(
@@ -112,7 +115,7 @@ class Controller:
                 predicates=predicates,
             )
         )
-        if informer not in self.informers:
+        if cache and informer not in self.informers:
             self.informers.append(informer)
 
     def start(self) -> None:

@@ -23,7 +23,13 @@ from typing import Any
 
 import structlog
 
-from cbop.informers import IndexFunc, MultiNamespaceLister, SharedInformerFactory
+from cbop.informers import (
+    IndexFunc,
+    MultiNamespaceLister,
+    SharedInformerFactory,
+    Transform,
+    strip_managed_fields,
+)
 from cbop.kube import KubeInterface, Resource
 from cbop.runtime.controller import Controller
 from cbop.runtime.metrics import ControllerMetricsProvider
@@ -127,12 +133,14 @@ class Scope:
         indexers: dict[str, IndexFunc] | None = None,
         whole: bool = False,
         by_name: bool = False,
+        transform: Transform = strip_managed_fields,
     ) -> MultiNamespaceLister:
         """Return a lister over the scope's shared informers of ``resource``.
 
         See :meth:`cbop.informers.SharedInformerFactory.lister` (``whole``: the whole
         collection even in a shard's scope; ``by_name``: the objects whose own name
-        hashes into the shard).
+        hashes into the shard; ``transform``: what objects go through before they are
+        cached, set by the first caller).
         """
         return self.informers.lister(
             resource,
@@ -140,6 +148,7 @@ class Scope:
             indexers=indexers,
             whole=whole,
             by_name=by_name,
+            transform=transform,
         )
 
     def add(self, controller: Controller) -> None:

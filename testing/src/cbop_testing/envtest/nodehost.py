@@ -108,18 +108,25 @@ def make_cgroup_root(name: str) -> None:
 def kill_cgroup_tree(name: str) -> None:
     """SIGKILL every process under cgroup ``/<name>`` (the containers), until none is left.
 
-    Gives up after 20 rounds 0.2 s apart.
+    Gives up after 20 rounds 0.2 s apart. A cgroup removed while the tree is walked
+    ends that round's walk of its hierarchy; the next round walks it again.
     """
     for _ in range(20):
         pids: set[int] = set()
+        walked = True
         for hierarchy in cgroup_hierarchies():
             root = hierarchy / name
             if not root.is_dir():
                 continue
-            for procs in root.rglob("cgroup.procs"):
-                with contextlib.suppress(OSError, ValueError):
-                    pids.update(int(p) for p in procs.read_text().split())
-        if not pids:
+            # The kubelet and containerd remove pod cgroups meanwhile: a directory gone
+            # under the walk ends it, and the next round walks again.
+            try:
+                for procs in root.rglob("cgroup.procs"):
+                    with contextlib.suppress(OSError, ValueError):
+                        pids.update(int(p) for p in procs.read_text().split())
+            except FileNotFoundError:
+                walked = False
+        if not pids and walked:
             return
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
