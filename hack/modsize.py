@@ -4,7 +4,8 @@
 Each line of a module counts once, as ``code`` (a line with any token of a statement,
 even if a comment follows), ``docstring`` (a line of a string that is a statement of
 its own: the docstrings of modules, classes and functions, and those of attributes),
-``comment`` (a comment alone on its line) or ``blank``.
+``comment`` (a comment alone on its line) or ``blank``. The tables also give the lines of
+each module's own docstring (``mdoc``, part of ``doc``).
 
 The check bounds **code lines**, :data:`MAX_CODE_LINES` per module: a module is judged
 by the code a reader has to follow, so the documentation a public function needs (types,
@@ -52,6 +53,7 @@ class Size:
     docstring: int
     comment: int
     blank: int
+    module_docstring: int = 0
 
     @property
     def total(self) -> int:
@@ -89,7 +91,17 @@ def measure(path: Path, *, name: str | None = None) -> Size:
         SyntaxError: the file is not valid Python.
     """
     source = path.read_text(encoding="utf-8")
-    docstrings = _docstring_lines(ast.parse(source, str(path)))
+    tree = ast.parse(source, str(path))
+    docstrings = _docstring_lines(tree)
+    first = tree.body[0] if tree.body else None
+    module_docstring = 0
+    if (
+        isinstance(first, ast.Expr)
+        and isinstance(first.value, ast.Constant)
+        and isinstance(first.value.value, str)
+    ):
+        end = first.end_lineno if first.end_lineno is not None else first.lineno
+        module_docstring = end - first.lineno + 1
     code: set[int] = set()
     comments: set[int] = set()
     for token in tokenize.generate_tokens(io.StringIO(source).readline):
@@ -108,6 +120,7 @@ def measure(path: Path, *, name: str | None = None) -> Size:
         docstring=docstring,
         comment=comment,
         blank=total - len(code) - docstring - comment,
+        module_docstring=module_docstring,
     )
 
 
@@ -153,17 +166,21 @@ def _sum(label: str, found: Iterable[Size]) -> Size:
         sum(s.docstring for s in found),
         sum(s.comment for s in found),
         sum(s.blank for s in found),
+        sum(s.module_docstring for s in found),
     )
 
 
 def table(rows: Iterable[Size]) -> str:
     """Format ``rows`` as a plain-text table (docstring share in the last column)."""
-    lines = [f"{'module':<52} {'lines':>6} {'code':>6} {'doc':>6} {'comment':>7} {'blank':>6} doc%"]
+    lines = [
+        f"{'module':<52} {'lines':>6} {'code':>6} {'doc':>6} {'comment':>7} {'blank':>6} "
+        f"{'mdoc':>5} doc%"
+    ]
     for size in rows:
         share = 100 * size.docstring / size.total if size.total else 0.0
         lines.append(
             f"{size.path:<52} {size.total:>6} {size.code:>6} {size.docstring:>6} "
-            f"{size.comment:>7} {size.blank:>6} {share:>4.0f}%"
+            f"{size.comment:>7} {size.blank:>6} {size.module_docstring:>5} {share:>4.0f}%"
         )
     return "\n".join(lines)
 
