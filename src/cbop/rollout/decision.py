@@ -23,8 +23,8 @@ says so). The act layer (:mod:`cbop.rollout.reconcile`) performs what they decid
   old one while the pods it starts read today's content.
 - :func:`decide`: none, record, skip (paused Deployment) or apply, in that order of
   checks: not opted in or being deleted -> none; no baseline yet -> none while a
-  required reference (:func:`required_configmaps`) is not a managed ConfigMap (the pods
-  wait for it and start with what appears), else record, also when the template reads
+  required reference (:func:`required_configmaps`) does not exist (the pods wait for
+  it and start with what appears), else record, also when the template reads
   no managed ConfigMap (then of :data:`EMPTY_DIGEST`: pods that start after the
   content exists already read it, so opting in is no reason to roll, and content that
   an optional reference finds later is a change); digest equal to the baseline
@@ -41,7 +41,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -303,7 +303,11 @@ def baseline(workload: Mapping[str, Any]) -> str:
     return baseline_value(current) if current else ""
 
 
-def decide(workload: Mapping[str, Any], configmaps: Mapping[str, Mapping[str, Any]]) -> Decision:
+def decide(
+    workload: Mapping[str, Any],
+    configmaps: Mapping[str, Mapping[str, Any]],
+    absent: Collection[str] = frozenset(),
+) -> Decision:
     """Decide whether to write ``workload``'s ``cbop.dev/config-hash`` annotation.
 
     Args:
@@ -311,6 +315,9 @@ def decide(workload: Mapping[str, Any], configmaps: Mapping[str, Mapping[str, An
             never mutated.
         configmaps: name -> ConfigMap of the workload's namespace (see
             :func:`managed_references`).
+        absent: names of ConfigMaps known not to exist (asked only while the workload
+            has no baseline, :mod:`cbop.rollout.references`); a required reference
+            among them holds the baseline back until it appears.
 
     Returns:
         A :class:`Decision`; see the module docstring for the order of the checks.
@@ -325,7 +332,7 @@ def decide(workload: Mapping[str, Any], configmaps: Mapping[str, Mapping[str, An
     digest = config_digest(managed)
     known = baseline(workload)
     if not known:
-        awaited = sorted(set(required_configmaps(workload)) - {cm.name for cm in managed})
+        awaited = sorted(set(required_configmaps(workload)) & set(absent))
         if awaited:
             return Decision(
                 Action.NONE,

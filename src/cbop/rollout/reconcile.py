@@ -73,9 +73,9 @@ from cbop.rollout.decision import (
     decide,
     may_take_back,
     other_owners,
-    referenced_configmaps,
 )
 from cbop.rollout.index import CONFIGMAP_INDEX, configmap_index_value
+from cbop.rollout.references import read_references
 from cbop.runtime.ownwrites import OwnWrites
 from cbop.runtime.reconcile import TerminalError
 from cbop.runtime.seams import Client, EventSink, Lister
@@ -324,12 +324,8 @@ class RolloutReconciler:
         if workload is None:
             self._forget(key)
             return RolloutResult(key, None, message="not in the cache (gone or not opted in)")
-        configmaps = {}
-        for cm_name in referenced_configmaps(workload):
-            cm = self._configmaps.get(namespace, cm_name)
-            if cm is not None:
-                configmaps[cm_name] = cm
-        decision = decide(workload, configmaps)
+        configmaps, absent = read_references(self._client, self._configmaps, namespace, workload)
+        decision = decide(workload, configmaps, absent)
         pin = self._plan_pin(workload, decision)
         if pin.pin:
             # Nothing changed, but the template reads revisioned ConfigMaps by their
