@@ -218,7 +218,8 @@ class World:
         return None
 
     def events(self, reason: str | None = None) -> list[dict[str, Any]]:
-        """The Events written, of ``reason`` when given."""
+        """The Events written, of ``reason`` when given (the recorder's sink flushed)."""
+        assert self.recorder.flush(), "the Event sink did not drain"
         return [
             dict(a.body)
             for a in self.kube.actions

@@ -255,7 +255,7 @@ def test_a_required_configmap_that_appears_later_is_the_baseline(
     just started with that content."""
     w = _reading(way, optional)
     assert required_configmaps(w) == ["opt"]
-    waiting = decide(w, {})
+    waiting = decide(w, {}, absent={"opt"})
     assert (waiting.action, waiting.digest) == (Action.NONE, "")
     assert "waiting for ConfigMap(s) opt" in waiting.message
     arrived = decide(w, {"opt": configmap("opt")})
@@ -271,8 +271,20 @@ def test_one_required_configmap_absent_holds_the_record_back() -> None:
     baseline back even when another ConfigMap the template reads is managed."""
     w = _reading("env-from", True, also=("a",))
     assert required_configmaps(w) == ["a"]
-    assert decide(w, {}).action is Action.NONE
-    assert decide(w, {"a": configmap("a")}).action is Action.RECORD
+    assert decide(w, {}, absent={"a", "opt"}).action is Action.NONE
+    assert decide(w, {"a": configmap("a")}, absent={"opt"}).action is Action.RECORD
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_a_required_configmap_of_another_owner_is_read_by_the_pods(way: str) -> None:
+    """A required reference that exists but is not cbop's (not in the cache, not absent):
+    the pods run with it, so the baseline of nothing is recorded at once, and a bundle
+    that later takes its name rolls the workload once."""
+    w = _reading(way, None)
+    first = decide(w, {}, absent=frozenset())
+    assert (first.action, first.digest) == (Action.RECORD, EMPTY_DIGEST)
+    seen = with_baseline(w, first.digest)
+    assert decide(seen, {"opt": configmap("opt")}).action is Action.APPLY
 
 
 @pytest.mark.parametrize("way", WAYS)
@@ -362,7 +374,7 @@ def test_what_an_earlier_release_left_is_kept_without_a_write(
     digest = config_digest(managed_references(w, {"a": configmap("a")}))
     assert decide(labelled(w, digest), configmaps).action is Action.NONE
     expected = Action.RECORD if configmaps else Action.NONE
-    assert decide(w, configmaps).action is expected
+    assert decide(w, configmaps, absent=set() if configmaps else {"a"}).action is expected
 
 
 def test_a_content_change_after_the_baseline_applies_a_new_digest() -> None:

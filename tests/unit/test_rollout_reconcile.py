@@ -12,7 +12,15 @@ import pytest
 
 from cbop.clock import RealClock
 from cbop.informers import Lister
-from cbop.kube import DEPLOYMENTS, NAMESPACES, STATEFULSETS, ApiError, KubeClient, Resource
+from cbop.kube import (
+    CONFIGMAPS,
+    DEPLOYMENTS,
+    NAMESPACES,
+    STATEFULSETS,
+    ApiError,
+    KubeClient,
+    Resource,
+)
 from cbop.metrics.rollout import RolloutMetrics
 from cbop.rollout import (
     ANNOTATION_CONFIG_HASH,
@@ -171,6 +179,29 @@ def test_first_sight_records_the_baseline_and_rolls_nothing() -> None:
     ((kind, obj, type_, reason, message),) = f.events()
     assert (kind, obj, type_, reason) == ("Deployment", "web", "Normal", "ConfigChanged")
     assert message.startswith("ConfigBundle(s) app-conf changed (ConfigMaps a)")
+
+
+def test_a_required_configmap_is_asked_for_only_until_the_baseline() -> None:
+    """cbop caches only its own ConfigMaps: a required reference missing from the cache
+    is asked for with one GET, and only while the workload has no baseline. Absent
+    (404): nothing is written, the pods wait for it. Another owner's: the baseline of
+    nothing at once. Once a baseline is recorded, no GET again."""
+    f = Fixture()
+    w = workload(volumes=["other"])
+    f.seed(w)
+    waiting = f.reconciler.reconcile("demo/web")
+    assert (waiting.action, waiting.written) == (Action.NONE, False)
+    gets = [(a.verb, a.resource, a.name) for a in f.kube.actions if a.verb == "get"]
+    assert gets == [("get", "configmaps", "other")]
+    assert f.kube.write_actions() == []
+    f.kube.tracker.add(CONFIGMAPS, configmap("other", managed=False))
+    f.kube.clear_actions()
+    recorded = f.reconciler.reconcile("demo/web")
+    assert (recorded.action, recorded.digest) == (Action.RECORD, EMPTY_DIGEST)
+    f.sync()
+    f.kube.clear_actions()
+    assert f.reconciler.reconcile("demo/web").action is Action.NONE
+    assert [a for a in f.kube.actions if a.verb == "get"] == []
 
 
 def test_a_workload_reading_no_managed_configmap_costs_one_write_then_rolls_once() -> None:

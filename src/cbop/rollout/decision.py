@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -278,7 +278,11 @@ def baseline(workload: Mapping[str, Any]) -> str:
     return baseline_value(current) if current else ""
 
 
-def decide(workload: Mapping[str, Any], configmaps: Mapping[str, Mapping[str, Any]]) -> Decision:
+def decide(
+    workload: Mapping[str, Any],
+    configmaps: Mapping[str, Mapping[str, Any]],
+    absent: Collection[str] = frozenset(),
+) -> Decision:
     """Decide whether to write ``workload``'s ``cbop.dev/config-hash`` annotation.
 
     Args:
@@ -286,12 +290,15 @@ def decide(workload: Mapping[str, Any], configmaps: Mapping[str, Mapping[str, An
             never mutated.
         configmaps: name -> ConfigMap of the workload's namespace (see
             :func:`managed_references`).
+        absent: names of ConfigMaps known not to exist (asked only while the workload
+            has no baseline, :mod:`cbop.rollout.references`); a required reference
+            among them holds the baseline back until it appears.
 
     Returns:
         A :class:`Decision`, by the first check that holds: not opted in or being
         deleted -> none; no baseline yet -> none while a required reference
-        (:func:`required_configmaps`) is not a managed ConfigMap (the pods wait for it
-        and start with what appears), else record (of :data:`EMPTY_DIGEST` when the
+        (:func:`required_configmaps`) does not exist (in ``absent``: the pods wait for
+        it and start with what appears), else record (of :data:`EMPTY_DIGEST` when the
         template reads no managed ConfigMap: pods that start after the content exists
         already read it, so opting in is no reason to roll); digest equal to the
         baseline -> none; no managed reference left -> none (the annotation and the
@@ -308,7 +315,7 @@ def decide(workload: Mapping[str, Any], configmaps: Mapping[str, Mapping[str, An
     digest = config_digest(managed)
     known = baseline(workload)
     if not known:
-        awaited = sorted(set(required_configmaps(workload)) - {cm.name for cm in managed})
+        awaited = sorted(set(required_configmaps(workload)) & set(absent))
         if awaited:
             return Decision(
                 Action.NONE,

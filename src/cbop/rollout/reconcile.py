@@ -1,7 +1,7 @@
 """The rollout act layer: read the caches, decide, apply the annotation, report.
 
 :class:`RolloutReconciler` reconciles the workloads of one kind by their key: it reads
-the workload and the ConfigMaps it references from the caches, asks the pure
+the workload and the ConfigMaps it references (:mod:`cbop.rollout.references`), asks the pure
 :func:`cbop.rollout.decision.decide`, and writes at most one server-side apply under its
 own field manager (the baseline label, and, to roll, the pod template annotation
 ``cbop.dev/config-hash``; with revisions, the revisions the template reads:
@@ -47,9 +47,9 @@ from cbop.rollout.decision import (
     decide,
     may_take_back,
     other_owners,
-    referenced_configmaps,
 )
 from cbop.rollout.index import CONFIGMAP_INDEX, configmap_index_value
+from cbop.rollout.references import read_references
 from cbop.runtime.ownwrites import OwnWrites
 from cbop.runtime.reconcile import TerminalError
 from cbop.runtime.seams import Client, EventSink, Lister
@@ -298,12 +298,8 @@ class RolloutReconciler:
         if workload is None:
             self._forget(key)
             return RolloutResult(key, None, message="not in the cache (gone or not opted in)")
-        configmaps = {}
-        for cm_name in referenced_configmaps(workload):
-            cm = self._configmaps.get(namespace, cm_name)
-            if cm is not None:
-                configmaps[cm_name] = cm
-        decision = decide(workload, configmaps)
+        configmaps, absent = read_references(self._client, self._configmaps, namespace, workload)
+        decision = decide(workload, configmaps, absent)
         pin = self._plan_pin(workload, decision)
         if pin.pin:
             # Nothing changed, but the template reads revisioned ConfigMaps by their
