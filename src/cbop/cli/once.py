@@ -18,6 +18,7 @@ from typing import Any
 from cbop import defaults
 from cbop.api import MANAGED_SELECTOR
 from cbop.cli.exits import EXIT_NOT_READY, EXIT_OK, EXIT_PENDING, fail
+from cbop.cli.parser import controller_settings
 from cbop.cli.plan import (
     ROLLOUTS_OFF,
     Plan,
@@ -27,6 +28,7 @@ from cbop.cli.plan import (
 )
 from cbop.configbundle import Result
 from cbop.configbundle import controller as configbundle
+from cbop.configbundle.secrets import SecretsScope
 from cbop.informers import SharedInformerFactory
 from cbop.keys import split_key
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, ConnectionFailed, KubeInterface
@@ -60,7 +62,11 @@ def run_once(args: argparse.Namespace, client: KubeInterface) -> int:
     recorder = None if args.dry_run else EventRecorder(client, level=args.events)
     informers = SharedInformerFactory(client, namespaces=args.namespaces, resync_period=0)
     reconciler = configbundle.new_reconciler(
-        client, informers, recorder=recorder, dry_run=args.dry_run
+        client,
+        informers,
+        recorder=recorder,
+        dry_run=args.dry_run,
+        secrets=SecretsScope.from_settings(controller_settings(args)),
     )
     # The reconciler's own managed-ConfigMap cache (the factory shares one informer).
     configmaps = informers.lister(CONFIGMAPS, label_selector=MANAGED_SELECTOR)

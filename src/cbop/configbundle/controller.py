@@ -17,9 +17,12 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from cbop import defaults
 from cbop.api import MANAGED_SELECTOR, SOURCE_SELECTOR, config_map_name_of
 from cbop.configbundle import Reconciler, Requeue, Result
+from cbop.configbundle.digestkey import parse_key_name
 from cbop.configbundle.interfaces import Client, Observer
+from cbop.configbundle.secrets import SecretsScope
 from cbop.configbundle.status import is_converged
 from cbop.informers import (
     IndexFunc,
@@ -28,8 +31,12 @@ from cbop.informers import (
     index_by_controller_uid,
 )
 from cbop.keys import CONFIGMAP_NAME_INDEX, CONTROLLER_UID_INDEX, key_of, object_key
-from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, PODS
-from cbop.metrics.controller import BundleReadinessCollector, ConfigMapWriteMetrics
+from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, PODS, SECRETS
+from cbop.metrics.controller import (
+    BundleReadinessCollector,
+    ConfigMapWriteMetrics,
+    SecretsDisabledCollector,
+)
 from cbop.metrics.revisions import RevisionCollector
 from cbop.revisions.bundle import DEFAULT_GRACE
 from cbop.revisions.caches import (
@@ -51,7 +58,14 @@ from cbop.revisions.caches import (
 from cbop.revisions.model import PINNED_SELECTOR
 from cbop.revisions.policy import PolicyCheck
 from cbop.runtime import Builder, Controller, Scope, reconcile_context
-from cbop.runtime.definition import Context, ControllerDefinition, Flag, PolicyRule, SetupFunc
+from cbop.runtime.definition import (
+    Context,
+    ControllerDefinition,
+    Flag,
+    OptIn,
+    PolicyRule,
+    SetupFunc,
+)
 from cbop.runtime.predicates import GENERATION_CHANGED
 from cbop.runtime.seams import EventSink
 
@@ -172,6 +186,7 @@ def new_reconciler(
     pin_policy: PolicyCheck | None = None,
     rollout: bool = True,
     revision_grace: float = DEFAULT_GRACE,
+    secrets: SecretsScope | None = None,
 ) -> Reconciler:
     """Return the ConfigBundle reconciler reading from ``informers``' shared caches.
 
@@ -187,7 +202,11 @@ def new_reconciler(
         pin_policy: see :class:`cbop.configbundle.Reconciler`.
         rollout: see :class:`cbop.configbundle.Reconciler`.
         revision_grace: see :class:`cbop.configbundle.Reconciler`.
+        secrets: which bundles with a Secret target are served (None: none); with
+            Secrets on, the Secret informers are requested too.
     """
+    scope = secrets or SecretsScope()
+    secret_informers(informers, scope)
     return Reconciler(
         client=client,
         bundles=informers.lister(CONFIGBUNDLES, indexers=_BUNDLE_INDEXERS),
@@ -208,7 +227,28 @@ def new_reconciler(
         pin_policy=pin_policy,
         rollout=rollout,
         revision_grace=revision_grace,
+        secrets=scope,
     )
+
+
+def secret_informers(informers: SharedInformerFactory, scope: SecretsScope) -> None:
+    """Request the two Secret informers from ``informers`` while Secrets are on.
+
+    The targets (label ``app.kubernetes.io/managed-by=cbop``) and the sources (label
+    ``cbop.dev/source=true``, never shard-filtered), each selected on the API server,
+    in the namespaces of :meth:`SecretsScope.informer_namespaces`: an unlabelled Secret
+    is never sent to cbop. Nothing with Secrets off.
+    """
+    namespaces = scope.informer_namespaces(informers.scopes)
+    if not namespaces:
+        return
+    informers.lister(
+        SECRETS,
+        label_selector=MANAGED_SELECTOR,
+        indexers={CONTROLLER_UID_INDEX: index_by_controller_uid},
+        namespaces=namespaces,
+    )
+    informers.lister(SECRETS, label_selector=SOURCE_SELECTOR, whole=True, namespaces=namespaces)
 
 
 def setup(
@@ -221,6 +261,7 @@ def setup(
     pin_policy: PolicyCheck | None = None,
     rollout: bool = True,
     revision_grace: float = DEFAULT_GRACE,
+    secrets: SecretsScope | None = None,
 ) -> Controller:
     """Add the ConfigBundle controller to ``manager`` and return it.
 
@@ -234,6 +275,7 @@ def setup(
         pin_policy: see :class:`cbop.configbundle.Reconciler`.
         rollout: whether the rollout runs (its workload caches are then read too).
         revision_grace: see :class:`cbop.configbundle.Reconciler`.
+        secrets: which bundles with a Secret target are served (None: none).
 
     Raises:
         ValueError: the manager has a controller of this name already.
@@ -249,6 +291,7 @@ def setup(
         pin_policy=pin_policy,
         rollout=rollout,
         revision_grace=revision_grace,
+        secrets=secrets,
     )
     bundles = manager.lister(CONFIGBUNDLES, indexers=_BUNDLE_INDEXERS)
     configmaps = manager.lister(CONFIGMAPS, label_selector=MANAGED_SELECTOR)
@@ -314,12 +357,22 @@ def install(context: Context) -> SetupFunc:
     """Install the ConfigBundle controller in a process; return its per-scope setup.
 
     Registers ``cbop_configmap_writes_total``, ``cbop_drift_corrections_total``,
-    ``cbop_configbundles{ready}``, ``cbop_revision_pods_unpinned`` and
-    ``cbop_revision_legacy_pins_namespaces`` (the last three read from every scope's
-    cache at scrape time).
+    ``cbop_configbundles{ready}``, ``cbop_configbundles_secrets_disabled``,
+    ``cbop_revision_pods_unpinned`` and ``cbop_revision_legacy_pins_namespaces`` (the
+    last four read from every scope's cache at scrape time).
+
+    Raises:
+        ValueError: ``--secrets-digest-key`` is not ``NAMESPACE/NAME``.
     """
+    secrets = SecretsScope.from_settings(context.settings)
+    parse_key_name(str(context.settings.get("secrets_digest_key", defaults.SECRETS_DIGEST_KEY)))
     observer = ConfigMapWriteMetrics(context.registry)
     context.registry.register(BundleReadinessCollector(lambda: context.cached(CONFIGBUNDLES)))
+    context.registry.register(
+        SecretsDisabledCollector(
+            lambda: context.cached(CONFIGBUNDLES), lambda b: secrets.refusal(b) is not None
+        )
+    )
     context.registry.register(
         RevisionCollector(
             lambda: count_unpinned(context.cached(PODS)),
@@ -348,6 +401,7 @@ def install(context: Context) -> SetupFunc:
             pin_policy=checks[0],
             rollout=rollout,
             revision_grace=grace,
+            secrets=secrets,
         )
 
     return setup_scope
@@ -364,6 +418,25 @@ DEFINITION: Final = ControllerDefinition(
             DEFAULT_GRACE,
             "seconds a revision ConfigMap must have been neither current nor named by a "
             "cached pod template before it is deleted (docs/revisions.md)",
+        ),
+        Flag(
+            "secrets",
+            defaults.SECRETS,
+            "serve bundles whose spec.target.kind is Secret, and read Secret sources; needs "
+            "the Secrets' own RBAC (manifests/secrets/, the chart's secrets.enabled; "
+            "docs/secrets.md)",
+        ),
+        Flag(
+            "secrets-namespace",
+            "",
+            "with --secrets: the only namespaces whose Secrets cbop reads and writes, "
+            "comma-separated (default: every namespace cbop watches)",
+        ),
+        Flag(
+            "secrets-digest-key",
+            defaults.SECRETS_DIGEST_KEY,
+            "with --secrets: NAMESPACE/NAME of the Secret holding the key of the keyed "
+            "digests of Secret content, made when absent",
         ),
     ),
     resources=(CONFIGBUNDLES, CONFIGMAPS, *HISTORY),
@@ -409,6 +482,31 @@ DEFINITION: Final = ControllerDefinition(
             ("get", "list", "watch"),
             "whether the policy that points pods at revisions (cbop-pin-pods) is "
             "installed and served, told in the Pinned condition of bundles with revisions",
+        ),
+    ),
+    opt_ins=(
+        OptIn(
+            "secrets",
+            informers=(SECRETS, SECRETS),  # the targets and the sources, by label
+            rbac=(
+                PolicyRule(
+                    ("",),
+                    ("secrets",),
+                    ("get", "list", "watch", "create", "update", "delete"),
+                    "the Secret targets (labelled app.kubernetes.io/managed-by=cbop) and "
+                    "sources (cbop.dev/source=true): informers, fresh reads, writes",
+                ),
+            ),
+            namespace_rbac=(
+                PolicyRule(
+                    ("",),
+                    ("secrets",),
+                    ("get",),
+                    "read the digest key by name",
+                    resource_names=("cbop-digest-key",),
+                ),
+                PolicyRule(("",), ("secrets",), ("create",), "make the digest key when absent"),
+            ),
         ),
     ),
 )

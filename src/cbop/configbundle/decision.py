@@ -6,7 +6,8 @@ if anything, and why. The act layer (:mod:`cbop.configbundle.reconcile`) perform
 order of the checks is the policy:
 
 1. A bundle being deleted gets no ConfigMap writes; only the Orphan finalizer's release
-   of the ConfigMap (case "deletionPolicy: Orphan").
+   of the ConfigMap (case "deletionPolicy: Orphan"). A Secret target cbop may not
+   write (Secrets off) keeps the finalizer: its Secret cannot be released.
 2. ``suspend: true`` -> no writes.
 3. An invalid spec -> ``INVALID`` (terminal: only a spec change can fix it).
 4. No ConfigMap -> ``CREATE``.
@@ -37,6 +38,7 @@ from cbop.api import (
     LABEL_MANAGED_BY,
     BundleSpec,
     DeletionPolicy,
+    Reason,
     SpecError,
     controller_reference,
     is_bundle_reference,
@@ -234,6 +236,17 @@ def decide(
     if meta.get("deletionTimestamp"):
         if not has_finalizer(bundle):
             return Decision(Action.DELETING, message="the bundle is being deleted")
+        if isinstance(spec, SpecError) and spec.reason is Reason.SECRETS_DISABLED:
+            # cbop may not write the Secret, so it cannot release it; removing the
+            # finalizer would let the garbage collector delete what Orphan keeps.
+            held = SpecError(
+                f"{spec.message}. The bundle is being deleted with deletionPolicy Orphan: "
+                f"cbop keeps its {FINALIZER_ORPHAN} finalizer until it may release the "
+                "Secret (turn Secrets on, or run cbop release with a kubeconfig that may "
+                "update Secrets)",
+                Reason.SECRETS_DISABLED,
+            )
+            return Decision(Action.INVALID, error=held, message=held.message)
         body = release_body(current, bundle) if current is not None and owned else None
         return Decision(
             Action.RELEASE,

@@ -27,7 +27,7 @@ from typing import Any
 import cachetools
 import structlog
 
-from cbop.api import BundleSpec, SpecError, config_map_name_of
+from cbop.api import BundleSpec, Reason, SpecError, config_map_name_of
 from cbop.api.compose import compose, composed_spec
 from cbop.clock import Clock
 from cbop.configbundle.decision import Action, Decision, decide, status_can_wait
@@ -45,6 +45,7 @@ from cbop.configbundle.interfaces import (
 from cbop.configbundle.memo import DecisionMemo
 from cbop.configbundle.release import FinalizerWrites
 from cbop.configbundle.report import RejectedError
+from cbop.configbundle.secrets import SecretsScope
 from cbop.configbundle.writes import GIVE_UP, ConfigMapWrites
 from cbop.keys import split_key
 from cbop.kube import ApiError
@@ -94,6 +95,9 @@ class Reconciler(ConfigMapWrites, FinalizerWrites):
         revision_grace: seconds a revision must have been unnamed before it is deleted
             (:mod:`cbop.revisions.bundle`).
         clock: the monotonic clock of that grace (tests: ``FakeClock``).
+        secrets: which bundles with a Secret target are served (default: none; a bundle
+            with a Secret target is then ``SecretsDisabled`` and nothing is read or
+            written for it).
     """
 
     def __init__(
@@ -115,8 +119,10 @@ class Reconciler(ConfigMapWrites, FinalizerWrites):
         rollout: bool = True,
         revision_grace: float = DEFAULT_GRACE,
         clock: Clock | None = None,
+        secrets: SecretsScope | None = None,
     ) -> None:
         self._client = client
+        self._secrets = secrets or SecretsScope()
         self._sources = sources
         self._source_scope = tuple(source_scope) if source_scope else None
         self._bundles = bundles
@@ -296,7 +302,19 @@ class Reconciler(ConfigMapWrites, FinalizerWrites):
         ConfigMap keeps its last good content (or is not created) and status names it.
         The error carries ``spec`` (:attr:`cbop.api.SpecError.spec`), whose
         ``deletionPolicy`` is still honoured.
+
+        A Secret target that cbop does not serve (:class:`SecretsScope`) comes back as
+        a ``SecretsDisabled`` error, before any source is read.
         """
+        refusal = self._secrets.refusal(bundle)
+        if refusal is not None:
+            return refusal
+        if isinstance(spec, BundleSpec) and spec.target.is_secret:
+            return SpecError(
+                f"spec.target is Secret {spec.target.name}: this reconciler does not write "
+                "Secret targets yet",
+                Reason.SECRETS_DISABLED,
+            )
         if not isinstance(spec, BundleSpec) or not spec.composed or spec.suspend:
             return spec
         sources = self._sources

@@ -213,6 +213,38 @@ class BundleReadinessCollector(Collector):
         yield family
 
 
+class SecretsDisabledCollector(Collector):
+    """``cbop_configbundles_secrets_disabled``: bundles with a Secret target not served.
+
+    Read from the cache at scrape time: the bundles whose target is a Secret while cbop
+    runs without ``--secrets`` (or outside ``--secrets-namespace``), which are
+    ``Ready=False``, reason ``SecretsDisabled`` (docs/secrets.md). No label names a
+    bundle.
+
+    Args:
+        list_bundles: returns the cached ConfigBundle dicts.
+        refused: ``fn(bundle) -> bool``: whether cbop refuses the bundle's Secret target.
+    """
+
+    def __init__(
+        self,
+        list_bundles: Callable[[], Iterable[Mapping[str, Any]]],
+        refused: Callable[[Mapping[str, Any]], bool],
+    ) -> None:
+        self._list = list_bundles
+        self._refused = refused
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        """Yield the one gauge."""
+        count = sum(1 for bundle in self._list() if self._refused(bundle))
+        yield GaugeMetricFamily(
+            "cbop_configbundles_secrets_disabled",
+            "ConfigBundles whose target is a Secret that cbop does not serve (--secrets off, "
+            "or outside --secrets-namespace)",
+            value=count,
+        )
+
+
 class EventSinkCollector(Collector):
     """``cbop_events_dropped_total`` and ``cbop_events_failed_total``, read at scrape.
 

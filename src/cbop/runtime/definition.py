@@ -11,6 +11,8 @@ controllers only through these:
   resource and namespace) and how many controllers (worker pools) it adds;
 - its **RBAC needs** (:class:`PolicyRule`): the shipped ClusterRole and the Helm chart
   are checked against them by a test, so a rule cannot be forgotten;
+- what it adds when one of its boolean flags is on (:class:`OptIn`): more informers,
+  and RBAC shipped in roles of their own, installed only with that flag (Secrets);
 - how it is **installed**: once per process, ``install(context)`` makes what lives as
   long as the process (its metrics, against ``context.registry``) and returns the setup
   function the manager runs against every scope (the single leader's, or each shard's
@@ -30,7 +32,7 @@ from cbop.kube import Resource
 from cbop.runtime.scope import Scope
 from cbop.runtime.seams import EventSink
 
-__all__ = ["Context", "ControllerDefinition", "Flag", "PolicyRule", "SetupFunc"]
+__all__ = ["Context", "ControllerDefinition", "Flag", "OptIn", "PolicyRule", "SetupFunc"]
 
 #: Builds a controller's controllers into one scope.
 SetupFunc = Callable[[Scope], object]
@@ -67,12 +69,41 @@ class PolicyRule:
         resources: resources, subresources as ``plural/sub``.
         verbs: verbs.
         why: what the controller does with them (docs/deploy.md explains each).
+        resource_names: the objects the rule is limited to (RBAC's ``resourceNames``);
+            empty: every object of the resources.
     """
 
     api_groups: tuple[str, ...]
     resources: tuple[str, ...]
     verbs: tuple[str, ...]
     why: str = ""
+    resource_names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class OptIn:
+    """What a controller adds while one of its boolean flags is on.
+
+    The flag is off by default; its RBAC is shipped in roles of their own, installed
+    only with it (``manifests/<flag>/``, the chart's ``<flag>.enabled``), so with the
+    flag off cbop's ServiceAccount has none of it.
+
+    Attributes:
+        flag: the :attr:`Flag.dest` of the boolean flag (``secrets``).
+        informers: resources it watches once more per scope while on (each one more
+            watch).
+        rbac: cluster-wide rules it needs while on (a ClusterRole of their own).
+        namespace_rbac: rules in cbop's own namespace (a Role of their own).
+    """
+
+    flag: str
+    informers: tuple[Resource, ...] = ()
+    rbac: tuple[PolicyRule, ...] = ()
+    namespace_rbac: tuple[PolicyRule, ...] = ()
+
+    def on(self, settings: Mapping[str, Any]) -> bool:
+        """Whether the flag is on in ``settings``."""
+        return bool(settings.get(self.flag))
 
 
 @dataclass(frozen=True)
@@ -118,6 +149,7 @@ class ControllerDefinition:
             ConfigMaps beside the managed ones): each is one more watch.
         controllers: how many controllers (worker pools) its setup adds per scope.
         rbac: the RBAC rules it needs.
+        opt_ins: what it adds while one of its boolean flags is on.
     """
 
     name: str
@@ -129,6 +161,7 @@ class ControllerDefinition:
     more_informers: tuple[Resource, ...] = ()
     controllers: int = 1
     rbac: tuple[PolicyRule, ...] = field(default_factory=tuple)
+    opt_ins: tuple[OptIn, ...] = ()
 
     @staticmethod
     def settings_of(definitions: Sequence[ControllerDefinition]) -> dict[str, Any]:
