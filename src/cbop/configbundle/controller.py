@@ -89,6 +89,9 @@ CONTROLLER_NAME: Final = "configbundle"
 
 #: Index of the ConfigBundle cache: ``namespace/name`` of each source a bundle reads.
 SOURCE_INDEX: Final = "source"
+#: What precedes ``namespace/name`` of a Secret source in :data:`SOURCE_INDEX` (as in
+#: ``status.keySources``): a ConfigMap and a Secret of one name are two sources.
+SECRET_SOURCE_PREFIX: Final = "secret:"
 
 
 def index_by_source(bundle: Mapping[str, Any]) -> list[str]:
@@ -96,9 +99,10 @@ def index_by_source(bundle: Mapping[str, Any]) -> list[str]:
 
     Returns:
         ``["namespace/name", ...]`` of ``spec.sources`` (the bundle's namespace where a
-        source names none; a ClusterConfigBundle's stamps each their own), sorted and
-        each once; ``[]`` without sources. Read from the raw spec, so a source that
-        does not exist yet is indexed too.
+        source names none; a ClusterConfigBundle's stamps each their own), a Secret
+        source as ``secret:namespace/name``, sorted and each once; ``[]`` without
+        sources. Read from the raw spec, so a source that does not exist yet is
+        indexed too.
     """
     raw = (bundle.get("spec") or {}).get("sources")
     if not isinstance(raw, list):
@@ -106,17 +110,21 @@ def index_by_source(bundle: Mapping[str, Any]) -> list[str]:
     namespace = (bundle.get("metadata") or {}).get("namespace")
     keys = set()
     for entry in raw:
-        ref = entry.get("configMap") if isinstance(entry, Mapping) else None
-        if isinstance(ref, Mapping) and isinstance(ref.get("name"), str):
-            keys.add(key_of(ref.get("namespace") or namespace, ref["name"]))
+        for field, prefix in (("configMap", ""), ("secret", SECRET_SOURCE_PREFIX)):
+            ref = entry.get(field) if isinstance(entry, Mapping) else None
+            if isinstance(ref, Mapping) and isinstance(ref.get("name"), str):
+                keys.add(prefix + key_of(ref.get("namespace") or namespace, ref["name"]))
     return sorted(keys)
 
 
-def bundles_reading(bundles: MultiNamespaceLister) -> Callable[[Mapping[str, Any]], list[str]]:
-    """Return the map function: a source ConfigMap -> the bundles that read it.
+def bundles_reading(
+    bundles: MultiNamespaceLister, prefix: str = ""
+) -> Callable[[Mapping[str, Any]], list[str]]:
+    """Return the map function: a source ConfigMap (or Secret) -> the bundles that read it.
 
     Args:
         bundles: the ConfigBundle lister, with the :data:`SOURCE_INDEX` index.
+        prefix: ``""`` for ConfigMap sources, :data:`SECRET_SOURCE_PREFIX` for Secrets.
 
     Returns:
         ``fn(configmap) -> ["namespace/name", ...]``, sorted: every bundle whose
@@ -127,7 +135,7 @@ def bundles_reading(bundles: MultiNamespaceLister) -> Callable[[Mapping[str, Any
 
     def map_source(configmap: Mapping[str, Any]) -> list[str]:
         meta = configmap.get("metadata") or {}
-        value = key_of(meta.get("namespace"), str(meta.get("name", "")))
+        value = prefix + key_of(meta.get("namespace"), str(meta.get("name", "")))
         return sorted(object_key(b) for b in bundles.by_index(SOURCE_INDEX, value))
 
     return map_source
