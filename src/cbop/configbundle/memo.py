@@ -20,10 +20,10 @@ outcomes, so a changed source never finds a stale entry either.
 
 A fourth cache holds, per bundle UID, the outcome of the bundle's last full reconcile
 when it wrote nothing (:meth:`DecisionMemo.noop`), with the resourceVersions of the
-bundle and of its ConfigMap it was computed from, and the ConfigMap's name: a resync
-that finds both unchanged returns that outcome without parsing, rendering or deciding
-again (see :class:`cbop.configbundle.Reconciler`). Objects without those fields (never
-the case for objects read from the API server) are not memoised.
+bundle and of its ConfigMap it was computed from: a resync that finds both unchanged
+returns that outcome without parsing, rendering or deciding again (see
+:class:`cbop.configbundle.Reconciler`). Objects without those fields (never the case
+for objects read from the API server) are not memoised.
 
 Each cache is an LRU, safe to share between reconcile threads; an entry of a deleted
 bundle stays until it is evicted. The outcomes hold one small entry per converged
@@ -47,7 +47,7 @@ the lock the reconcile threads share.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 import cachetools
@@ -107,11 +107,9 @@ class DecisionMemo:
         )
         self._synced: cachetools.LRUCache[Hashable, bool] = cachetools.LRUCache(working_set)
         # Bundle UID -> (bundle resourceVersion, ConfigMap UID, ConfigMap
-        # resourceVersion, ConfigMap name, the outcome); only bundles whose last full
+        # resourceVersion, sources' inputs, the outcome); only bundles whose last full
         # reconcile wrote nothing.
-        # (bundle resourceVersion, ConfigMap UID, ConfigMap resourceVersion, ConfigMap
-        # name, sources' inputs, the outcome)
-        self._noops: cachetools.LRUCache[str, tuple[str, str, str, str, Hashable, Any]] = (
+        self._noops: cachetools.LRUCache[str, tuple[str, str, str, Hashable, Any]] = (
             cachetools.LRUCache(maxsize)
         )
         self._lock = YieldingLock()
@@ -251,38 +249,35 @@ class DecisionMemo:
     def noop(
         self,
         bundle: Mapping[str, Any],
-        configmap_named: Callable[[str], Mapping[str, Any] | None],
+        configmap: Mapping[str, Any] | None,
         inputs: Hashable = None,
-    ) -> tuple[Any, Mapping[str, Any]] | None:
-        """Return the outcome :meth:`remember_noop` stored for ``bundle``, and its ConfigMap.
+    ) -> Any:
+        """Return the outcome :meth:`remember_noop` stored for ``bundle``, or None.
 
         Args:
             bundle: the bundle as cached now.
-            configmap_named: the cached ConfigMap of a name in the bundle's namespace, or
-                None; called with the name stored with the outcome, so that the spec
-                need not be parsed (the same bundle resourceVersion has the same spec).
+            configmap: the cached ConfigMap the bundle names now, or None.
             inputs: the sources' versions now (module docstring), None without sources.
 
         Returns:
-            ``(outcome, configmap)``, or None unless the bundle's last full reconcile
-            wrote nothing and was computed from the same bundle resourceVersion, the
-            same ConfigMap (UID, resourceVersion) and the same ``inputs``.
+            The outcome, when the bundle's last full reconcile wrote nothing and was
+            computed from the same bundle resourceVersion, the same ConfigMap (UID,
+            resourceVersion) and the same ``inputs``; else None.
         """
         meta = bundle.get("metadata") or {}
         uid = meta.get("uid")
-        if not isinstance(uid, str):
+        if not isinstance(uid, str) or configmap is None:
             return None
         if not absent(self._noops, uid):
             with self._lock:
                 entry = self._noops.get(uid)
         else:
             entry = None
-        if entry is None or entry[0] != meta.get("resourceVersion") or entry[4] != inputs:
+        if entry is None or entry[0] != meta.get("resourceVersion") or entry[3] != inputs:
             return None
-        configmap = configmap_named(entry[3])
-        if configmap is None or _object_key(configmap) != entry[1:3]:
+        if _object_key(configmap) != entry[1:3]:
             return None
-        return entry[5], configmap
+        return entry[4]
 
     def remember_noop(
         self,
@@ -298,10 +293,9 @@ class DecisionMemo:
         """
         bundle_key = _object_key(bundle)
         key = _object_key(configmap)
-        name = (configmap.get("metadata") or {}).get("name")
-        if bundle_key is not None and key is not None and isinstance(name, str):
+        if bundle_key is not None and key is not None:
             with self._lock:
-                self._noops[bundle_key[0]] = (bundle_key[1], *key, name, inputs, outcome)
+                self._noops[bundle_key[0]] = (bundle_key[1], *key, inputs, outcome)
 
     def forget_noop(self, bundle: Mapping[str, Any]) -> None:
         """Drop the stored outcome of ``bundle`` (a full reconcile of it begins)."""
