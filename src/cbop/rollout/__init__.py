@@ -6,12 +6,16 @@ ConfigMaps its pod template references, when their content changes; a new digest
 makes the workload's own controller roll it. The label ``cbop.dev/config-baseline``
 records the content its pods run with (docs/rollout.md). Modules:
 
-- :mod:`.decision`: pure; references, the digest, the decision, the apply body.
-- :mod:`.index`: pure; the workload informer's ConfigMap index.
-- :mod:`.reconcile`: the reconciler (one per kind), the ConfigMap map function and the
-  coalescer of changes made together.
+- :mod:`.decision`, :mod:`.index`: pure; references, the digest, the decision, the
+  apply body; the workload informer's ConfigMap index.
+- :mod:`.reconcile`: the reconciler (one per kind), built from its parts:
+  :mod:`.references` (what a template reads), :mod:`.pins` (the revisions the apply
+  writes), :mod:`.coalesce` (changes made together, and the ConfigMap map function),
+  :mod:`.apply` (the apply and its conflicts), :mod:`.report` (Events and counts).
+- :mod:`.controller`: the controllers' definition and wiring.
 """
 
+from cbop.rollout.coalesce import ChangeCoalescer, configmap_mapper
 from cbop.rollout.decision import (
     ANNOTATION_CONFIG_HASH,
     FIELD_MANAGER,
@@ -27,13 +31,8 @@ from cbop.rollout.decision import (
     referenced_configmaps,
 )
 from cbop.rollout.index import CONFIGMAP_INDEX, index_by_configmap
-from cbop.rollout.reconcile import (
-    ChangeCoalescer,
-    RolloutObserver,
-    RolloutReconciler,
-    RolloutResult,
-    configmap_mapper,
-)
+from cbop.rollout.reconcile import RolloutReconciler, RolloutResult
+from cbop.rollout.report import RolloutObserver
 
 __all__ = [
     "ANNOTATION_CONFIG_HASH",
