@@ -35,7 +35,7 @@ from cbop import defaults
 from cbop.controllers import CONTROLLERS
 from cbop.health import parse_bind_address
 from cbop.informers import SharedInformerFactory
-from cbop.kube import KubeClient, Resource
+from cbop.kube import KubeInterface, Resource
 from cbop.metrics.controller import (
     EventSinkCollector,
     InformerConnectedCollector,
@@ -107,7 +107,7 @@ class Options:
             changes); False: the plain rate-limiting queue.
         identity: this candidate's identity (default: hostname plus a random suffix).
         events: which Events are written (``notable``, ``all``, ``none``; see
-            :class:`cbop.configbundle.EventRecorder`).
+            :class:`cbop.runtime.events.EventRecorder`).
         settings: the controllers' flag values by :attr:`cbop.runtime.definition.Flag.dest`
             (``{"rollout": True}``); missing ones take their defaults.
         shards: shards the bundles are spread over by namespace (``--shards``); 1: the
@@ -185,7 +185,7 @@ class Manager(RuntimeManager):
 
     def __init__(
         self,
-        client: KubeClient,
+        client: KubeInterface,
         options: Options,
         *,
         registry: CollectorRegistry | None = None,
@@ -276,7 +276,7 @@ class Manager(RuntimeManager):
                 self.bind_probes(probe_address)
 
     def _informer_factory(
-        self, client: KubeClient, shard: ShardRange | None = None
+        self, client: KubeInterface, shard: ShardRange | None = None
     ) -> SharedInformerFactory:
         """Return an informer factory with the options' scope (of ``shard`` only, if given)."""
         opts = self.options
@@ -288,7 +288,7 @@ class Manager(RuntimeManager):
             shard=shard,
         )
 
-    def _sharding(self, client: KubeClient, election: LeaderElection) -> Sharding:
+    def _sharding(self, client: KubeInterface, election: LeaderElection) -> Sharding:
         """Return the sharding of ``--shards``: per-shard informers and the coordinator."""
         opts = self.options
         metrics = PrometheusShardMetrics(self.registry, shards=opts.shards)

@@ -1,45 +1,23 @@
 """The ClusterConfigBundle controllers: their caches, key mappings and definition.
 
-The package adds two controllers to a scope, on the same informers:
+The package adds two controllers to a scope, on shared informers (the
+ClusterConfigBundles and Namespaces cluster-wide, and every ConfigBundle through the
+very informer the ConfigBundle controller reads, indexed by the label
+``cbop.dev/cluster-bundle``):
 
-- **the stamp controller** (``clusterbundle``, ``--workers`` workers), key
-  ``<namespace>/<name>``: the stamp's own key, so its workers stamp many namespaces at
-  once (:class:`cbop.clusterbundle.reconcile.StampReconciler`). A ConfigBundle event
-  enqueues its own key when its name is a ClusterConfigBundle's (``for_``); a
-  Namespace event enqueues that namespace's key of every ClusterConfigBundle; a
-  ClusterConfigBundle event (add, delete, generation changed: its status writes
-  enqueue nothing) enqueues its key in every namespace, and those of the rivals keeping
-  a ConfigMap of the same name (the older wins, so one leaving hands the namespaces on);
-- **the status controller** (``clusterbundle-status``, one worker), key the
-  ClusterConfigBundle's name (:class:`cbop.clusterbundle.reconcile.StatusReconciler`):
-  a ClusterConfigBundle event (generation changed) enqueues its name; a Namespace
-  event every name; a ConfigBundle event the name its label names, or, unlabelled, the
-  one it is named after (a conflicting bundle deleted is a conflict resolved); a
-  refusal met, or cleared, by the stamp work (:class:`Outcomes`) enqueues its name.
+- the stamp controller (``clusterbundle``, ``--workers`` workers), keyed by the stamp's
+  own ``<namespace>/<name>``, so that its workers stamp many namespaces at once and a
+  Namespace event enqueues only that namespace's keys;
+- the status controller (``clusterbundle-status``, one worker), keyed by the
+  ClusterConfigBundle's name, woken by every cache and by the refusals the stamp work
+  meets (:class:`Outcomes`).
 
-Their caches: ClusterConfigBundles and Namespaces (both cluster-wide), and every
-ConfigBundle through the very informer the ConfigBundle controller reads (same
-resource, scope and selector: the shared factory hands out one), with the
-:data:`cbop.clusterbundle.reconcile.CLUSTER_BUNDLE_INDEX` index from the label
-``cbop.dev/cluster-bundle`` to the stamps.
-
-They need the cluster scope: with ``--namespace`` they do not run (said once at start),
-and a ClusterConfigBundle then reports nothing rather than something false.
-
-Under ``--shards N`` each shard's scope gets (docs/cluster-bundles.md, Sharding):
-
-- the stamp controller over the namespaces whose *name* hashes into the shard's range
-  (the FNV-1a range of the namespace shard filter), reading the shard's own
-  ConfigBundles, a ``whole`` (cluster-wide) informer of the ClusterConfigBundles, and
-  the shard's Namespace objects (a ``by_name`` informer; shard 0 reads them all, for
-  the status), its keys filtered to its namespaces;
-- the report controller (``clusterbundle-report``, key the ClusterConfigBundle's
-  name): the failures its stamp work met that no stamp shows (a refusal, a foreign
-  ConfigBundle), in an annotation key of the shard's own on the ClusterConfigBundle
-  (:mod:`cbop.clusterbundle.report`);
-- in shard :data:`STATUS_SHARD`'s scope only, the status controller over every
-  Namespace and every stamp (a ``whole`` informer selected by the label
-  ``cbop.dev/cluster-bundle``) and the shards' reports.
+Each mapping function says which events enqueue what. They need the cluster scope: with
+``--namespace`` they do not run, and a ClusterConfigBundle reports nothing rather than
+something false. Under ``--shards`` each shard stamps the namespaces whose name hashes
+into its range and reports its own failures (:mod:`cbop.clusterbundle.report`), and the
+status is written in shard :data:`STATUS_SHARD` only (docs/cluster-bundles.md,
+"Sharding").
 """
 
 from __future__ import annotations

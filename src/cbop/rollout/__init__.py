@@ -1,18 +1,13 @@
-"""Rollout: roll opted-in workloads when the managed ConfigMaps they read change.
+"""The rollout controllers: roll opted-in workloads when the managed ConfigMaps they read change.
 
 A Deployment, StatefulSet or DaemonSet labelled ``cbop.dev/rollout: "true"`` gets the
 pod template annotation ``cbop.dev/config-hash``, a digest of the cbop-managed
-ConfigMaps its pod template references, when their content changes; a new digest
-makes the workload's own controller roll it. The label ``cbop.dev/config-baseline``
-records the content its pods run with (docs/rollout.md). Modules:
-
-- :mod:`.decision`, :mod:`.index`: pure; references, the digest, the decision, the
-  apply body; the workload informer's ConfigMap index.
-- :mod:`.reconcile`: the reconciler (one per kind), built from its parts:
-  :mod:`.references` (what a template reads), :mod:`.pins` (the revisions the apply
-  writes), :mod:`.coalesce` (changes made together, and the ConfigMap map function),
-  :mod:`.apply` (the apply and its conflicts), :mod:`.report` (Events and counts).
-- :mod:`.controller`: the controllers' definition and wiring.
+ConfigMaps it references; a new digest makes the workload's own controller roll it
+(docs/rollout.md). What to do is decided without a client (:mod:`.decision`,
+:mod:`.index`; an import-linter contract keeps them pure), the reconcilers act on it
+through the parts they hold (:mod:`.reconcile`), and
+:data:`cbop.rollout.controller.DEFINITION` registers them. This package exports what
+the command's dry run (:mod:`cbop.cli.plan`) and the tests use.
 """
 
 from cbop.rollout.coalesce import ChangeCoalescer, configmap_mapper

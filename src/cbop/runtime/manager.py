@@ -1,43 +1,17 @@
 """The runtime manager: one process lifecycle for controllers, caches, probes and leases.
 
-As controller-runtime's Manager, it owns the life of a set of controllers. Everything it
-runs is a runnable in one of four ordered groups (:mod:`cbop.runtime.runnable`): the
-HTTP servers (probes; ``/metrics`` added by ``cbop.manager``), the shared informers
-(:attr:`Manager.informers`, one informer per resource and scope for every controller;
-started at once, so a standby keeps warm caches), the others (the Event sink's close,
-:meth:`Manager.add_cleanup`), and the leadership source
-(:mod:`cbop.runtime.leadership`). They start in that order; on a stop request they
-stop in reverse, on one shutdown path, and :meth:`Manager.run` returns the exit code.
-
-Controllers run in scopes (:class:`cbop.runtime.Scope`), fenced by a lease and started
-once their own caches synced. The manager is the scope of an unsharded process (its
-controllers are built at once with :meth:`Manager.add_setup`); with sharding
-(:class:`Sharding`, ``--shards N`` with N > 1) every acquired shard gets a scope of its
-own (its own informers holding only that shard, its own client fenced by that shard's
-Lease, its own controllers named ``<name>-shard-<i>``). Either way the leadership source
-calls the same three methods, :meth:`Manager.acquired`, :meth:`Manager.release` and
-:meth:`Manager.lost`, so fencing, starting once synced, draining and losing are written
-once:
-
-- a graceful stop releases every held scope (intake stopped, queued keys dropped: the
-  successor lists everything anew; in-flight reconciles finish, bounded by
-  ``shutdown_timeout``; the Event sink flushed while the lease is still held), then the
-  lease is handed back so a successor takes over at once, and :meth:`Manager.run`
-  returns 0;
-- a lost lease, or a write finding a fence closed, stops that scope's workers at once
-  (nothing drained or released: the lease may be someone else's). Unsharded that ends
-  the process with exit code 1, so a restarted pod rejoins as a clean candidate (as
-  controller-runtime skips its graceful shutdown when the lease is lost); sharded the
-  process carries on with its other shards, and a shard whose fence reopens (a late
-  renewal, no other holder) is started anew;
-- caches that never sync (not refused: a refusal is waited out) and a failed shard
-  coordinator end the process with exit code 1.
-
-Under leader election every write goes through a fenced client
-(``KubeClient.with_fence``): a create, update, patch or delete is sent only while the
-scope's lease is held by this process's clock. Metrics come in through seams
-(:mod:`cbop.runtime.metrics`, the workqueue's ``MetricsProvider``); this package never
-imports Prometheus.
+As controller-runtime's Manager: everything it runs is a runnable in one of four ordered
+groups (:mod:`cbop.runtime.runnable`: servers, informers, others, the leadership
+source), started in that order and stopped in reverse on one shutdown path, and
+:meth:`Manager.run` returns the exit code. Controllers run in scopes
+(:class:`cbop.runtime.Scope`): the manager is the scope of an unsharded process, and
+under ``--shards`` each acquired shard gets one of its own (:class:`Sharding`); the
+leadership source (:mod:`cbop.runtime.leadership`) calls :meth:`Manager.acquired`,
+:meth:`Manager.release` and :meth:`Manager.lost` either way. A graceful stop releases
+every scope, then hands the lease back (exit 0); a lost lease stops that scope's workers
+at once and, unsharded, ends the process with exit 1 so that a restarted pod rejoins as
+a clean candidate (as controller-runtime). See docs/leader-election.md and
+docs/sharding.md.
 """
 
 from __future__ import annotations
@@ -54,7 +28,7 @@ from cbop.clock import RealClock
 from cbop.gcpolicy import FRESH_START_SECONDS, freeze_caches, freeze_startup
 from cbop.health import ProbeServer
 from cbop.informers import SharedInformerFactory
-from cbop.kube import KubeClient
+from cbop.kube import KubeInterface
 from cbop.leaderelection import NO_METRICS, LeaderElector, LeaderMetrics
 from cbop.runtime.leadership import Coordinated, Coordinator, SingleLeader, Unelected
 from cbop.runtime.metrics import ControllerMetricsProvider
@@ -143,7 +117,7 @@ class Manager(Scope):
 
     def __init__(
         self,
-        client: KubeClient,
+        client: KubeInterface,
         *,
         informers: SharedInformerFactory,
         identity: str,
@@ -221,7 +195,7 @@ class Manager(Scope):
 
     def _elector(
         self,
-        client: KubeClient,
+        client: KubeInterface,
         election: LeaderElection,
         metrics: LeaderMetrics | None,
         started: Callable[[], None],

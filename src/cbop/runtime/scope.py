@@ -1,37 +1,16 @@
 """A scope: one set of caches and controllers, fenced by one lease, with one life.
 
 As controller-runtime's ``cluster.Cluster`` plus its leader-election runnable group: a
-setup function (``cbop.configbundle.controller.setup``, ...) and the
-:class:`cbop.runtime.Builder` need a client to write with, a shared informer factory to
-read from, the metrics providers, and somewhere to add the controllers they build; a
-:class:`Scope` holds exactly that, and runs those controllers while its lease is held.
+:class:`Scope` holds what a setup function and the :class:`cbop.runtime.Builder` need (a
+client to write with, a shared informer factory, the metrics providers) and runs the
+controllers they add while its lease is held. One class serves the single leader (the
+:class:`cbop.runtime.Manager` itself) and each shard under ``--shards``, so fencing,
+starting, draining and losing are written once (:class:`ScopeState`).
 
-The same class serves every way cbop runs, so fencing, starting once synced, draining
-and losing exist once:
-
-- the single leader (and a process without leader election) is one scope covering
-  everything: the :class:`cbop.runtime.Manager` itself, whose informers start with the
-  process (a standby keeps warm caches) and outlive the scope's leadership;
-- with ``--shards`` every held shard gets a scope of its own, built when the shard is
-  acquired, whose informers hold only that shard's objects and belong to it.
-
-A scope's life (:class:`ScopeState`):
-
-- :meth:`Scope.start` (its lease acquired): start the informers it owns; then each
-  controller starts its workers as soon as **its own** informers have synced, as in
-  controller-runtime, so a controller whose list is refused (a 403, a missing CRD)
-  holds back no other: it waits, and ``/readyz`` names the refused list;
-- :meth:`Scope.stop` (a graceful hand-over): stop intake, drop the queued keys, let
-  in-flight reconciles finish (bounded), run the ``on_drained`` hook (the manager
-  flushes the Event sink there, before the lease is handed back), stop the informers it
-  owns, and only then return;
-- :meth:`Scope.lose` (the lease lost, or a write found the fence closed): stop the
-  workers at once, drop the queues, discard the informers it owns (in the
-  background); nothing is drained: the lease may be someone else's already.
-
-Controller names are unique within a scope; :attr:`Scope.name_suffix` keeps them (and
-so the workqueue ``name`` and ``controller`` metric labels) unique in the process when
-several scopes run at once (``configbundle-shard-1``).
+Why each controller starts as soon as **its own** informers synced: a controller whose
+list is refused (a 403, a missing CRD) then holds back no other. :meth:`Scope.stop`
+drains (in-flight reconciles finish, the ``on_drained`` hook flushes Events before the
+lease goes back); :meth:`Scope.lose` does not: the lease may be someone else's already.
 """
 
 from __future__ import annotations
@@ -51,7 +30,7 @@ from cbop.informers import (
     Transform,
     strip_managed_fields,
 )
-from cbop.kube import KubeClient, Resource
+from cbop.kube import KubeInterface, Resource
 from cbop.runtime.controller import Controller
 from cbop.runtime.metrics import ControllerMetricsProvider
 from cbop.shardrange import ShardRange
@@ -110,7 +89,7 @@ class Scope:
 
     def __init__(
         self,
-        client: KubeClient,
+        client: KubeInterface,
         *,
         informers: SharedInformerFactory,
         controller_metrics: ControllerMetricsProvider | None = None,
