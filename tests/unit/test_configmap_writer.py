@@ -197,6 +197,16 @@ def test_a_name_taken_is_read_fresh_only_while_remembered() -> None:
     assert s.verbs() == [("get", "app")]
 
 
+def test_the_cache_tells_whether_a_bundle_controls_configmaps_under_other_names() -> None:
+    old = written(bundle({"data": {"a": "1"}}))
+    renamed = bundle({"data": {"a": "1"}, "configMapName": "new"}, generation=2)
+    s = Setup(old)
+    assert s.writer.controls_others(renamed, "new")
+    assert not s.writer.controls_others(renamed, "app")
+    assert not Setup().writer.controls_others(renamed, "new")
+    assert s.kube.actions == []
+
+
 def test_stale_configmaps_are_deleted_on_their_uid_with_an_event() -> None:
     old = written(bundle({"data": {"a": "1"}}))
     renamed = bundle({"data": {"a": "1"}, "configMapName": "new"}, generation=2)

@@ -152,6 +152,10 @@ class TargetWriter(Releaser, Protocol):
         """
         ...
 
+    def controls_others(self, bundle: Mapping[str, Any], name: str) -> bool:
+        """Whether the cache shows an object ``bundle`` controls under a name but ``name``."""
+        ...
+
     def delete_stale(self, bundle: Mapping[str, Any], decision: Decision) -> list[str]:
         """Delete the objects ``bundle`` controls under another name; return their names."""
         ...

@@ -35,7 +35,6 @@ from cbop.configbundle.decision import Action, Decision, status_can_wait
 from cbop.configbundle.diff import configmap_diff
 from cbop.configbundle.dryrun import dry_run_account
 from cbop.configbundle.interfaces import (
-    CONTROLLER_UID_INDEX,
     Client,
     Lister,
     Observer,
@@ -129,7 +128,6 @@ class Reconciler:
         memo: DecisionMemo | None = None,
     ) -> None:
         self._bundles = bundles
-        self._configmaps = configmaps
         self._dry_run = dry_run
         self._conflict_recheck = conflict_recheck
         # Parsed specs, desired ConfigMaps and in-sync verdicts by (uid, generation) and
@@ -285,11 +283,8 @@ class Reconciler:
         known: Result | None = self._memo.noop(bundle, current, inputs)
         if known is None or current is None or not self._revisions.in_place(bundle):
             return None
-        name = current["metadata"]["name"]
-        uid = bundle["metadata"]["uid"]
-        for cm in self._configmaps.by_index(CONTROLLER_UID_INDEX, uid):
-            if cm["metadata"]["name"] != name:
-                return None
+        if self._writer.controls_others(bundle, current["metadata"]["name"]):
+            return None
         return known
 
     # -- act ------------------------------------------------------------------------

@@ -236,6 +236,18 @@ class ConfigMapWriter:
             ) from err
         return _GIVE_UP
 
+    def controls_others(self, bundle: Mapping[str, Any], name: str) -> bool:
+        """Whether the cache holds a ConfigMap ``bundle`` controls under a name but ``name``.
+
+        Such a ConfigMap (its bundle was renamed, or a relist brought it back) is one
+        :meth:`delete_stale` deletes. A cache lookup by the ``controller-uid`` index.
+        """
+        uid = bundle["metadata"]["uid"]
+        return any(
+            cm["metadata"]["name"] != name
+            for cm in self._configmaps.by_index(CONTROLLER_UID_INDEX, uid)
+        )
+
     def delete_stale(self, bundle: Mapping[str, Any], decision: Decision) -> list[str]:
         """Delete ConfigMaps this bundle controls under a name it no longer declares.
 
