@@ -49,6 +49,9 @@ class Counts:
     def configmap_write(self, operation: str) -> None:
         self.writes.append(operation)
 
+    def secret_write(self, operation: str) -> None:
+        self.writes.append(f"secret {operation}")
+
     def drift_corrected(self) -> None:
         self.drift += 1
 

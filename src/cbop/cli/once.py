@@ -95,6 +95,7 @@ def run_once(args: argparse.Namespace, client: KubeInterface) -> int:
                 "namespace": split_key(r.key)[0],
                 "bundle": split_key(r.key)[1],
                 "configMap": r.config_map,
+                **({"secret": r.secret} if r.secret else {}),
                 "action": r.action.value if r.action else None,
                 "pending": r.pending,
                 "result": _ready_word(r),
@@ -166,7 +167,7 @@ def _table(
         (
             split_key(r.key)[0] or "",
             split_key(r.key)[1],
-            r.config_map or "-",
+            r.config_map or (f"secret/{r.secret}" if r.secret else "-"),
             (r.action.value if r.action else "-") + (" (dry run)" if r.pending else ""),
             _ready_word(r),
         )

@@ -18,9 +18,9 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from cbop import defaults
-from cbop.api import MANAGED_SELECTOR, SOURCE_SELECTOR, config_map_name_of
+from cbop.api import MANAGED_SELECTOR, SOURCE_SELECTOR, config_map_name_of, target_of
 from cbop.configbundle import Reconciler, Requeue, Result
-from cbop.configbundle.digestkey import parse_key_name
+from cbop.configbundle.digestkey import DigestKey
 from cbop.configbundle.interfaces import Client, Observer
 from cbop.configbundle.secrets import SecretsScope
 from cbop.configbundle.status import is_converged
@@ -92,6 +92,8 @@ SOURCE_INDEX: Final = "source"
 #: What precedes ``namespace/name`` of a Secret source in :data:`SOURCE_INDEX` (as in
 #: ``status.keySources``): a ConfigMap and a Secret of one name are two sources.
 SECRET_SOURCE_PREFIX: Final = "secret:"
+#: Index of the ConfigBundle cache: ``namespace/name`` of the Secret a bundle keeps.
+SECRET_NAME_INDEX: Final = "secret-name"
 
 
 def index_by_source(bundle: Mapping[str, Any]) -> list[str]:
@@ -154,11 +156,28 @@ def index_by_configmap_name(bundle: Mapping[str, Any]) -> list[str]:
     return [key_of(bundle.get("metadata", {}).get("namespace"), name)]
 
 
-def bundles_naming(bundles: MultiNamespaceLister) -> Callable[[Mapping[str, Any]], list[str]]:
+def index_by_secret_name(bundle: Mapping[str, Any]) -> list[str]:
+    """Index function of the ConfigBundle cache: the key of the Secret ``bundle`` keeps.
+
+    Returns:
+        ``["namespace/name"]`` of a Secret target (``spec.target.name``, else the
+        bundle's name), or ``[]`` for a ConfigMap target or an invalid name.
+    """
+    target = target_of(bundle)
+    if target is None or not target.is_secret:
+        return []
+    return [key_of(bundle.get("metadata", {}).get("namespace"), target.name)]
+
+
+def bundles_naming(
+    bundles: MultiNamespaceLister, index: str = CONFIGMAP_NAME_INDEX
+) -> Callable[[Mapping[str, Any]], list[str]]:
     """Return the map function: a managed ConfigMap -> the bundles that keep its name.
 
     Args:
         bundles: the ConfigBundle lister, with the :data:`CONFIGMAP_NAME_INDEX` index.
+        index: :data:`SECRET_NAME_INDEX` for managed Secrets: the bundles that keep the
+            Secret's name.
 
     Returns:
         ``fn(configmap) -> ["namespace/name", ...]``, sorted. A ConfigMap cbop manages
@@ -171,7 +190,7 @@ def bundles_naming(bundles: MultiNamespaceLister) -> Callable[[Mapping[str, Any]
     def map_configmap(configmap: Mapping[str, Any]) -> list[str]:
         meta = configmap.get("metadata") or {}
         value = key_of(meta.get("namespace"), str(meta.get("name", "")))
-        return sorted(object_key(b) for b in bundles.by_index(CONFIGMAP_NAME_INDEX, value))
+        return sorted(object_key(b) for b in bundles.by_index(index, value))
 
     return map_configmap
 
@@ -179,6 +198,7 @@ def bundles_naming(bundles: MultiNamespaceLister) -> Callable[[Mapping[str, Any]
 #: The indexes of the ConfigBundle cache the controller reads.
 _BUNDLE_INDEXERS: Final[dict[str, IndexFunc]] = {
     CONFIGMAP_NAME_INDEX: index_by_configmap_name,
+    SECRET_NAME_INDEX: index_by_secret_name,
     SOURCE_INDEX: index_by_source,
 }
 
@@ -214,7 +234,7 @@ def new_reconciler(
             Secrets on, the Secret informers are requested too.
     """
     scope = secrets or SecretsScope()
-    secret_informers(informers, scope)
+    targets, sources = secret_informers(informers, scope)
     return Reconciler(
         client=client,
         bundles=informers.lister(CONFIGBUNDLES, indexers=_BUNDLE_INDEXERS),
@@ -236,27 +256,38 @@ def new_reconciler(
         rollout=rollout,
         revision_grace=revision_grace,
         secrets=scope,
+        secret_targets=targets,
+        secret_sources=sources,
+        digest_key=DigestKey(client, *scope.digest_key, dry_run=dry_run)
+        if targets is not None
+        else None,
     )
 
 
-def secret_informers(informers: SharedInformerFactory, scope: SecretsScope) -> None:
-    """Request the two Secret informers from ``informers`` while Secrets are on.
+def secret_informers(
+    informers: SharedInformerFactory, scope: SecretsScope
+) -> tuple[MultiNamespaceLister | None, MultiNamespaceLister | None]:
+    """Return listers of the two Secret informers of ``informers`` while Secrets are on.
 
-    The targets (label ``app.kubernetes.io/managed-by=cbop``) and the sources (label
-    ``cbop.dev/source=true``, never shard-filtered), each selected on the API server,
-    in the namespaces of :meth:`SecretsScope.informer_namespaces`: an unlabelled Secret
-    is never sent to cbop. Nothing with Secrets off.
+    The targets (label ``app.kubernetes.io/managed-by=cbop``, with the
+    ``controller-uid`` index) and the sources (label ``cbop.dev/source=true``, never
+    shard-filtered), each selected on the API server, in the namespaces of
+    :meth:`SecretsScope.informer_namespaces`: an unlabelled Secret is never sent to
+    cbop. ``(None, None)`` with Secrets off: no Secret informer at all.
     """
     namespaces = scope.informer_namespaces(informers.scopes)
     if not namespaces:
-        return
-    informers.lister(
+        return None, None
+    targets = informers.lister(
         SECRETS,
         label_selector=MANAGED_SELECTOR,
         indexers={CONTROLLER_UID_INDEX: index_by_controller_uid},
         namespaces=namespaces,
     )
-    informers.lister(SECRETS, label_selector=SOURCE_SELECTOR, whole=True, namespaces=namespaces)
+    sources = informers.lister(
+        SECRETS, label_selector=SOURCE_SELECTOR, whole=True, namespaces=namespaces
+    )
+    return targets, sources
 
 
 def setup(
@@ -312,6 +343,26 @@ def setup(
         .watches(CONFIGMAPS, bundles_of_legacy_pins(configmaps), label_selector=MANAGED_SELECTOR)
         .watches(CONFIGMAPS, bundles_reading(bundles), label_selector=SOURCE_SELECTOR, whole=True)
     )
+    # With Secrets on: the targets (their owner, and bundles waiting on a name) and the
+    # sources, in the namespaces served; the controller waits for both caches.
+    served = (secrets or SecretsScope()).informer_namespaces(manager.informers.scopes)
+    if served:
+        builder = (
+            builder.owns(SECRETS, label_selector=MANAGED_SELECTOR, namespaces=served)
+            .watches(
+                SECRETS,
+                bundles_naming(bundles, SECRET_NAME_INDEX),
+                label_selector=MANAGED_SELECTOR,
+                namespaces=served,
+            )
+            .watches(
+                SECRETS,
+                bundles_reading(bundles, SECRET_SOURCE_PREFIX),
+                label_selector=SOURCE_SELECTOR,
+                whole=True,
+                namespaces=served,
+            )
+        )
     # The history's caches wake bundles, but the controller does not wait for them:
     # without RBAC on pods or the apps group, bundles are still reconciled (nothing past
     # keep is deleted, Pinned says Unknown) and /readyz names the refused list.
@@ -373,7 +424,6 @@ def install(context: Context) -> SetupFunc:
         ValueError: ``--secrets-digest-key`` is not ``NAMESPACE/NAME``.
     """
     secrets = SecretsScope.from_settings(context.settings)
-    parse_key_name(str(context.settings.get("secrets_digest_key", defaults.SECRETS_DIGEST_KEY)))
     observer = ConfigMapWriteMetrics(context.registry)
     context.registry.register(BundleReadinessCollector(lambda: context.cached(CONFIGBUNDLES)))
     context.registry.register(

@@ -51,6 +51,7 @@ class _Watch:
     whole: bool = False
     by_name: bool = False
     cache: bool = True
+    namespaces: tuple[str | None, ...] | None = None
 
 
 @dataclass
@@ -127,12 +128,14 @@ class Builder:
         *,
         label_selector: str | None = None,
         predicates: Sequence[Predicate] = (),
+        namespaces: Sequence[str | None] | None = None,
     ) -> Builder:
         """Watch dependents of ``resource``, mapped to their controller owner's key.
 
         Each event enqueues the key of the object's controller owner when that owner is
         of the :meth:`for_` kind (group and kind compared, version ignored), unless
-        ``predicates`` refuse it.
+        ``predicates`` refuse it. ``namespaces``: the informers' namespaces, when not the
+        scope's (see :meth:`cbop.informers.SharedInformerFactory.informers_for`).
 
         Raises:
             ValueError: :meth:`for_` was not called first.
@@ -142,7 +145,13 @@ class Builder:
             raise ValueError(f"controller {self._name}: owns needs for_ first")
         mapper = enqueue_controller_owner(owner.group, owner.kind)
         self._options.watches.append(
-            _Watch(resource, mapper, label_selector, predicates=tuple(predicates))
+            _Watch(
+                resource,
+                mapper,
+                label_selector,
+                predicates=tuple(predicates),
+                namespaces=None if namespaces is None else tuple(namespaces),
+            )
         )
         return self
 
@@ -156,13 +165,15 @@ class Builder:
         whole: bool = False,
         by_name: bool = False,
         cache: bool = True,
+        namespaces: Sequence[str | None] | None = None,
     ) -> Builder:
         """Watch ``resource``: each event ``predicates`` pass enqueues ``map_func``'s keys.
 
         In a shard's scope, ``whole``: the whole collection, not the shard's;
         ``by_name``: the objects whose own name hashes into the shard (its Namespaces).
         ``cache=False``: the controller starts without waiting for this informer to
-        sync (see :meth:`cbop.runtime.Controller.watch`).
+        sync (see :meth:`cbop.runtime.Controller.watch`). ``namespaces``: as for
+        :meth:`owns`.
         """
         self._options.watches.append(
             _Watch(
@@ -173,6 +184,7 @@ class Builder:
                 whole=whole,
                 by_name=by_name,
                 cache=cache,
+                namespaces=None if namespaces is None else tuple(namespaces),
             )
         )
         return self
@@ -244,6 +256,7 @@ class Builder:
                 label_selector=watch.label_selector,
                 whole=watch.whole,
                 by_name=watch.by_name,
+                namespaces=watch.namespaces,
             )
             for informer in informers.values():
                 controller.watch(
