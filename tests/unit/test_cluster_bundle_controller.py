@@ -22,8 +22,8 @@ from cbop.clusterbundle.controller import (
 from cbop.clusterbundle.decision import Failure
 from cbop.informers import SharedInformerFactory
 from cbop.kube import CLUSTERCONFIGBUNDLES, EVENTS, NAMESPACES
-from cbop.runtime import Scope
-from cbop.runtime.definition import Context
+from cbop.runtime import EVERYTHING, Controller, Scope, ScopeSpec
+from cbop.runtime.definition import Context, FlagValues, Setup
 from cbop.runtime.events import EventRecorder
 from cbop.shardrange import ShardRange
 from cbop_testing.fakekube import CacheLister, FakeKube, FakeRecorder
@@ -51,7 +51,20 @@ def namespaces(*names: str) -> CacheLister:
 def scope(namespaces: tuple[str, ...] = (), shard: ShardRange | None = None) -> Scope:
     kube = FakeKube()  # nothing is started: it is never called
     factory = SharedInformerFactory(kube, namespaces=namespaces, shard=shard)
-    return Scope(kube, informers=factory, shard=shard)
+    spec = EVERYTHING if shard is None else ScopeSpec.of_shard(shard)
+    return Scope(kube, informers=factory, spec=spec)
+
+
+def installed() -> Setup:
+    """The controller installed in a process, with its default settings."""
+    context = Context(
+        workers=2,
+        priority_queue=True,
+        recorder=FakeRecorder(),
+        registry=CollectorRegistry(),
+        cached=lambda resource: [],
+    )
+    return DEFINITION.configure(FlagValues()).install(context)
 
 
 def test_it_runs_only_with_the_cluster_scope() -> None:
@@ -61,19 +74,11 @@ def test_it_runs_only_with_the_cluster_scope() -> None:
 
 
 def test_where_it_cannot_run_it_adds_nothing_and_says_so_once() -> None:
-    context = Context(
-        settings={},
-        workers=2,
-        priority_queue=True,
-        recorder=FakeRecorder(),
-        registry=CollectorRegistry(),
-        cached=lambda resource: [],
-    )
-    setup = DEFINITION.install(context)
+    setup = installed()
     scoped = scope(("a",))
     with structlog.testing.capture_logs() as logs:
-        assert setup(scoped) is None
-        assert setup(scope(("b",))) is None
+        setup.set_up(scoped)
+        setup.set_up(scope(("b",)))
     assert scoped.controllers == {}
     assert scoped.informers.informers == []
     said = [e for e in logs if "cluster scope" in e["event"]]
@@ -81,18 +86,13 @@ def test_where_it_cannot_run_it_adds_nothing_and_says_so_once() -> None:
 
 
 def test_with_the_cluster_scope_it_adds_two_controllers_on_three_kinds() -> None:
-    context = Context(
-        settings={},
-        workers=2,
-        priority_queue=True,
-        recorder=FakeRecorder(),
-        registry=CollectorRegistry(),
-        cached=lambda resource: [],
-    )
+    setup = installed()
     cluster = scope()
-    added = DEFINITION.install(context)(cluster)
+    assert setup.once is not None
+    status = setup.once(cluster)
+    assert isinstance(status, Controller)
+    added = setup.each_scope(cluster)
     assert isinstance(added, ClusterBundleControllers)
-    assert added.status is not None
     assert added.report is None
     assert set(cluster.controllers) == {"clusterbundle", "clusterbundle-status"}
     assert DEFINITION.controllers == len(cluster.controllers)
@@ -102,9 +102,9 @@ def test_with_the_cluster_scope_it_adds_two_controllers_on_three_kinds() -> None
     assert watched == {"clusterconfigbundles/*", "namespaces/*", "configbundles/*"}
     # A refusal recorded by the stamp work wakes the status controller.
     added.outcomes.record("ca", "kube-system", None)
-    assert len(added.status.queue) == 0
+    assert len(status.queue) == 0
     added.outcomes.record("ca", "kube-system", Failure("kube-system", "Refused", "no"))
-    assert len(added.status.queue) == 1
+    assert len(status.queue) == 1
 
 
 #: A ClusterConfigBundle name past the 63 characters of a label value.

@@ -19,8 +19,11 @@ After controller-runtime, in small pieces:
 - :mod:`.scope`: :class:`Scope`: caches, a fenced client and controllers with one life
   (started once each controller's caches synced, drained on release, stopped at once
   when lost), as controller-runtime's ``cluster.Cluster`` and leader-election group;
+  :class:`ScopeSpec`: what a scope serves; :class:`Reads`: what a controller reads of a
+  resource in it;
 - :mod:`.runnable`: runnables in ordered groups (servers, caches, others, leadership);
-  :mod:`.leadership`: where scopes come from (no election, the single leader, shards);
+  :mod:`.leadership`: where scope specs come from (no election, the single leader,
+  shards);
 - :mod:`.manager`: :class:`Manager`: the process: its groups, its scopes, one shutdown
   path and the exit code;
 - :mod:`.metrics`: the controller's metrics seam (no Prometheus here).
@@ -38,7 +41,8 @@ from cbop.runtime.handlers import (
     enqueue_controller_owner,
     enqueue_object,
 )
-from cbop.runtime.manager import Coordinator, LeaderElection, Manager, Sharding
+from cbop.runtime.leadership import Coordinator, LeaderElection, Sharding
+from cbop.runtime.manager import Manager
 from cbop.runtime.metrics import (
     ControllerMetrics,
     ControllerMetricsProvider,
@@ -54,11 +58,12 @@ from cbop.runtime.reconcile import (
     reconcile_context,
 )
 from cbop.runtime.runnable import Hooks, Runnable, RunnableGroup
-from cbop.runtime.scope import Scope, ScopeState
+from cbop.runtime.scope import EVERYTHING, Reads, Scope, ScopeSpec, ScopeState
 
 __all__ = [
     "DEFAULT_WEDGED_AFTER",
     "DEFAULT_WORKERS",
+    "EVERYTHING",
     "Builder",
     "Controller",
     "ControllerMetrics",
@@ -72,12 +77,14 @@ __all__ = [
     "MapFunc",
     "NoopControllerMetrics",
     "OwnWrites",
+    "Reads",
     "Reconciler",
     "Requeue",
     "Result",
     "Runnable",
     "RunnableGroup",
     "Scope",
+    "ScopeSpec",
     "ScopeState",
     "Sharding",
     "TerminalError",
