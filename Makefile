@@ -98,11 +98,14 @@ dev-cluster: venv binaries $(if $(WITH_NODE),image node-binaries) ## this checko
 dev-cluster-down: venv ## stop this checkout's control plane
 	@$(ENVTEST) stop
 
-lint: venv ## ruff format check, ruff, mypy strict, import-linter, hadolint
+# hack/modsize.py: at most 400 code lines per module (docstrings, comments and blank
+# lines not counted) in src, testing, bench and hack.
+lint: venv ## ruff format check, ruff, mypy strict, import-linter, module size, hadolint
 	$(VENV)/bin/ruff format --check src testing tests bench hack
 	$(VENV)/bin/ruff check src testing tests bench hack
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	$(PY) hack/modsize.py check
 	$(VENV)/bin/hadolint --config .hadolint.yaml Dockerfile
 
 # The CRDs of manifests/crd/ and charts/cbop/crds/ are written from hack/crds/.

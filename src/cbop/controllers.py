@@ -2,8 +2,10 @@
 
 The command line (its flags), the process (which controllers it installs and sets up
 in every scope), the connection pool's size and the RBAC check all read
-:data:`CONTROLLERS`; nothing else in ``cbop.cli`` or ``cbop.manager`` names a
-controller. See docs/writing-a-controller.md.
+:data:`CONTROLLERS`, so running a new controller touches neither ``cbop.cli`` nor
+``cbop.manager``. Only the one-shot modes of the command name controllers:
+``cbop --once`` runs the ConfigBundle reconciler (:mod:`cbop.cli.once`) and its dry
+run plans the rollouts (:mod:`cbop.cli.plan`). See docs/writing-a-controller.md.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from cbop import defaults
 from cbop.controllers import CONTROLLERS
 from cbop.health import parse_bind_address
 from cbop.informers import SharedInformerFactory
-from cbop.kube import KubeClient, Resource
+from cbop.kube import KubeInterface, Resource
 from cbop.metrics.controller import (
     EventSinkCollector,
     InformerConnectedCollector,
@@ -189,7 +189,7 @@ class Manager(RuntimeManager):
 
     def __init__(
         self,
-        client: KubeClient,
+        client: KubeInterface,
         options: Options,
         *,
         registry: CollectorRegistry | None = None,
@@ -282,7 +282,7 @@ class Manager(RuntimeManager):
             with _bind_errors("--health-probe-bind-address", options.health_probe_bind_address):
                 self.bind_probes(probe_address)
 
-    def _informer_factory(self, client: KubeClient, shard: ShardRange) -> SharedInformerFactory:
+    def _informer_factory(self, client: KubeInterface, shard: ShardRange) -> SharedInformerFactory:
         """Return an informer factory of the options' namespaces, holding ``shard`` only."""
         opts = self.options
         return SharedInformerFactory(
@@ -293,7 +293,7 @@ class Manager(RuntimeManager):
             shard=shard,
         )
 
-    def _sharding(self, client: KubeClient, election: LeaderElection) -> Sharding:
+    def _sharding(self, client: KubeInterface, election: LeaderElection) -> Sharding:
         """Return the sharding of ``--shards``: per-shard informers and the coordinator."""
         opts = self.options
         metrics = PrometheusShardMetrics(self.registry, shards=opts.shards)

@@ -30,7 +30,7 @@ from cbop.configbundle import Result
 from cbop.configbundle import controller as configbundle
 from cbop.informers import SharedInformerFactory
 from cbop.keys import split_key
-from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, ConnectionFailed, KubeClient
+from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, ConnectionFailed, KubeInterface
 from cbop.rollout.controller import RolloutSettings
 from cbop.runtime.definition import FlagValues
 from cbop.runtime.events import EventRecorder
@@ -52,7 +52,7 @@ def _ready_word(result: Result) -> str:
     return "-"
 
 
-def run_once(args: argparse.Namespace, client: KubeClient) -> int:
+def run_once(args: argparse.Namespace, client: KubeInterface) -> int:
     """Reconcile every bundle in scope once; print results; return the exit code.
 
     Returns:
@@ -123,7 +123,7 @@ def exit_code(results: Sequence[Result]) -> int:
 
 
 def _plan(
-    args: argparse.Namespace, client: KubeClient, results: Sequence[Result], configmaps: Lister
+    args: argparse.Namespace, client: KubeInterface, results: Sequence[Result], configmaps: Lister
 ) -> dict[str, Plan]:
     """Return the rollout plan of a dry run's ``results`` (see :mod:`cbop.cli.plan`).
 

@@ -1,40 +1,25 @@
 """The ClusterConfigBundle controllers: their caches, key mappings and definition.
 
-The package adds two controllers to a scope, on the same informers:
+The package adds two controllers to a scope, on shared informers (the
+ClusterConfigBundles and Namespaces cluster-wide, and every ConfigBundle through the
+very informer the ConfigBundle controller reads, indexed by the label
+``cbop.dev/cluster-bundle``):
 
-- **the stamp controller** (``clusterbundle``, ``--workers`` workers), key
-  ``<namespace>/<name>``: the stamp's own key, so its workers stamp many namespaces at
-  once (:class:`cbop.clusterbundle.reconcile.StampReconciler`). A ConfigBundle event
-  enqueues its own key when its name is a ClusterConfigBundle's (``for_``); a
-  Namespace event enqueues that namespace's key of every ClusterConfigBundle; a
-  ClusterConfigBundle event (add, delete, generation changed: its status writes
-  enqueue nothing) enqueues its key in every namespace, and those of the rivals keeping
-  a ConfigMap of the same name (the older wins, so one leaving hands the namespaces on);
-- **the status controller** (``clusterbundle-status``, one worker), key the
-  ClusterConfigBundle's name (:class:`cbop.clusterbundle.reconcile.StatusReconciler`):
-  a ClusterConfigBundle event (generation changed) enqueues its name; a Namespace
-  event every name; a ConfigBundle event the name its label names, or, unlabelled, the
-  one it is named after (a conflicting bundle deleted is a conflict resolved); a
-  refusal met, or cleared, by the stamp work (:class:`Outcomes`) enqueues its name.
+- the stamp controller (``clusterbundle``, ``--workers`` workers), keyed by the stamp's
+  own ``<namespace>/<name>``, so that its workers stamp many namespaces at once and a
+  Namespace event enqueues only that namespace's keys;
+- the status controller (``clusterbundle-status``, one worker), keyed by the
+  ClusterConfigBundle's name, woken by every cache and by the refusals the stamp work
+  meets (:class:`Outcomes`).
 
-Their caches: ClusterConfigBundles and Namespaces (both cluster-wide), and every
-ConfigBundle through the very informer the ConfigBundle controller reads (same
-resource, scope and selector: the shared factory hands out one), with the
-:data:`cbop.clusterbundle.reconcile.CLUSTER_BUNDLE_INDEX` index from the label
-``cbop.dev/cluster-bundle`` to the stamps.
-
-They need the cluster scope: with ``--namespace`` they do not run (said once at start),
-and a ClusterConfigBundle then reports nothing rather than something false.
-
-Where they run (docs/cluster-bundles.md, Sharding): the stamp controller in every
-scope, over the namespaces whose *name* hashes into the scope's range (its Namespace
-reads are declared shard-local by name); the status controller once per group
-(:attr:`cbop.runtime.definition.Setup.once`), over cluster-wide caches. Where one scope
-serves every namespace the status reads that scope's :class:`Outcomes`; otherwise each
-scope's report controller (``clusterbundle-report``, key the ClusterConfigBundle's
-name) writes its failures into an annotation key of its own on the ClusterConfigBundle
-(:mod:`cbop.clusterbundle.report`), and the status reads those and every stamp (a
-label-selected cluster-wide informer).
+Each mapping function says which events enqueue what. They need the cluster scope: with
+``--namespace`` they do not run, and a ClusterConfigBundle reports nothing rather than
+something false. The stamp controller runs in every scope, over the namespaces whose
+name hashes into its range; the status controller once per group
+(:attr:`cbop.runtime.definition.Setup.once`). Where one scope serves every namespace
+the status reads its :class:`Outcomes`; otherwise each scope reports its own failures
+(:mod:`cbop.clusterbundle.report`) and the status reads the reports
+(docs/cluster-bundles.md, "Sharding").
 """
 
 from __future__ import annotations

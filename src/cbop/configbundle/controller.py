@@ -1,32 +1,13 @@
 """The ConfigBundle controller: what is specific to ConfigBundles, on the generic runtime.
 
-It owns three decisions and nothing else:
-
-- **its caches**: ConfigBundles, and only the ConfigMaps cbop manages (label
-  ``app.kubernetes.io/managed-by=cbop``, filtered by the API server), the latter with
-  the :data:`cbop.keys.CONTROLLER_UID_INDEX` index the reconciler finds a bundle's
-  ConfigMaps by (:func:`new_reconciler`); and the source ConfigMaps (label
-  ``cbop.dev/source=true``, filtered by the API server), in every namespace in scope
-  and never shard-filtered, since a bundle of any shard may read a source of any
-  namespace (docs/sources.md);
-- **its key mapping**: a ConfigBundle event enqueues the bundle's key, a managed
-  ConfigMap event the key of its controller owner when that is a ConfigBundle
-  (``for_`` / ``owns`` in :func:`setup`) and the keys of the bundles that keep a
-  ConfigMap of that name (:func:`bundles_naming`, through the
-  :data:`cbop.keys.CONFIGMAP_NAME_INDEX` index), so a bundle waiting on a name held by
-  another bundle's ConfigMap is retried as soon as that ConfigMap is deleted or
-  released; a source ConfigMap event (created, changed, deleted, labelled or
-  unlabelled) the keys of the bundles that read it (:func:`bundles_reading`, through
-  the :data:`SOURCE_INDEX` index: no GET, also for sources that do not exist yet);
-  a revision's event the bundles its owner references name
-  (:func:`cbop.revisions.caches.revision_owners`); an event of a pinned ReplicaSet,
-  ControllerRevision or pod, or of an opted-in workload's template, the bundles whose
-  ConfigMaps or revisions it names (:mod:`cbop.revisions.caches`: collection and the
-  ``Pinned`` condition); and after a restart the listed bundles that are not converged
-  (:func:`cbop.configbundle.status.is_converged`) go ahead of those that are;
-- **its reconciler**: :class:`cbop.configbundle.Reconciler`, built with the manager's
-  (fenced) client and the shared listers.
-
+It owns the controller's caches, key mapping and reconciler. Caches: the ConfigBundles;
+the ConfigMaps cbop manages and the source ConfigMaps, each selected by its label on the
+API server (sources in every namespace in scope and never shard-filtered: a bundle of
+any shard may read a source of any namespace); and what revisions need
+(:mod:`cbop.revisions.caches`). Each mapping function (:func:`bundles_naming`,
+:func:`bundles_reading`, ...) says which bundles an event of its kind concerns, through
+an index, without a GET; after a restart the bundles that are not converged go first.
+The reconciler is :class:`cbop.configbundle.Reconciler` with the scope's fenced client.
 ``cbop --once`` uses :func:`new_reconciler` and :func:`reconcile_all` without a manager.
 """
 

@@ -1,37 +1,20 @@
 """The reconcile act layer's entry point: read from the caches, decide, act, log the outcome.
 
-This module owns :class:`Reconciler`, which the ConfigBundle controller
-(:mod:`cbop.configbundle.controller`) and ``cbop --once`` call with one key at a time.
-Its seams (listers, client, metrics hooks) and :class:`Result` are in
-:mod:`cbop.configbundle.interfaces`; the dry-run account in :mod:`cbop.configbundle.dryrun`.
-What it performs is in the modules it is built on: the ConfigMap writes and their
-recovery in :mod:`cbop.configbundle.writes`, the finalizer and the Orphan release in
-:mod:`cbop.configbundle.release`, status, Events and refusals in
-:mod:`cbop.configbundle.report`.
+This module owns :class:`Reconciler`, which the ConfigBundle controller and
+``cbop --once`` call with one ``namespace/name`` key at a time. It reads the bundle and
+its ConfigMap from the caches, asks the pure :func:`cbop.configbundle.decision.decide`,
+performs it through the modules it is built on (the ConfigMap writes:
+:mod:`cbop.configbundle.writes`; the finalizer and the Orphan release:
+:mod:`cbop.configbundle.release`; status, Events and refusals:
+:mod:`cbop.configbundle.report`), and writes the status only when it changes. Its seams
+and :class:`Result` are in :mod:`cbop.configbundle.interfaces`.
 
-:class:`Reconciler` turns one ``namespace/name`` key into at most a handful of API
-writes. It reads the bundle and its ConfigMap from the informer caches (listers), asks
-the pure :func:`cbop.configbundle.decision.decide` what to do, performs it, and writes the
-bundle's status only when its content changes. It never mutates cached objects.
-
-Error policy (what the controller does with the outcome), as sample-controller's
-syncHandler:
-
-- the bundle is gone from the cache -> nothing (the garbage collector handles the
-  ConfigMap through its owner reference);
-- invalid spec, ConfigMap too large, or the API refusing the ConfigMap write in a way
-  no retry can fix (422 Invalid, 413 Request Entity Too Large, 400, 415) -> status
-  says so, no requeue: only a spec change (a new watch event) can fix it;
-- name taken by a ConfigMap cbop does not own -> status says so, and a recheck after
-  ``conflict_recheck`` seconds (cbop does not watch ConfigMaps it does not manage, so
-  it cannot hear of such a blocker's deletion otherwise; a blocker that is another
-  bundle's managed ConfigMap wakes the bundle as soon as it is deleted or released,
-  through the controller's key mapping);
-- 409 Conflict (lost an optimistic-concurrency race) -> :class:`Requeue`: a quiet,
-  rate-limited retry from fresh cache state;
-- AlreadyExists on create (stale cache) -> a fresh GET, then decide again;
-- anything else -> status ``ReconcileError`` and the error is re-raised for a
-  rate-limited retry.
+The error policy, as sample-controller's syncHandler: a refusal no retry can fix (an
+invalid spec, a ConfigMap too large, 422, 413, 400, 415) is reported in the status and
+not requeued; a lost race is a quiet :class:`Requeue`; anything else is reported as
+``ReconcileError`` and retried rate-limited. A name taken by a ConfigMap cbop does not
+manage is rechecked after ``conflict_recheck`` seconds, because cbop does not watch
+such ConfigMaps and cannot hear of their deletion.
 """
 
 from __future__ import annotations

@@ -24,7 +24,6 @@ from cbop.clock import Clock
 from cbop.informers.indexfuncs import IndexFunc
 from cbop.informers.informer import (
     DEFAULT_RESYNC_PERIOD,
-    ListWatchClient,
     SharedInformer,
     Transform,
     strip_managed_fields,
@@ -32,7 +31,7 @@ from cbop.informers.informer import (
 )
 from cbop.informers.listers import MultiNamespaceLister
 from cbop.informers.problems import ListWatchProblem
-from cbop.kube import Resource
+from cbop.kube import KubeInterface, Resource
 from cbop.shardrange import ShardRange
 
 __all__ = ["InformerKey", "SharedInformerFactory"]
@@ -46,7 +45,9 @@ class SharedInformerFactory:
     """Hands out shared informers and runs them.
 
     Args:
-        client: the API client the informers list and watch with.
+        client: the API client the informers list and watch with (as client-go's
+            factory takes ``kubernetes.Interface``; each informer uses its ``list`` and
+            ``watch`` only).
         namespaces: the namespaces in scope; empty or None means all namespaces (one
             cluster-wide informer per resource).
         resync_period: every informer's resync period in seconds (0 disables).
@@ -63,7 +64,7 @@ class SharedInformerFactory:
 
     def __init__(
         self,
-        client: ListWatchClient,
+        client: KubeInterface,
         *,
         namespaces: Sequence[str] | None = None,
         resync_period: float = DEFAULT_RESYNC_PERIOD,

@@ -1,24 +1,12 @@
 """The rollout controllers: one per workload kind, on the generic runtime (docs/rollout.md).
 
 For each of Deployments, StatefulSets and DaemonSets, :func:`setup` adds a controller
-named ``rollout-<kind>`` (``rollout-deployment``, ...) that owns three decisions:
-
-- **its caches**: the workloads of that kind labelled ``cbop.dev/rollout=true``
-  (filtered by the API server, so cbop caches only opted-in workloads), with the
-  :data:`cbop.rollout.CONFIGMAP_INDEX` index from referenced ConfigMap to workload; and
-  the managed ConfigMaps, read through the very informer the ConfigBundle controller
-  uses (same resource, scope and selector: the shared factory hands out one informer);
-- **its key mapping**: a workload event that changes its generation or labels
-  (:data:`WORKLOAD_CHANGED`) enqueues the workload's key (``for_``), a managed
-  ConfigMap event the keys of the workloads of that kind whose pod template
-  references it (``watches`` with :func:`cbop.rollout.configmap_mapper`, which also
-  feeds the controller's :class:`cbop.rollout.ChangeCoalescer`);
-- **its reconciler**: :class:`cbop.rollout.RolloutReconciler`, writing with the
-  manager's (fenced) client.
-
-The same apply that rolls a workload writes the revisions its template reads
-(:mod:`cbop.revisions.template`); nothing else of the workload's history is written.
-
+named ``rollout-<kind>`` with its caches (the workloads labelled
+``cbop.dev/rollout=true``, filtered by the API server so that only opted-in workloads
+are cached, indexed by the ConfigMaps they reference; and the managed ConfigMaps,
+through the very informer the ConfigBundle controller reads), its key mapping (a
+workload's generation or labels changed: its key; a managed ConfigMap changed: the keys
+of the workloads that read it) and its :class:`cbop.rollout.RolloutReconciler`.
 ``cbop --once`` does not run these controllers.
 """
 

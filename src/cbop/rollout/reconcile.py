@@ -1,49 +1,23 @@
 """The rollout act layer: read the caches, decide, apply the annotation, report.
 
-:class:`RolloutReconciler` reconciles the workloads of one kind (Deployments,
-StatefulSets or DaemonSets; one reconciler, and so one controller, per kind) by their
-``namespace/name`` key. It reads the workload and the ConfigMaps it references from
-informer caches (listers), asks the pure :func:`cbop.rollout.decision.decide` what to do,
-and writes at most one server-side apply under its own field manager: the workload
-label ``cbop.dev/config-baseline`` alone when it first sees the workload (nothing
-rolls), or that label and the pod template annotation ``cbop.dev/config-hash`` when
-the content its pods read has changed since the baseline. A new annotation value is
-what makes the workload's own controller roll it; content equal to the baseline means
-no request at all, whatever the template annotation says (``kubectl rollout undo``
-brings back an old one). With revisions, the same apply writes the revisions the
-template reads, and a template that reads them by name is rolled once at unchanged
-content (:mod:`cbop.revisions.template`).
+:class:`RolloutReconciler` reconciles the workloads of one kind by their key: it reads
+the workload and the ConfigMaps it references (:mod:`cbop.rollout.references`), asks the pure
+:func:`cbop.rollout.decision.decide`, and writes at most one server-side apply under its
+own field manager (the baseline label, and, to roll, the pod template annotation
+``cbop.dev/config-hash``; with revisions, the revisions the template reads:
+:mod:`cbop.revisions.template`). docs/rollout.md says when a workload rolls. What the
+decision does not say:
 
-Coalescing: the ConfigMap watch's map function (:func:`configmap_mapper`) tells a
-:class:`ChangeCoalescer` when a ConfigMap a workload reads has changed. While changes
-are that fresh, a reconcile that would apply returns ``requeue_after`` instead (the
-controller's delayed add), so ConfigMaps changed together (two bundles applied at once,
-a ConfigMap deleted and recreated) give one write with the final digest, or none.
-
-Error policy, as sample-controller's syncHandler:
-
-- workload gone from the cache (deleted, or its ``cbop.dev/rollout`` label removed) ->
-  nothing;
-- 409 on the apply (without force: another field manager owns the annotation or the
-  label with another value) -> a fresh GET for the workload's ``managedFields``; when
-  every other owner wrote the keys with a plain update (``kubectl rollout undo``,
-  ``kubectl edit``, a script) and no client-side apply keeps them in its manifest, the
-  apply is sent again with force, which takes those two keys and nothing else
-  (:func:`cbop.rollout.decision.may_take_back`); otherwise a Warning Event naming the
-  conflict, and :class:`cbop.runtime.TerminalError`: no retry until the workload's
-  spec or the digest changes (cbop does not fight a GitOps tool whose manifest holds
-  the key);
-- 404 (deleted meanwhile) -> nothing;
-- anything else -> re-raised for a rate-limited retry.
-
-Own writes: the watch event of an apply reaches the cache some time after the apply's
-response. A reconcile in between (the key was queued again by an earlier event, say the
-workload controller's status update) would find the old annotation and apply the same
-digest again. So the reconciler remembers, per key, the resourceVersion its apply
-returned and the digest it wrote, and while the cached workload is older than that
-(resourceVersions are ordered since Kubernetes 1.35, KEP-5504) and the digest is the
-same, it writes nothing: the cache update on its way queues the key again. This is
-client-go's controller expectations idea, keyed by resourceVersion instead of counts.
+* ConfigMaps changed together give one write: :func:`configmap_mapper` tells a
+  :class:`ChangeCoalescer` of each change, and while changes are that fresh an apply is
+  deferred (``requeue_after``);
+* a 409 on the apply takes the two keys back with force only from plain updates
+  (``kubectl rollout undo``, ``kubectl edit``:
+  :func:`cbop.rollout.decision.may_take_back`); from a manifest that holds them, a
+  Warning Event and a :class:`cbop.runtime.TerminalError`: cbop does not fight a
+  GitOps tool;
+* until the cache shows its own apply (resourceVersions are ordered, KEP-5504) the
+  same digest is not applied again: client-go's expectations, keyed by resourceVersion.
 """
 
 from __future__ import annotations

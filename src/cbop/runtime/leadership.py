@@ -19,7 +19,7 @@ from typing import Protocol
 import structlog
 
 from cbop.clock import RealClock
-from cbop.kube import KubeClient
+from cbop.kube import KubeInterface
 from cbop.leaderelection import NO_METRICS, LeaderElector, LeaderMetrics
 from cbop.runtime.scope import EVERYTHING, ScopeSpec
 from cbop.sharding import ShardedGroupCheck, ShardHandler
@@ -314,7 +314,7 @@ class Coordinated:
 
 def leadership_source(
     handler: ScopeHandler,
-    client: KubeClient,
+    client: KubeInterface,
     *,
     identity: str,
     election: LeaderElection | None,
@@ -351,7 +351,7 @@ def leadership_source(
 
 
 def _elector(  # noqa: PLR0917 - private
-    client: KubeClient,
+    client: KubeInterface,
     election: LeaderElection,
     identity: str,
     metrics: LeaderMetrics | None,

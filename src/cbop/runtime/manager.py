@@ -8,7 +8,8 @@ the manager the :class:`cbop.runtime.scope.ScopeSpec` of each lease it acquires,
 releases or loses. The manager has scopes; it is not one: an unsharded process has one
 scope of every namespace, fenced by its elector, and a sharded one a scope per shard
 held. Acquiring, releasing, losing, health and readiness are one loop over them, and a
-spec's ``restartable`` says whether a loss ends the process.
+spec's ``restartable`` says whether a loss ends the process. See
+docs/leader-election.md and docs/sharding.md.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from cbop import defaults
 from cbop.gcpolicy import FRESH_START_SECONDS, freeze_caches, freeze_startup
 from cbop.health import ProbeServer
 from cbop.informers import SharedInformerFactory
-from cbop.kube import KubeClient
+from cbop.kube import KubeInterface
 from cbop.leaderelection import LeaderElector, LeaderMetrics
 from cbop.runtime.definition import Setup, SetupFunc
 from cbop.runtime.leadership import (
@@ -82,7 +83,7 @@ class Manager:
 
     def __init__(
         self,
-        client: KubeClient,
+        client: KubeInterface,
         *,
         informers: Callable[[ShardRange], SharedInformerFactory],
         identity: str,
@@ -206,7 +207,7 @@ class Manager:
         self._drain_hooks.append(hook)
 
     @property
-    def event_client(self) -> KubeClient:
+    def event_client(self) -> KubeInterface:
         """The client for per-process writes (Events).
 
         The client of the prepared scope where one covers the process (the single

@@ -1,17 +1,16 @@
 """A scope: one set of caches and controllers, fenced by one lease, with one life.
 
 As controller-runtime's ``cluster.Cluster`` plus its leader-election runnable group: a
-setup function and the :class:`cbop.runtime.Builder` need a client to write with, a
-shared informer factory to read from, the metrics providers, and somewhere to add the
-controllers they build; a :class:`Scope` holds exactly that, and runs those controllers
-while its lease is held. What it serves comes from a :class:`ScopeSpec`: a range of the
-namespace hash space (all of it for an unsharded process, a shard's slice under
-``--shards``), a name, and whether a loss ends the process.
+:class:`Scope` holds what a setup function and the :class:`cbop.runtime.Builder` need (a
+client to write with, a shared informer factory, the metrics providers) and runs the
+controllers they add while its lease is held. What it serves is its :class:`ScopeSpec`
+(every namespace for an unsharded process, a shard's slice under ``--shards``), so
+fencing, starting, draining and losing are written once (:class:`ScopeState`).
 
-A scope's life (:class:`ScopeState`): :meth:`Scope.start` once its lease is acquired
-(each controller's workers start as soon as its own caches synced), :meth:`Scope.stop`
-to hand over gracefully (drained, the ``on_drained`` hook run before the lease goes
-back), :meth:`Scope.lose` to stop at once when the lease is gone.
+Why each controller starts as soon as **its own** informers synced: a controller whose
+list is refused (a 403, a missing CRD) then holds back no other. :meth:`Scope.stop`
+drains (in-flight reconciles finish, the ``on_drained`` hook flushes Events before the
+lease goes back); :meth:`Scope.lose` does not: the lease may be someone else's already.
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ from cbop.informers import (
     Transform,
     strip_managed_fields,
 )
-from cbop.kube import KubeClient, Resource
+from cbop.kube import KubeInterface, Resource
 from cbop.runtime.controller import Controller
 from cbop.runtime.metrics import ControllerMetricsProvider
 from cbop.shardrange import ShardRange
@@ -179,7 +178,7 @@ class Scope:
 
     def __init__(
         self,
-        client: KubeClient,
+        client: KubeInterface,
         *,
         informers: SharedInformerFactory,
         controller_metrics: ControllerMetricsProvider | None = None,
