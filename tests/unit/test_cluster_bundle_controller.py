@@ -20,6 +20,7 @@ from cbop.clusterbundle.controller import (
     unsupported_scope,
 )
 from cbop.clusterbundle.decision import Failure
+from cbop.clusterbundle.outcomes import Outcomes
 from cbop.informers import SharedInformerFactory
 from cbop.kube import CLUSTERCONFIGBUNDLES, EVENTS, NAMESPACES
 from cbop.runtime import EVERYTHING, Controller, Scope, ScopeSpec
@@ -179,3 +180,14 @@ def test_events_about_a_cluster_bundle_go_to_the_default_namespace() -> None:
     assert body["metadata"]["namespace"] == "default"
     assert body["involvedObject"]["namespace"] == ""
     assert body["involvedObject"]["kind"] == "ClusterConfigBundle"
+
+
+def test_every_listener_of_the_stamp_outcomes_is_woken_once_per_change() -> None:
+    """A second listener is added beside the first, never in its place."""
+    woken: list[tuple[str, str]] = []
+    outcomes = Outcomes(lambda name: woken.append(("first", name)))
+    outcomes.listen(lambda name: woken.append(("second", name)))
+    refused = Failure("kube-system", "Refused", "no")
+    assert outcomes.record("ca", "kube-system", refused)
+    assert not outcomes.record("ca", "kube-system", refused)  # no change: nobody woken
+    assert woken == [("first", "ca"), ("second", "ca")]

@@ -17,7 +17,7 @@ from cbop.configbundle import controller as configbundle
 from cbop.informers import SharedInformerFactory
 from cbop.keys import key_of
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS
-from cbop.runtime import EVERYTHING, Builder, Manager, Scope
+from cbop.runtime import EVERYTHING, Builder, Manager, Scope, ScopeState
 from cbop.runtime import manager as runtime_manager
 from cbop.shardrange import ShardRange
 from cbop_testing.fakekube import FakeKube, fail
@@ -224,3 +224,22 @@ def test_caches_synced_soon_after_the_start_are_frozen_without_a_collection(
     wait_until(lambda: bundles.seen() == {"a/app"})
     assert running.stop() == 0
     assert freezes == [collected]
+
+
+def test_a_lost_scope_of_every_namespace_ends_the_process_with_exit_1(
+    api: FakeKube, manager: Manager, scope: Scope
+) -> None:
+    """The single leader's scope is not restartable (its elector campaigns once): losing
+    it stops its workers at once and ends the process with exit code 1, whatever called
+    lost; a shard's loss would not (tests/unit/test_runtime_shards.py)."""
+    api.tracker.add(CONFIGBUNDLES, named_bundle("app", "a"))
+    bundles = _Recording()
+    controller = Builder(scope, "bundles").for_(CONFIGBUNDLES).complete(bundles)
+    running = _Running(manager)
+    wait_until(lambda: bundles.seen() == {"a/app"})
+    assert manager.held_scopes() == [scope]
+    manager.lost(EVERYTHING)
+    assert scope.state is ScopeState.LOST
+    assert controller.queue.shutting_down()
+    assert manager.held_scopes() == []
+    assert running.stop() == 1
