@@ -19,7 +19,7 @@ does not fill them with entries evicted before anyone asks again (:meth:`Decisio
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 import cachetools
@@ -79,11 +79,9 @@ class DecisionMemo:
         )
         self._synced: cachetools.LRUCache[Hashable, bool] = cachetools.LRUCache(working_set)
         # Bundle UID -> (bundle resourceVersion, ConfigMap UID, ConfigMap
-        # resourceVersion, ConfigMap name, the outcome); only bundles whose last full
+        # resourceVersion, sources' inputs, the outcome); only bundles whose last full
         # reconcile wrote nothing.
-        # (bundle resourceVersion, ConfigMap UID, ConfigMap resourceVersion, ConfigMap
-        # name, sources' inputs, the outcome)
-        self._noops: cachetools.LRUCache[str, tuple[str, str, str, str, Hashable, Any]] = (
+        self._noops: cachetools.LRUCache[str, tuple[str, str, str, Hashable, Any]] = (
             cachetools.LRUCache(maxsize)
         )
         self._lock = YieldingLock()
@@ -223,38 +221,35 @@ class DecisionMemo:
     def noop(
         self,
         bundle: Mapping[str, Any],
-        configmap_named: Callable[[str], Mapping[str, Any] | None],
+        configmap: Mapping[str, Any] | None,
         inputs: Hashable = None,
-    ) -> tuple[Any, Mapping[str, Any]] | None:
-        """Return the outcome :meth:`remember_noop` stored for ``bundle``, and its ConfigMap.
+    ) -> Any:
+        """Return the outcome :meth:`remember_noop` stored for ``bundle``, or None.
 
         Args:
             bundle: the bundle as cached now.
-            configmap_named: the cached ConfigMap of a name in the bundle's namespace, or
-                None; called with the name stored with the outcome, so that the spec
-                need not be parsed (the same bundle resourceVersion has the same spec).
+            configmap: the cached ConfigMap the bundle names now, or None.
             inputs: the sources' versions now (module docstring), None without sources.
 
         Returns:
-            ``(outcome, configmap)``, or None unless the bundle's last full reconcile
-            wrote nothing and was computed from the same bundle resourceVersion, the
-            same ConfigMap (UID, resourceVersion) and the same ``inputs``.
+            The outcome, when the bundle's last full reconcile wrote nothing and was
+            computed from the same bundle resourceVersion, the same ConfigMap (UID,
+            resourceVersion) and the same ``inputs``; else None.
         """
         meta = bundle.get("metadata") or {}
         uid = meta.get("uid")
-        if not isinstance(uid, str):
+        if not isinstance(uid, str) or configmap is None:
             return None
         if not absent(self._noops, uid):
             with self._lock:
                 entry = self._noops.get(uid)
         else:
             entry = None
-        if entry is None or entry[0] != meta.get("resourceVersion") or entry[4] != inputs:
+        if entry is None or entry[0] != meta.get("resourceVersion") or entry[3] != inputs:
             return None
-        configmap = configmap_named(entry[3])
-        if configmap is None or _object_key(configmap) != entry[1:3]:
+        if _object_key(configmap) != entry[1:3]:
             return None
-        return entry[5], configmap
+        return entry[4]
 
     def remember_noop(
         self,
@@ -270,10 +265,9 @@ class DecisionMemo:
         """
         bundle_key = _object_key(bundle)
         key = _object_key(configmap)
-        name = (configmap.get("metadata") or {}).get("name")
-        if bundle_key is not None and key is not None and isinstance(name, str):
+        if bundle_key is not None and key is not None:
             with self._lock:
-                self._noops[bundle_key[0]] = (bundle_key[1], *key, name, inputs, outcome)
+                self._noops[bundle_key[0]] = (bundle_key[1], *key, inputs, outcome)
 
     def forget_noop(self, bundle: Mapping[str, Any]) -> None:
         """Drop the stored outcome of ``bundle`` (a full reconcile of it begins)."""

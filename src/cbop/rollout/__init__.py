@@ -4,11 +4,13 @@ A Deployment, StatefulSet or DaemonSet labelled ``cbop.dev/rollout: "true"`` get
 pod template annotation ``cbop.dev/config-hash``, a digest of the cbop-managed
 ConfigMaps it references; a new digest makes the workload's own controller roll it
 (docs/rollout.md). What to do is decided without a client (:mod:`.decision`,
-:mod:`.index`; an import-linter contract keeps them pure), the reconcilers act on it,
-and :data:`cbop.rollout.controller.DEFINITION` registers them. This package exports
-what the command's dry run (:mod:`cbop.cli.plan`) and the tests use.
+:mod:`.index`; an import-linter contract keeps them pure), the reconcilers act on it
+through the parts they hold (:mod:`.reconcile`), and
+:data:`cbop.rollout.controller.DEFINITION` registers them. This package exports what
+the command's dry run (:mod:`cbop.cli.plan`) and the tests use.
 """
 
+from cbop.rollout.coalesce import ChangeCoalescer, configmap_mapper
 from cbop.rollout.decision import (
     ANNOTATION_CONFIG_HASH,
     FIELD_MANAGER,
@@ -24,13 +26,8 @@ from cbop.rollout.decision import (
     referenced_configmaps,
 )
 from cbop.rollout.index import CONFIGMAP_INDEX, index_by_configmap
-from cbop.rollout.reconcile import (
-    ChangeCoalescer,
-    RolloutObserver,
-    RolloutReconciler,
-    RolloutResult,
-    configmap_mapper,
-)
+from cbop.rollout.reconcile import RolloutReconciler, RolloutResult
+from cbop.rollout.report import RolloutObserver
 
 __all__ = [
     "ANNOTATION_CONFIG_HASH",
