@@ -18,6 +18,7 @@ from typing import Any
 from cbop import defaults
 from cbop.api import MANAGED_SELECTOR
 from cbop.cli.exits import EXIT_NOT_READY, EXIT_OK, EXIT_PENDING, fail
+from cbop.cli.parser import controller_settings
 from cbop.cli.plan import (
     ROLLOUTS_OFF,
     Plan,
@@ -30,6 +31,8 @@ from cbop.configbundle import controller as configbundle
 from cbop.informers import SharedInformerFactory
 from cbop.keys import split_key
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, ConnectionFailed, KubeInterface
+from cbop.rollout.controller import RolloutSettings
+from cbop.runtime.definition import FlagValues
 from cbop.runtime.events import EventRecorder
 from cbop.runtime.seams import Lister
 
@@ -129,7 +132,7 @@ def _plan(
     so).
     """
     namespaces = changed_namespaces(results, configmaps)
-    if not getattr(args, "rollout", True):
+    if not RolloutSettings.from_flags(FlagValues(controller_settings(args))).enabled:
         unknown = dict.fromkeys(namespaces, ROLLOUTS_OFF)
         return plan_rollouts(results, configmaps, {}, unknown)
     workloads, unknown = list_workloads(client.list, namespaces, cluster_scope=not args.namespaces)
