@@ -71,12 +71,14 @@ def needed_lanes(items: Iterable[pytest.Item]) -> list[Lane]:
         need_helm = need_helm or getattr(module, "helm_binary", None) is helm.helm_binary
         need_image = need_image or getattr(module, "cbop_image", None) is images.cbop_image
     lanes = []
-    image_builds = [(str(HACK / "image" / "build.sh"),)] if node or need_image else []
+    image_builds: list[tuple[str, ...]] = []
+    if node or need_image:
+        image_builds.append((str(HACK / "image" / "build.sh"), "--if-missing"))
     if node:
         image_builds.append((str(HACK / "image" / "pause.sh"),))
     if image_builds:
         lanes.append(Lane("images", tuple(image_builds)))
-    go_builds = [(str(HACK / "build-node.sh"),)] if node else []
+    go_builds: list[tuple[str, ...]] = [(str(HACK / "build-node.sh"),)] if node else []
     if need_helm:
         go_builds.append((str(HACK / "build-helm.sh"),))
     if go_builds:
