@@ -63,7 +63,9 @@ XDIST = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup
 test: ## lint, then the unit, tooling and e2e tests (PYTEST_ARGS=..., TEST_WORKERS=3)
 	@setsid hack/build-control-plane.sh >/dev/null & build=$$!; \
 	  trap 'kill -- -$$build $$build 2>/dev/null' EXIT; \
-	  $(MAKE) --no-print-directory venv lint tools && wait $$build && trap - EXIT
+	  $(MAKE) --no-print-directory venv lint tools || exit; \
+	  wait $$build || { echo "make test: hack/build-control-plane.sh failed (its error is above)" >&2; exit 1; }; \
+	  trap - EXIT
 	$(PY) -m pytest $(XDIST) $(TIERS) $(PYTEST_ARGS)
 
 test-unit: venv ## the operator's unit tests (under a minute; TEST_WORKERS=3)
