@@ -14,7 +14,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cbop import defaults
 from cbop.api import Reason, SpecError, target_of
 
 __all__ = ["SecretsScope", "parse_key_name", "parse_namespaces"]
@@ -58,21 +57,6 @@ class SecretsScope:
     enabled: bool = False
     namespaces: tuple[str, ...] | None = None
     digest_key: tuple[str, str] = ("cbop-system", "cbop-digest-key")
-
-    @classmethod
-    def from_settings(cls, settings: Mapping[str, Any]) -> SecretsScope:
-        """Return the scope of the ConfigBundle controller's flag values (``settings``).
-
-        Raises:
-            ValueError: ``--secrets-digest-key`` is not ``NAMESPACE/NAME``.
-        """
-        return cls(
-            enabled=bool(settings.get("secrets")),
-            namespaces=parse_namespaces(str(settings.get("secrets_namespace") or "")),
-            digest_key=parse_key_name(
-                str(settings.get("secrets_digest_key") or defaults.SECRETS_DIGEST_KEY)
-            ),
-        )
 
     def serves(self, namespace: str) -> bool:
         """Whether cbop reads and writes Secrets in ``namespace``."""

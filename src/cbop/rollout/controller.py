@@ -12,6 +12,7 @@ of the workloads that read it) and its :class:`cbop.rollout.RolloutReconciler`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Final
 
 from cbop import defaults
@@ -28,14 +29,23 @@ from cbop.rollout import (
     index_by_configmap,
 )
 from cbop.runtime import Builder, Controller, Scope
-from cbop.runtime.definition import Context, ControllerDefinition, Flag, PolicyRule, SetupFunc
+from cbop.runtime.definition import (
+    Context,
+    ControllerDefinition,
+    Flag,
+    FlagValues,
+    PolicyRule,
+    SetupFunc,
+)
 from cbop.runtime.predicates import GENERATION_CHANGED, LABELS_CHANGED, any_of
 from cbop.runtime.seams import EventSink
 
 __all__ = [
     "DEFINITION",
+    "ROLLOUT_FLAG",
     "WORKLOADS",
     "WORKLOAD_CHANGED",
+    "RolloutSettings",
     "controller_name",
     "install",
     "setup",
@@ -51,37 +61,62 @@ WORKLOAD_CHANGED: Final = any_of(GENERATION_CHANGED, LABELS_CHANGED)
 WORKLOADS: Final = (DEPLOYMENTS, STATEFULSETS, DAEMONSETS)
 
 
+#: ``--rollout``.
+ROLLOUT_FLAG: Final = Flag(
+    "rollout",
+    defaults.ROLLOUT,
+    "roll Deployments, StatefulSets and DaemonSets labelled cbop.dev/rollout=true "
+    "when the managed ConfigMaps they read change (needs get/list/watch/patch on them)",
+)
+
+
+@dataclass(frozen=True)
+class RolloutSettings:
+    """The rollout controllers' settings, from the parsed flags.
+
+    Attributes:
+        enabled: roll the opted-in workloads (``--rollout``).
+    """
+
+    enabled: bool = defaults.ROLLOUT
+
+    @classmethod
+    def from_flags(cls, flags: FlagValues) -> RolloutSettings:
+        """Return the settings of the parsed ``flags``."""
+        return cls(enabled=flags[ROLLOUT_FLAG])
+
+
 def controller_name(resource: Resource) -> str:
     """Return the controller's name for ``resource``: ``rollout-deployment``, ..."""
     return f"rollout-{resource.kind.lower()}"
 
 
 def setup(
-    manager: Scope,
+    scope: Scope,
     *,
     recorder: EventSink | None = None,
     observer: RolloutObserver | None = None,
     workers: int | None = None,
     priority_queue: bool | None = None,
 ) -> list[Controller]:
-    """Add one rollout controller per workload kind to ``manager``; return them.
+    """Add one rollout controller per workload kind to ``scope``; return them.
 
     Args:
-        manager: the runtime manager or a shard's scope (its client, its informers, its
-            metrics).
+        scope: the scope (the process's one, or a shard's): its client, its informers,
+            its metrics.
         recorder: where Events go (None: none).
         observer: ``cbop_rollouts_total`` (None: no metrics).
         workers: worker threads per controller (None: the runtime's default, 4).
         priority_queue: see :meth:`cbop.runtime.Builder.with_options` (None: on).
 
     Raises:
-        ValueError: the manager has a controller of one of these names already.
+        ValueError: the scope has a controller of one of these names already.
     """
-    configmaps = manager.lister(CONFIGMAPS, label_selector=MANAGED_SELECTOR)
+    configmaps = scope.lister(CONFIGMAPS, label_selector=MANAGED_SELECTOR)
     controllers = []
     for resource in WORKLOADS:
         name = controller_name(resource)
-        workloads = manager.lister(
+        workloads = scope.lister(
             resource,
             label_selector=ROLLOUT_SELECTOR,
             indexers={CONFIGMAP_INDEX: index_by_configmap},
@@ -89,7 +124,7 @@ def setup(
         coalescer = ChangeCoalescer()
         reconciler = RolloutReconciler(
             resource=resource,
-            client=manager.client,
+            client=scope.client,
             workloads=workloads,
             configmaps=configmaps,
             recorder=recorder,
@@ -98,7 +133,7 @@ def setup(
             controller_name=name,
         )
         controllers.append(
-            Builder(manager, name)
+            Builder(scope, name)
             .for_(resource, label_selector=ROLLOUT_SELECTOR, predicates=(WORKLOAD_CHANGED,))
             .watches(
                 CONFIGMAPS,
@@ -111,7 +146,7 @@ def setup(
     return controllers
 
 
-def install(context: Context) -> SetupFunc:
+def install(context: Context, settings: RolloutSettings) -> SetupFunc:
     """Install the rollout controllers in a process; return their per-scope setup.
 
     Registers ``cbop_rollouts_total{kind}`` (every kind from 0).
@@ -134,16 +169,10 @@ def install(context: Context) -> SetupFunc:
 DEFINITION: Final = ControllerDefinition(
     name="rollout",
     summary="rolls labelled workloads when the managed ConfigMaps they read change",
+    settings=RolloutSettings.from_flags,
     install=install,
-    flags=(
-        Flag(
-            "rollout",
-            defaults.ROLLOUT,
-            "roll Deployments, StatefulSets and DaemonSets labelled cbop.dev/rollout=true "
-            "when the managed ConfigMaps they read change (needs get/list/watch/patch on them)",
-        ),
-    ),
-    enabled=lambda settings: bool(settings.get("rollout")),
+    flags=(ROLLOUT_FLAG,),
+    enabled=lambda settings: settings.enabled,
     resources=(CONFIGMAPS, *WORKLOADS),
     controllers=len(WORKLOADS),
     rbac=(
