@@ -10,11 +10,13 @@ refuses is refused as in a cluster.
 from __future__ import annotations
 
 import contextlib
+import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
 
 from cbop.kube import (
     CLUSTERCONFIGBUNDLES,
@@ -26,6 +28,7 @@ from cbop.kube import (
 
 from .clusterbundles import bundle_plane
 from .harness import bundle, events, wait_for
+from .helm import BUILD_TIMEOUT, CHART, helm_binary
 from .secretcluster import (
     SECRETS_AUDIT_POLICY,
     SOURCE_LABELS,
@@ -285,6 +288,81 @@ def test_with_secrets_on_the_shipped_roles_grant_what_cbop_needs(cluster: Cluste
         cluster.secret_rbac("delete")
         assert code in (0, -9), op.logs()[-6000:]
     assert not can_i(cluster, "list", "secrets", None)
+
+
+@pytest.mark.timeout(BUILD_TIMEOUT + 180)
+def test_the_chart_narrows_the_grant_to_namespaces_and_named_secrets(cluster: Cluster) -> None:
+    """The chart's Secrets RBAC with ``secrets.namespaces`` and ``secrets.resourceNames``,
+    applied as rendered: cbop's ServiceAccount may list Secrets in those namespaces only,
+    and get, update or delete only the named ones; cbop run as the chart runs it
+    (``--secrets-namespace``) lists and watches there only, serves a bundle there, and
+    says SecretsDisabled elsewhere."""
+    kube = cluster.kube
+    team, certs, other = (namespace(kube, n) for n in ("team-a", "cert-manager", "elsewhere"))
+    rendered = subprocess.run(
+        [helm_binary(), "template", "cbop", str(CHART), "--namespace", "cbop-system",
+         "--set", "secrets.enabled=true", "--set", f"secrets.namespaces={{{team},{certs}}}",
+         "--set", "secrets.resourceNames={tls}"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert rendered.returncode == 0, rendered.stderr
+    rbac = [
+        o
+        for o in yaml.safe_load_all(rendered.stdout)
+        if o
+        and o["kind"] in ("ClusterRole", "Role", "RoleBinding", "ClusterRoleBinding")
+        and o["metadata"]["name"] in ("cbop-cbop-secrets", "cbop-digest-key")
+    ]
+    assert {(o["kind"], o["metadata"].get("namespace")) for o in rbac} == {
+        ("ClusterRole", None),
+        ("RoleBinding", team),
+        ("RoleBinding", certs),
+        ("Role", "cbop-system"),
+        ("RoleBinding", "cbop-system"),
+    }
+    manifest = cluster.tmp / "narrowed-rbac.yaml"
+    manifest.write_text(yaml.safe_dump_all(rbac))
+    cluster.kubectl("apply", "-f", str(manifest))
+    op = None
+    try:
+        assert can_i(cluster, "list", "secrets", team)
+        assert can_i(cluster, "watch", "secrets", certs)
+        assert not can_i(cluster, "list", "secrets", other)
+        assert not can_i(cluster, "list", "secrets", None)
+        assert can_i(cluster, "get", "secrets/tls", team)
+        assert not can_i(cluster, "get", "secrets/other", team)
+        assert not can_i(cluster, "get", "secrets/tls", other)
+
+        value = cluster.value("narrowed")
+        make_secret(
+            kube,
+            certs,
+            "wildcard-tls",
+            {"tls.crt": value, "tls.key": cluster.value("narrowed-key")},
+            labels=SOURCE_LABELS,
+            annotations={"cbop.dev/share-with": team},
+        )
+        since = time.time()
+        op = cluster.start("--secrets", f"--secrets-namespace={team},{certs}")
+        spec = {"target": SECRET_TARGET, "sources": [SECRET_SOURCE]}
+        kube.create(CONFIGBUNDLES, team, bundle("tls", spec))
+        kube.create(CONFIGBUNDLES, other, bundle("tls", spec))
+        wait_reason(kube, team, "tls", "Synced")
+        assert kube.get(SECRETS, team, "tls")["type"] == "kubernetes.io/tls"
+        refused = wait_reason(kube, other, "tls", "SecretsDisabled")
+        assert team in refused["message"]
+        collections = [e for e in cbop_requests(cluster, since) if e["verb"] in ("list", "watch")]
+        assert collections
+        for e in collections:
+            assert e["objectRef"].get("namespace") in (team, certs), e["requestURI"]
+            assert "labelSelector=" in e["requestURI"], e["requestURI"]
+        assert all(e["responseStatus"]["code"] < 400 for e in cbop_requests(cluster, since))
+    finally:
+        if op is not None:
+            cluster.operators.remove(op)
+            assert op.stop() in (0, -9)
+        cluster.kubectl("delete", "-f", str(manifest))
+    assert not can_i(cluster, "list", "secrets", team)
 
 
 def test_no_secret_value_reaches_any_output(cluster: Cluster) -> None:
