@@ -358,6 +358,32 @@ def test_a_tls_target_without_its_keys_is_invalid(cluster: Cluster) -> None:
     assert secret_of(kube, ns, "tls") is None
 
 
+def test_a_restart_writes_no_secret_and_no_status(cluster: Cluster) -> None:
+    """Every bundle above converged (or refused, for good): a new cbop process reads the
+    digest key again, compares bytes, and changes nothing. (A create of a name another
+    Secret holds is refused, 409, as for ConfigMaps: cbop does not cache foreign ones.)"""
+    kube = cluster.kube
+    time.sleep(3)
+    done = ("200", "201")
+    before = apiserver_writes(kube, ("secrets", "configbundles"), codes=done)
+    running = cluster.operators.pop()
+    assert running.stop() in (0, -9)
+    since = time.time()
+    cluster.start("--secrets")
+    time.sleep(8)
+    assert apiserver_writes(kube, ("secrets", "configbundles"), codes=done) == before
+    requests = [
+        (e["verb"], (e.get("objectRef") or {}).get("name"), e["responseStatus"]["code"])
+        for e in cbop_requests(cluster, since)
+        if e["verb"] not in ("list", "watch")
+    ]
+    assert ("get", "cbop-digest-key", 200) in requests
+    assert {r for r in requests if r[1] != "cbop-digest-key"} <= {
+        ("create", "orphaned", 409),
+        ("get", "orphaned", 200),
+    }, requests
+
+
 # ---------------------------------------------------------------- Secret sources
 
 
