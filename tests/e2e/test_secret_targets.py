@@ -182,6 +182,10 @@ def test_a_secret_target_is_made_kept_quietly_and_follows_its_source(cluster: Cl
     )
     time.sleep(3)
     assert writes_to(cbop_requests(cluster, since), "tls") == ["update"]
+    metrics = cluster.operators[-1].metrics()
+    assert metrics['cbop_secret_writes_total{operation="create"}'] >= 1
+    assert metrics['cbop_secret_writes_total{operation="update"}'] >= 1
+    assert metrics['cbop_configmap_writes_total{operation="create"}'] == 0
     assert kube.get(CONFIGBUNDLES, ns, "tls")["status"]["contentHash"].startswith("hmac-sha256:")
 
 
