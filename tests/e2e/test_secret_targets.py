@@ -405,6 +405,50 @@ def test_a_restart_writes_no_secret_and_no_status(cluster: Cluster) -> None:
     }, requests
 
 
+def test_a_new_digest_key_writes_each_target_once(cluster: Cluster) -> None:
+    """The digest key deleted and cbop restarted: the new leader makes a new key, and each
+    Secret target gets one update (its keyed digest), never more, never a replace."""
+    kube = cluster.kube
+    managed = {
+        (t["metadata"]["namespace"], t["metadata"]["name"]): t["metadata"]["annotations"][
+            "cbop.dev/content-hash"
+        ]
+        for t in kube.list(SECRETS, None, label_selector=f"{MANAGED_BY}=cbop")["items"]
+    }
+    assert len(managed) >= 5
+    running = cluster.operators.pop()
+    assert running.stop() in (0, -9)
+    old_key = kube.get(SECRETS, "cbop-system", "cbop-digest-key")
+    kube.delete(SECRETS, "cbop-system", "cbop-digest-key")
+    since = time.time()
+    cluster.start("--secrets")
+
+    def rehashed() -> bool:
+        now = {
+            (t["metadata"]["namespace"], t["metadata"]["name"]): t["metadata"]["annotations"][
+                "cbop.dev/content-hash"
+            ]
+            for t in kube.list(SECRETS, None, label_selector=f"{MANAGED_BY}=cbop")["items"]
+        }
+        return now.keys() == managed.keys() and all(now[k] != managed[k] for k in managed)
+
+    wait_for(rehashed, WAIT, message="every target under the new key")
+    new_key = kube.get(SECRETS, "cbop-system", "cbop-digest-key")
+    assert new_key["data"]["key"] != old_key["data"]["key"]
+    time.sleep(6)
+    requests = cbop_requests(cluster, since)
+    for ns, name in managed:
+        done = [
+            e["verb"]
+            for e in requests
+            if e["verb"] in ("create", "update", "delete")
+            and e["objectRef"].get("namespace") == ns
+            and e["objectRef"].get("name") == name
+            and e["responseStatus"]["code"] < 300
+        ]
+        assert done == ["update"], (ns, name, done)
+
+
 # ---------------------------------------------------------------- Secret sources
 
 
