@@ -74,6 +74,15 @@ ROLLOUT: Final = True
 #: own caches only, so without its RBAC (or its CRD) the other controllers run as usual.
 CLUSTER_BUNDLES: Final = True
 
+# ------------------------------------------------------------------------ secrets
+
+#: Serve bundles whose target is a Secret, and read Secret sources (docs/secrets.md).
+#: Off: the RBAC for Secrets is a role of its own, installed only with them on.
+SECRETS: Final = False
+#: ``namespace/name`` of the Secret holding the key of the keyed digests of Secret
+#: content; cbop makes it when it is absent.
+SECRETS_DIGEST_KEY: Final = "cbop-system/cbop-digest-key"
+
 # ----------------------------------------------------------------- leader election
 
 #: Name of the Lease.

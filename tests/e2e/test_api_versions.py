@@ -24,7 +24,11 @@ import pytest
 import yaml
 
 from cbop.kube import CONFIGBUNDLES, CUSTOM_RESOURCE_DEFINITIONS, KubeClient, Resource
-from cbop_testing.apiexamples import FULL_CONFIGBUNDLE_SPEC, configbundle
+from cbop_testing.apiexamples import (
+    FULL_CONFIGBUNDLE_SPEC,
+    FULL_SECRET_BUNDLE_SPEC,
+    configbundle,
+)
 from cbop_testing.envtest import ControlPlane
 
 from .harness import CRD, Operator, apiserver_writes, ready, wait_for
@@ -53,10 +57,15 @@ def _ok(plane: ControlPlane, *args: str, stdin: str | None = None) -> str:
     return result.stdout
 
 
+@pytest.mark.parametrize(
+    "full",
+    [FULL_CONFIGBUNDLE_SPEC, FULL_SECRET_BUNDLE_SPEC],
+    ids=["configmap-target", "secret-target"],
+)
 def test_nothing_is_lost_through_either_version_and_v1alpha1_warns(
-    control_plane: ControlPlane, kube: KubeClient, namespace: str
+    control_plane: ControlPlane, kube: KubeClient, namespace: str, full: dict[str, Any]
 ) -> None:
-    kube.create(CONFIGBUNDLES, namespace, configbundle("full", namespace, FULL_CONFIGBUNDLE_SPEC))
+    kube.create(CONFIGBUNDLES, namespace, configbundle("full", namespace, full))
     read = _kubectl(
         control_plane, "get", "configbundles.v1alpha1.cbop.dev", "full", "-n", namespace,
         "-o", "json",
@@ -65,7 +74,7 @@ def test_nothing_is_lost_through_either_version_and_v1alpha1_warns(
     assert WARNING in read.stderr
     old = json.loads(read.stdout)
     assert old["apiVersion"] == "cbop.dev/v1alpha1"
-    assert old["spec"] == FULL_CONFIGBUNDLE_SPEC
+    assert old["spec"] == full
 
     # A read-modify-write through v1alpha1 (what `kubectl edit` or `replace` does).
     old["metadata"]["labels"] = {"touched": "v1alpha1"}
@@ -73,20 +82,24 @@ def test_nothing_is_lost_through_either_version_and_v1alpha1_warns(
     assert replaced.returncode == 0, replaced.stderr
     after = kube.get(CONFIGBUNDLES, namespace, "full")
     assert after["apiVersion"] == "cbop.dev/v1beta1"
-    assert after["spec"] == FULL_CONFIGBUNDLE_SPEC
+    assert after["spec"] == full
     assert after["metadata"]["labels"] == {"touched": "v1alpha1"}
 
     # An old manifest applied again: it names a few fields; the others stay.
-    manifest = configbundle(
-        "full", namespace, {"data": {"greeting": "hello again"}}, version="v1alpha1"
+    # (A Secret target takes no data: the manifest names its labels instead.)
+    field, value = (
+        ("labels", {"team": "again"})
+        if full["target"]["kind"] == "Secret"
+        else ("data", {"greeting": "hello again"})
     )
+    manifest = configbundle("full", namespace, {field: value}, version="v1alpha1")
     applied = _kubectl(control_plane, "apply", "-f", "-", stdin=json.dumps(manifest))
     assert applied.returncode == 0, applied.stderr
     assert WARNING in applied.stderr
     spec = kube.get(CONFIGBUNDLES, namespace, "full")["spec"]
-    assert spec["data"]["greeting"] == "hello again"
-    assert {k: v for k, v in spec.items() if k != "data"} == {
-        k: v for k, v in FULL_CONFIGBUNDLE_SPEC.items() if k != "data"
+    assert spec[field] == {**full[field], **value}
+    assert {k: v for k, v in spec.items() if k != field} == {
+        k: v for k, v in full.items() if k != field
     }
 
 

@@ -228,6 +228,66 @@ def test_the_sharded_component_gives_three_replicas_with_three_shards(
     assert_no_pod_security_warning(result)
 
 
+def test_the_secrets_component_adds_the_flag_and_its_roles_only(
+    kubectl: Kubectl, tmp_path: Path
+) -> None:
+    """manifests/secrets/ added to a kustomization of manifests/: ``--secrets``, the
+    ClusterRole cbop-secrets and the Role cbop-digest-key with their bindings; nothing
+    else changes, and the API server accepts it (server-side dry run). Without it no
+    role grants anything on Secrets (test_roles_grant_exactly_what_cbop_uses)."""
+    overlay = tmp_path / "cbop-secrets"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(MANIFESTS, overlay)],
+                "components": [os.path.relpath(MANIFESTS / "secrets", overlay)],
+            }
+        )
+    )
+    base = {(o["kind"], o["metadata"]["name"]): o for o in render(kubectl, MANIFESTS)}
+    with_secrets = {(o["kind"], o["metadata"]["name"]): o for o in render(kubectl, overlay)}
+    added = {key: with_secrets.pop(key) for key in set(with_secrets) - set(base)}
+    assert set(added) == {
+        ("ClusterRole", "cbop-secrets"),
+        ("ClusterRoleBinding", "cbop-secrets"),
+        ("Role", "cbop-digest-key"),
+        ("RoleBinding", "cbop-digest-key"),
+    }
+    assert _grants(added["ClusterRole", "cbop-secrets"]) == {
+        ("", "secrets", v) for v in ("get", "list", "watch", "create", "update", "delete")
+    }
+    role = added["Role", "cbop-digest-key"]
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": ["cbop-digest-key"],
+            "verbs": ["get"],
+        },
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+    ]
+    for binding in ("ClusterRoleBinding", "RoleBinding"):
+        subjects = next(o for (k, _), o in added.items() if k == binding)["subjects"]
+        assert subjects == [{"kind": "ServiceAccount", "name": "cbop", "namespace": NAMESPACE}]
+    deployment = with_secrets.pop(("Deployment", "cbop"))
+    base_deployment = base.pop(("Deployment", "cbop"))
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    (base_container,) = base_deployment["spec"]["template"]["spec"]["containers"]
+    assert container["args"] == [*base_container["args"], "--secrets"]
+    container["args"] = base_container["args"]
+    assert deployment == base_deployment
+    assert with_secrets == base
+
+    ok(kubectl("apply", "-f", str(MANIFESTS / "namespace.yaml")))
+    result = kubectl("apply", "--dry-run=server", "-k", str(overlay))
+    out = ok(result)
+    assert all(line.endswith("(server dry run)") for line in out.splitlines()), out
+
+
 # ------------------------------------------------------------------------- RBAC
 
 #: Every (apiGroup, resource, verb) the manifests grant to cbop's ServiceAccount.

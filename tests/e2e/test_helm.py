@@ -168,6 +168,64 @@ def test_sharding_values_render_what_the_sharded_component_patches() -> None:
 
 
 @pytest.mark.timeout(BUILD_TIMEOUT + 120)
+def test_secrets_values_render_what_the_secrets_component_holds() -> None:
+    """``secrets.enabled``: ``--secrets`` and manifests/secrets/'s roles; off (the
+    default): no rule on Secrets at all. ``secrets.namespaces`` binds the ClusterRole in
+    those namespaces only and passes ``--secrets-namespace``; ``secrets.resourceNames``
+    narrows get, update and delete to the named targets."""
+    component = REPO / "manifests" / "secrets"
+    cluster_role = yaml.safe_load((component / "cluster_role.yaml").read_text())
+    key_role = yaml.safe_load((component / "digest_key_role.yaml").read_text())
+
+    def rendered(*values: str) -> tuple[dict[tuple[str, str], Any], list[str]]:
+        objects = _render(*values)
+        by_key = {(o["kind"], o["metadata"]["name"]): o for o in objects}
+        deployment = by_key["Deployment", "cbop"]
+        return by_key, deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+
+    off, args = rendered()
+    assert not [a for a in args if a.startswith("--secrets")]
+    assert not any(
+        "secrets" in rule.get("resources", ()) for o in off.values() for rule in o.get("rules", ())
+    )
+    on, args = rendered("--set", "secrets.enabled=true")
+    assert [a for a in args if a.startswith("--secrets")] == ["--secrets"]
+    assert on["ClusterRole", "cbop-cbop-secrets"]["rules"] == cluster_role["rules"]
+    assert on["Role", "cbop-digest-key"]["rules"] == key_role["rules"]
+    assert ("ClusterRoleBinding", "cbop-cbop-secrets") in on
+    narrowed, args = rendered(
+        "--set", "secrets.enabled=true", "--set", "secrets.namespaces={team-a,cert-manager}",
+        "--set", "secrets.resourceNames={tls}",
+    )  # fmt: skip
+    assert "--secrets-namespace=team-a,cert-manager" in args
+    assert ("ClusterRoleBinding", "cbop-cbop-secrets") not in narrowed
+    objects = _render(
+        "--set", "secrets.enabled=true", "--set", "secrets.namespaces={team-a,cert-manager}",
+    )  # fmt: skip
+    bindings = [
+        o
+        for o in objects
+        if o["kind"] == "RoleBinding" and o["metadata"]["name"] == "cbop-cbop-secrets"
+    ]
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["cert-manager", "team-a"]
+    assert narrowed["ClusterRole", "cbop-cbop-secrets"]["rules"] == [
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "watch", "create"]},
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": ["tls"],
+            "verbs": ["get", "update", "delete"],
+        },
+    ]
+    elsewhere = _render("--set", "secrets.enabled=true", "--namespace", "ops")
+    deployment = next(o for o in elsewhere if o["kind"] == "Deployment")
+    assert (
+        "--secrets-digest-key=ops/cbop-digest-key"
+        in (deployment["spec"]["template"]["spec"]["containers"][0]["args"])
+    )
+
+
+@pytest.mark.timeout(BUILD_TIMEOUT + 120)
 def test_the_storage_migration_hook_fails_visibly_and_stays_to_be_read() -> None:
     """The post-upgrade hook runs ``cbop migrate-storage``, which exits 2 in one line when
     the CRDs were not upgraded first (tests/e2e/test_api_versions.py runs it so, with the

@@ -376,7 +376,7 @@ def test_key_sources_are_bounded_to_the_first_hundred_keys_and_the_rest_counted(
         ({"merge": [{"key": "a", "format": "yaml"}, {"key": "a", "format": "json"}]}, "once"),
         ({"merge": [{"key": "a", "format": "toml"}]}, "'yaml' or 'json'"),
         ({"merge": [{"key": "../x", "format": "yaml"}]}, "not a ConfigMap key"),
-        ({"sources": [{}]}, "is required"),
+        ({"sources": [{}]}, "exactly one of configMap and secret"),
         ({"sources": [ref("Bad_Name")]}, "not a valid ConfigMap name"),
         ({"sources": [ref("a", "Bad.NS")]}, "not a valid namespace"),
         (
@@ -391,7 +391,7 @@ def test_key_sources_are_bounded_to_the_first_hundred_keys_and_the_rest_counted(
         "duplicate-merge-key",
         "unknown-format",
         "bad-merge-key",
-        "no-configmap",
+        "no-kind",
         "bad-name",
         "bad-namespace",
         "duplicate-path",

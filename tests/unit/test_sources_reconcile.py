@@ -49,6 +49,9 @@ class Counts:
     def configmap_write(self, operation: str) -> None:
         self.writes.append(operation)
 
+    def secret_write(self, operation: str) -> None:
+        self.writes.append(f"secret {operation}")
+
     def drift_corrected(self) -> None:
         self.drift += 1
 
@@ -342,8 +345,17 @@ def test_dry_run_shows_a_source_driven_change(harness: Harness) -> None:
         ),
         ({"sources": "junk"}, []),
         ({"sources": [{"configMap": {}}]}, []),
+        (
+            {
+                "sources": [
+                    {"secret": {"name": "x", "namespace": "p"}},
+                    {"configMap": {"name": "x", "namespace": "p"}},
+                ]
+            },
+            ["p/x", "secret:p/x"],
+        ),
     ],
-    ids=["none", "own-namespace", "each-once", "junk", "no-name"],
+    ids=["none", "own-namespace", "each-once", "junk", "no-name", "a-secret-apart"],
 )
 def test_the_source_index_holds_every_source_a_bundle_reads(
     spec: dict[str, Any], expected: list[str]

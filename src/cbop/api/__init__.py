@@ -18,7 +18,7 @@ from cbop.api.cluster import (
     parse_selector,
     template_of,
 )
-from cbop.api.content import content_hash, decode_binary, encode_binary
+from cbop.api.content import content_hash, decode_binary, encode_binary, keyed_content_hash
 from cbop.api.labels import label_value
 from cbop.api.ownership import controller_reference, is_bundle_reference
 from cbop.api.reasons import FAILING_REASONS, READINESS, TRANSIENT_REASONS, Readiness, readiness_of
@@ -33,6 +33,7 @@ from cbop.api.spec import (
     config_map_name_of,
     parse_spec,
 )
+from cbop.api.target import DEFAULT_SECRET_TYPE, Kind, Target, target_of
 from cbop.api.types import (
     ANNOTATION_CONTENT_HASH,
     ANNOTATION_MANAGED_ANNOTATIONS,
@@ -69,6 +70,7 @@ __all__ = [
     "CLUSTER_KIND",
     "CLUSTER_PLURAL",
     "CONDITION_READY",
+    "DEFAULT_SECRET_TYPE",
     "DEPRECATED_VERSIONS",
     "FAILING_REASONS",
     "FINALIZER_ORPHAN",
@@ -92,6 +94,7 @@ __all__ = [
     "BundleSpec",
     "ClusterReason",
     "DeletionPolicy",
+    "Kind",
     "MergeFormat",
     "NamespaceSelector",
     "Readiness",
@@ -100,6 +103,7 @@ __all__ = [
     "SourceItem",
     "SourceRef",
     "SpecError",
+    "Target",
     "TooLargeError",
     "config_map_name_of",
     "content_hash",
@@ -108,9 +112,11 @@ __all__ = [
     "encode_binary",
     "is_bundle_reference",
     "is_cluster_bundle_reference",
+    "keyed_content_hash",
     "label_value",
     "parse_selector",
     "parse_spec",
     "readiness_of",
+    "target_of",
     "template_of",
 ]

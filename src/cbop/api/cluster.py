@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from cbop.api.target import Kind
 from cbop.api.types import GROUP
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "SelectorError",
     "is_cluster_bundle_reference",
     "parse_selector",
+    "target_key",
     "template_of",
 ]
 
@@ -145,14 +147,37 @@ def parse_selector(selector: Any) -> NamespaceSelector:
 def template_of(cluster_bundle: Mapping[str, Any]) -> dict[str, Any]:
     """Return the spec of the ConfigBundle stamped for ``cluster_bundle``.
 
-    A copy of ``spec.template`` with ``configMapName`` defaulted to the
+    A copy of ``spec.template`` with the target's name defaulted to the
     ClusterConfigBundle's name (as a ConfigBundle defaults it to its own name, which
-    the stamp shares). One level deep: the caller must not mutate nested values.
+    the stamp shares): ``configMapName`` for a ConfigMap target, ``target.name`` for a
+    Secret target (which may not have a ``configMapName``). One level deep, and the
+    ``target`` map copied when it is changed: the caller must not mutate nested values.
     """
     spec = cluster_bundle.get("spec") or {}
     template = dict(spec.get("template") or {})
-    template.setdefault("configMapName", str(cluster_bundle["metadata"]["name"]))
+    name = str(cluster_bundle["metadata"]["name"])
+    target = template.get("target")
+    if isinstance(target, Mapping) and target.get("kind") == Kind.SECRET.value:
+        if not target.get("name"):
+            template["target"] = {**target, "name": name}
+    else:
+        template.setdefault("configMapName", name)
     return template
+
+
+def target_key(cluster_bundle: Mapping[str, Any]) -> tuple[str, str]:
+    """Return ``(kind, name)`` of the object each stamp of ``cluster_bundle`` keeps.
+
+    Two ClusterConfigBundles whose keys are equal keep the same object in a namespace
+    they both select (the older one wins it). ``("ConfigMap", name)`` or
+    ``("Secret", name)``; an invalid template gives its raw values, which match no
+    valid one.
+    """
+    template = template_of(cluster_bundle)
+    target = template.get("target")
+    if isinstance(target, Mapping) and target.get("kind") == Kind.SECRET.value:
+        return Kind.SECRET.value, str(target.get("name"))
+    return Kind.CONFIGMAP.value, str(template.get("configMapName"))
 
 
 def is_cluster_bundle_reference(ref: Mapping[str, Any]) -> bool:

@@ -5,7 +5,7 @@ sets (its status code takes a ``Reason``, never a string). This module classifie
 one of them, once, for the readers of a bundle's status: the ClusterConfigBundle
 status (a stamp's namespace is ready, failed or pending) and the docs.
 
-- ``READY``: the ConfigMap matches the spec.
+- ``READY``: the ConfigMap (or Secret) matches the spec.
 - ``FAILING``: the ConfigMap is not kept up to date, and stays so until something
   outside the write changes (the spec, a source, a blocking ConfigMap, a quota or an
   admission policy): the reader reports it as a failure, with the bundle's message.
@@ -42,8 +42,13 @@ READINESS: Final[Mapping[Reason, Readiness]] = MappingProxyType(
         # The spec cannot be served as written: only a spec change fixes it.
         Reason.INVALID_SPEC: Readiness.FAILING,
         Reason.CONFIGMAP_TOO_LARGE: Readiness.FAILING,
-        # A ConfigMap cbop does not manage holds the name: it waits for its owner.
+        Reason.SECRET_TOO_LARGE: Readiness.FAILING,
+        # A ConfigMap or Secret cbop does not manage holds the name (or a Secret of
+        # another type): it waits for its owner.
         Reason.CONFIGMAP_CONFLICT: Readiness.FAILING,
+        Reason.SECRET_CONFLICT: Readiness.FAILING,
+        # A Secret target while Secrets are off: served once they are turned on.
+        Reason.SECRETS_DISABLED: Readiness.FAILING,
         # A source missing, not shared or unreadable: the ConfigMap keeps its last
         # good content until the source (or the spec) changes.
         Reason.SOURCE_NOT_FOUND: Readiness.FAILING,

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cbop.api.target import Kind, Target, TargetError, parse_target, target_of
 from cbop.api.types import MAX_CONFIGMAP_BYTES, RESERVED_ANNOTATIONS, RESERVED_LABELS, Reason
 
 _CONFIGMAP_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
@@ -68,20 +69,31 @@ class SpecError(ValueError):
 
 
 class TooLargeError(SpecError):
-    """The ConfigMap would exceed kube-apiserver's 1,048,576-byte content limit.
+    """The target would exceed kube-apiserver's 1,048,576-byte content limit.
+
+    The limit is the same for a ConfigMap (``data`` values plus decoded ``binaryData``
+    values) and a Secret (decoded ``data`` values); keys and metadata do not count.
 
     Attributes:
-        size: the summed byte length of data values and decoded binaryData values.
+        size: the summed byte length of the values.
+        kind: the kind of the target (the reason is ``ConfigMapTooLarge`` or
+            ``SecretTooLarge``).
     """
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, kind: Kind = Kind.CONFIGMAP) -> None:
+        values = (
+            "decoded data values"
+            if kind is Kind.SECRET
+            else "data values plus decoded binaryData values"
+        )
         super().__init__(
-            f"the ConfigMap content would be {size:,} bytes (data values plus decoded "
-            f"binaryData values), over the API server's limit of {MAX_CONFIGMAP_BYTES:,} "
-            f"bytes by {size - MAX_CONFIGMAP_BYTES:,}; split the bundle or shrink its values",
-            Reason.CONFIGMAP_TOO_LARGE,
+            f"the {kind.value} content would be {size:,} bytes ({values}), over the API "
+            f"server's limit of {MAX_CONFIGMAP_BYTES:,} bytes by "
+            f"{size - MAX_CONFIGMAP_BYTES:,}; split the bundle or shrink its values",
+            Reason.SECRET_TOO_LARGE if kind is Kind.SECRET else Reason.CONFIGMAP_TOO_LARGE,
         )
         self.size = size
+        self.kind = kind
 
 
 class MergeFormat(enum.StrEnum):
@@ -101,24 +113,40 @@ class SourceItem:
 
 @dataclass(frozen=True, slots=True)
 class SourceRef:
-    """One entry of ``spec.sources``: a ConfigMap whose content is a layer of the bundle's.
+    """One entry of ``spec.sources``: a ConfigMap or Secret whose content is a layer.
 
     Attributes:
-        namespace: the ConfigMap's namespace (the bundle's own when the spec omits it).
-        name: the ConfigMap's name.
+        namespace: the object's namespace (the bundle's own when the spec omits it).
+        name: the object's name.
         items: the keys to take and the keys they become, or None for every key as is.
         optional: a missing source counts as empty instead of failing the bundle.
+        kind: a ConfigMap (``spec.sources[].configMap``) or a Secret (``.secret``, only
+            into a Secret target).
     """
 
     namespace: str
     name: str
     items: tuple[SourceItem, ...] | None = None
     optional: bool = False
+    kind: Kind = Kind.CONFIGMAP
+
+    @property
+    def ref(self) -> str:
+        """``namespace/name`` of the object."""
+        return f"{self.namespace}/{self.name}"
 
     @property
     def key(self) -> str:
-        """``namespace/name``: how status and messages name the source."""
-        return f"{self.namespace}/{self.name}"
+        """How ``status.keySources`` and the source index name the source.
+
+        ``namespace/name`` for a ConfigMap (as ever), ``secret:namespace/name`` for a
+        Secret, so a ConfigMap and a Secret of one name are two sources.
+        """
+        return self.ref if self.kind is Kind.CONFIGMAP else f"secret:{self.ref}"
+
+    def describe(self) -> str:
+        """Return ``ConfigMap namespace/name`` or ``Secret namespace/name``, for messages."""
+        return f"{self.kind.value} {self.ref}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +154,11 @@ class BundleSpec:
     """A validated ConfigBundle spec.
 
     Attributes:
-        config_map_name: name of the managed ConfigMap (same namespace as the bundle).
+        config_map_name: name of the managed ConfigMap (same namespace as the bundle);
+            ``""`` for a Secret target.
+        target: the object the bundle keeps (:class:`cbop.api.target.Target`): a
+            ConfigMap named ``config_map_name``, or a Secret of ``target.name``, whose
+            content comes from sources only.
         data: key -> UTF-8 text, exactly as the ConfigMap's ``data``.
         binary_data: key -> raw bytes (decoded from the spec's base64).
         labels: labels cbop puts on the ConfigMap (besides its own).
@@ -135,7 +167,7 @@ class BundleSpec:
         deletion_policy: what happens to the ConfigMap when the bundle goes.
         suspend: while True, cbop makes no writes for this bundle.
         size: summed byte length of data values and binary_data values.
-        sources: the ConfigMaps laid under ``data``/``binary_data``, in order
+        sources: the ConfigMaps and Secrets laid under ``data``/``binary_data``, in order
             (:mod:`cbop.api.compose`).
         merge: key -> format of the keys whose values are merged across the layers.
         provenance: for a spec whose sources are composed into ``data`` and
@@ -145,6 +177,7 @@ class BundleSpec:
     """
 
     config_map_name: str
+    target: Target
     data: Mapping[str, str]
     binary_data: Mapping[str, bytes]
     labels: Mapping[str, str]
@@ -284,16 +317,15 @@ def config_map_name_of(bundle: Mapping[str, Any]) -> str | None:
     """Return the ConfigMap name cbop uses for ``bundle``, even if the rest of its spec is invalid.
 
     ``spec.configMapName``, else ``metadata.name``; None when that name is not a valid
-    ConfigMap name (or the spec is not an object). Status and ``--once`` show it while a
-    bundle is invalid, so the user sees which ConfigMap it is about.
+    ConfigMap name (or the spec is not an object), and for a bundle whose target is a
+    Secret (it keeps no ConfigMap; :func:`cbop.api.target.target_of` names its Secret).
+    Status and ``--once`` show it while a bundle is invalid, so the user sees which
+    ConfigMap it is about.
     """
-    raw_spec = bundle.get("spec") or {}
-    if not isinstance(raw_spec, Mapping):
+    target = target_of(bundle)
+    if target is None or target.kind is not Kind.CONFIGMAP:
         return None
-    name = raw_spec.get("configMapName") or bundle.get("metadata", {}).get("name", "")
-    if not isinstance(name, str) or len(name) > _MAX_KEY_LENGTH:
-        return None
-    return name if _DNS1123_SUBDOMAIN.match(name) else None
+    return target.name
 
 
 def parse_spec(bundle: Mapping[str, Any]) -> BundleSpec:
@@ -303,7 +335,8 @@ def parse_spec(bundle: Mapping[str, Any]) -> BundleSpec:
         bundle: the whole ConfigBundle object as a dict (``metadata`` and ``spec``).
 
     Returns:
-        The :class:`BundleSpec`; ``config_map_name`` defaults to ``metadata.name``.
+        The :class:`BundleSpec`; ``config_map_name`` defaults to ``metadata.name``
+        (``""`` for a Secret target, whose name defaults to it).
 
     Raises:
         TooLargeError: the content exceeds 1,048,576 bytes (counted in bytes, UTF-8).
@@ -312,13 +345,13 @@ def parse_spec(bundle: Mapping[str, Any]) -> BundleSpec:
     raw_spec = bundle.get("spec") or {}
     if not isinstance(raw_spec, Mapping):
         raise SpecError("spec must be an object")
-    name = config_map_name_of(bundle)
-    if name is None:
-        name = raw_spec.get("configMapName") or bundle.get("metadata", {}).get("name", "")
-        raise SpecError(
-            f"spec.configMapName {_show(str(name))} is not a valid ConfigMap name "
-            "(lowercase DNS subdomain, at most 253 characters)"
-        )
+    try:
+        target = parse_target(raw_spec, str(bundle.get("metadata", {}).get("name", "")))
+    except TargetError as err:
+        raise SpecError(str(err)) from None
+    if target.is_secret:
+        _check_secret_target(raw_spec)
+    name = "" if target.is_secret else target.name
 
     data = _string_map(raw_spec, "data")
     encoded = _string_map(raw_spec, "binaryData")
@@ -369,6 +402,7 @@ def parse_spec(bundle: Mapping[str, Any]) -> BundleSpec:
     namespace = str(bundle.get("metadata", {}).get("namespace") or "")
     return BundleSpec(
         config_map_name=name,
+        target=target,
         data=data,
         binary_data=binary,
         labels=labels,
@@ -377,7 +411,7 @@ def parse_spec(bundle: Mapping[str, Any]) -> BundleSpec:
         deletion_policy=policy,
         suspend=_bool(raw_spec, "suspend"),
         size=size,
-        sources=_sources(raw_spec.get("sources"), namespace),
+        sources=_sources(raw_spec.get("sources"), namespace, target),
         merge=_merge(raw_spec.get("merge")),
     )
 
@@ -392,17 +426,43 @@ def _list(raw: Any, field: str, limit: int) -> list[Any]:
     return raw
 
 
-def _sources(raw: Any, namespace: str) -> tuple[SourceRef, ...]:
+def _check_secret_target(raw_spec: Mapping[str, Any]) -> None:
+    """Refuse what a Secret target may not have (the CRD refuses it at admission too).
+
+    Inline content: ``view`` reads a ConfigBundle, so secret material does not belong
+    in one. Revisions: not supported for Secret targets yet.
+    """
+    for name in ("data", "binaryData"):
+        if raw_spec.get(name):
+            raise SpecError(
+                f"spec.{name} is not allowed with a Secret target: anyone who may view "
+                "the bundle would read it; a Secret's content comes from spec.sources only"
+            )
+    revisions = raw_spec.get("revisions")
+    if isinstance(revisions, Mapping) and revisions.get("enabled"):
+        raise SpecError("spec.revisions are not supported for a Secret target yet")
+
+
+def _sources(raw: Any, namespace: str, target: Target) -> tuple[SourceRef, ...]:
     """Parse ``spec.sources`` (see :class:`SourceRef`); the CRD checks the same at admission."""
     out = []
     for i, entry in enumerate(_list(raw, "spec.sources", MAX_SOURCES)):
-        where = f"spec.sources[{i}].configMap"
-        ref = entry.get("configMap") if isinstance(entry, Mapping) else None
+        given = [f for f in ("configMap", "secret") if isinstance(entry, Mapping) and f in entry]
+        if len(given) != 1:
+            raise SpecError(f"spec.sources[{i}] must name exactly one of configMap and secret")
+        kind = Kind.SECRET if given[0] == "secret" else Kind.CONFIGMAP
+        where = f"spec.sources[{i}].{given[0]}"
+        if kind is Kind.SECRET and not target.is_secret:
+            raise SpecError(
+                f"{where}: a Secret may only be a source of a Secret target "
+                "(spec.target.kind: Secret); a Secret never flows into a ConfigMap"
+            )
+        ref = entry[given[0]]
         if not isinstance(ref, Mapping):
-            raise SpecError(f"{where} is required (a source is a ConfigMap)")
+            raise SpecError(f"{where} must be an object")
         name = ref.get("name")
         if not isinstance(name, str) or not _DNS1123_SUBDOMAIN.match(name) or len(name) > 253:
-            raise SpecError(f"{where}.name {_show(str(name))} is not a valid ConfigMap name")
+            raise SpecError(f"{where}.name {_show(str(name))} is not a valid {kind.value} name")
         ns = ref.get("namespace") or namespace
         if not isinstance(ns, str) or not _DNS1123_LABEL_ONLY.match(ns) or len(ns) > 63:
             raise SpecError(f"{where}.namespace {_show(str(ns))} is not a valid namespace")
@@ -412,7 +472,7 @@ def _sources(raw: Any, namespace: str) -> tuple[SourceRef, ...]:
         optional = ref.get("optional", False)
         if not isinstance(optional, bool):
             raise SpecError(f"{where}.optional must be true or false")
-        out.append(SourceRef(ns, name, items, optional))
+        out.append(SourceRef(ns, name, items, optional, kind))
     return tuple(out)
 
 

@@ -80,6 +80,12 @@ class Reason(enum.StrEnum):
     SOURCE_NOT_FOUND = "SourceNotFound"
     SOURCE_NOT_SHARED = "SourceNotShared"
     INVALID_SOURCE = "InvalidSource"
+    #: A Secret target while cbop runs without ``--secrets`` (or outside
+    #: ``--secrets-namespace``): nothing is read or written for the bundle.
+    SECRETS_DISABLED = "SecretsDisabled"
+    #: A Secret of the target's name that cbop does not manage, or of another type.
+    SECRET_CONFLICT = "SecretConflict"
+    SECRET_TOO_LARGE = "SecretTooLarge"
     RECONCILE_ERROR = "ReconcileError"
     #: ``spec.revisions``: the API server refused the revision of the content (a quota,
     #: an admission rule); the plain ConfigMap has the content all the same.

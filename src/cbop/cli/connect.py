@@ -26,14 +26,17 @@ def pool_size(args: argparse.Namespace) -> int:
     hold (all ``--shards`` of them, when it is the only one), plus a few for Leases and
     Events; at least 16. Each informer (one per resource and ``--namespace``) holds a
     watch: the resources the enabled controllers declare (shared ones once, plus their
-    ``more_informers``, such as the source ConfigMaps' own informer); each of
+    ``more_informers``, such as the source ConfigMaps' own informer, and the informers
+    of their opt-ins that are on, such as the Secrets' two); each of
     their controllers has ``--workers`` workers. A pool that is too small opens and
     drops a connection per request beyond it (urllib3's "Connection pool is full"
     warning).
     """
-    enabled = enabled_controllers(controller_settings(args))
+    settings = controller_settings(args)
+    enabled = enabled_controllers(settings)
     kinds = len({resource for d in enabled for resource in d.resources})
     kinds += sum(len(d.more_informers) for d in enabled)
+    kinds += sum(len(o.informers) for d in enabled for o in d.opt_ins if o.on(settings))
     controllers = sum(d.controllers for d in enabled)
     scopes = len(args.namespaces or [None])
     per_shard: int = kinds * scopes + controllers * args.workers

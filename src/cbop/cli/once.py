@@ -28,6 +28,7 @@ from cbop.cli.plan import (
 )
 from cbop.configbundle import Result
 from cbop.configbundle import controller as configbundle
+from cbop.configbundle.settings import secrets_scope
 from cbop.informers import SharedInformerFactory
 from cbop.keys import split_key
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, ConnectionFailed, KubeInterface
@@ -63,7 +64,11 @@ def run_once(args: argparse.Namespace, client: KubeInterface) -> int:
     recorder = None if args.dry_run else EventRecorder(client, level=args.events)
     informers = SharedInformerFactory(client, namespaces=args.namespaces, resync_period=0)
     reconciler = configbundle.new_reconciler(
-        client, informers, recorder=recorder, dry_run=args.dry_run
+        client,
+        informers,
+        recorder=recorder,
+        dry_run=args.dry_run,
+        secrets=secrets_scope(FlagValues(controller_settings(args))),
     )
     # The reconciler's own managed-ConfigMap cache (the factory shares one informer).
     configmaps = informers.lister(CONFIGMAPS, label_selector=MANAGED_SELECTOR)
@@ -92,6 +97,7 @@ def run_once(args: argparse.Namespace, client: KubeInterface) -> int:
                 "namespace": split_key(r.key)[0],
                 "bundle": split_key(r.key)[1],
                 "configMap": r.config_map,
+                **({"secret": r.secret} if r.secret else {}),
                 "action": r.action.value if r.action else None,
                 "pending": r.pending,
                 "result": _ready_word(r),
@@ -163,7 +169,7 @@ def _table(
         (
             split_key(r.key)[0] or "",
             split_key(r.key)[1],
-            r.config_map or "-",
+            r.config_map or (f"secret/{r.secret}" if r.secret else "-"),
             (r.action.value if r.action else "-") + (" (dry run)" if r.pending else ""),
             _ready_word(r),
         )

@@ -79,20 +79,19 @@ def build_release_parser() -> argparse.ArgumentParser:
 
 
 def _line(done: Release) -> str:
+    kind = done.kind.value
     if done.configmap is None:
-        kept = "its spec names no ConfigMap"
+        kept = f"its spec names no {kind}"
     elif done.outcome is ConfigMapOutcome.RELEASED:
         kept = (
-            f"ConfigMap {done.configmap} released (content kept; cbop's owner reference, "
+            f"{kind} {done.configmap} released (content kept; cbop's owner reference, "
             "labels and annotations removed)"
         )
     elif done.outcome is ConfigMapOutcome.GONE:
-        kept = (
-            f"ConfigMap {done.configmap} is gone already (deleted with its namespace, or by hand)"
-        )
+        kept = f"{kind} {done.configmap} is gone already (deleted with its namespace, or by hand)"
     else:
         kept = (
-            f"ConfigMap {done.configmap} is not controlled by it (released already, or "
+            f"{kind} {done.configmap} is not controlled by it (released already, or "
             "someone else's); left as it is"
         )
     finalizer = (

@@ -34,7 +34,8 @@ from typing import Any, Final
 import structlog
 
 from cbop import defaults
-from cbop.api import LABEL_CLUSTER_BUNDLE, label_value, template_of
+from cbop.api import LABEL_CLUSTER_BUNDLE, label_value
+from cbop.api.cluster import target_key
 from cbop.clusterbundle import report
 from cbop.clusterbundle.decision import Failure
 from cbop.clusterbundle.reconcile import (
@@ -169,9 +170,9 @@ def cluster_bundle_stamp_mapper(
         if not name:
             return []
         names = {name}
-        config_map = template_of(cluster_bundle)["configMapName"]
+        kept = target_key(cluster_bundle)
         for other in cluster_bundles.list():
-            if template_of(other)["configMapName"] == config_map:
+            if target_key(other) == kept:
                 names.add(str(other["metadata"]["name"]))
         spaces = [str(ns["metadata"]["name"]) for ns in namespaces.list()]
         if owns is not None:

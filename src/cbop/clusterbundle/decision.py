@@ -35,6 +35,7 @@ from cbop.api import (
     parse_selector,
     template_of,
 )
+from cbop.api.cluster import target_key
 from cbop.api.ownership import owner_reference_to
 
 __all__ = [
@@ -253,7 +254,7 @@ def _rivals(
 
     Rivals being deleted are left out; those with an unusable selector select nothing.
     """
-    own_name = template_of(cluster_bundle)["configMapName"]
+    own_target = target_key(cluster_bundle)
     own_age = _age_key(cluster_bundle)
     uid = cluster_bundle["metadata"].get("uid")
     out = []
@@ -261,7 +262,7 @@ def _rivals(
         meta = other.get("metadata") or {}
         if meta.get("uid") == uid or meta.get("deletionTimestamp"):
             continue
-        if template_of(other)["configMapName"] != own_name or _age_key(other) >= own_age:
+        if target_key(other) != own_target or _age_key(other) >= own_age:
             continue
         try:
             selector = parse_selector((other.get("spec") or {}).get("namespaceSelector"))
@@ -303,8 +304,8 @@ def _judge_selected(  # noqa: PLR0917 - private, called twice
         failure = Failure(
             ns_name,
             ClusterReason.CONFIGMAP_NAME_CONFLICT,
-            f"ClusterConfigBundle {winner}, older, keeps ConfigMap "
-            f"{spec['configMapName']} in this namespace",
+            f"ClusterConfigBundle {winner}, older, keeps "
+            f"{' '.join(target_key(cluster_bundle))} in this namespace",
         )
         owned = current is not None and is_controlled_by(current, cluster_bundle)
         return Verdict(True, _delete(current) if owned and current else None, failure)

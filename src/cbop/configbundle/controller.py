@@ -15,13 +15,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, Final
 
-from cbop import defaults
-from cbop.api import MANAGED_SELECTOR, SOURCE_SELECTOR, config_map_name_of
+from cbop.api import MANAGED_SELECTOR, SOURCE_SELECTOR, config_map_name_of, target_of
 from cbop.configbundle import Reconciler, Requeue, Result
+from cbop.configbundle.digestkey import DigestKey
 from cbop.configbundle.interfaces import Client, Observer
+from cbop.configbundle.secrets import SecretsScope
+from cbop.configbundle.settings import (
+    REVISION_GRACE,
+    ROLLOUT,
+    SECRETS_DIGEST_KEY,
+    SECRETS_FLAG,
+    SECRETS_NAMESPACE,
+    ConfigBundleSettings,
+)
 from cbop.configbundle.status import is_converged
 from cbop.informers import (
     IndexFunc,
@@ -30,8 +38,12 @@ from cbop.informers import (
     index_by_controller_uid,
 )
 from cbop.keys import CONFIGMAP_NAME_INDEX, CONTROLLER_UID_INDEX, key_of, object_key
-from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, PODS
-from cbop.metrics.controller import BundleReadinessCollector, ConfigMapWriteMetrics
+from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, PODS, SECRETS
+from cbop.metrics.controller import (
+    BundleReadinessCollector,
+    ConfigMapWriteMetrics,
+    SecretsDisabledCollector,
+)
 from cbop.metrics.revisions import RevisionCollector
 from cbop.revisions.bundle import DEFAULT_GRACE
 from cbop.revisions.caches import (
@@ -56,8 +68,7 @@ from cbop.runtime import Builder, Controller, Reads, Scope, reconcile_context
 from cbop.runtime.definition import (
     Context,
     ControllerDefinition,
-    Flag,
-    FlagValues,
+    OptIn,
     PolicyRule,
     SetupFunc,
 )
@@ -87,6 +98,11 @@ CONTROLLER_NAME: Final = "configbundle"
 
 #: Index of the ConfigBundle cache: ``namespace/name`` of each source a bundle reads.
 SOURCE_INDEX: Final = "source"
+#: What precedes ``namespace/name`` of a Secret source in :data:`SOURCE_INDEX` (as in
+#: ``status.keySources``): a ConfigMap and a Secret of one name are two sources.
+SECRET_SOURCE_PREFIX: Final = "secret:"
+#: Index of the ConfigBundle cache: ``namespace/name`` of the Secret a bundle keeps.
+SECRET_NAME_INDEX: Final = "secret-name"
 
 
 def index_by_source(bundle: Mapping[str, Any]) -> list[str]:
@@ -94,9 +110,10 @@ def index_by_source(bundle: Mapping[str, Any]) -> list[str]:
 
     Returns:
         ``["namespace/name", ...]`` of ``spec.sources`` (the bundle's namespace where a
-        source names none; a ClusterConfigBundle's stamps each their own), sorted and
-        each once; ``[]`` without sources. Read from the raw spec, so a source that
-        does not exist yet is indexed too.
+        source names none; a ClusterConfigBundle's stamps each their own), a Secret
+        source as ``secret:namespace/name``, sorted and each once; ``[]`` without
+        sources. Read from the raw spec, so a source that does not exist yet is
+        indexed too.
     """
     raw = (bundle.get("spec") or {}).get("sources")
     if not isinstance(raw, list):
@@ -104,17 +121,21 @@ def index_by_source(bundle: Mapping[str, Any]) -> list[str]:
     namespace = (bundle.get("metadata") or {}).get("namespace")
     keys = set()
     for entry in raw:
-        ref = entry.get("configMap") if isinstance(entry, Mapping) else None
-        if isinstance(ref, Mapping) and isinstance(ref.get("name"), str):
-            keys.add(key_of(ref.get("namespace") or namespace, ref["name"]))
+        for kind, prefix in (("configMap", ""), ("secret", SECRET_SOURCE_PREFIX)):
+            ref = entry.get(kind) if isinstance(entry, Mapping) else None
+            if isinstance(ref, Mapping) and isinstance(ref.get("name"), str):
+                keys.add(prefix + key_of(ref.get("namespace") or namespace, ref["name"]))
     return sorted(keys)
 
 
-def bundles_reading(bundles: MultiNamespaceLister) -> Callable[[Mapping[str, Any]], list[str]]:
-    """Return the map function: a source ConfigMap -> the bundles that read it.
+def bundles_reading(
+    bundles: MultiNamespaceLister, prefix: str = ""
+) -> Callable[[Mapping[str, Any]], list[str]]:
+    """Return the map function: a source ConfigMap (or Secret) -> the bundles that read it.
 
     Args:
         bundles: the ConfigBundle lister, with the :data:`SOURCE_INDEX` index.
+        prefix: ``""`` for ConfigMap sources, :data:`SECRET_SOURCE_PREFIX` for Secrets.
 
     Returns:
         ``fn(configmap) -> ["namespace/name", ...]``, sorted: every bundle whose
@@ -125,7 +146,7 @@ def bundles_reading(bundles: MultiNamespaceLister) -> Callable[[Mapping[str, Any
 
     def map_source(configmap: Mapping[str, Any]) -> list[str]:
         meta = configmap.get("metadata") or {}
-        value = key_of(meta.get("namespace"), str(meta.get("name", "")))
+        value = prefix + key_of(meta.get("namespace"), str(meta.get("name", "")))
         return sorted(object_key(b) for b in bundles.by_index(SOURCE_INDEX, value))
 
     return map_source
@@ -144,11 +165,28 @@ def index_by_configmap_name(bundle: Mapping[str, Any]) -> list[str]:
     return [key_of(bundle.get("metadata", {}).get("namespace"), name)]
 
 
-def bundles_naming(bundles: MultiNamespaceLister) -> Callable[[Mapping[str, Any]], list[str]]:
+def index_by_secret_name(bundle: Mapping[str, Any]) -> list[str]:
+    """Index function of the ConfigBundle cache: the key of the Secret ``bundle`` keeps.
+
+    Returns:
+        ``["namespace/name"]`` of a Secret target (``spec.target.name``, else the
+        bundle's name), or ``[]`` for a ConfigMap target or an invalid name.
+    """
+    target = target_of(bundle)
+    if target is None or not target.is_secret:
+        return []
+    return [key_of(bundle.get("metadata", {}).get("namespace"), target.name)]
+
+
+def bundles_naming(
+    bundles: MultiNamespaceLister, index: str = CONFIGMAP_NAME_INDEX
+) -> Callable[[Mapping[str, Any]], list[str]]:
     """Return the map function: a managed ConfigMap -> the bundles that keep its name.
 
     Args:
         bundles: the ConfigBundle lister, with the :data:`CONFIGMAP_NAME_INDEX` index.
+        index: :data:`SECRET_NAME_INDEX` for managed Secrets: the bundles that keep the
+            Secret's name.
 
     Returns:
         ``fn(configmap) -> ["namespace/name", ...]``, sorted. A ConfigMap cbop manages
@@ -161,7 +199,7 @@ def bundles_naming(bundles: MultiNamespaceLister) -> Callable[[Mapping[str, Any]
     def map_configmap(configmap: Mapping[str, Any]) -> list[str]:
         meta = configmap.get("metadata") or {}
         value = key_of(meta.get("namespace"), str(meta.get("name", "")))
-        return sorted(object_key(b) for b in bundles.by_index(CONFIGMAP_NAME_INDEX, value))
+        return sorted(object_key(b) for b in bundles.by_index(index, value))
 
     return map_configmap
 
@@ -169,6 +207,7 @@ def bundles_naming(bundles: MultiNamespaceLister) -> Callable[[Mapping[str, Any]
 #: The indexes of the ConfigBundle cache the controller reads.
 _BUNDLE_INDEXERS: Final[dict[str, IndexFunc]] = {
     CONFIGMAP_NAME_INDEX: index_by_configmap_name,
+    SECRET_NAME_INDEX: index_by_secret_name,
     SOURCE_INDEX: index_by_source,
 }
 
@@ -184,6 +223,7 @@ def new_reconciler(
     pin_policy: PolicyCheck | None = None,
     rollout: bool = True,
     revision_grace: float = DEFAULT_GRACE,
+    secrets: SecretsScope | None = None,
 ) -> Reconciler:
     """Return the ConfigBundle reconciler reading from ``informers``' shared caches.
 
@@ -199,7 +239,11 @@ def new_reconciler(
         pin_policy: see :class:`cbop.configbundle.Reconciler`.
         rollout: see :class:`cbop.configbundle.Reconciler`.
         revision_grace: see :class:`cbop.configbundle.Reconciler`.
+        secrets: which bundles with a Secret target are served (None: none); with
+            Secrets on, the Secret informers are requested too.
     """
+    scope = secrets or SecretsScope()
+    targets, sources = secret_informers(informers, scope)
     return Reconciler(
         client=client,
         bundles=informers.lister(CONFIGBUNDLES, indexers=_BUNDLE_INDEXERS),
@@ -220,7 +264,39 @@ def new_reconciler(
         pin_policy=pin_policy,
         rollout=rollout,
         revision_grace=revision_grace,
+        secrets=scope,
+        secret_targets=targets,
+        secret_sources=sources,
+        digest_key=DigestKey(client, *scope.digest_key, dry_run=dry_run)
+        if targets is not None
+        else None,
     )
+
+
+def secret_informers(
+    informers: SharedInformerFactory, scope: SecretsScope
+) -> tuple[MultiNamespaceLister | None, MultiNamespaceLister | None]:
+    """Return listers of the two Secret informers of ``informers`` while Secrets are on.
+
+    The targets (label ``app.kubernetes.io/managed-by=cbop``, with the
+    ``controller-uid`` index) and the sources (label ``cbop.dev/source=true``, never
+    shard-filtered), each selected on the API server, in the namespaces of
+    :meth:`SecretsScope.informer_namespaces`: an unlabelled Secret is never sent to
+    cbop. ``(None, None)`` with Secrets off: no Secret informer at all.
+    """
+    namespaces = scope.informer_namespaces(informers.scopes)
+    if not namespaces:
+        return None, None
+    targets = informers.lister(
+        SECRETS,
+        label_selector=MANAGED_SELECTOR,
+        indexers={CONTROLLER_UID_INDEX: index_by_controller_uid},
+        namespaces=namespaces,
+    )
+    sources = informers.lister(
+        SECRETS, label_selector=SOURCE_SELECTOR, whole=True, namespaces=namespaces
+    )
+    return targets, sources
 
 
 def setup(
@@ -233,6 +309,7 @@ def setup(
     pin_policy: PolicyCheck | None = None,
     rollout: bool = True,
     revision_grace: float = DEFAULT_GRACE,
+    secrets: SecretsScope | None = None,
 ) -> Controller:
     """Add the ConfigBundle controller to ``scope`` and return it.
 
@@ -246,6 +323,7 @@ def setup(
         pin_policy: see :class:`cbop.configbundle.Reconciler`.
         rollout: whether the rollout runs (its workload caches are then read too).
         revision_grace: see :class:`cbop.configbundle.Reconciler`.
+        secrets: which bundles with a Secret target are served (None: none).
 
     Raises:
         ValueError: the scope has a controller of this name already.
@@ -261,6 +339,7 @@ def setup(
         pin_policy=pin_policy,
         rollout=rollout,
         revision_grace=revision_grace,
+        secrets=secrets,
     )
     bundles = scope.lister(CONFIGBUNDLES, indexers=_BUNDLE_INDEXERS)
     configmaps = scope.lister(CONFIGMAPS, label_selector=MANAGED_SELECTOR)
@@ -278,6 +357,26 @@ def setup(
             reads=Reads.CLUSTER,
         )
     )
+    # With Secrets on: the targets (their owner, and bundles waiting on a name) and the
+    # sources, in the namespaces served; the controller waits for both caches.
+    served = (secrets or SecretsScope()).informer_namespaces(scope.informers.scopes)
+    if served:
+        builder = (
+            builder.owns(SECRETS, label_selector=MANAGED_SELECTOR, namespaces=served)
+            .watches(
+                SECRETS,
+                bundles_naming(bundles, SECRET_NAME_INDEX),
+                label_selector=MANAGED_SELECTOR,
+                namespaces=served,
+            )
+            .watches(
+                SECRETS,
+                bundles_reading(bundles, SECRET_SOURCE_PREFIX),
+                label_selector=SOURCE_SELECTOR,
+                reads=Reads.CLUSTER,
+                namespaces=served,
+            )
+        )
     # The history's caches wake bundles, but the controller does not wait for them:
     # without RBAC on pods or the apps group, bundles are still reconciled (nothing past
     # keep is deleted, Pinned says Unknown) and /readyz names the refused list.
@@ -327,49 +426,22 @@ def reconcile_all(
     return results
 
 
-#: ``--revision-grace``, seconds.
-REVISION_GRACE: Final = Flag(
-    "revision-grace",
-    DEFAULT_GRACE,
-    "seconds a revision ConfigMap must have been neither current nor named by a "
-    "cached pod template before it is deleted (docs/revisions.md)",
-)
-#: ``--rollout``, the rollout controllers' flag: whether they run decides whether the
-#: workloads' caches are read here too (the command line offers the rollout's own).
-ROLLOUT: Final = Flag("rollout", defaults.ROLLOUT)
-
-
-@dataclass(frozen=True)
-class ConfigBundleSettings:
-    """The ConfigBundle controller's settings, from the parsed flags.
-
-    Attributes:
-        revision_grace_seconds: seconds a revision ConfigMap must have been neither
-            current nor named by a cached pod template before it is deleted
-            (``--revision-grace``).
-        rollout: whether the rollout controllers run (``--rollout``): the opted-in
-            workloads' caches are then read, and revisions are written for them.
-    """
-
-    revision_grace_seconds: float = DEFAULT_GRACE
-    rollout: bool = defaults.ROLLOUT
-
-    @classmethod
-    def from_flags(cls, flags: FlagValues) -> ConfigBundleSettings:
-        """Return the settings of the parsed ``flags``."""
-        return cls(revision_grace_seconds=flags[REVISION_GRACE], rollout=flags[ROLLOUT])
-
-
 def install(context: Context, settings: ConfigBundleSettings) -> SetupFunc:
     """Install the ConfigBundle controller in a process; return its per-scope setup.
 
     Registers ``cbop_configmap_writes_total``, ``cbop_drift_corrections_total``,
-    ``cbop_configbundles{ready}``, ``cbop_revision_pods_unpinned`` and
-    ``cbop_revision_legacy_pins_namespaces`` (the last three read from every scope's
-    cache at scrape time).
+    ``cbop_configbundles{ready}``, ``cbop_configbundles_secrets_disabled``,
+    ``cbop_revision_pods_unpinned`` and ``cbop_revision_legacy_pins_namespaces`` (the
+    last four read from every scope's cache at scrape time).
     """
+    secrets = settings.secrets
     observer = ConfigMapWriteMetrics(context.registry)
     context.registry.register(BundleReadinessCollector(lambda: context.cached(CONFIGBUNDLES)))
+    context.registry.register(
+        SecretsDisabledCollector(
+            lambda: context.cached(CONFIGBUNDLES), lambda b: secrets.refusal(b) is not None
+        )
+    )
     context.registry.register(
         RevisionCollector(
             lambda: count_unpinned(context.cached(PODS)),
@@ -396,6 +468,7 @@ def install(context: Context, settings: ConfigBundleSettings) -> SetupFunc:
             pin_policy=checks[0],
             rollout=settings.rollout,
             revision_grace=settings.revision_grace_seconds,
+            secrets=settings.secrets,
         )
 
     return setup_scope
@@ -407,7 +480,7 @@ DEFINITION: Final = ControllerDefinition(
     summary="keeps a managed ConfigMap equal to each ConfigBundle",
     settings=ConfigBundleSettings.from_flags,
     install=install,
-    flags=(REVISION_GRACE,),
+    flags=(REVISION_GRACE, SECRETS_FLAG, SECRETS_NAMESPACE, SECRETS_DIGEST_KEY),
     resources=(CONFIGBUNDLES, CONFIGMAPS, *HISTORY),
     more_informers=(CONFIGMAPS,),  # the sources (cbop.dev/source=true)
     controllers=1,
@@ -451,6 +524,31 @@ DEFINITION: Final = ControllerDefinition(
             ("get", "list", "watch"),
             "whether the policy that points pods at revisions (cbop-pin-pods) is "
             "installed and served, told in the Pinned condition of bundles with revisions",
+        ),
+    ),
+    opt_ins=(
+        OptIn(
+            SECRETS_FLAG,
+            informers=(SECRETS, SECRETS),  # the targets and the sources, by label
+            rbac=(
+                PolicyRule(
+                    ("",),
+                    ("secrets",),
+                    ("get", "list", "watch", "create", "update", "delete"),
+                    "the Secret targets (labelled app.kubernetes.io/managed-by=cbop) and "
+                    "sources (cbop.dev/source=true): informers, fresh reads, writes",
+                ),
+            ),
+            namespace_rbac=(
+                PolicyRule(
+                    ("",),
+                    ("secrets",),
+                    ("get",),
+                    "read the digest key by name",
+                    resource_names=("cbop-digest-key",),
+                ),
+                PolicyRule(("",), ("secrets",), ("create",), "make the digest key when absent"),
+            ),
         ),
     ),
 )

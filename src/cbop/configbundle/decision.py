@@ -2,11 +2,14 @@
 
 :func:`decide` looks at a bundle, its parsed spec (or the reason it cannot be parsed)
 and the ConfigMap that exists (or None), and returns a :class:`Decision`: what to write,
-if anything, and why. The act layer (:mod:`cbop.configbundle.reconcile`) performs it. The
-order of the checks is the policy:
+if anything, and why. A Secret target is decided by the same rules (:data:`SECRET`,
+its render and content from :mod:`cbop.configbundle.secret`), plus one: a Secret of
+another type is a conflict, never changed. The act layer
+(:mod:`cbop.configbundle.reconcile`) performs it. The order of the checks is the policy:
 
 1. A bundle being deleted gets no ConfigMap writes; only the Orphan finalizer's release
-   of the ConfigMap (case "deletionPolicy: Orphan").
+   of the ConfigMap (case "deletionPolicy: Orphan"). A Secret target cbop may not
+   write (Secrets off) keeps the finalizer: its Secret cannot be released.
 2. ``suspend: true`` -> no writes.
 3. An invalid spec -> ``INVALID`` (terminal: only a spec change can fix it).
 4. No ConfigMap -> ``CREATE``.
@@ -24,7 +27,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from cbop.api import (
     ANNOTATION_CONTENT_HASH,
@@ -37,10 +40,14 @@ from cbop.api import (
     LABEL_MANAGED_BY,
     BundleSpec,
     DeletionPolicy,
+    Kind,
+    Reason,
     SpecError,
     controller_reference,
     is_bundle_reference,
+    target_of,
 )
+from cbop.configbundle import secret
 from cbop.configbundle.desired import (
     JSON,
     DesiredConfigMap,
@@ -204,6 +211,50 @@ def without_server_fields(body: JSON) -> JSON:
     return {**body, "metadata": meta}
 
 
+def _no_conflict(desired: DesiredConfigMap, current: Mapping[str, Any]) -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class TargetOps:
+    """What :func:`decide` needs to know of the kind of a bundle's target.
+
+    Attributes:
+        kind: ConfigMap or Secret.
+        noun: how messages name it.
+        name_field: the spec field that names it (messages say to change it).
+        render: the body a write of the desired object makes of the current one.
+        content_matches: whether the current object's content is the desired one.
+        in_sync: whether writing :attr:`render` would change nothing.
+        conflict: why an object the bundle keeps (or may take back) cannot be kept
+            as it is (a Secret of another type), or None.
+    """
+
+    kind: Kind
+    noun: str
+    name_field: str
+    render: Callable[[DesiredConfigMap, Mapping[str, Any] | None], JSON]
+    content_matches: Callable[[DesiredConfigMap, Mapping[str, Any]], bool]
+    in_sync: Callable[[DesiredConfigMap, Mapping[str, Any]], bool]
+    conflict: Callable[[DesiredConfigMap, Mapping[str, Any]], str | None] = _no_conflict
+
+
+#: A ConfigMap target (:mod:`cbop.configbundle.desired`).
+CONFIGMAP: Final = TargetOps(
+    Kind.CONFIGMAP, "ConfigMap", "spec.configMapName", render, content_matches, in_sync
+)
+#: A Secret target (:mod:`cbop.configbundle.secret`).
+SECRET: Final = TargetOps(
+    Kind.SECRET,
+    "Secret",
+    "spec.target.name",
+    secret.render,
+    secret.content_matches,
+    secret.in_sync,
+    secret.type_conflict,
+)
+
+
 def decide(
     bundle: Mapping[str, Any],
     spec: BundleSpec | SpecError,
@@ -211,6 +262,7 @@ def decide(
     *,
     desired_of: Callable[[Mapping[str, Any], BundleSpec], DesiredConfigMap] = desired_configmap,
     synced: Callable[[DesiredConfigMap, Mapping[str, Any]], bool] = in_sync,
+    ops: TargetOps | None = None,
 ) -> Decision:
     """Decide what to do for ``bundle`` given the ConfigMap that exists.
 
@@ -223,22 +275,43 @@ def decide(
             may be passed (:class:`cbop.configbundle.memo.DecisionMemo`).
         synced: whether a ConfigMap is in sync with the desired one (default
             :func:`~cbop.configbundle.desired.in_sync`), or a memoised equivalent.
+        ops: the kind of the target (:data:`CONFIGMAP`, the default, or :data:`SECRET`,
+            whose ``desired_of`` and ``synced`` the caller passes too).
 
     Returns:
         A :class:`Decision`; see the module docstring for the order of the rules.
+
+    Raises:
+        ValueError: ``spec``'s target is of another kind than ``ops``: a Secret target
+            is never decided as a ConfigMap, nor the other way round.
     """
     meta = bundle["metadata"]
-    name = spec.config_map_name if isinstance(spec, BundleSpec) else meta["name"]
+    ops = ops or CONFIGMAP
+    target = spec.target if isinstance(spec, BundleSpec) else target_of(bundle)
+    if isinstance(spec, BundleSpec) and spec.target.kind is not ops.kind:
+        raise ValueError(f"a {spec.target.kind.value} target decided as a {ops.noun} (a bug)")
+    name = target.name if target is not None else meta["name"]
     owned = current is not None and is_controlled_by(current, bundle)
 
     if meta.get("deletionTimestamp"):
         if not has_finalizer(bundle):
             return Decision(Action.DELETING, message="the bundle is being deleted")
+        if isinstance(spec, SpecError) and spec.reason is Reason.SECRETS_DISABLED:
+            # cbop may not write the Secret, so it cannot release it; removing the
+            # finalizer would let the garbage collector delete what Orphan keeps.
+            held = SpecError(
+                f"{spec.message}. The bundle is being deleted with deletionPolicy Orphan: "
+                f"cbop keeps its {FINALIZER_ORPHAN} finalizer until it may release the "
+                "Secret (turn Secrets on, or run cbop release with a kubeconfig that may "
+                "update Secrets)",
+                Reason.SECRETS_DISABLED,
+            )
+            return Decision(Action.INVALID, error=held, message=held.message)
         body = release_body(current, bundle) if current is not None and owned else None
         return Decision(
             Action.RELEASE,
             body=body,
-            message=f"ConfigMap {name} released (deletionPolicy Orphan)",
+            message=f"{ops.noun} {name} released (deletionPolicy Orphan)",
             finalizer=FinalizerChange.REMOVE,
         )
 
@@ -258,7 +331,7 @@ def decide(
     if spec.suspend:
         return Decision(
             Action.SUSPENDED,
-            message="spec.suspend is true; cbop makes no changes to the ConfigMap",
+            message=f"spec.suspend is true; cbop makes no changes to the {ops.noun}",
             finalizer=finalizer,
         )
 
@@ -267,9 +340,9 @@ def decide(
         return Decision(
             Action.CREATE,
             desired=desired,
-            body=render(desired, None),
+            body=ops.render(desired, None),
             drift=_was_synced(bundle, desired),
-            message=f"ConfigMap {name} created",
+            message=f"{ops.noun} {name} created",
             finalizer=finalizer,
         )
     adopted = not owned and released_to(current, bundle)
@@ -277,37 +350,42 @@ def decide(
         ref = controller_reference(current)
         if ref is not None and is_bundle_reference(ref) and ref.get("name") == meta["name"]:
             why = (
-                f"ConfigMap {name} still belongs to an earlier ConfigBundle {meta['name']} "
+                f"{ops.noun} {name} still belongs to an earlier ConfigBundle {meta['name']} "
                 f"(uid {ref.get('uid')}); waiting for the garbage collector to delete it"
             )
         elif ref is not None:
             why = (
-                f"ConfigMap {name} exists and is controlled by {ref.get('kind')} "
+                f"{ops.noun} {name} exists and is controlled by {ref.get('kind')} "
                 f"{ref.get('name')}; cbop will not modify it. Delete it or choose another "
-                "spec.configMapName"
+                f"{ops.name_field}"
             )
         else:
             why = (
-                f"ConfigMap {name} exists and is not managed by this ConfigBundle; cbop will "
-                "not modify it. Delete it or choose another spec.configMapName"
+                f"{ops.noun} {name} exists and is not managed by this ConfigBundle; cbop "
+                f"will not modify it. Delete it or choose another {ops.name_field}"
             )
         return Decision(Action.CONFLICT, desired=desired, message=why, finalizer=finalizer)
+    kept = ops.conflict(desired, current)
+    if kept is not None:
+        return Decision(Action.CONFLICT, desired=desired, message=kept, finalizer=finalizer)
     if synced(desired, current):
         return Decision(Action.NONE, desired=desired, finalizer=finalizer)
 
     drift = _was_synced(bundle, desired)
     message = ""
     if adopted:
-        restored = "" if content_matches(desired, current) else "; its content was restored"
+        restored = "" if ops.content_matches(desired, current) else "; its content was restored"
         message = (
-            f"ConfigMap {name} taken back: ConfigBundle {meta['name']} released it earlier "
+            f"{ops.noun} {name} taken back: ConfigBundle {meta['name']} released it earlier "
             f"(deletionPolicy Orphan){restored}"
         )
-    if current.get("immutable") and not (desired.immutable and content_matches(desired, current)):
+    if current.get("immutable") and not (
+        desired.immutable and ops.content_matches(desired, current)
+    ):
         return Decision(
             Action.REPLACE,
             desired=desired,
-            body=without_server_fields(render(desired, current)),
+            body=without_server_fields(ops.render(desired, current)),
             drift=drift,
             precondition={
                 "uid": current["metadata"]["uid"],
@@ -316,8 +394,8 @@ def decide(
             message=message
             if adopted
             else (
-                f"ConfigMap {name} is immutable and its content or immutability had to change; "
-                "deleted and recreated it"
+                f"{ops.noun} {name} is immutable and its content or immutability had to "
+                "change; deleted and recreated it"
             ),
             finalizer=finalizer,
             adopted=adopted,
@@ -325,14 +403,14 @@ def decide(
     return Decision(
         Action.UPDATE,
         desired=desired,
-        body=render(desired, current),
+        body=ops.render(desired, current),
         drift=drift,
         message=message
         if adopted
         else (
-            f"ConfigMap {name} was changed outside cbop; restored it"
+            f"{ops.noun} {name} was changed outside cbop; restored it"
             if drift
-            else f"ConfigMap {name} updated"
+            else f"{ops.noun} {name} updated"
         ),
         finalizer=finalizer,
         adopted=adopted,

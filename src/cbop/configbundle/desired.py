@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from cbop.api import (
     ANNOTATION_CONTENT_HASH,
@@ -30,6 +30,7 @@ from cbop.api import (
     LABEL_MANAGED_BY,
     MANAGED_BY_VALUE,
     BundleSpec,
+    Kind,
     label_value,
 )
 from cbop.api.content import content_hash, decode_binary, encode_binary
@@ -38,20 +39,43 @@ from cbop.api.ownership import controller_reference, is_bundle_reference, owner_
 JSON = dict[str, Any]
 
 
+class Managed(Protocol):
+    """What cbop sets on any object it keeps: :class:`DesiredConfigMap` or a desired Secret."""
+
+    @property
+    def labels(self) -> Mapping[str, str]:
+        """Every label cbop sets, its own included."""
+        ...
+
+    @property
+    def annotations(self) -> Mapping[str, str]:
+        """Every annotation cbop sets, its own included."""
+        ...
+
+    @property
+    def owner_reference(self) -> Mapping[str, Any]:
+        """The controller owner reference to the bundle."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class DesiredConfigMap:
-    """What a bundle declares its ConfigMap to be.
+    """What a bundle declares its ConfigMap (or, with ``kind`` Secret, its Secret) to be.
 
     Attributes:
-        namespace: the bundle's (and so the ConfigMap's) namespace.
-        name: the ConfigMap's name.
+        namespace: the bundle's (and so the object's) namespace.
+        name: the object's name.
         labels: every label cbop sets, its own included.
         annotations: every annotation cbop sets, its own included.
-        data: key -> text.
-        binary_data: key -> bytes.
-        immutable: whether the ConfigMap is immutable.
+        data: key -> text (empty for a Secret).
+        binary_data: key -> bytes (all of a Secret's content).
+        immutable: whether the object is immutable.
         owner_reference: the controller owner reference to the bundle.
-        content_hash: ``sha256:<hex>`` of data and binary_data (:func:`content_hash`).
+        content_hash: ``sha256:<hex>`` of data and binary_data (:func:`content_hash`);
+            for a Secret the keyed ``hmac-sha256:<hex>``
+            (:func:`cbop.api.keyed_content_hash`).
+        kind: ConfigMap, or Secret (:mod:`cbop.configbundle.secret` makes those).
+        secret_type: the Secret's ``type``; None for a ConfigMap.
     """
 
     namespace: str
@@ -63,6 +87,13 @@ class DesiredConfigMap:
     immutable: bool
     owner_reference: Mapping[str, Any]
     content_hash: str
+    kind: Kind = Kind.CONFIGMAP
+    secret_type: str | None = None
+
+    @property
+    def key_count(self) -> int:
+        """Number of keys of the content."""
+        return len(self.data) + len(self.binary_data)
 
 
 def owner_reference(bundle: Mapping[str, Any]) -> JSON:
@@ -96,15 +127,7 @@ def desired_configmap(bundle: Mapping[str, Any], spec: BundleSpec) -> DesiredCon
     """
     meta = bundle["metadata"]
     digest = content_hash(spec.data, spec.binary_data)
-    labels = dict(spec.labels)
-    labels[LABEL_MANAGED_BY] = MANAGED_BY_VALUE
-    labels[LABEL_BUNDLE] = label_value(meta["name"])
-    annotations = dict(spec.annotations)
-    annotations[ANNOTATION_CONTENT_HASH] = digest
-    if spec.labels:
-        annotations[ANNOTATION_MANAGED_LABELS] = ",".join(sorted(spec.labels))
-    if spec.annotations:
-        annotations[ANNOTATION_MANAGED_ANNOTATIONS] = ",".join(sorted(spec.annotations))
+    labels, annotations = own_metadata(bundle, spec, digest)
     return DesiredConfigMap(
         namespace=meta["namespace"],
         name=spec.config_map_name,
@@ -116,6 +139,27 @@ def desired_configmap(bundle: Mapping[str, Any], spec: BundleSpec) -> DesiredCon
         owner_reference=owner_reference(bundle),
         content_hash=digest,
     )
+
+
+def own_metadata(
+    bundle: Mapping[str, Any], spec: BundleSpec, digest: str
+) -> tuple[dict[str, str], dict[str, str]]:
+    """Return the labels and annotations cbop sets on the object ``bundle`` keeps.
+
+    ``spec.labels`` and ``spec.annotations``, cbop's own labels (managed-by, the
+    bundle's name), the content digest ``digest`` and the lists of the keys it set
+    from the spec; never the bundle's own metadata (case 10).
+    """
+    labels = dict(spec.labels)
+    labels[LABEL_MANAGED_BY] = MANAGED_BY_VALUE
+    labels[LABEL_BUNDLE] = label_value(bundle["metadata"]["name"])
+    annotations = dict(spec.annotations)
+    annotations[ANNOTATION_CONTENT_HASH] = digest
+    if spec.labels:
+        annotations[ANNOTATION_MANAGED_LABELS] = ",".join(sorted(spec.labels))
+    if spec.annotations:
+        annotations[ANNOTATION_MANAGED_ANNOTATIONS] = ",".join(sorted(spec.annotations))
+    return labels, annotations
 
 
 def _managed_keys(annotations: Mapping[str, str], key: str) -> set[str]:
@@ -132,13 +176,14 @@ def _overlay(
     return out
 
 
-def _managed_metadata(
-    desired: DesiredConfigMap, cur_meta: Mapping[str, Any]
+def managed_metadata(
+    desired: Managed, cur_meta: Mapping[str, Any]
 ) -> tuple[dict[str, str], dict[str, str], list[Any]]:
     """Return the labels, annotations and owner references a write of ``desired`` leaves.
 
-    ``cur_meta`` is the existing ConfigMap's metadata (never mutated); the containers
-    returned are new.
+    ``cur_meta`` is the existing object's metadata (never mutated); the containers
+    returned are new. Labels and annotations cbop did not set, and owner references
+    to others, are kept (case 9); the same for a ConfigMap and a Secret.
     """
     cur_labels: Mapping[str, str] = cur_meta.get("labels") or {}
     cur_annotations: Mapping[str, str] = cur_meta.get("annotations") or {}
@@ -202,7 +247,7 @@ def render(desired: DesiredConfigMap, current: Mapping[str, Any] | None) -> JSON
         meta.pop("managedFields", None)
     meta["name"] = desired.name
     meta["namespace"] = desired.namespace
-    meta["labels"], meta["annotations"], meta["ownerReferences"] = _managed_metadata(
+    meta["labels"], meta["annotations"], meta["ownerReferences"] = managed_metadata(
         desired, cur_meta
     )
 
@@ -216,7 +261,8 @@ def render(desired: DesiredConfigMap, current: Mapping[str, Any] | None) -> JSON
     return body
 
 
-def _owner_refs_equal(a: Iterable[Mapping[str, Any]], b: Iterable[Mapping[str, Any]]) -> bool:
+def owner_refs_equal(a: Iterable[Mapping[str, Any]], b: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether two lists of owner references are the same, in any order."""
     if a == b:  # the same references, the same fields (what cbop wrote and reads back)
         return True
 
@@ -254,9 +300,9 @@ def in_sync(desired: DesiredConfigMap, current: Mapping[str, Any]) -> bool:
         return False
     meta = current.get("metadata", {})
     # What render would write, without copying the rest of the metadata.
-    labels, annotations, refs = _managed_metadata(desired, meta)
+    labels, annotations, refs = managed_metadata(desired, meta)
     return (
         (meta.get("labels") or {}) == labels
         and (meta.get("annotations") or {}) == annotations
-        and _owner_refs_equal(meta.get("ownerReferences") or (), refs)
+        and owner_refs_equal(meta.get("ownerReferences") or (), refs)
     )

@@ -11,6 +11,10 @@ whatever the values:
 - a ``binaryData`` value is shown as its size and SHA-256, never its bytes;
 - a diff is cut after :data:`MAX_DIFF_LINES` lines or :data:`MAX_DIFF_BYTES` bytes, with a
   last line saying how many lines and bytes were not shown.
+
+A Secret's diff (:func:`secret_diff`) never shows a value, nor a digest of one: each key
+of its ``data`` is shown as its size in bytes, marked ``changed`` when its bytes change,
+and the diff says so in its first line (docs/secrets.md).
 """
 
 from __future__ import annotations
@@ -24,7 +28,14 @@ from typing import Any
 
 import yaml
 
+from cbop.api import ANNOTATION_CONTENT_HASH, decode_binary
+
 _SERVER_FIELDS = ("managedFields", "resourceVersion", "uid", "creationTimestamp", "generation")
+#: The first line of every Secret diff.
+SECRET_VALUES_HIDDEN = (
+    "# a Secret's values are never shown: each key shows its size in bytes, and "
+    "'changed' when its bytes change\n"
+)
 
 #: A diff line longer than this (characters) is shown as excerpts.
 MAX_LINE_CHARS = 200
@@ -212,3 +223,57 @@ def configmap_diff(current: Mapping[str, Any] | None, desired: Mapping[str, Any]
         )
     )
     return _capped(_bounded_lines(lines), lines)
+
+
+def _secret_view(
+    secret: Mapping[str, Any] | None, other: Mapping[str, Any] | None, *, mark: bool
+) -> dict[str, Any] | None:
+    """Return ``secret`` as shown: values as sizes, the content digest hidden.
+
+    With ``mark``, a value whose bytes differ from ``other``'s under the same key is
+    marked ``changed``.
+    """
+    if secret is None:
+        return None
+    theirs = decode_binary((other or {}).get("data")) or {}
+    shown: dict[str, str] = {}
+    for key, value in (secret.get("data") or {}).items():
+        try:
+            raw = base64.b64decode(str(value), validate=True)
+        except (binascii.Error, ValueError):
+            raw = str(value).encode()
+        changed = mark and key in theirs and theirs[key] != raw
+        shown[key] = f"({len(raw):,} bytes{', changed' if changed else ''})"
+    meta = dict(secret.get("metadata") or {})
+    annotations = dict(meta.get("annotations") or {})
+    if ANNOTATION_CONTENT_HASH in annotations:
+        annotations[ANNOTATION_CONTENT_HASH] = "(keyed digest, not shown)"
+        meta["annotations"] = annotations
+    view = {**secret, "metadata": meta}
+    if shown:
+        view["data"] = shown
+    return view
+
+
+def secret_diff(current: Mapping[str, Any] | None, desired: Mapping[str, Any] | None) -> str:
+    """Return a bounded unified diff (str) of two Secret bodies that shows no value.
+
+    As :func:`configmap_diff`, with each ``data`` value shown as ``(N bytes)`` on the
+    live side and ``(N bytes, changed)`` on the desired side when its bytes change (a
+    key added or removed shows on its side only), the keyed digest annotation hidden,
+    and :data:`SECRET_VALUES_HIDDEN` as the first line. "" when nothing changes.
+    """
+    if desired is None:
+        return ""
+    name = desired.get("metadata", {}).get("name", "secret")
+    lines = list(
+        difflib.unified_diff(
+            _as_yaml(_secret_view(current, desired, mark=False)),
+            _as_yaml(_secret_view(desired, current, mark=True)),
+            fromfile=f"secret/{name} (live)" if current is not None else "/dev/null",
+            tofile=f"secret/{name} (desired)",
+        )
+    )
+    if not lines:
+        return ""
+    return SECRET_VALUES_HIDDEN + _capped(_bounded_lines(lines), lines)

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from cbop.api import FINALIZER_ORPHAN, config_map_name_of
+from cbop.api import FINALIZER_ORPHAN, Kind, target_of
 from cbop.configbundle.decision import (
     Action,
     Decision,
@@ -32,7 +32,7 @@ from cbop.configbundle.decision import (
 from cbop.configbundle.desired import is_controlled_by
 from cbop.configbundle.interfaces import Client, Releaser, Reporting, Requeue, Result
 from cbop.keys import object_key
-from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError
+from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, SECRETS, ApiError
 
 __all__ = [
     "ATTEMPTS",
@@ -62,7 +62,7 @@ def finalizer_patch(bundle: Mapping[str, Any], change: FinalizerChange) -> dict[
 
 
 class ConfigMapOutcome(enum.StrEnum):
-    """What :func:`release_deleted` found of the ConfigMap a bundle names."""
+    """What :func:`release_deleted` found of the ConfigMap (or Secret) a bundle names."""
 
     #: Released: owner reference and cbop's labels and annotations off, content kept.
     RELEASED = "released"
@@ -78,17 +78,19 @@ class Release:
 
     Attributes:
         bundle: ``namespace/name`` of the bundle.
-        configmap: ``namespace/name`` of the ConfigMap it names (None: its spec names
-            no valid ConfigMap name).
-        outcome: what became of that ConfigMap.
+        configmap: ``namespace/name`` of the object it keeps, a ConfigMap or (``kind``)
+            a Secret (None: its spec names no valid object).
+        outcome: what became of that object.
         finalizer_removed: whether this call removed the finalizer (False: it was gone
             already, taken off meanwhile by a running cbop, or the bundle is gone).
+        kind: the kind of that object.
     """
 
     bundle: str
     configmap: str | None
     outcome: ConfigMapOutcome
     finalizer_removed: bool
+    kind: Kind = Kind.CONFIGMAP
 
 
 def _fresh(client: Client, res: Any, namespace: str, name: str) -> Mapping[str, Any] | None:
@@ -100,31 +102,27 @@ def _fresh(client: Client, res: Any, namespace: str, name: str) -> Mapping[str, 
         raise
 
 
-def _release_configmap(
-    client: Client, bundle: Mapping[str, Any], name: str, field_manager: str
+def _release_target(
+    client: Client, bundle: Mapping[str, Any], res: Any, name: str, field_manager: str
 ) -> ConfigMapOutcome:
-    """Release the ConfigMap ``name`` if ``bundle`` still controls it; say what was found."""
+    """Release object ``name`` of ``res`` if ``bundle`` still controls it; say what was found."""
     namespace = bundle["metadata"]["namespace"]
     for _ in range(ATTEMPTS):
-        current = _fresh(client, CONFIGMAPS, namespace, name)
+        current = _fresh(client, res, namespace, name)
         if current is None:
             return ConfigMapOutcome.GONE
         if not is_controlled_by(current, bundle):
             return ConfigMapOutcome.NOT_CONTROLLED  # released already (by cbop, say)
         try:
             client.update(
-                CONFIGMAPS,
-                namespace,
-                name,
-                release_body(current, bundle),
-                field_manager=field_manager,
+                res, namespace, name, release_body(current, bundle), field_manager=field_manager
             )
         except ApiError as err:
             if err.is_conflict or err.is_not_found:
                 continue  # changed or gone meanwhile: look again
             raise
         return ConfigMapOutcome.RELEASED
-    raise Requeue(f"ConfigMap {namespace}/{name} kept changing while being released")
+    raise Requeue(f"{res.kind} {namespace}/{name} kept changing while being released")
 
 
 def release_deleted(
@@ -140,7 +138,8 @@ def release_deleted(
     namespace controller or the CRD's finalizer deletes it next, whatever it holds), and
     it carries ``cbop.dev/orphan``: the
     ConfigMap it names (``spec.configMapName``, else its name; even when the rest of the
-    spec is invalid or a source fails), if the bundle still controls it, is updated to
+    spec is invalid or a source fails; the Secret of a Secret target, ``target.name``),
+    if the bundle still controls it, is updated to
     :func:`cbop.configbundle.decision.release_body` (content kept; owner reference,
     labels and annotations of cbop off; marked ``cbop.dev/released-by``), then the
     finalizer comes off, so the deletion (of the bundle, its namespace or its CRD)
@@ -148,7 +147,8 @@ def release_deleted(
     race reads again, and what cbop did meanwhile is not done twice) and idempotent.
 
     Args:
-        client: a client allowed to get and update ConfigMaps, get and patch ConfigBundles.
+        client: a client allowed to get and update ConfigMaps (Secrets, for a Secret
+            target), get and patch ConfigBundles.
         bundle: the ConfigBundle as listed.
         being_deleted: whether the bundle's namespace or its CRD is being deleted.
         field_manager: the field manager of the writes.
@@ -166,15 +166,18 @@ def release_deleted(
     deleted = bool(meta.get("deletionTimestamp")) or being_deleted
     if not (deleted and has_finalizer(bundle)):
         return None
-    configmap = config_map_name_of(bundle)
+    target = target_of(bundle)
+    kind = target.kind if target is not None else Kind.CONFIGMAP
+    configmap = None
     outcome = ConfigMapOutcome.GONE
-    if configmap is not None:
-        outcome = _release_configmap(client, bundle, configmap, field_manager)
-        configmap = f"{namespace}/{configmap}"
+    if target is not None:
+        res = SECRETS if target.is_secret else CONFIGMAPS
+        outcome = _release_target(client, bundle, res, target.name, field_manager)
+        configmap = f"{namespace}/{target.name}"
     current: Mapping[str, Any] | None = bundle
     for _ in range(ATTEMPTS):
         if current is None or not has_finalizer(current):
-            return Release(object_key(bundle), configmap, outcome, finalizer_removed=False)
+            return Release(object_key(bundle), configmap, outcome, False, kind)
         patch = finalizer_patch(current, FinalizerChange.REMOVE)
         try:
             client.patch(
@@ -190,7 +193,7 @@ def release_deleted(
                 raise
             current = _fresh(client, CONFIGBUNDLES, namespace, name)
             continue
-        return Release(object_key(bundle), configmap, outcome, finalizer_removed=True)
+        return Release(object_key(bundle), configmap, outcome, True, kind)
     raise Requeue(f"ConfigBundle {namespace}/{name} kept changing while its finalizer came off")
 
 
@@ -265,7 +268,7 @@ class Finalizer:
             return Result(
                 key,
                 Action.RELEASE,
-                message=f"would release the ConfigMap and remove the {FINALIZER_ORPHAN} "
+                message=f"would release it and remove the {FINALIZER_ORPHAN} "
                 f"finalizer: {decision.message}",
                 pending=True,
             )

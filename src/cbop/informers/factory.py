@@ -94,6 +94,7 @@ class SharedInformerFactory:
         whole: bool = False,
         by_name: bool = False,
         transform: Transform = strip_managed_fields,
+        namespaces: Sequence[str | None] | None = None,
     ) -> dict[str | None, SharedInformer]:
         """Return the informer of ``resource`` for each namespace in scope (created once).
 
@@ -120,6 +121,9 @@ class SharedInformerFactory:
                 ``SetTransform``), set by the first caller of a new informer: one that
                 keeps only the fields its readers use makes a large collection cheap to
                 cache. A later caller passes the same one, or the default (any).
+            namespaces: the namespaces of these informers, when not the factory's
+                :attr:`scopes` (a resource cbop may read in a few namespaces only, such
+                as Secrets under ``--secrets-namespace``); ``None`` is every namespace.
 
         Returns:
             namespace (``None``: all namespaces) -> informer.
@@ -136,11 +140,12 @@ class SharedInformerFactory:
                 mode, shard = "whole", None
             elif shard is not None and by_name:
                 mode, shard = "name", shard.by_object_name()
-                if all(
-                    (resource, ns, label_selector, "whole") in self._informers for ns in self.scopes
-                ):
-                    mode, shard = "whole", None
-            for ns in self.scopes:
+            wanted = self.scopes if namespaces is None else tuple(namespaces)
+            if mode == "name" and all(
+                (resource, ns, label_selector, "whole") in self._informers for ns in wanted
+            ):
+                mode, shard = "whole", None
+            for ns in wanted:
                 key: InformerKey = (resource, ns, label_selector, mode)
                 informer = self._informers.get(key)
                 if (
@@ -178,6 +183,7 @@ class SharedInformerFactory:
         whole: bool = False,
         by_name: bool = False,
         transform: Transform = strip_managed_fields,
+        namespaces: Sequence[str | None] | None = None,
     ) -> MultiNamespaceLister:
         """Return one lister over the informers of :meth:`informers_for` (same arguments).
 
@@ -191,6 +197,7 @@ class SharedInformerFactory:
             whole=whole,
             by_name=by_name,
             transform=transform,
+            namespaces=namespaces,
         )
         return MultiNamespaceLister({ns: inf.lister() for ns, inf in informers.items()})
 

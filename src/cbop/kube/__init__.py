@@ -25,6 +25,7 @@ from cbop.kube.resources import (
     NAMESPACES,
     PODS,
     REPLICASETS,
+    SECRETS,
     STATEFULSETS,
     Resource,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "NAMESPACES",
     "PODS",
     "REPLICASETS",
+    "SECRETS",
     "STATEFULSETS",
     "ApiError",
     "ConfigError",

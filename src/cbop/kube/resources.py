@@ -103,6 +103,9 @@ class Resource:
 
 #: Core v1 ConfigMaps.
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
+#: Core v1 Secrets: only with ``--secrets``, and only those labelled for cbop
+#: (docs/secrets.md).
+SECRETS = Resource("", "v1", "secrets", "Secret")
 #: Core v1 Events (the legacy events API that ``kubectl describe`` shows).
 EVENTS = Resource("", "v1", "events", "Event")
 #: coordination.k8s.io/v1 Leases, used for leader election.

@@ -47,6 +47,7 @@ class _Watch:
     predicates: tuple[Predicate, ...] = ()
     reads: Reads = Reads.SHARD
     cache: bool = True
+    namespaces: tuple[str | None, ...] | None = None
 
 
 @dataclass
@@ -123,12 +124,14 @@ class Builder:
         *,
         label_selector: str | None = None,
         predicates: Sequence[Predicate] = (),
+        namespaces: Sequence[str | None] | None = None,
     ) -> Builder:
         """Watch dependents of ``resource``, mapped to their controller owner's key.
 
         Each event enqueues the key of the object's controller owner when that owner is
         of the :meth:`for_` kind (group and kind compared, version ignored), unless
-        ``predicates`` refuse it.
+        ``predicates`` refuse it. ``namespaces``: the informers' namespaces, when not the
+        scope's (see :meth:`cbop.informers.SharedInformerFactory.informers_for`).
 
         Raises:
             ValueError: :meth:`for_` was not called first.
@@ -138,7 +141,13 @@ class Builder:
             raise ValueError(f"controller {self._name}: owns needs for_ first")
         mapper = enqueue_controller_owner(owner.group, owner.kind)
         self._options.watches.append(
-            _Watch(resource, mapper, label_selector, predicates=tuple(predicates))
+            _Watch(
+                resource,
+                mapper,
+                label_selector,
+                predicates=tuple(predicates),
+                namespaces=None if namespaces is None else tuple(namespaces),
+            )
         )
         return self
 
@@ -151,12 +160,14 @@ class Builder:
         predicates: Sequence[Predicate] = (),
         reads: Reads = Reads.SHARD,
         cache: bool = True,
+        namespaces: Sequence[str | None] | None = None,
     ) -> Builder:
         """Watch ``resource``: each event ``predicates`` pass enqueues ``map_func``'s keys.
 
         ``reads``: which of its objects (:class:`Reads`: the scope's, by default).
         ``cache=False``: the controller starts without waiting for this informer to
-        sync (see :meth:`cbop.runtime.Controller.watch`).
+        sync (see :meth:`cbop.runtime.Controller.watch`). ``namespaces``: as for
+        :meth:`owns`.
         """
         self._options.watches.append(
             _Watch(
@@ -166,6 +177,7 @@ class Builder:
                 predicates=tuple(predicates),
                 reads=reads,
                 cache=cache,
+                namespaces=None if namespaces is None else tuple(namespaces),
             )
         )
         return self
@@ -237,6 +249,7 @@ class Builder:
                 label_selector=watch.label_selector,
                 whole=watch.reads.whole,
                 by_name=watch.reads.by_name,
+                namespaces=watch.namespaces,
             )
             for informer in informers.values():
                 controller.watch(

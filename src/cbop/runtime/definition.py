@@ -4,8 +4,10 @@ A controller package exports one :class:`ControllerDefinition`: its flags, the f
 dataclass of its settings built once from their parsed values (:class:`FlagValues`),
 whether it runs, the resources it watches (the connection pool's size), its RBAC needs
 (checked against the shipped ClusterRole by a test), and ``install``, called once per
-process, which returns the :class:`Setup` the manager runs against each scope. The
-process (``cbop.manager``, ``cbop.cli``) knows controllers only through these.
+process, which returns the :class:`Setup` the manager runs against each scope; and what
+it adds while one of its boolean flags is on (:class:`OptIn`: more informers, and RBAC
+shipped in roles of their own, installed only with that flag: Secrets). The process
+(``cbop.manager``, ``cbop.cli``) knows controllers only through these.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ __all__ = [
     "ControllerDefinition",
     "Flag",
     "FlagValues",
+    "OptIn",
     "PolicyRule",
     "Setup",
     "SetupFunc",
@@ -100,12 +103,45 @@ class PolicyRule:
         resources: resources, subresources as ``plural/sub``.
         verbs: verbs.
         why: what the controller does with them (docs/deploy.md explains each).
+        resource_names: the objects the rule is limited to (RBAC's ``resourceNames``);
+            empty: every object of the resources.
     """
 
     api_groups: tuple[str, ...]
     resources: tuple[str, ...]
     verbs: tuple[str, ...]
     why: str = ""
+    resource_names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class OptIn:
+    """What a controller adds while one of its boolean flags is on.
+
+    The flag is off by default; its RBAC is shipped in roles of their own, installed
+    only with it (``manifests/<flag>/``, the chart's ``<flag>.enabled``), so with the
+    flag off cbop's ServiceAccount has none of it.
+
+    Attributes:
+        flag: the boolean flag (``--secrets``), one of the definition's ``flags``.
+        informers: resources it watches once more per scope while on (each one more
+            watch).
+        rbac: cluster-wide rules it needs while on (a ClusterRole of their own).
+        namespace_rbac: rules in cbop's own namespace (a Role of their own).
+    """
+
+    flag: Flag[bool]
+    informers: tuple[Resource, ...] = ()
+    rbac: tuple[PolicyRule, ...] = ()
+    namespace_rbac: tuple[PolicyRule, ...] = ()
+
+    def on(self, settings: Mapping[str, object]) -> bool:
+        """Whether the flag is on in ``settings`` (flag values by :attr:`Flag.dest`).
+
+        Raises:
+            TypeError: the value is not a bool.
+        """
+        return FlagValues(settings)[self.flag]
 
 
 @dataclass(frozen=True)
@@ -175,6 +211,7 @@ class ControllerDefinition(Generic[S]):
             ConfigMaps beside the managed ones): each is one more watch.
         controllers: how many controllers (worker pools) its setup adds per scope.
         rbac: the RBAC rules it needs.
+        opt_ins: what it adds while one of its boolean flags is on.
     """
 
     name: str
@@ -187,6 +224,7 @@ class ControllerDefinition(Generic[S]):
     more_informers: tuple[Resource, ...] = ()
     controllers: int = 1
     rbac: tuple[PolicyRule, ...] = field(default_factory=tuple)
+    opt_ins: tuple[OptIn, ...] = ()
 
     def configure(self, flags: FlagValues) -> Configured[S]:
         """Return the definition with its settings built from ``flags``.
