@@ -21,7 +21,7 @@ Doc = Mapping[str, Any]
 
 #: Fields that identify a record in a list of records.
 _IDENTITY = ("setup", "impl", "label", "n", "round", "workers")
-_MINE = r"(configbundles|configmaps|events|clusterconfigbundles)"
+_MINE = r"(configbundles|configmaps|events|clusterconfigbundles|secrets)"
 #: Leaves that are counts, by path (a record in a list is ``key[identity]``).
 COUNTS = [
     re.compile(p)
@@ -38,6 +38,10 @@ COUNTS = [
         rf"^s10\.(bundles|raw\.complete|(peer|cbop)\.(converge\.complete|change\.(complete"
         rf"|configmap_gets|configmap_writes|status_writes|writes_by_code\..*"
         rf"|modified_per_configmap\..*|requests\.(?!WATCH)\w+\|{_MINE}\|.*))"
+        r"|cbop\.(idle\.(writes|by_kind\..*)|unlabelled))$",
+        rf"^s13\.(bundles|raw\.(complete|writes_by_code\..*)|(peer|cbop)\.(converge\.complete"
+        rf"|change\.(complete|secret_gets|operator_gets|gets_by_client\..*|secret_writes|status_writes|writes_by_code\..*"
+        rf"|modified_per_secret\..*|requests\.(?!WATCH)\w+\|{_MINE}\|.*))"
         r"|cbop\.(idle\.(writes|by_kind\..*)|unlabelled))$",
         r"^s11\.variants\.\w+\.(rounds\.\d+\.(complete|cbop\..*)|rollouts|census(_single)?\..*"
         r"|idle_\w+\.cbop\..*|fresh\.writes\..*|single\.cbop\..*|converge\.complete"
@@ -59,6 +63,8 @@ TIMINGS = [
         r"^s9\.((raw|raw_template|cbop|template|peer\.\w+)\.(seconds|cpu_seconds)|new\.(p50|p99)"
         r"|rss\.steady_mib)$",
         r"^s10\.((raw|(peer|cbop)\.change|(peer|cbop)\.converge)\.seconds|cbop\.rss_mib)$",
+        r"^s13\.((raw|(peer|cbop)\.change|(peer|cbop)\.converge)\.seconds"
+        r"|(peer|cbop)\.change\.cpu_seconds|cbop\.rss(_unlabelled)?_mib)$",
         r"^s11\.variants\.\w+\.(rounds\.\d+\.ready_seconds|rss\.steady_mib)$",
         r"^apf\[.*\]\.(seconds|apf\.rejected)$",
     )

@@ -20,7 +20,7 @@ from bench.operators.scenarios.scale import SCALE
 def test_every_scenario_name_selects_one_scenario() -> None:
     names = [n for sc in SCENARIOS for n in sc.names]
     assert len(names) == len(set(names))
-    assert {f"s{i}" for i in range(1, 12)} | {"apf"} == set(names)
+    assert {f"s{i}" for i in range(1, 12)} | {"s13", "apf"} == set(names)
     assert set(DEFAULT) <= set(names)
 
 

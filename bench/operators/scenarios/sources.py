@@ -149,10 +149,21 @@ def raw_body(name: str, value: str) -> dict[str, Any]:
 
 class Watcher(Tracker):
     """A cluster-wide watch on the ConfigMaps labelled :data:`OUT_LABEL`: per ConfigMap,
-    its value of ``v``, when it first showed the expected value, and its MODIFIED events."""
+    its value of ``v``, when it first showed the expected value, and its MODIFIED events.
 
-    def __init__(self, kube: KubeClient) -> None:
-        super().__init__(kube, [Stream(CONFIGMAPS, None, label_selector=f"{OUT_LABEL}=1")])
+    ``resource``, ``label`` and ``key`` watch other objects the same way (S13: the
+    Secrets labelled ``label``, their ``data[key]`` as the API server sends it, base64).
+    """
+
+    def __init__(
+        self,
+        kube: KubeClient,
+        resource: Resource = CONFIGMAPS,
+        label: str = OUT_LABEL,
+        key: str = "v",
+    ) -> None:
+        super().__init__(kube, [Stream(resource, None, label_selector=f"{label}=1")])
+        self._key = key
         self._want = ""
         self.value: dict[str, str | None] = {}
         self.seen: dict[str, float] = {}
@@ -171,7 +182,7 @@ class Watcher(Tracker):
         if kind == "DELETED":
             self.value.pop(key, None)
             return
-        value = (obj.get("data") or {}).get("v")
+        value = (obj.get("data") or {}).get(self._key)
         self.value[key] = value
         if kind == "MODIFIED":
             self.modified[key] = self.modified.get(key, 0) + 1
