@@ -29,7 +29,8 @@ S10's layout with Secrets, in one run on one control plane:
   without the source label (about 1 KiB each) were created in another namespace (the
   goal: no higher).
 
-The load average is taken at the start of each phase.
+The load average is taken at the start of each phase. With ``--profile DIR``, py-spy
+records cbop over the renewal (``cbop-s13-renewal-<pid>.collapsed``).
 """
 
 from __future__ import annotations
@@ -290,6 +291,9 @@ def _renew(
     audit = AuditLog(bench.s.audit).mark() if bench.s.audit is not None else None
     counter = Counter(kube, codes=WRITTEN).mark()
     share = bench.cpu_share(**{name: op.pid}, bench=os.getpid())
+    spy = bench.profile(op, f"cbop-s13-renewal-{op.pid}")
+    if spy.active:
+        time.sleep(1.0)  # py-spy attaches
     log(f"S13 {name}: the source is renewed; {len(keys)} targets")
     t0 = time.monotonic()
     kube.patch(SECRETS, SOURCE_NS, SOURCE, {"data": tls_data(2)})
@@ -297,6 +301,7 @@ def _renew(
     shares = share.stop()
     last = watcher.last_seen(keys)
     wait_api_quiet(kube, resources=WRITTEN)
+    spy.stop(30)
     api = counter.since()
     by_client = audit.count(_get_by_client) if audit is not None else {}
     secret_writes = sum(v for k, v in api.items() if k[0] in WRITE_VERBS and k[1] == "secrets")
