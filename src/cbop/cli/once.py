@@ -28,12 +28,12 @@ from cbop.cli.plan import (
 )
 from cbop.configbundle import Result
 from cbop.configbundle import controller as configbundle
-from cbop.configbundle.secrets import SecretsScope
 from cbop.informers import SharedInformerFactory
 from cbop.keys import split_key
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, ConnectionFailed, KubeInterface
 from cbop.runtime.events import EventRecorder
 from cbop.runtime.seams import Lister
+from cbop.secretaccess.scope import SecretsScope
 
 __all__ = ["exit_code", "run_once"]
 

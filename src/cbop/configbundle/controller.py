@@ -20,9 +20,7 @@ from typing import Any, Final
 from cbop import defaults
 from cbop.api import MANAGED_SELECTOR, SOURCE_SELECTOR, config_map_name_of
 from cbop.configbundle import Reconciler, Requeue, Result
-from cbop.configbundle.digestkey import parse_key_name
 from cbop.configbundle.interfaces import Client, Observer
-from cbop.configbundle.secrets import SecretsScope
 from cbop.configbundle.status import is_converged
 from cbop.informers import (
     IndexFunc,
@@ -68,6 +66,8 @@ from cbop.runtime.definition import (
 )
 from cbop.runtime.predicates import GENERATION_CHANGED
 from cbop.runtime.seams import EventSink
+from cbop.secretaccess.digestkey import parse_key_name
+from cbop.secretaccess.scope import SecretsScope
 
 __all__ = [
     "CONTROLLER_NAME",

@@ -47,7 +47,6 @@ from cbop.configbundle.interfaces import (
 from cbop.configbundle.memo import DecisionMemo
 from cbop.configbundle.release import Finalizer
 from cbop.configbundle.report import StatusReporter
-from cbop.configbundle.secrets import SecretsScope
 from cbop.configbundle.sources import SourceReader
 from cbop.configbundle.status import ready_condition
 from cbop.configbundle.writes import ConfigMapWriter
@@ -57,6 +56,7 @@ from cbop.revisions.bundle import DEFAULT_GRACE, BundleRevisions, RevisionOutcom
 from cbop.revisions.caches import History
 from cbop.revisions.policy import PolicyCheck
 from cbop.runtime.seams import EventSink
+from cbop.secretaccess.scope import SecretsScope
 
 __all__ = ["Reconciler"]
 
