@@ -51,6 +51,7 @@ class _Watch:
     whole: bool = False
     by_name: bool = False
     cache: bool = True
+    namespaces: tuple[str | None, ...] | None = None
 
 
 @dataclass
@@ -156,13 +157,16 @@ class Builder:
         whole: bool = False,
         by_name: bool = False,
         cache: bool = True,
+        namespaces: Sequence[str | None] | None = None,
     ) -> Builder:
         """Watch ``resource``: each event ``predicates`` pass enqueues ``map_func``'s keys.
 
         In a shard's scope, ``whole``: the whole collection, not the shard's;
         ``by_name``: the objects whose own name hashes into the shard (its Namespaces).
         ``cache=False``: the controller starts without waiting for this informer to
-        sync (see :meth:`cbop.runtime.Controller.watch`).
+        sync (see :meth:`cbop.runtime.Controller.watch`). ``namespaces``: the informers'
+        namespaces when not the manager's (``None``: all namespaces), as
+        :meth:`cbop.informers.SharedInformerFactory.informers_for` takes them.
         """
         self._options.watches.append(
             _Watch(
@@ -173,6 +177,7 @@ class Builder:
                 whole=whole,
                 by_name=by_name,
                 cache=cache,
+                namespaces=tuple(namespaces) if namespaces is not None else None,
             )
         )
         return self
@@ -244,6 +249,7 @@ class Builder:
                 label_selector=watch.label_selector,
                 whole=watch.whole,
                 by_name=watch.by_name,
+                namespaces=watch.namespaces,
             )
             for informer in informers.values():
                 controller.watch(

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
 from typing import Any
 
@@ -134,13 +134,15 @@ class Scope:
         whole: bool = False,
         by_name: bool = False,
         transform: Transform = strip_managed_fields,
+        namespaces: Sequence[str | None] | None = None,
     ) -> MultiNamespaceLister:
         """Return a lister over the scope's shared informers of ``resource``.
 
         See :meth:`cbop.informers.SharedInformerFactory.lister` (``whole``: the whole
         collection even in a shard's scope; ``by_name``: the objects whose own name
         hashes into the shard; ``transform``: what objects go through before they are
-        cached, set by the first caller).
+        cached, set by the first caller; ``namespaces``: the informers' namespaces when
+        not the scope's).
         """
         return self.informers.lister(
             resource,
@@ -149,6 +151,7 @@ class Scope:
             whole=whole,
             by_name=by_name,
             transform=transform,
+            namespaces=namespaces,
         )
 
     def add(self, controller: Controller) -> None:
