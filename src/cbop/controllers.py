@@ -10,7 +10,7 @@ run plans the rollouts (:mod:`cbop.cli.plan`). See docs/writing-a-controller.md.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 from cbop.clusterbundle.controller import DEFINITION as CLUSTER_BUNDLES
 from cbop.configbundle.controller import DEFINITION as CONFIGBUNDLE
@@ -20,7 +20,7 @@ from cbop.runtime.definition import ControllerDefinition
 __all__ = ["CONTROLLERS"]
 
 #: Every controller package, in the order they are set up in a scope.
-CONTROLLERS: Final[tuple[ControllerDefinition, ...]] = (
+CONTROLLERS: Final[tuple[ControllerDefinition[Any], ...]] = (
     CONFIGBUNDLE,
     ROLLOUT,
     CLUSTER_BUNDLES,

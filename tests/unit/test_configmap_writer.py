@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from cbop.api import Reason, parse_spec
+from cbop.api import Kind, Reason, parse_spec
 from cbop.configbundle.decision import Action, release_body
 from cbop.configbundle.interfaces import RejectedError, Requeue, TargetWriter
 from cbop.configbundle.writes import ConfigMapWriter
@@ -32,7 +32,8 @@ class Reports:
     ) -> None:
         self.events.append((type_, reason, message))
 
-    def count(self, operation: str) -> None:
+    def count(self, operation: str, *, kind: Kind = Kind.CONFIGMAP) -> None:
+        assert kind is Kind.CONFIGMAP
         self.counts.append(operation)
 
 

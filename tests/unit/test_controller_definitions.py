@@ -116,30 +116,30 @@ def test_each_opt_in_ships_exactly_its_rbac_in_roles_of_its_own() -> None:
     """With the flag off nothing of it is granted: its rules are in no base role (the test
     above), and the Component that adds the flag (manifests/<flag>/) holds them all."""
     opt_ins = [o for d in CONTROLLERS for o in d.opt_ins]
-    assert {o.flag for o in opt_ins} == set(OPT_IN_ROLES)
+    assert {o.flag.name for o in opt_ins} == set(OPT_IN_ROLES)
     base = _granted(
         yaml.safe_load((REPO / "manifests/rbac/cluster_role.yaml").read_text())["rules"]
     )
     for opt_in in opt_ins:
         cluster, namespaced = (
-            yaml.safe_load((REPO / p).read_text()) for p in OPT_IN_ROLES[opt_in.flag]
+            yaml.safe_load((REPO / p).read_text()) for p in OPT_IN_ROLES[opt_in.flag.name]
         )
         assert (cluster["kind"], namespaced["kind"]) == ("ClusterRole", "Role")
         assert _named(cluster["rules"]) == _named(opt_in.rbac)
         assert _named(namespaced["rules"]) == _named(opt_in.namespace_rbac)
         assert not base & {(g, r, v) for g, r, v, _ in _named(opt_in.rbac)}
         patch = yaml.safe_load(
-            (REPO / "manifests" / opt_in.flag / "deployment_patch.yaml").read_text()
+            (REPO / "manifests" / opt_in.flag.name / "deployment_patch.yaml").read_text()
         )
         assert {"op": "add", "path": "/spec/template/spec/containers/0/args/-",
-                "value": f"--{opt_in.flag}"} in patch  # fmt: skip
+                "value": f"--{opt_in.flag.name}"} in patch  # fmt: skip
 
 
 def test_the_secrets_flag_is_off_by_default_and_turns_its_informers_on() -> None:
     parser = build_parser()
     off = controller_settings(parser.parse_args([]))
     on = controller_settings(parser.parse_args(["--secrets", "--secrets-namespace", "a, b"]))
-    (secrets,) = [o for d in CONTROLLERS for o in d.opt_ins if o.flag == "secrets"]
+    (secrets,) = [o for d in CONTROLLERS for o in d.opt_ins if o.flag.name == "secrets"]
     assert not secrets.on(off)
     assert secrets.on(on)
     assert on["secrets_namespace"] == "a, b"

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from cbop.api import Kind
 from cbop.configbundle.decision import Action, FinalizerChange
 from cbop.configbundle.interfaces import Requeue
 from cbop.configbundle.release import Finalizer
@@ -43,7 +44,7 @@ class Reports:
     def event(self, bundle: Any, type_: str, reason: str, message: str, **_: Any) -> None:
         self.reasons.append(reason)
 
-    def count(self, operation: str) -> None:
+    def count(self, operation: str, *, kind: Kind = Kind.CONFIGMAP) -> None:
         raise AssertionError("the finalizer counts no ConfigMap write")
 
 
@@ -146,5 +147,5 @@ def test_a_dry_run_release_is_pending_and_writes_nothing() -> None:
     f, writer, _ = finalizer(kube, dry_run=True)
     result = f.release("demo/app", gone, decide_for(gone, cm))
     assert result.pending
-    assert result.message.startswith(f"would release the ConfigMap and remove the {ORPHAN}")
+    assert result.message.startswith(f"would release it and remove the {ORPHAN}")
     assert (writer.released, kube.actions) == ([], [])

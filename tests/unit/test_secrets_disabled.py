@@ -12,9 +12,11 @@ from prometheus_client import CollectorRegistry
 
 from cbop.api import FINALIZER_ORPHAN, Reason
 from cbop.configbundle import Action, Reconciler
+from cbop.configbundle.settings import secrets_scope
 from cbop.informers import CONTROLLER_UID_INDEX, index_by_controller_uid
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS
 from cbop.metrics.controller import SecretsDisabledCollector
+from cbop.runtime.definition import FlagValues
 from cbop.secretaccess.scope import SecretsScope, parse_namespaces
 from cbop_testing.fakekube import CacheLister, FakeKube, FakeRecorder
 from cbop_testing.objects import bundle
@@ -116,7 +118,7 @@ def test_the_informers_live_only_in_the_served_namespaces() -> None:
     assert parse_namespaces(" b, c ,,b") == ("b", "c")
     assert parse_namespaces("") is None
     settings = {"secrets": True, "secrets_namespace": "x,y"}
-    assert SecretsScope.from_settings(settings) == SecretsScope(True, ("x", "y"))
+    assert secrets_scope(FlagValues(settings)) == SecretsScope(True, ("x", "y"))
 
 
 def test_the_gauge_counts_the_refused_bundles_and_names_none() -> None:

@@ -32,6 +32,9 @@ class Observer:
     def configmap_write(self, operation: str) -> None:
         self.writes.append(operation)
 
+    def secret_write(self, operation: str) -> None:
+        self.writes.append(f"secret {operation}")
+
     def drift_corrected(self) -> None:
         self.drifts += 1
 

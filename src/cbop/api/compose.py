@@ -216,35 +216,40 @@ def _read(
 class SourceDigests:
     """The content hash of each source version, computed once for all its readers.
 
-    Keyed by the ConfigMap's ``(uid, resourceVersion)``: the API server gives every
-    change of an object a new resourceVersion, so an entry never outlives the content it
-    was computed from. A ConfigMap without both (built by hand) is hashed every time.
-    At most ``size`` entries, the oldest out first (a ``cachetools.FIFOCache``). Safe to
-    share between threads.
+    ``hash_of`` is what is computed (default: :func:`cbop.api.content.content_hash` of
+    the whole content; a keyed digest for source Secrets). Keyed by the object's
+    ``(uid, resourceVersion)``: the API server gives every change of an object a new
+    resourceVersion, so an entry never outlives the content it was computed from. An
+    object without both (built by hand) is hashed every time. At most ``size`` entries,
+    the oldest out first (a ``cachetools.FIFOCache``). Safe to share between threads.
     """
 
-    def __init__(self, size: int = 4096) -> None:
+    def __init__(
+        self, size: int = 4096, hash_of: Callable[[Mapping[str, Any]], str] | None = None
+    ) -> None:
         self._entries: cachetools.FIFOCache[tuple[str, str], str] = cachetools.FIFOCache(
             maxsize=size
         )
         self._lock = threading.Lock()
+        self._hash_of = hash_of or _whole_digest
 
     def digest(self, configmap: Mapping[str, Any]) -> str:
         """Return :func:`cbop.api.content.content_hash` of ``configmap``'s whole content.
 
-        ``binaryData`` that is not valid base64 counts as empty (the caller refuses such
-        a source before its hash is used).
+        Or what ``hash_of`` gives (a keyed digest, for source Secrets). ``binaryData``
+        that is not valid base64 counts as empty (the caller refuses such a source
+        before its hash is used).
         """
         meta = configmap.get("metadata") or {}
         uid, version = meta.get("uid"), meta.get("resourceVersion")
         if not (isinstance(uid, str) and uid and isinstance(version, str) and version):
-            return _whole_digest(configmap)
+            return self._hash_of(configmap)
         key = (uid, version)
         with self._lock:
             found = self._entries.get(key)
         if found is not None:
             return found
-        value = _whole_digest(configmap)
+        value = self._hash_of(configmap)
         with self._lock:
             self._entries[key] = value
         return value

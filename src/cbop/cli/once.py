@@ -28,12 +28,14 @@ from cbop.cli.plan import (
 )
 from cbop.configbundle import Result
 from cbop.configbundle import controller as configbundle
+from cbop.configbundle.settings import secrets_scope
 from cbop.informers import SharedInformerFactory
 from cbop.keys import split_key
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, ConnectionFailed, KubeInterface
+from cbop.rollout.controller import RolloutSettings
+from cbop.runtime.definition import FlagValues
 from cbop.runtime.events import EventRecorder
 from cbop.runtime.seams import Lister
-from cbop.secretaccess.scope import SecretsScope
 
 __all__ = ["exit_code", "run_once"]
 
@@ -66,7 +68,7 @@ def run_once(args: argparse.Namespace, client: KubeInterface) -> int:
         informers,
         recorder=recorder,
         dry_run=args.dry_run,
-        secrets=SecretsScope.from_settings(controller_settings(args)),
+        secrets=secrets_scope(FlagValues(controller_settings(args))),
     )
     # The reconciler's own managed-ConfigMap cache (the factory shares one informer).
     configmaps = informers.lister(CONFIGMAPS, label_selector=MANAGED_SELECTOR)
@@ -95,6 +97,7 @@ def run_once(args: argparse.Namespace, client: KubeInterface) -> int:
                 "namespace": split_key(r.key)[0],
                 "bundle": split_key(r.key)[1],
                 "configMap": r.config_map,
+                **({"secret": r.secret} if r.secret else {}),
                 "action": r.action.value if r.action else None,
                 "pending": r.pending,
                 "result": _ready_word(r),
@@ -135,7 +138,7 @@ def _plan(
     so).
     """
     namespaces = changed_namespaces(results, configmaps)
-    if not getattr(args, "rollout", True):
+    if not RolloutSettings.from_flags(FlagValues(controller_settings(args))).enabled:
         unknown = dict.fromkeys(namespaces, ROLLOUTS_OFF)
         return plan_rollouts(results, configmaps, {}, unknown)
     workloads, unknown = list_workloads(client.list, namespaces, cluster_scope=not args.namespaces)
@@ -166,7 +169,7 @@ def _table(
         (
             split_key(r.key)[0] or "",
             split_key(r.key)[1],
-            r.config_map or "-",
+            r.config_map or (f"secret/{r.secret}" if r.secret else "-"),
             (r.action.value if r.action else "-") + (" (dry run)" if r.pending else ""),
             _ready_word(r),
         )

@@ -17,10 +17,17 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from cbop import defaults
-from cbop.api import MANAGED_SELECTOR, SOURCE_SELECTOR, config_map_name_of
+from cbop.api import MANAGED_SELECTOR, SOURCE_SELECTOR, config_map_name_of, target_of
 from cbop.configbundle import Reconciler, Requeue, Result
 from cbop.configbundle.interfaces import Client, Observer
+from cbop.configbundle.settings import (
+    REVISION_GRACE,
+    ROLLOUT,
+    SECRETS_DIGEST_KEY,
+    SECRETS_FLAG,
+    SECRETS_NAMESPACE,
+    ConfigBundleSettings,
+)
 from cbop.configbundle.status import is_converged
 from cbop.informers import (
     IndexFunc,
@@ -55,25 +62,27 @@ from cbop.revisions.caches import (
 )
 from cbop.revisions.model import PINNED_SELECTOR
 from cbop.revisions.policy import PolicyCheck
-from cbop.runtime import Builder, Controller, Scope, reconcile_context
+from cbop.runtime import Builder, Controller, Reads, Scope, reconcile_context
 from cbop.runtime.definition import (
     Context,
     ControllerDefinition,
-    Flag,
     OptIn,
     PolicyRule,
     SetupFunc,
 )
 from cbop.runtime.predicates import GENERATION_CHANGED
 from cbop.runtime.seams import EventSink
-from cbop.secretaccess.digestkey import parse_key_name
+from cbop.secretaccess.digestkey import DigestKey
 from cbop.secretaccess.scope import SecretsScope
 
 __all__ = [
     "CONTROLLER_NAME",
     "DEFINITION",
     "MANAGED_SELECTOR",
+    "REVISION_GRACE",
+    "ROLLOUT",
     "SOURCE_INDEX",
+    "ConfigBundleSettings",
     "bundles_naming",
     "bundles_reading",
     "index_by_configmap_name",
@@ -92,6 +101,8 @@ SOURCE_INDEX: Final = "source"
 #: What precedes ``namespace/name`` of a Secret source in :data:`SOURCE_INDEX` (as in
 #: ``status.keySources``): a ConfigMap and a Secret of one name are two sources.
 SECRET_SOURCE_PREFIX: Final = "secret:"
+#: Index of the ConfigBundle cache: ``namespace/name`` of the Secret a bundle keeps.
+SECRET_NAME_INDEX: Final = "secret-name"
 
 
 def index_by_source(bundle: Mapping[str, Any]) -> list[str]:
@@ -110,8 +121,8 @@ def index_by_source(bundle: Mapping[str, Any]) -> list[str]:
     namespace = (bundle.get("metadata") or {}).get("namespace")
     keys = set()
     for entry in raw:
-        for field, prefix in (("configMap", ""), ("secret", SECRET_SOURCE_PREFIX)):
-            ref = entry.get(field) if isinstance(entry, Mapping) else None
+        for kind, prefix in (("configMap", ""), ("secret", SECRET_SOURCE_PREFIX)):
+            ref = entry.get(kind) if isinstance(entry, Mapping) else None
             if isinstance(ref, Mapping) and isinstance(ref.get("name"), str):
                 keys.add(prefix + key_of(ref.get("namespace") or namespace, ref["name"]))
     return sorted(keys)
@@ -154,11 +165,28 @@ def index_by_configmap_name(bundle: Mapping[str, Any]) -> list[str]:
     return [key_of(bundle.get("metadata", {}).get("namespace"), name)]
 
 
-def bundles_naming(bundles: MultiNamespaceLister) -> Callable[[Mapping[str, Any]], list[str]]:
+def index_by_secret_name(bundle: Mapping[str, Any]) -> list[str]:
+    """Index function of the ConfigBundle cache: the key of the Secret ``bundle`` keeps.
+
+    Returns:
+        ``["namespace/name"]`` of a Secret target (``spec.target.name``, else the
+        bundle's name), or ``[]`` for a ConfigMap target or an invalid name.
+    """
+    target = target_of(bundle)
+    if target is None or not target.is_secret:
+        return []
+    return [key_of(bundle.get("metadata", {}).get("namespace"), target.name)]
+
+
+def bundles_naming(
+    bundles: MultiNamespaceLister, index: str = CONFIGMAP_NAME_INDEX
+) -> Callable[[Mapping[str, Any]], list[str]]:
     """Return the map function: a managed ConfigMap -> the bundles that keep its name.
 
     Args:
         bundles: the ConfigBundle lister, with the :data:`CONFIGMAP_NAME_INDEX` index.
+        index: :data:`SECRET_NAME_INDEX` for managed Secrets: the bundles that keep the
+            Secret's name.
 
     Returns:
         ``fn(configmap) -> ["namespace/name", ...]``, sorted. A ConfigMap cbop manages
@@ -171,7 +199,7 @@ def bundles_naming(bundles: MultiNamespaceLister) -> Callable[[Mapping[str, Any]
     def map_configmap(configmap: Mapping[str, Any]) -> list[str]:
         meta = configmap.get("metadata") or {}
         value = key_of(meta.get("namespace"), str(meta.get("name", "")))
-        return sorted(object_key(b) for b in bundles.by_index(CONFIGMAP_NAME_INDEX, value))
+        return sorted(object_key(b) for b in bundles.by_index(index, value))
 
     return map_configmap
 
@@ -179,6 +207,7 @@ def bundles_naming(bundles: MultiNamespaceLister) -> Callable[[Mapping[str, Any]
 #: The indexes of the ConfigBundle cache the controller reads.
 _BUNDLE_INDEXERS: Final[dict[str, IndexFunc]] = {
     CONFIGMAP_NAME_INDEX: index_by_configmap_name,
+    SECRET_NAME_INDEX: index_by_secret_name,
     SOURCE_INDEX: index_by_source,
 }
 
@@ -214,7 +243,7 @@ def new_reconciler(
             Secrets on, the Secret informers are requested too.
     """
     scope = secrets or SecretsScope()
-    secret_informers(informers, scope)
+    targets, sources = secret_informers(informers, scope)
     return Reconciler(
         client=client,
         bundles=informers.lister(CONFIGBUNDLES, indexers=_BUNDLE_INDEXERS),
@@ -236,31 +265,42 @@ def new_reconciler(
         rollout=rollout,
         revision_grace=revision_grace,
         secrets=scope,
+        secret_targets=targets,
+        secret_sources=sources,
+        digest_key=DigestKey(client, *scope.digest_key, dry_run=dry_run)
+        if targets is not None
+        else None,
     )
 
 
-def secret_informers(informers: SharedInformerFactory, scope: SecretsScope) -> None:
-    """Request the two Secret informers from ``informers`` while Secrets are on.
+def secret_informers(
+    informers: SharedInformerFactory, scope: SecretsScope
+) -> tuple[MultiNamespaceLister | None, MultiNamespaceLister | None]:
+    """Return listers of the two Secret informers of ``informers`` while Secrets are on.
 
-    The targets (label ``app.kubernetes.io/managed-by=cbop``) and the sources (label
-    ``cbop.dev/source=true``, never shard-filtered), each selected on the API server,
-    in the namespaces of :meth:`SecretsScope.informer_namespaces`: an unlabelled Secret
-    is never sent to cbop. Nothing with Secrets off.
+    The targets (label ``app.kubernetes.io/managed-by=cbop``, with the
+    ``controller-uid`` index) and the sources (label ``cbop.dev/source=true``, never
+    shard-filtered), each selected on the API server, in the namespaces of
+    :meth:`SecretsScope.informer_namespaces`: an unlabelled Secret is never sent to
+    cbop. ``(None, None)`` with Secrets off: no Secret informer at all.
     """
     namespaces = scope.informer_namespaces(informers.scopes)
     if not namespaces:
-        return
-    informers.lister(
+        return None, None
+    targets = informers.lister(
         SECRETS,
         label_selector=MANAGED_SELECTOR,
         indexers={CONTROLLER_UID_INDEX: index_by_controller_uid},
         namespaces=namespaces,
     )
-    informers.lister(SECRETS, label_selector=SOURCE_SELECTOR, whole=True, namespaces=namespaces)
+    sources = informers.lister(
+        SECRETS, label_selector=SOURCE_SELECTOR, whole=True, namespaces=namespaces
+    )
+    return targets, sources
 
 
 def setup(
-    manager: Scope,
+    scope: Scope,
     *,
     recorder: EventSink | None = None,
     observer: Observer | None = None,
@@ -271,11 +311,11 @@ def setup(
     revision_grace: float = DEFAULT_GRACE,
     secrets: SecretsScope | None = None,
 ) -> Controller:
-    """Add the ConfigBundle controller to ``manager`` and return it.
+    """Add the ConfigBundle controller to ``scope`` and return it.
 
     Args:
-        manager: the runtime manager or a shard's scope (its client, its informers, its
-            metrics).
+        scope: the scope (the process's one, or a shard's): its client, its informers,
+            its metrics.
         recorder: where Events go (None: none).
         observer: the ConfigMap write metrics (None: none).
         workers: worker threads (None: the runtime's default, 4).
@@ -286,13 +326,13 @@ def setup(
         secrets: which bundles with a Secret target are served (None: none).
 
     Raises:
-        ValueError: the manager has a controller of this name already.
+        ValueError: the scope has a controller of this name already.
     """
     # First: the history's informers take the transforms that keep them small.
-    history = history_listers(manager.informers, workloads=rollout)
+    history = history_listers(scope.informers, workloads=rollout)
     reconciler = new_reconciler(
-        manager.client,
-        manager.informers,
+        scope.client,
+        scope.informers,
         recorder=recorder,
         observer=observer,
         history=history,
@@ -301,17 +341,42 @@ def setup(
         revision_grace=revision_grace,
         secrets=secrets,
     )
-    bundles = manager.lister(CONFIGBUNDLES, indexers=_BUNDLE_INDEXERS)
-    configmaps = manager.lister(CONFIGMAPS, label_selector=MANAGED_SELECTOR)
+    bundles = scope.lister(CONFIGBUNDLES, indexers=_BUNDLE_INDEXERS)
+    configmaps = scope.lister(CONFIGMAPS, label_selector=MANAGED_SELECTOR)
     builder = (
-        Builder(manager, CONTROLLER_NAME)
+        Builder(scope, CONTROLLER_NAME)
         .for_(CONFIGBUNDLES, converged=is_converged)
         .owns(CONFIGMAPS, label_selector=MANAGED_SELECTOR)
         .watches(CONFIGMAPS, bundles_naming(bundles), label_selector=MANAGED_SELECTOR)
         .watches(CONFIGMAPS, revision_owners, label_selector=MANAGED_SELECTOR)
         .watches(CONFIGMAPS, bundles_of_legacy_pins(configmaps), label_selector=MANAGED_SELECTOR)
-        .watches(CONFIGMAPS, bundles_reading(bundles), label_selector=SOURCE_SELECTOR, whole=True)
+        .watches(
+            CONFIGMAPS,
+            bundles_reading(bundles),
+            label_selector=SOURCE_SELECTOR,
+            reads=Reads.CLUSTER,
+        )
     )
+    # With Secrets on: the targets (their owner, and bundles waiting on a name) and the
+    # sources, in the namespaces served; the controller waits for both caches.
+    served = (secrets or SecretsScope()).informer_namespaces(scope.informers.scopes)
+    if served:
+        builder = (
+            builder.owns(SECRETS, label_selector=MANAGED_SELECTOR, namespaces=served)
+            .watches(
+                SECRETS,
+                bundles_naming(bundles, SECRET_NAME_INDEX),
+                label_selector=MANAGED_SELECTOR,
+                namespaces=served,
+            )
+            .watches(
+                SECRETS,
+                bundles_reading(bundles, SECRET_SOURCE_PREFIX),
+                label_selector=SOURCE_SELECTOR,
+                reads=Reads.CLUSTER,
+                namespaces=served,
+            )
+        )
     # The history's caches wake bundles, but the controller does not wait for them:
     # without RBAC on pods or the apps group, bundles are still reconciled (nothing past
     # keep is deleted, Pinned says Unknown) and /readyz names the refused list.
@@ -361,19 +426,15 @@ def reconcile_all(
     return results
 
 
-def install(context: Context) -> SetupFunc:
+def install(context: Context, settings: ConfigBundleSettings) -> SetupFunc:
     """Install the ConfigBundle controller in a process; return its per-scope setup.
 
     Registers ``cbop_configmap_writes_total``, ``cbop_drift_corrections_total``,
     ``cbop_configbundles{ready}``, ``cbop_configbundles_secrets_disabled``,
     ``cbop_revision_pods_unpinned`` and ``cbop_revision_legacy_pins_namespaces`` (the
     last four read from every scope's cache at scrape time).
-
-    Raises:
-        ValueError: ``--secrets-digest-key`` is not ``NAMESPACE/NAME``.
     """
-    secrets = SecretsScope.from_settings(context.settings)
-    parse_key_name(str(context.settings.get("secrets_digest_key", defaults.SECRETS_DIGEST_KEY)))
+    secrets = settings.secrets
     observer = ConfigMapWriteMetrics(context.registry)
     context.registry.register(BundleReadinessCollector(lambda: context.cached(CONFIGBUNDLES)))
     context.registry.register(
@@ -394,8 +455,6 @@ def install(context: Context) -> SetupFunc:
     # One check of the pin policy per process, made with the client of the first scope
     # set up: it only reads.
     checks: list[PolicyCheck] = []
-    rollout = bool(context.settings.get("rollout"))
-    grace = float(context.settings.get("revision_grace", DEFAULT_GRACE))
 
     def setup_scope(scope: Scope) -> Controller:
         if not checks:
@@ -407,9 +466,9 @@ def install(context: Context) -> SetupFunc:
             workers=context.workers,
             priority_queue=context.priority_queue,
             pin_policy=checks[0],
-            rollout=rollout,
-            revision_grace=grace,
-            secrets=secrets,
+            rollout=settings.rollout,
+            revision_grace=settings.revision_grace_seconds,
+            secrets=settings.secrets,
         )
 
     return setup_scope
@@ -419,34 +478,9 @@ def install(context: Context) -> SetupFunc:
 DEFINITION: Final = ControllerDefinition(
     name=CONTROLLER_NAME,
     summary="keeps a managed ConfigMap equal to each ConfigBundle",
+    settings=ConfigBundleSettings.from_flags,
     install=install,
-    flags=(
-        Flag(
-            "revision-grace",
-            DEFAULT_GRACE,
-            "seconds a revision ConfigMap must have been neither current nor named by a "
-            "cached pod template before it is deleted (docs/revisions.md)",
-        ),
-        Flag(
-            "secrets",
-            defaults.SECRETS,
-            "serve bundles whose spec.target.kind is Secret, and read Secret sources; needs "
-            "the Secrets' own RBAC (manifests/secrets/, the chart's secrets.enabled; "
-            "docs/secrets.md)",
-        ),
-        Flag(
-            "secrets-namespace",
-            "",
-            "with --secrets: the only namespaces whose Secrets cbop reads and writes, "
-            "comma-separated (default: every namespace cbop watches)",
-        ),
-        Flag(
-            "secrets-digest-key",
-            defaults.SECRETS_DIGEST_KEY,
-            "with --secrets: NAMESPACE/NAME of the Secret holding the key of the keyed "
-            "digests of Secret content, made when absent",
-        ),
-    ),
+    flags=(REVISION_GRACE, SECRETS_FLAG, SECRETS_NAMESPACE, SECRETS_DIGEST_KEY),
     resources=(CONFIGBUNDLES, CONFIGMAPS, *HISTORY),
     more_informers=(CONFIGMAPS,),  # the sources (cbop.dev/source=true)
     controllers=1,
@@ -494,7 +528,7 @@ DEFINITION: Final = ControllerDefinition(
     ),
     opt_ins=(
         OptIn(
-            "secrets",
+            SECRETS_FLAG,
             informers=(SECRETS, SECRETS),  # the targets and the sources, by label
             rbac=(
                 PolicyRule(

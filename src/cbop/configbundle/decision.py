@@ -225,6 +225,7 @@ class TargetOps:
         name_field: the spec field that names it (messages say to change it).
         render: the body a write of the desired object makes of the current one.
         content_matches: whether the current object's content is the desired one.
+        in_sync: whether writing :attr:`render` would change nothing.
         conflict: why an object the bundle keeps (or may take back) cannot be kept
             as it is (a Secret of another type), or None.
     """
@@ -234,12 +235,13 @@ class TargetOps:
     name_field: str
     render: Callable[[DesiredConfigMap, Mapping[str, Any] | None], JSON]
     content_matches: Callable[[DesiredConfigMap, Mapping[str, Any]], bool]
+    in_sync: Callable[[DesiredConfigMap, Mapping[str, Any]], bool]
     conflict: Callable[[DesiredConfigMap, Mapping[str, Any]], str | None] = _no_conflict
 
 
 #: A ConfigMap target (:mod:`cbop.configbundle.desired`).
 CONFIGMAP: Final = TargetOps(
-    Kind.CONFIGMAP, "ConfigMap", "spec.configMapName", render, content_matches
+    Kind.CONFIGMAP, "ConfigMap", "spec.configMapName", render, content_matches, in_sync
 )
 #: A Secret target (:mod:`cbop.configbundle.secret`).
 SECRET: Final = TargetOps(
@@ -248,6 +250,7 @@ SECRET: Final = TargetOps(
     "spec.target.name",
     secret.render,
     secret.content_matches,
+    secret.in_sync,
     secret.type_conflict,
 )
 

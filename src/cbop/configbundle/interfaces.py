@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
-from cbop.api import BundleSpec, Reason, SpecError
+from cbop.api import BundleSpec, Kind, Reason, SpecError
 from cbop.configbundle.decision import Action, Decision
 from cbop.configbundle.status import ConditionStatus
 from cbop.keys import CONTROLLER_UID_INDEX
@@ -52,8 +52,12 @@ class Observer(Protocol):
         """Count one successful ConfigMap write: create, update or delete."""
         ...
 
+    def secret_write(self, operation: str) -> None:
+        """Count one successful Secret write: create, update or delete."""
+        ...
+
     def drift_corrected(self) -> None:
-        """Count one ConfigMap restored after a change made outside cbop."""
+        """Count one ConfigMap (or Secret) restored after a change made outside cbop."""
         ...
 
 
@@ -61,6 +65,9 @@ class _NoObserver:
     """The default :class:`Observer`: counts nothing."""
 
     def configmap_write(self, operation: str) -> None:
+        """Do nothing."""
+
+    def secret_write(self, operation: str) -> None:
         """Do nothing."""
 
     def drift_corrected(self) -> None:
@@ -90,8 +97,8 @@ class Reporting(Protocol):
         """Record an Event on ``bundle``; ``routine`` ones only at ``--events all``."""
         ...
 
-    def count(self, operation: str) -> None:
-        """Count one successful write of cbop's ConfigMaps: create, update or delete."""
+    def count(self, operation: str, *, kind: Kind = Kind.CONFIGMAP) -> None:
+        """Count one successful write of cbop's ConfigMaps (or Secrets): create, update, delete."""
         ...
 
 
@@ -216,6 +223,8 @@ class Result:
             of comparisons. ``cbop --once --dry-run`` plans the rollouts with it.
         new_revision: for dry runs, the revision ConfigMap (``spec.revisions``) the
             reconcile would create, ``<configMapName>-<10 hex digits>``, else None.
+        secret: the managed Secret's name, for a Secret target (``config_map`` is then
+            None), when known.
     """
 
     key: str
@@ -229,3 +238,4 @@ class Result:
     pending: bool = False
     written: Mapping[str, Any] | None = field(default=None, compare=False)
     new_revision: str | None = None
+    secret: str | None = None

@@ -19,15 +19,18 @@ does not fill them with entries evicted before anyone asks again (:meth:`Decisio
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 import cachetools
 
 from cbop.api import BundleSpec, SpecError, parse_spec
-from cbop.configbundle.decision import Decision, decide
-from cbop.configbundle.desired import DesiredConfigMap, desired_configmap, in_sync
+from cbop.configbundle.decision import CONFIGMAP, Decision, TargetOps, decide
+from cbop.configbundle.desired import DesiredConfigMap, desired_configmap
 from cbop.locks import YieldingLock, absent
+
+#: ``fn(bundle, spec) -> desired object``: what :meth:`DecisionMemo.desired` computes.
+Make = Callable[[Mapping[str, Any], BundleSpec], DesiredConfigMap]
 
 #: Default stored outcomes: room for this many converged bundles before a resync
 #: evicts entries it will need again.
@@ -152,17 +155,21 @@ class DecisionMemo:
         *,
         keep: bool = True,
         inputs: Hashable = None,
+        make: Make = desired_configmap,
     ) -> DesiredConfigMap:
-        """Return :func:`cbop.configbundle.desired.desired_configmap` ``(bundle, spec)``.
+        """Return ``make(bundle, spec)``: by default the desired ConfigMap.
 
         ``spec`` must be the parsed spec of ``bundle`` (as :meth:`spec` returns it, with
         its sources composed for ``inputs``); one that had to be rendered is put into
-        the working set only with ``keep``.
+        the working set only with ``keep``. ``make`` is
+        :func:`cbop.configbundle.desired.desired_configmap`, or for a Secret target the
+        reconciler's desired Secret (keyed by the scope's digest key, which lives as long
+        as this memo).
         """
         key = _bundle_key(bundle, inputs)
         got: DesiredConfigMap | None = self._get(self._desired, key)
         if got is None:
-            got = desired_configmap(bundle, spec)
+            got = make(bundle, spec)
             if keep:
                 self._put(self._desired, key, got)
         return got
@@ -175,29 +182,33 @@ class DecisionMemo:
         *,
         keep: bool = True,
         inputs: Hashable = None,
+        ops: TargetOps = CONFIGMAP,
+        make: Make = desired_configmap,
     ) -> Decision:
         """Return :func:`cbop.configbundle.decision.decide` ``(bundle, spec, current)``.
 
         The same decision, with the desired ConfigMap and the in-sync verdict looked up
         in the working set; what had to be computed is put into it only with ``keep``.
         ``inputs``: the sources' versions (module docstring), None without sources.
+        ``ops`` and ``make``: the kind of the target and its desired object (a Secret's
+        come from :mod:`cbop.configbundle.secret`).
         """
         bundle_key = _bundle_key(bundle, inputs)
 
         def desired_of(bundle: Mapping[str, Any], spec: BundleSpec) -> DesiredConfigMap:
-            return self.desired(bundle, spec, keep=keep, inputs=inputs)
+            return self.desired(bundle, spec, keep=keep, inputs=inputs, make=make)
 
         def synced(desired: DesiredConfigMap, cm: Mapping[str, Any]) -> bool:
             cm_key = _object_key(cm)
             key = None if bundle_key is None or cm_key is None else (*bundle_key, *cm_key)
             verdict: bool | None = self._get(self._synced, key)
             if verdict is None:
-                verdict = in_sync(desired, cm)
+                verdict = ops.in_sync(desired, cm)
                 if keep:
                     self._put(self._synced, key, verdict)
             return verdict
 
-        return decide(bundle, spec, current, desired_of=desired_of, synced=synced)
+        return decide(bundle, spec, current, desired_of=desired_of, synced=synced, ops=ops)
 
     def keep(
         self,

@@ -25,14 +25,22 @@ from __future__ import annotations
 import datetime
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import structlog
 
-from cbop.api import BundleSpec, Reason, SpecError, config_map_name_of
+from cbop.api import BundleSpec, Kind, Reason, SpecError, config_map_name_of, target_of
 from cbop.clock import Clock
-from cbop.configbundle.decision import Action, Decision, status_can_wait
-from cbop.configbundle.diff import configmap_diff
+from cbop.configbundle.decision import (
+    CONFIGMAP,
+    SECRET,
+    Action,
+    Decision,
+    TargetOps,
+    status_can_wait,
+)
+from cbop.configbundle.desired import desired_configmap
+from cbop.configbundle.diff import configmap_diff, secret_diff
 from cbop.configbundle.dryrun import dry_run_account
 from cbop.configbundle.interfaces import (
     Client,
@@ -44,9 +52,10 @@ from cbop.configbundle.interfaces import (
     RevisionKeeper,
     TargetWriter,
 )
-from cbop.configbundle.memo import DecisionMemo
+from cbop.configbundle.memo import DecisionMemo, Make
 from cbop.configbundle.release import Finalizer
 from cbop.configbundle.report import StatusReporter
+from cbop.configbundle.secretwrites import SecretWriter
 from cbop.configbundle.sources import SourceReader
 from cbop.configbundle.status import ready_condition
 from cbop.configbundle.writes import ConfigMapWriter
@@ -56,6 +65,7 @@ from cbop.revisions.bundle import DEFAULT_GRACE, BundleRevisions, RevisionOutcom
 from cbop.revisions.caches import History
 from cbop.revisions.policy import PolicyCheck
 from cbop.runtime.seams import EventSink
+from cbop.secretaccess.digestkey import DigestKey, DigestKeyError
 from cbop.secretaccess.scope import SecretsScope
 
 __all__ = ["Reconciler"]
@@ -67,6 +77,15 @@ _WRITES: Final = frozenset({Action.CREATE, Action.UPDATE, Action.REPLACE})
 _KEPT: Final = frozenset({Action.NONE, *_WRITES})
 
 log = structlog.get_logger("cbop.configbundle")
+
+
+class _Parts(NamedTuple):
+    """The parts that keep one kind of target: its writer, its finalizer, its rules."""
+
+    writer: TargetWriter
+    finalizer: Finalizer
+    ops: TargetOps
+    make: Make
 
 
 class Reconciler:
@@ -108,6 +127,11 @@ class Reconciler:
         secrets: which bundles with a Secret target are served (default: none; a bundle
             with a Secret target is then ``SecretsDisabled`` and nothing is read or
             written for it).
+        secret_targets: lister over the managed-Secret cache, with the
+            ``controller-uid`` index (with Secrets on).
+        secret_sources: lister over the source-Secret cache (with Secrets on).
+        digest_key: the scope's digest key (with Secrets on); with the two listers, the
+            reconciler builds a :class:`SecretWriter` beside the ConfigMap writer.
     """
 
     def __init__(
@@ -131,6 +155,9 @@ class Reconciler:
         clock: Clock | None = None,
         memo: DecisionMemo | None = None,
         secrets: SecretsScope | None = None,
+        secret_targets: Lister | None = None,
+        secret_sources: Lister | None = None,
+        digest_key: DigestKey | None = None,
     ) -> None:
         self._bundles = bundles
         self._secrets = secrets or SecretsScope()
@@ -139,7 +166,13 @@ class Reconciler:
         # Parsed specs, desired ConfigMaps and in-sync verdicts by (uid, generation) and
         # the ConfigMap's (uid, resourceVersion): a no-op reconcile recomputes none.
         self._memo = memo or DecisionMemo()
-        self._sources = SourceReader(sources, source_scope)
+        self._sources = SourceReader(
+            sources,
+            source_scope,
+            secrets=secret_sources,
+            secret_scope=self._secrets.namespaces,
+            key=digest_key.key if digest_key is not None else None,
+        )
         self._reporter = StatusReporter(
             client=client,
             recorder=recorder,
@@ -156,13 +189,41 @@ class Reconciler:
             dry_run=dry_run,
             conflict_recheck=conflict_recheck,
         )
-        self._finalizer = Finalizer(
-            client=client,
-            writer=self._writer,
-            reports=self._reporter,
-            field_manager=field_manager,
-            dry_run=dry_run,
+        self._configmap = _Parts(
+            self._writer,
+            Finalizer(
+                client=client,
+                writer=self._writer,
+                reports=self._reporter,
+                field_manager=field_manager,
+                dry_run=dry_run,
+            ),
+            CONFIGMAP,
+            desired_configmap,
         )
+        self._secret: _Parts | None = None
+        if secret_targets is not None and digest_key is not None:
+            secret_writer = SecretWriter(
+                client=client,
+                secrets=secret_targets,
+                digest_key=digest_key,
+                reports=self._reporter,
+                field_manager=field_manager,
+                dry_run=dry_run,
+                conflict_recheck=conflict_recheck,
+            )
+            self._secret = _Parts(
+                secret_writer,
+                Finalizer(
+                    client=client,
+                    writer=secret_writer,
+                    reports=self._reporter,
+                    field_manager=field_manager,
+                    dry_run=dry_run,
+                ),
+                SECRET,
+                secret_writer.desired,
+            )
         self._revisions: RevisionKeeper = BundleRevisions(
             client=client,
             configmaps=configmaps,
@@ -196,10 +257,11 @@ class Reconciler:
         if bundle is None:
             return Result(key, None, message="bundle not found; nothing to do")
         started = time.monotonic()
+        parts = self._parts_for(bundle)
         inputs = self._sources.inputs(bundle)
-        current = self._writer.cached(bundle)
+        current = parts.writer.cached(bundle)
         if not self._dry_run:
-            unchanged = self._unchanged(bundle, current, inputs)
+            unchanged = self._unchanged(parts, bundle, current, inputs)
             if unchanged is not None:
                 log.debug(
                     "reconciled",
@@ -218,11 +280,21 @@ class Reconciler:
         # line of the reconcile (cbop.runtime.reconcile_context).
         logger = log
         if current is None and isinstance(spec, BundleSpec):
-            current = self._writer.recheck(key, namespace or "", spec.config_map_name)
-        decision = self._memo.decide(bundle, spec, current, keep=known, inputs=inputs)
+            current = parts.writer.recheck(key, namespace or "", spec.target.name)
+        decision = self._memo.decide(
+            bundle, spec, current, keep=known, inputs=inputs, ops=parts.ops, make=parts.make
+        )
         try:
             result = self._act(
-                key, bundle, spec, current, decision, keep=not known, parsed=parsed, inputs=inputs
+                key,
+                bundle,
+                spec,
+                current,
+                decision,
+                parts=parts,
+                keep=not known,
+                parsed=parsed,
+                inputs=inputs,
             )
         except RejectedError as err:
             # The API server refused the ConfigMap in a way no retry can fix (a label
@@ -249,7 +321,7 @@ class Reconciler:
                 duration=round(time.monotonic() - started, 6),
             )
             raise
-        self._writer.remember(key, taken=result.action is Action.CONFLICT)
+        parts.writer.remember(key, taken=result.action is Action.CONFLICT)
         if self._dry_run:
             # A dry run reconciled nothing: its line says what is pending, never "reconciled".
             logger.info(
@@ -272,27 +344,60 @@ class Reconciler:
         )
         return result
 
+    def _parts_for(self, bundle: Mapping[str, Any]) -> _Parts:
+        """Return the parts of ``bundle``'s target: the Secret ones for a Secret cbop serves.
+
+        A Secret target cbop does not serve is decided ``SecretsDisabled`` (:meth:`_gate`),
+        which writes nothing; the ConfigMap parts carry that decision, and never write a
+        ConfigMap for it (a Secret target has no ConfigMap name).
+
+        Raises:
+            RuntimeError: a served Secret target without the Secret parts (a bug).
+        """
+        target = target_of(bundle)
+        if target is None or not target.is_secret or self._secrets.refusal(bundle) is not None:
+            return self._configmap
+        if self._secret is None:
+            raise RuntimeError("Secrets are on, and the reconciler has no Secret writer (a bug)")
+        return self._secret
+
     def _gate(
         self, bundle: Mapping[str, Any], parsed: BundleSpec | SpecError
     ) -> BundleSpec | SpecError:
         """Return the spec to decide on: ``parsed`` with its sources composed in.
 
         A Secret target that cbop does not serve (:class:`SecretsScope`) is a
-        ``SecretsDisabled`` error instead, before any source is read.
+        ``SecretsDisabled`` error instead, before anything is read. For one it serves,
+        the digest key is read first: a key that cannot be read is reported
+        (``ReconcileError``) and retried with backoff, as a failed write is.
+
+        Raises:
+            DigestKeyError, ApiError, ConnectionFailed: the digest key cannot be read.
         """
         refusal = self._secrets.refusal(bundle)
         if refusal is not None:
             return refusal
-        if isinstance(parsed, BundleSpec) and parsed.target.is_secret:
-            return SpecError(
-                f"spec.target is Secret {parsed.target.name}: this reconciler does not write "
-                "Secret targets yet",
-                Reason.SECRETS_DISABLED,
-            )
+        if isinstance(parsed, BundleSpec) and parsed.target.is_secret and self._secret:
+            writer = self._secret.writer
+            if isinstance(writer, SecretWriter):
+                try:
+                    writer.key()
+                except DigestKeyError as err:
+                    self._reporter.write_status(
+                        bundle, parsed, "False", Reason.RECONCILE_ERROR, str(err)
+                    )
+                    raise
+                except ApiError as err:
+                    self._reporter.failed(bundle, parsed, err)
+                    raise
         return self._sources.compose(bundle, parsed)
 
     def _unchanged(
-        self, bundle: Mapping[str, Any], current: Mapping[str, Any] | None, inputs: Hashable
+        self,
+        parts: _Parts,
+        bundle: Mapping[str, Any],
+        current: Mapping[str, Any] | None,
+        inputs: Hashable,
     ) -> Result | None:
         """Return the outcome of the bundle's last full reconcile if it still holds, else None.
 
@@ -308,7 +413,7 @@ class Reconciler:
         known: Result | None = self._memo.noop(bundle, current, inputs)
         if known is None or current is None or not self._revisions.in_place(bundle):
             return None
-        if self._writer.controls_others(bundle, current["metadata"]["name"]):
+        if parts.writer.controls_others(bundle, current["metadata"]["name"]):
             return None
         return known
 
@@ -322,6 +427,7 @@ class Reconciler:
         current: Mapping[str, Any] | None,
         decision: Decision,
         *,
+        parts: _Parts,
         keep: bool = False,
         parsed: BundleSpec | SpecError | None = None,
         inputs: Hashable = None,
@@ -334,12 +440,13 @@ class Reconciler:
         if decision.action is Action.DELETING:
             return Result(key, Action.DELETING, message=decision.message)
         if decision.action is Action.RELEASE:
-            return self._finalizer.release(key, bundle, decision)
+            return parts.finalizer.release(key, bundle, decision)
         if decision.finalizer is not None:
-            bundle = self._finalizer.set(bundle, decision.finalizer)
+            bundle = parts.finalizer.set(bundle, decision.finalizer)
         revision = self._keep_revision(bundle, decision)
-        decision, current = self._writer.apply(bundle, spec, decision, current)
-        stale = self._writer.delete_stale(bundle, decision) if decision.action in _KEPT else []
+        decision, current = parts.writer.apply(bundle, spec, decision, current)
+        stale = parts.writer.delete_stale(bundle, decision) if decision.action in _KEPT else []
+        secret = parts.ops.kind is Kind.SECRET
         self._reporter.record(bundle, decision)
         ready, reason, message, requeue = ready_condition(
             decision, conflict_recheck=self._conflict_recheck
@@ -347,7 +454,8 @@ class Reconciler:
         ready, reason, message, requeue = revision.applied_to(ready, reason, message, requeue)
         diff, pending = "", False
         if self._dry_run:
-            diff = configmap_diff(current, decision.body) if decision.body is not None else ""
+            show = secret_diff if secret else configmap_diff
+            diff = show(current, decision.body) if decision.body is not None else ""
             after = "Ready" if ready == "True" else reason.value
             message, pending = dry_run_account(
                 decision, message, stale, after, revision.would_create
@@ -383,8 +491,12 @@ class Reconciler:
             requeue_after=requeue,
             diff=diff,
             pending=pending,
-            written=decision.body if pending and decision.action in _WRITES else None,
+            # The rollout plans ConfigMap changes only: a Secret's body stays here.
+            written=decision.body
+            if pending and decision.action in _WRITES and not secret
+            else None,
             new_revision=revision.would_create,
+            secret=decision.desired.name if secret and decision.desired else None,
         )
         if (
             decision.action is Action.NONE
@@ -411,9 +523,11 @@ class Reconciler:
         """Return what the revisions part of the reconcile found and did (:mod:`cbop.revisions`).
 
         Only a decision that keeps the ConfigMap (none, create, update, replace) keeps a
-        revision; a dry run only looks.
+        revision (never one of a Secret: refused at admission); a dry run only looks.
         """
         if decision.action not in _KEPT or decision.desired is None:
+            return RevisionOutcome()
+        if decision.desired.kind is Kind.SECRET:
             return RevisionOutcome()
         if self._dry_run:
             return self._revisions.planned(bundle, decision.desired)

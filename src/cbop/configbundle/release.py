@@ -268,7 +268,7 @@ class Finalizer:
             return Result(
                 key,
                 Action.RELEASE,
-                message=f"would release the ConfigMap and remove the {FINALIZER_ORPHAN} "
+                message=f"would release it and remove the {FINALIZER_ORPHAN} "
                 f"finalizer: {decision.message}",
                 pending=True,
             )

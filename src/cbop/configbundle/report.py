@@ -18,7 +18,15 @@ from typing import Any
 
 import structlog
 
-from cbop.api import BundleSpec, Reason, SpecError, config_map_name_of, content_hash
+from cbop.api import (
+    BundleSpec,
+    Kind,
+    Reason,
+    SpecError,
+    config_map_name_of,
+    content_hash,
+    target_of,
+)
 from cbop.configbundle.decision import Action, Decision
 from cbop.configbundle.interfaces import NO_OBSERVER, Client, Observer, RejectedError
 from cbop.configbundle.status import ConditionStatus, compute_status, status_equal
@@ -80,9 +88,13 @@ class StatusReporter:
         if self._recorder is not None and not self._dry_run:
             self._recorder.event(bundle, type_, reason, message, routine=routine)
 
-    def count(self, operation: str) -> None:
-        """Count one successful ConfigMap write (``create``, ``update``, ``delete``)."""
-        if not self._dry_run:
+    def count(self, operation: str, *, kind: Kind = Kind.CONFIGMAP) -> None:
+        """Count one successful ConfigMap (or Secret) write: create, update, delete."""
+        if self._dry_run:
+            return
+        if kind is Kind.SECRET:
+            self._observer.secret_write(operation)
+        else:
             self._observer.configmap_write(operation)
 
     def record(self, bundle: Mapping[str, Any], decision: Decision) -> None:
@@ -103,7 +115,9 @@ class StatusReporter:
         elif action is Action.REPLACE:
             self.event(bundle, "Normal", "Replaced", decision.message)
         elif action is Action.CONFLICT:
-            self.event(bundle, "Warning", Reason.CONFIGMAP_CONFLICT.value, decision.message)
+            secret = decision.desired is not None and decision.desired.kind is Kind.SECRET
+            reason = Reason.SECRET_CONFLICT if secret else Reason.CONFIGMAP_CONFLICT
+            self.event(bundle, "Warning", reason.value, decision.message)
         elif action is Action.INVALID and decision.error is not None:
             self.event(bundle, "Warning", decision.error.reason.value, decision.message)
 
@@ -152,6 +166,8 @@ class StatusReporter:
         ``desired_hash`` is the content hash the decision already computed; it is
         computed here only when the decision had no desired ConfigMap (a suspended
         bundle, an error path), so a resync hashes up to 1 MiB of content once, not twice.
+        For a Secret target it is never computed here (that would be an unkeyed digest
+        of Secret content): the status keeps the one it has.
 
         Raises:
             ApiError, ConnectionFailed: the patch failed (but for 404: the bundle is gone).
@@ -160,20 +176,25 @@ class StatusReporter:
             return False
         bundle = self._with_own_status(bundle)
         valid = spec if isinstance(spec, BundleSpec) else None
+        target = valid.target if valid is not None else target_of(bundle)
+        secret = target is not None and target.is_secret
         if valid is not None and desired_hash is None:
-            desired_hash = content_hash(valid.data, valid.binary_data)
+            if secret:
+                desired_hash = (bundle.get("status") or {}).get("contentHash")
+            else:
+                desired_hash = content_hash(valid.data, valid.binary_data)
         # A bundle without sources has no provenance fields (none are written, so no
         # bundle of before sources gets a status write); a composed one has its own.
         provenance = None
         if valid is not None:
             provenance = valid.provenance if valid.composed else {}
-        name = valid.config_map_name if valid else config_map_name_of(bundle)
+        name = None if secret else (valid.config_map_name if valid else config_map_name_of(bundle))
         key_count = valid.key_count if valid else None
         if valid is None and isinstance(spec, SpecError) and spec.spec is not None:
             # Composing failed: the ConfigMap keeps the last good content, and the
             # status keeps saying which (its hash and key count).
             kept = bundle.get("status") or {}
-            name = spec.spec.config_map_name
+            name = None if secret else spec.spec.config_map_name
             desired_hash, key_count = kept.get("contentHash"), kept.get("keyCount")
             valid_hash = desired_hash
         else:
@@ -189,6 +210,7 @@ class StatusReporter:
             now=self._now(),
             provenance=provenance,
             pinned=pinned,
+            secret_name=target.name if secret and target is not None else None,
         )
         if revision is not ...:
             new_status.pop("revision", None)

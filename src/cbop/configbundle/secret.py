@@ -42,6 +42,7 @@ from cbop.configbundle.desired import (
 
 __all__ = [
     "content_matches",
+    "decode_data",
     "desired_secret",
     "in_sync",
     "redact",
@@ -143,6 +144,11 @@ def render(desired: DesiredConfigMap, current: Mapping[str, Any] | None) -> JSON
     if desired.immutable:
         body["immutable"] = True
     return body
+
+
+def decode_data(obj: Mapping[str, Any]) -> dict[str, bytes]:
+    """Return a Secret's ``data`` as bytes (``{}`` when absent or not valid base64)."""
+    return decode_binary(obj.get("data")) or {}
 
 
 def content_matches(desired: DesiredConfigMap, current: Mapping[str, Any]) -> bool:

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from types import EllipsisType
 from typing import Any, Literal
 
-from cbop.api import CONDITION_READY, Reason
+from cbop.api import CONDITION_READY, Kind, Reason
 from cbop.configbundle.decision import Action, Decision
 from cbop.revisions.model import CONDITION_PINNED, PinnedReason, PinnedVerdict
 
@@ -23,6 +23,10 @@ JSON = dict[str, Any]
 #: The status fields that tell where a composed content came from (docs/sources.md).
 _PROVENANCE = frozenset({"sources", "keySources", "keySourcesOmitted"})
 ConditionStatus = Literal["True", "False", "Unknown"]
+#: The status fields every status write sets anew (the others are carried over).
+_OWNED = frozenset(
+    {"observedGeneration", "conditions", "configMapName", "secretName", "contentHash", "keyCount"}
+)
 
 
 def ready_condition(
@@ -31,9 +35,9 @@ def ready_condition(
     """Return the Ready condition ``decision`` implies: ``(status, reason, message, requeue)``.
 
     ``requeue`` is ``conflict_recheck`` (seconds) for a name taken by another
-    ConfigMap, else None. Invalid: False with the spec error's reason; suspended:
-    Unknown; every decision that keeps the ConfigMap: True, ``Synced``, naming its keys
-    and content hash.
+    ConfigMap (or Secret: ``SecretConflict``), else None. Invalid: False with the spec
+    error's reason; suspended: Unknown; every decision that keeps the object: True,
+    ``Synced``, naming its keys and content hash (a Secret's keyed one).
 
     Raises:
         RuntimeError: a decision without the error or the desired ConfigMap its action
@@ -47,14 +51,16 @@ def ready_condition(
     if decision.action is Action.SUSPENDED:
         return "Unknown", Reason.SUSPENDED, decision.message, None
     if decision.action is Action.CONFLICT:
-        return "False", Reason.CONFIGMAP_CONFLICT, decision.message, conflict_recheck
+        secret = desired is not None and desired.kind is Kind.SECRET
+        reason = Reason.SECRET_CONFLICT if secret else Reason.CONFIGMAP_CONFLICT
+        return "False", reason, decision.message, conflict_recheck
     if desired is None:
         raise RuntimeError(f"a {decision.action.value} decision without a desired ConfigMap")
-    keys = len(desired.data) + len(desired.binary_data)
+    keys = desired.key_count
     return (
         "True",
         Reason.SYNCED,
-        f"ConfigMap {desired.name} matches the spec "
+        f"{desired.kind.value} {desired.name} matches the spec "
         f"({keys} {'key' if keys == 1 else 'keys'}, {desired.content_hash})",
         None,
     )
@@ -163,6 +169,7 @@ def compute_status(
     now: datetime.datetime,
     provenance: Mapping[str, Any] | None = None,
     pinned: PinnedVerdict | EllipsisType | None = ...,
+    secret_name: str | None = None,
 ) -> JSON:
     """Return the full ``status`` for ``bundle`` after a reconcile.
 
@@ -181,25 +188,28 @@ def compute_status(
             composed this time: a source failed, the bundle is suspended).
         pinned: the ``Pinned`` condition (``spec.revisions``, docs/revisions.md), None
             to remove it, ``...`` to keep it as it is.
+        secret_name: the managed Secret's name, for a Secret target (then
+            ``config_map_name`` is None).
 
     Returns:
         A dict with ``observedGeneration``, ``conditions`` and, when known,
-        ``configMapName``, ``contentHash``, ``keyCount``. Fields cbop does not own are
-        carried over from the current status.
+        ``configMapName`` (``secretName``), ``contentHash``, ``keyCount``. Fields cbop
+        does not own are carried over from the current status.
     """
     current: Mapping[str, Any] = bundle.get("status") or {}
     generation = bundle["metadata"].get("generation")
     status: JSON = {
         k: v
         for k, v in current.items()
-        if k not in ("observedGeneration", "conditions", "configMapName", "contentHash", "keyCount")
-        and (provenance is None or k not in _PROVENANCE)
+        if k not in _OWNED and (provenance is None or k not in _PROVENANCE)
     }
     status.update(provenance or {})
     if generation is not None:
         status["observedGeneration"] = generation
     if config_map_name is not None:
         status["configMapName"] = config_map_name
+    if secret_name is not None:
+        status["secretName"] = secret_name
     if content_hash is not None:
         status["contentHash"] = content_hash
     if key_count is not None:

@@ -113,7 +113,10 @@ class SharedInformerFactory:
             by_name: in a sharded factory, the objects whose own *name* hashes into the
                 shard's range (the shard's Namespaces; client-side only, see
                 :meth:`cbop.shardrange.ShardRange.by_object_name`); its name ends in
-                ``by name``. No effect in an unsharded factory, or with ``whole``.
+                ``by name``. No effect in an unsharded factory, or with ``whole``. Where
+                a ``whole`` informer of the same collection was handed out already,
+                that one is returned: a superset for one list and watch instead of two
+                (by-name readers check names against the range themselves).
             transform: what each object goes through before it is cached (client-go's
                 ``SetTransform``), set by the first caller of a new informer: one that
                 keeps only the fields its readers use makes a large collection cheap to
@@ -137,7 +140,12 @@ class SharedInformerFactory:
                 mode, shard = "whole", None
             elif shard is not None and by_name:
                 mode, shard = "name", shard.by_object_name()
-            for ns in self.scopes if namespaces is None else tuple(namespaces):
+            wanted = self.scopes if namespaces is None else tuple(namespaces)
+            if mode == "name" and all(
+                (resource, ns, label_selector, "whole") in self._informers for ns in wanted
+            ):
+                mode, shard = "whole", None
+            for ns in wanted:
                 key: InformerKey = (resource, ns, label_selector, mode)
                 informer = self._informers.get(key)
                 if (

@@ -152,10 +152,11 @@ class PrometheusControllerMetrics:
 
 
 class ConfigMapWriteMetrics:
-    """``cbop_configmap_writes_total{operation}`` and ``cbop_drift_corrections_total``.
+    """The write counters: ``cbop_configmap_writes_total{operation}`` and the others.
 
+    ``cbop_secret_writes_total{operation}`` and ``cbop_drift_corrections_total`` too.
     Implements the ConfigBundle reconciler's observer hooks (``configmap_write``,
-    ``drift_corrected``).
+    ``secret_write``, ``drift_corrected``). No label names an object.
 
     Args:
         registry: where to register; one per registry.
@@ -170,9 +171,18 @@ class ConfigMapWriteMetrics:
         )
         # The children of every operation, made once (exported at 0 from the start).
         self._writes_by_operation = {op: self._writes.labels(op) for op in WRITE_OPERATIONS}
+        self._secret_writes = Counter(
+            "cbop_secret_writes",
+            "Secret writes cbop made for Secret targets, by operation (create, update, delete)",
+            ("operation",),
+            registry=registry,
+        )
+        self._secret_writes_by_operation = {
+            op: self._secret_writes.labels(op) for op in WRITE_OPERATIONS
+        }
         self._drift_corrections = Counter(
             "cbop_drift_corrections",
-            "ConfigMaps restored after a change made outside cbop (edit or delete)",
+            "ConfigMaps and Secrets restored after a change made outside cbop (edit or delete)",
             registry=registry,
         )
 
@@ -180,6 +190,11 @@ class ConfigMapWriteMetrics:
         """Count one ConfigMap write (create, update or delete)."""
         child = self._writes_by_operation.get(operation)
         (child if child is not None else self._writes.labels(operation)).inc()
+
+    def secret_write(self, operation: str) -> None:
+        """Count one Secret write (create, update or delete)."""
+        child = self._secret_writes_by_operation.get(operation)
+        (child if child is not None else self._secret_writes.labels(operation)).inc()
 
     def drift_corrected(self) -> None:
         """Count one drift correction."""

@@ -13,6 +13,7 @@ read it) and its :class:`cbop.rollout.RolloutReconciler`. No other Secret is wat
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Final
 
 from cbop import defaults
@@ -38,15 +39,24 @@ from cbop.rollout import (
 )
 from cbop.rollout.references import SecretReads
 from cbop.runtime import Builder, Controller, Scope
-from cbop.runtime.definition import Context, ControllerDefinition, Flag, PolicyRule, SetupFunc
+from cbop.runtime.definition import (
+    Context,
+    ControllerDefinition,
+    Flag,
+    FlagValues,
+    PolicyRule,
+    SetupFunc,
+)
 from cbop.runtime.predicates import GENERATION_CHANGED, LABELS_CHANGED, any_of
 from cbop.runtime.seams import EventSink
-from cbop.secretaccess import DigestKey, SecretsScope, parse_key_name
+from cbop.secretaccess import DigestKey, SecretsScope, parse_key_name, parse_namespaces
 
 __all__ = [
     "DEFINITION",
+    "ROLLOUT_FLAG",
     "WORKLOADS",
     "WORKLOAD_CHANGED",
+    "RolloutSettings",
     "controller_name",
     "install",
     "setup",
@@ -62,62 +72,101 @@ WORKLOAD_CHANGED: Final = any_of(GENERATION_CHANGED, LABELS_CHANGED)
 WORKLOADS: Final = (DEPLOYMENTS, STATEFULSETS, DAEMONSETS)
 
 
+#: ``--rollout``.
+ROLLOUT_FLAG: Final = Flag(
+    "rollout",
+    defaults.ROLLOUT,
+    "roll Deployments, StatefulSets and DaemonSets labelled cbop.dev/rollout=true "
+    "when the managed ConfigMaps and Secrets they read change (needs get/list/watch/patch "
+    "on them)",
+)
+#: The ConfigBundle controller's flags of Secrets, read here (it offers them): the
+#: rollout reads the Secrets it writes, where it writes them, under the same key.
+SECRETS_FLAG: Final = Flag("secrets", defaults.SECRETS)
+SECRETS_NAMESPACE: Final = Flag("secrets-namespace", "")
+SECRETS_DIGEST_KEY: Final = Flag("secrets-digest-key", defaults.SECRETS_DIGEST_KEY)
+
+
+@dataclass(frozen=True)
+class RolloutSettings:
+    """The rollout controllers' settings, from the parsed flags.
+
+    Attributes:
+        enabled: roll the opted-in workloads (``--rollout``).
+        secrets: where the workloads' Secret references are read (``--secrets``,
+            ``--secrets-namespace``, ``--secrets-digest-key``; off: they count as
+            nothing).
+    """
+
+    enabled: bool = defaults.ROLLOUT
+    secrets: SecretsScope = field(default_factory=SecretsScope)
+
+    @classmethod
+    def from_flags(cls, flags: FlagValues) -> RolloutSettings:
+        """Return the settings of the parsed ``flags``.
+
+        Raises:
+            ValueError: ``--secrets-digest-key`` is not ``NAMESPACE/NAME``.
+        """
+        secrets = SecretsScope(
+            enabled=flags[SECRETS_FLAG],
+            namespaces=parse_namespaces(flags[SECRETS_NAMESPACE]),
+            digest_key=parse_key_name(flags[SECRETS_DIGEST_KEY] or defaults.SECRETS_DIGEST_KEY),
+        )
+        return cls(enabled=flags[ROLLOUT_FLAG], secrets=secrets)
+
+
 def controller_name(resource: Resource) -> str:
     """Return the controller's name for ``resource``: ``rollout-deployment``, ..."""
     return f"rollout-{resource.kind.lower()}"
 
 
 def setup(
-    manager: Scope,
+    scope: Scope,
     *,
     recorder: EventSink | None = None,
     observer: RolloutObserver | None = None,
     workers: int | None = None,
     priority_queue: bool | None = None,
     secrets: SecretsScope | None = None,
-    digest_key: tuple[str, str] = parse_key_name(defaults.SECRETS_DIGEST_KEY),
 ) -> list[Controller]:
-    """Add one rollout controller per workload kind to ``manager``; return them.
+    """Add one rollout controller per workload kind to ``scope``; return them.
 
     Args:
-        manager: the runtime manager or a shard's scope (its client, its informers, its
-            metrics).
+        scope: the scope (the process's one, or a shard's): its client, its informers,
+            its metrics.
         recorder: where Events go (None: none).
         observer: ``cbop_rollouts_total`` (None: no metrics).
         workers: worker threads per controller (None: the runtime's default, 4).
         priority_queue: see :meth:`cbop.runtime.Builder.with_options` (None: on).
-        secrets: where cbop serves Secrets (None or off: Secret references count as
-            nothing, and no Secret is watched).
-        digest_key: ``(namespace, name)`` of the digest key Secret
-            (``--secrets-digest-key``), read once per scope when a managed Secret is
-            first read.
+        secrets: where cbop serves Secrets, and the digest key's Secret (None or off:
+            Secret references count as nothing, and no Secret is watched). The key is
+            read once per scope, when a managed Secret is first read.
 
     Raises:
-        ValueError: the manager has a controller of one of these names already.
+        ValueError: the scope has a controller of one of these names already.
     """
-    configmaps = manager.lister(CONFIGMAPS, label_selector=MANAGED_SELECTOR)
-    scope = secrets or SecretsScope()
-    namespaces = scope.informer_namespaces(manager.informers.scopes)
+    configmaps = scope.lister(CONFIGMAPS, label_selector=MANAGED_SELECTOR)
+    served = secrets or SecretsScope()
+    namespaces = served.informer_namespaces(scope.informers.scopes)
     reads = None
     if namespaces:
         # The managed-Secret informer is the ConfigBundle controller's: no other watch.
-        key = DigestKey(manager.client, *digest_key)
+        key = DigestKey(scope.client, *served.digest_key)
         reads = SecretReads(
-            secrets=manager.lister(SECRETS, label_selector=MANAGED_SELECTOR, namespaces=namespaces),
-            bundles=manager.lister(CONFIGBUNDLES),
-            serves=scope.serves,
+            secrets=scope.lister(SECRETS, label_selector=MANAGED_SELECTOR, namespaces=namespaces),
+            bundles=scope.lister(CONFIGBUNDLES),
+            serves=served.serves,
             key=key.key,
         )
     controllers = []
     for resource in WORKLOADS:
         name = controller_name(resource)
-        workloads = manager.lister(
-            resource, label_selector=ROLLOUT_SELECTOR, indexers=dict(INDEXERS)
-        )
+        workloads = scope.lister(resource, label_selector=ROLLOUT_SELECTOR, indexers=dict(INDEXERS))
         coalescer = ChangeCoalescer()
         reconciler = RolloutReconciler(
             resource=resource,
-            client=manager.client,
+            client=scope.client,
             workloads=workloads,
             configmaps=configmaps,
             recorder=recorder,
@@ -127,7 +176,7 @@ def setup(
             secrets=reads,
         )
         builder = (
-            Builder(manager, name)
+            Builder(scope, name)
             .for_(resource, label_selector=ROLLOUT_SELECTOR, predicates=(WORKLOAD_CHANGED,))
             .watches(
                 CONFIGMAPS,
@@ -150,21 +199,12 @@ def setup(
     return controllers
 
 
-def install(context: Context) -> SetupFunc:
+def install(context: Context, settings: RolloutSettings) -> SetupFunc:
     """Install the rollout controllers in a process; return their per-scope setup.
 
-    Registers ``cbop_rollouts_total{kind}`` (every kind from 0). Reads the Secrets'
-    flags of the ConfigBundle controller (``--secrets``, ``--secrets-namespace``,
-    ``--secrets-digest-key``): the rollout serves Secrets where it does.
-
-    Raises:
-        ValueError: ``--secrets-digest-key`` is not ``NAMESPACE/NAME``.
+    Registers ``cbop_rollouts_total{kind}`` (every kind from 0).
     """
     metrics = RolloutMetrics(context.registry)
-    secrets = SecretsScope.from_settings(context.settings)
-    digest_key = parse_key_name(
-        str(context.settings.get("secrets_digest_key", defaults.SECRETS_DIGEST_KEY))
-    )
 
     def setup_scope(scope: Scope) -> list[Controller]:
         return setup(
@@ -173,8 +213,7 @@ def install(context: Context) -> SetupFunc:
             observer=metrics,
             workers=context.workers,
             priority_queue=context.priority_queue,
-            secrets=secrets,
-            digest_key=digest_key,
+            secrets=settings.secrets,
         )
 
     return setup_scope
@@ -184,16 +223,10 @@ def install(context: Context) -> SetupFunc:
 DEFINITION: Final = ControllerDefinition(
     name="rollout",
     summary="rolls labelled workloads when the managed ConfigMaps and Secrets they read change",
+    settings=RolloutSettings.from_flags,
     install=install,
-    flags=(
-        Flag(
-            "rollout",
-            defaults.ROLLOUT,
-            "roll Deployments, StatefulSets and DaemonSets labelled cbop.dev/rollout=true "
-            "when the managed ConfigMaps they read change (needs get/list/watch/patch on them)",
-        ),
-    ),
-    enabled=lambda settings: bool(settings.get("rollout")),
+    flags=(ROLLOUT_FLAG,),
+    enabled=lambda settings: settings.enabled,
     resources=(CONFIGMAPS, *WORKLOADS),
     controllers=len(WORKLOADS),
     rbac=(

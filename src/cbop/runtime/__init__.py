@@ -2,8 +2,9 @@
 
 A reconciler (:mod:`.reconcile`) is built on the seams of :mod:`.seams` and wired by a
 :class:`Builder` into a :class:`Controller` (a workqueue, its workers, the outcome
-policy) inside a :class:`Scope` (caches, a fenced client, one life); the
-:class:`Manager` runs the process: its runnables, its scopes, one shutdown path. A
+policy) inside a :class:`Scope` (caches, a fenced client, one life, serving what its
+:class:`ScopeSpec` says); the :class:`Manager` runs the process: its runnables, the
+scopes its leadership source (:mod:`.leadership`) hands it, one shutdown path. A
 controller package declares itself with a
 :class:`~cbop.runtime.definition.ControllerDefinition`. The runtime knows nothing of
 ConfigBundles nor of Prometheus (import-linter contracts); see
@@ -19,7 +20,8 @@ from cbop.runtime.handlers import (
     enqueue_controller_owner,
     enqueue_object,
 )
-from cbop.runtime.manager import Coordinator, LeaderElection, Manager, Sharding
+from cbop.runtime.leadership import Coordinator, LeaderElection, Sharding
+from cbop.runtime.manager import Manager
 from cbop.runtime.metrics import (
     ControllerMetrics,
     ControllerMetricsProvider,
@@ -35,11 +37,12 @@ from cbop.runtime.reconcile import (
     reconcile_context,
 )
 from cbop.runtime.runnable import Hooks, Runnable, RunnableGroup
-from cbop.runtime.scope import Scope, ScopeState
+from cbop.runtime.scope import EVERYTHING, Reads, Scope, ScopeSpec, ScopeState
 
 __all__ = [
     "DEFAULT_WEDGED_AFTER",
     "DEFAULT_WORKERS",
+    "EVERYTHING",
     "Builder",
     "Controller",
     "ControllerMetrics",
@@ -53,12 +56,14 @@ __all__ = [
     "MapFunc",
     "NoopControllerMetrics",
     "OwnWrites",
+    "Reads",
     "Reconciler",
     "Requeue",
     "Result",
     "Runnable",
     "RunnableGroup",
     "Scope",
+    "ScopeSpec",
     "ScopeState",
     "Sharding",
     "TerminalError",

@@ -7,8 +7,8 @@ that read them, take the same answers: :class:`SecretsScope` (``--secrets``,
 (the key of the keyed digests of Secret content, docs/secrets.md).
 """
 
-from cbop.secretaccess.digestkey import DATA_KEY, DigestKey, DigestKeyError, parse_key_name
-from cbop.secretaccess.scope import SecretsScope, parse_namespaces
+from cbop.secretaccess.digestkey import DATA_KEY, DigestKey, DigestKeyError
+from cbop.secretaccess.scope import SecretsScope, parse_key_name, parse_namespaces
 
 __all__ = [
     "DATA_KEY",

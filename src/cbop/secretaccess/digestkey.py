@@ -29,7 +29,7 @@ from cbop.api.content import MIN_DIGEST_KEY_BYTES
 from cbop.kube import SECRETS, ApiError
 from cbop.runtime.seams import Client
 
-__all__ = ["DATA_KEY", "DigestKey", "DigestKeyError", "parse_key_name"]
+__all__ = ["DATA_KEY", "DigestKey", "DigestKeyError"]
 
 #: The data key of the Secret that holds the digest key.
 DATA_KEY: Final = "key"
@@ -40,18 +40,6 @@ _LABELS: Final = {"app.kubernetes.io/name": "cbop", "app.kubernetes.io/component
 
 class DigestKeyError(Exception):
     """The digest key Secret exists and holds no usable key; the message names it."""
-
-
-def parse_key_name(value: str) -> tuple[str, str]:
-    """Parse ``--secrets-digest-key``: ``namespace/name``.
-
-    Raises:
-        ValueError: not two non-empty parts separated by one ``/``.
-    """
-    namespace, sep, name = value.partition("/")
-    if not sep or not namespace or not name or "/" in name:
-        raise ValueError(f"--secrets-digest-key {value!r} must be NAMESPACE/NAME")
-    return namespace, name
 
 
 class DigestKey:

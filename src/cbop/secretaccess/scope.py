@@ -16,7 +16,19 @@ from typing import Any
 
 from cbop.api import Reason, SpecError, target_of
 
-__all__ = ["SecretsScope", "parse_namespaces"]
+__all__ = ["SecretsScope", "parse_key_name", "parse_namespaces"]
+
+
+def parse_key_name(value: str) -> tuple[str, str]:
+    """Parse ``--secrets-digest-key``: ``namespace/name``.
+
+    Raises:
+        ValueError: not two non-empty parts separated by one ``/``.
+    """
+    namespace, sep, name = value.partition("/")
+    if not sep or not namespace or not name or "/" in name:
+        raise ValueError(f"--secrets-digest-key {value!r} must be NAMESPACE/NAME")
+    return namespace, name
 
 
 def parse_namespaces(value: str) -> tuple[str, ...] | None:
@@ -38,18 +50,13 @@ class SecretsScope:
         enabled: ``--secrets``.
         namespaces: ``--secrets-namespace``: the only namespaces whose Secrets cbop reads
             and writes, or None for every namespace cbop watches.
+        digest_key: ``(namespace, name)`` of the Secret of the digest key
+            (``--secrets-digest-key``).
     """
 
     enabled: bool = False
     namespaces: tuple[str, ...] | None = None
-
-    @classmethod
-    def from_settings(cls, settings: Mapping[str, Any]) -> SecretsScope:
-        """Return the scope of the ConfigBundle controller's flag values (``settings``)."""
-        return cls(
-            enabled=bool(settings.get("secrets")),
-            namespaces=parse_namespaces(str(settings.get("secrets_namespace") or "")),
-        )
+    digest_key: tuple[str, str] = ("cbop-system", "cbop-digest-key")
 
     def serves(self, namespace: str) -> bool:
         """Whether cbop reads and writes Secrets in ``namespace``."""
