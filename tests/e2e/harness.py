@@ -23,6 +23,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, EVENTS, NAMESPACES, ApiError, KubeClient
+from cbop_testing.envtest import ControlPlane
 from cbop_testing.envtest.process import free_ports
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,6 +31,31 @@ CRD = REPO / "manifests" / "crd" / "cbop.dev_configbundles.yaml"
 #: The ``verb`` label values of writes in ``apiserver_request_total`` (the HTTP method,
 #: or APPLY for server-side apply).
 WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE", "DELETECOLLECTION", "APPLY")
+
+
+def kubectl(
+    plane: ControlPlane,
+    *args: str,
+    namespace: str | None = None,
+    stdin: str | None = None,
+    timeout: float = 120.0,
+) -> str:
+    """Run the control plane's ``kubectl`` with ``args`` (in ``namespace`` if given).
+
+    Returns its standard output (str). Raises AssertionError with kubectl's standard error
+    when it exits non-zero, and subprocess.TimeoutExpired after ``timeout`` seconds.
+    """
+    scope = ["-n", namespace] if namespace is not None else []
+    result = subprocess.run(
+        [str(plane.binaries.kubectl), f"--kubeconfig={plane.kubeconfig_path}", *scope, *args],
+        capture_output=True,
+        text=True,
+        input=stdin,
+        timeout=timeout,
+        check=False,
+    )
+    assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
+    return result.stdout
 
 
 def wait_for(

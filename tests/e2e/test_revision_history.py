@@ -21,7 +21,6 @@ unless a test scales them: the ReplicaSet controller then creates pods, which st
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,6 +42,7 @@ from cbop.revisions.model import ANNOTATION_REVISIONS, LABEL_PINNED, mapping_of
 from cbop.rollout import ANNOTATION_CONFIG_HASH, LABEL_CONFIG_BASELINE, LABEL_ROLLOUT
 from cbop_testing.envtest import ControlPlane
 
+from . import harness
 from .harness import Operator, apiserver_writes, bundle, set_spec, wait_for
 from .pinpolicy import create_pod
 from .revisions import (
@@ -209,22 +209,7 @@ def reads(kube: KubeClient, name: str) -> dict[str, list[str]]:
 
 
 def kubectl(plane: ControlPlane, *args: str, stdin: str | None = None) -> str:
-    result = subprocess.run(
-        [
-            str(plane.binaries.kubectl),
-            f"--kubeconfig={plane.kubeconfig_path}",
-            "-n",
-            NAMESPACE,
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        input=stdin,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
-    return result.stdout
+    return harness.kubectl(plane, *args, namespace=NAMESPACE, stdin=stdin, timeout=60)
 
 
 # -- tests -----------------------------------------------------------------------------

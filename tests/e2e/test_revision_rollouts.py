@@ -18,7 +18,6 @@ and then it counts after that apply.
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,6 +38,7 @@ from cbop.revisions.model import mapping_of
 from cbop.rollout import ANNOTATION_CONFIG_HASH, FIELD_MANAGER, LABEL_CONFIG_BASELINE, LABEL_ROLLOUT
 from cbop_testing.envtest import ControlPlane
 
+from . import harness
 from .harness import Operator, apiserver_writes, bundle, events, set_spec, wait_for
 from .pinpolicy import BINDINGS, PODS, POLICIES, install_policy, policy_docs
 from .revisions import (
@@ -313,16 +313,7 @@ def flux_apply_unchanged(kube: KubeClient, manifest: dict[str, Any]) -> dict[str
 
 
 def kubectl(plane: ControlPlane, *args: str) -> str:
-    kubeconfig = f"--kubeconfig={plane.kubeconfig_path}"
-    result = subprocess.run(
-        [str(plane.binaries.kubectl), kubeconfig, "-n", NAMESPACE, *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
-    return result.stdout
+    return harness.kubectl(plane, *args, namespace=NAMESPACE, timeout=60)
 
 
 def delete_pod(kube: KubeClient, uid: str) -> None:

@@ -21,7 +21,6 @@ namespace of their own.
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -52,6 +51,7 @@ from cbop.rollout import (
 from cbop.rollout.decision import baseline_value
 from cbop_testing.envtest import ControlPlane
 
+from . import harness
 from .harness import Operator, apiserver_writes, bundle, events, ready, set_spec, wait_for
 from .releases import release_tree
 from .workloads import revisions
@@ -202,21 +202,7 @@ def workload_events(kube: KubeClient, name: str, reason: str) -> list[dict[str, 
 
 
 def kubectl(plane: ControlPlane, *args: str) -> str:
-    result = subprocess.run(
-        [
-            str(plane.binaries.kubectl),
-            f"--kubeconfig={plane.kubeconfig_path}",
-            "-n",
-            NAMESPACE,
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
-    return result.stdout
+    return harness.kubectl(plane, *args, namespace=NAMESPACE, timeout=60)
 
 
 def annotation_owners(kube: KubeClient, resource: Resource, name: str) -> dict[str, str]:

@@ -34,6 +34,7 @@ from cbop import __version__
 from cbop.kube import CONFIGMAPS, CUSTOM_RESOURCE_DEFINITIONS, ApiError, KubeClient, Resource
 from cbop_testing.envtest import ControlPlane
 
+from . import harness
 from .harness import REPO, Operator, wait_for
 from .helm import helm_binary
 from .releases import release_tree
@@ -86,16 +87,7 @@ class Legacy:
         self._runs = 0
 
     def kubectl(self, *args: str, stdin: str | None = None) -> str:
-        result = subprocess.run(
-            [str(self.plane.binaries.kubectl), f"--kubeconfig={self.plane.kubeconfig_path}", *args],
-            capture_output=True,
-            text=True,
-            input=stdin,
-            timeout=120,
-            check=False,
-        )
-        assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
-        return result.stdout
+        return harness.kubectl(self.plane, *args, stdin=stdin)
 
     def operator(self, *, release: str) -> Operator:
         """Start the operator of ``release`` (``0.1.0`` or ``new``) on the namespace."""

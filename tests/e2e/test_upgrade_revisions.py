@@ -31,6 +31,7 @@ from cbop.revisions.legacy import PARAMS_NAME
 from cbop.revisions.model import mapping_of
 from cbop_testing.envtest import ControlPlane
 
+from . import harness
 from .harness import REPO, Operator, bundle, set_spec, wait_for
 from .helm import helm_binary
 from .pinpolicy import BINDINGS, PODS, POLICIES
@@ -55,16 +56,7 @@ class Plane:
         self._runs = 0
 
     def kubectl(self, *args: str, stdin: str | None = None) -> str:
-        result = subprocess.run(
-            [str(self.plane.binaries.kubectl), f"--kubeconfig={self.plane.kubeconfig_path}", *args],
-            capture_output=True,
-            text=True,
-            input=stdin,
-            timeout=120,
-            check=False,
-        )
-        assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
-        return result.stdout
+        return harness.kubectl(self.plane, *args, stdin=stdin)
 
     def operator(self, *, release: str) -> Operator:
         """Start the operator of ``release`` (``0.2.0`` or ``new``), with the rollout."""
