@@ -44,6 +44,9 @@ from .harness import Operator, apiserver_writes, wait_for
 from .workloads import WORKLOAD_CONTROLLERS
 
 WAIT = 120.0
+#: The answers of writes that were made: a create refused with 409 (the stamp in
+#: TAKEN finds the name held by a Secret cbop does not cache) wrote nothing.
+DONE = ("200", "201")
 #: Longer than the coalescing window (1 s) plus resyncs (2 s): a write that was going
 #: to happen has happened by then.
 QUIET = 8.0
@@ -52,6 +55,7 @@ TEAMS = [f"team-{i:02d}" for i in range(20)]
 TAKEN = "team-taken"
 CERTS = "certs"
 KEY_NS = "cbop-keys"
+KEY_SECRET = "cbop-digest-key"
 NAME = "wildcard-tls"
 SELECTOR = {"matchLabels": {"tls.e2e/team": "yes"}}
 
@@ -71,11 +75,50 @@ def tls_data(cert: bytes, key: bytes) -> dict[str, str]:
 
 
 class Cluster:
+    """The module's control plane, an admin client, and the cbop process (restartable)."""
+
     def __init__(self, control: ControlPlane, kube: KubeClient, tmp: Path) -> None:
         self.control = control
         self.kube = kube
         self.tmp = tmp
         self.op: Operator | None = None
+        self.starts = 0
+        self.logs: list[Path] = []
+
+    def start(self) -> Operator:
+        """Stop cbop if it runs, and start it, cluster-wide, with Secrets and rollouts."""
+        if self.op is not None:
+            code = self.op.stop()
+            assert code == 0, f"cbop did not stop cleanly ({code}):\n{self.op.logs()}"
+        self.starts += 1
+        self.logs.append(self.tmp / f"cbop-{self.starts}.log")
+        self.op = Operator(
+            self.control.kubeconfig_path,
+            (),
+            args=[
+                "--secrets",
+                "--rollout",
+                "--cluster-bundles",
+                "--secrets-digest-key",
+                f"{KEY_NS}/{KEY_SECRET}",
+                "--resync-period",
+                "2s",
+            ],
+            log_path=self.logs[-1],
+        ).wait_ready(WAIT)
+        return self.op
+
+    def everything_readable(self) -> str:
+        """cbop's logs, the Events, bundles, statuses and workloads, and /metrics."""
+        kube = self.kube
+        outputs = [path.read_text(errors="replace") for path in self.logs]
+        outputs += [repr(kube.list(EVENTS, ns)) for ns in [*TEAMS, TAKEN, CERTS]]
+        outputs += [repr(kube.list(CONFIGBUNDLES, ns)) for ns in [*TEAMS, TAKEN]]
+        outputs += [repr(kube.get(CLUSTERCONFIGBUNDLES, None, NAME))]
+        outputs += [repr(kube.list(DEPLOYMENTS, ns)) for ns in TEAMS]
+        if self.op is not None:
+            outputs += [self.op.metrics_text()]
+        return "\n".join(outputs)
 
 
 @pytest.fixture(scope="module")
@@ -200,20 +243,7 @@ def test_a_renewed_tls_secret_reaches_20_namespaces_and_rolls_each_reader_once(
             },
         },
     )
-    cluster.op = Operator(
-        cluster.control.kubeconfig_path,
-        (),
-        args=[
-            "--secrets",
-            "--rollout",
-            "--cluster-bundles",
-            "--secrets-digest-key",
-            f"{KEY_NS}/cbop-digest-key",
-            "--resync-period",
-            "2s",
-        ],
-        log_path=cluster.tmp / "cbop.log",
-    ).wait_ready(WAIT)
+    op = cluster.start()
 
     # The stamps: one Secret per team namespace, of the source's type and content;
     # the namespace whose Secret is someone else's is counted as failed, and its
@@ -269,7 +299,7 @@ def test_a_renewed_tls_secret_reaches_20_namespaces_and_rolls_each_reader_once(
         )
 
     # The renewal: both keys replaced in one update, as cert-manager writes it.
-    before = apiserver_writes(kube, ("secrets", "deployments"))
+    before = apiserver_writes(kube, ("secrets", "deployments"), codes=DONE)
     source = kube.get(SECRETS, CERTS, NAME)
     source["data"] = tls_data(CERT_2, KEY_2)
     kube.update(SECRETS, CERTS, NAME, source)
@@ -290,7 +320,7 @@ def test_a_renewed_tls_secret_reaches_20_namespaces_and_rolls_each_reader_once(
         message="a second ReplicaSet each",
     )
     time.sleep(QUIET)
-    after = apiserver_writes(kube, ("secrets", "deployments"))
+    after = apiserver_writes(kube, ("secrets", "deployments"), codes=DONE)
     writes = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
     # One write per target Secret, one apply per reader (cbop is the only client
     # that applies Deployments; kube-controller-manager updates their status).
@@ -301,18 +331,7 @@ def test_a_renewed_tls_secret_reaches_20_namespaces_and_rolls_each_reader_once(
 
     # The digest each reader carries is the keyed one: what the rollout decides with
     # the key in cbop's own Secret, never the plain hash of the content.
-    key = base64.b64decode(kube.get(SECRETS, KEY_NS, "cbop-digest-key")["data"]["key"])
-    plain = content_hash({}, {"tls.crt": CERT_2, "tls.key": KEY_2})
-    for ns, name in READERS:
-        got = kube.get(DEPLOYMENTS, ns, name)
-        assert got["metadata"]["generation"] == 2, (ns, name)
-        assert len(replicasets(kube, ns, name)) == 2, (ns, name)
-        target = kube.get(SECRETS, ns, NAME)
-        expected = decide(got, {}, reads=Reads(secrets={NAME: target}, key=key))
-        assert got["spec"]["template"]["metadata"]["annotations"] == {
-            ANNOTATION_CONFIG_HASH: expected.digest
-        }
-        assert expected.action.value == "none"
+    assert_keyed(kube, generation=2)
     changed = [
         e
         for ns in TEAMS
@@ -323,19 +342,66 @@ def test_a_renewed_tls_secret_reaches_20_namespaces_and_rolls_each_reader_once(
     assert all(
         e["message"].startswith(f"ConfigBundle(s) {NAME} changed (Secrets {NAME})") for e in changed
     )
-    assert cluster.op.metrics()['cbop_rollouts_total{kind="Deployment"}'] == len(READERS)
+    assert op.metrics()['cbop_rollouts_total{kind="Deployment"}'] == len(READERS)
+    assert_no_secret_in(cluster.everything_readable())
 
-    # Nothing of the secret material anywhere a log reader or `view` can read: cbop's
-    # log, Events, the bundles' statuses, the workloads; nor its plain digest.
-    outputs = [cluster.op.log_path.read_text(errors="replace")]
-    outputs += [repr(kube.list(EVENTS, ns)) for ns in [*TEAMS, TAKEN, CERTS]]
-    outputs += [repr(kube.list(CONFIGBUNDLES, ns)) for ns in [*TEAMS, TAKEN]]
-    outputs += [repr(kube.get(CLUSTERCONFIGBUNDLES, None, NAME))]
-    outputs += [repr(kube.list(DEPLOYMENTS, ns)) for ns in TEAMS]
-    outputs += [cluster.op.metrics_text()]
-    text = "\n".join(outputs)
+
+def assert_keyed(kube: KubeClient, generation: int) -> None:
+    """Each reader is at ``generation``, with one ReplicaSet per roll, and carries the
+    digest the rollout makes with the key in cbop's own Secret (and the Secret's plain
+    hash nowhere in it): the decision on what is in the cluster now is to do nothing."""
+    key = base64.b64decode(kube.get(SECRETS, KEY_NS, KEY_SECRET)["data"]["key"])
+    for ns, name in READERS:
+        got = kube.get(DEPLOYMENTS, ns, name)
+        assert got["metadata"]["generation"] == generation, (ns, name)
+        assert len(replicasets(kube, ns, name)) == generation, (ns, name)
+        target = kube.get(SECRETS, ns, NAME)
+        expected = decide(got, {}, reads=Reads(secrets={NAME: target}, key=key))
+        assert got["spec"]["template"]["metadata"]["annotations"] == {
+            ANNOTATION_CONFIG_HASH: expected.digest
+        }
+        assert expected.action.value == "none"
+
+
+def assert_no_secret_in(text: str) -> None:
+    """Nothing of the secret material where a log reader or ``view`` can read it: no
+    value (as text, a line of it, or base64), and not its plain digest."""
     for value in SECRET_VALUES:
         for form in (value.decode(), b64(value), *value.decode().splitlines()[1:2]):
             assert form not in text
-    for digest in (plain, content_hash({}, {"tls.crt": CERT_1, "tls.key": KEY_1})):
-        assert digest.removeprefix("sha256:") not in text
+    for cert, key in ((CERT_1, KEY_1), (CERT_2, KEY_2)):
+        plain = content_hash({}, {"tls.crt": cert, "tls.key": key})
+        assert plain.removeprefix("sha256:") not in text
+
+
+def test_a_restart_writes_nothing_and_a_new_digest_key_rolls_each_reader_once(
+    cluster: Cluster,
+) -> None:
+    """The key lives in cbop's own Secret: a restart computes the same digests and
+    writes nothing. A new key (the Secret deleted, cbop restarted) changes every
+    digest: each reader rolls once more, and then nothing."""
+    kube = cluster.kube
+    old_key = kube.get(SECRETS, KEY_NS, KEY_SECRET)["data"]["key"]
+    before = apiserver_writes(kube, ("secrets", "deployments"), codes=DONE)
+    cluster.start()
+    time.sleep(QUIET)
+    after = apiserver_writes(kube, ("secrets", "deployments"), codes=DONE)
+    assert {k: v - before.get(k, 0.0) for k, v in after.items() if v != before.get(k, 0.0)} == {}
+    assert_keyed(kube, generation=2)
+
+    kube.delete(SECRETS, KEY_NS, KEY_SECRET)
+    before = after
+    cluster.start()
+
+    def rolled_again() -> bool:
+        return all(kube.get(DEPLOYMENTS, ns, n)["metadata"]["generation"] == 3 for ns, n in READERS)
+
+    wait_for(rolled_again, WAIT, message="every reader rolled under the new key")
+    time.sleep(QUIET)
+    after = apiserver_writes(kube, ("secrets", "deployments"), codes=DONE)
+    writes = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+    assert writes.get(("APPLY", "deployments"), 0.0) == len(READERS)
+    assert writes.get(("POST", "secrets"), 0.0) == 1  # the new key, made once
+    assert kube.get(SECRETS, KEY_NS, KEY_SECRET)["data"]["key"] != old_key
+    assert_keyed(kube, generation=3)
+    assert_no_secret_in(cluster.everything_readable())

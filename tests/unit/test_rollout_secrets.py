@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 
 from cbop.api import content_hash, keyed_content_hash
+from cbop.cli import build_parser, controller_settings
+from cbop.configbundle.controller import ConfigBundleSettings
 from cbop.kube import DEPLOYMENTS, NAMESPACES
 from cbop.rollout import (
     ANNOTATION_CONFIG_HASH,
@@ -29,6 +31,7 @@ from cbop.rollout import (
     referenced_secrets,
     secret_mapper,
 )
+from cbop.rollout.controller import RolloutSettings
 from cbop.rollout.decision import (
     EMPTY_DIGEST,
     KIND_SECRET,
@@ -38,6 +41,8 @@ from cbop.rollout.decision import (
     required_secrets,
 )
 from cbop.rollout.references import SecretReads
+from cbop.runtime.definition import FlagValues
+from cbop.secretaccess import SecretsScope
 from cbop_testing.clock import FakeClock
 from cbop_testing.fakekube import CacheLister, FakeKube, FakeRecorder, ObjectTracker
 from cbop_testing.objects import configmap, with_baseline, workload
@@ -473,3 +478,27 @@ def test_the_workload_is_never_changed_in_place() -> None:
     before = copy.deepcopy(w)
     decide(w, {}, reads=Reads(secrets={"tls": secret("tls")}, key=KEY))
     assert w == before
+
+
+# ----------------------------------------------------------------- the flags
+
+
+def test_the_rollout_reads_the_secrets_flags_the_configbundle_controller_offers() -> None:
+    """The command line offers ``--secrets``, ``--secrets-namespace`` and
+    ``--secrets-digest-key`` once (the ConfigBundle controller's); the rollout reads the
+    same values, so it serves Secrets where they are written, under the same key."""
+    args = [
+        "--secrets",
+        "--secrets-namespace=team-a, certs",
+        "--secrets-digest-key=keys/the-key",
+    ]
+    flags = FlagValues(controller_settings(build_parser().parse_args(args)))
+    theirs = ConfigBundleSettings.from_flags(flags).secrets
+    ours = RolloutSettings.from_flags(flags).secrets
+    assert ours == theirs
+    assert ours == SecretsScope(
+        enabled=True, namespaces=("team-a", "certs"), digest_key=("keys", "the-key")
+    )
+    assert RolloutSettings.from_flags(FlagValues()).secrets == SecretsScope()
+    with pytest.raises(ValueError, match="NAMESPACE/NAME"):
+        RolloutSettings.from_flags(FlagValues({"secrets_digest_key": "no-slash"}))
