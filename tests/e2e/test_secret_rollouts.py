@@ -34,7 +34,7 @@ from cbop.kube import (
     KubeClient,
 )
 from cbop.rollout import ANNOTATION_CONFIG_HASH, LABEL_CONFIG_BASELINE, LABEL_ROLLOUT, decide
-from cbop.rollout.decision import Reads
+from cbop.rollout.decision import SecretInputs
 from cbop_testing.envtest import ControlPlane
 
 from .clusterbundles import install_cluster_crd, wait_status
@@ -356,7 +356,7 @@ def assert_keyed(kube: KubeClient, generation: int) -> None:
         assert got["metadata"]["generation"] == generation, (ns, name)
         assert len(replicasets(kube, ns, name)) == generation, (ns, name)
         target = kube.get(SECRETS, ns, NAME)
-        expected = decide(got, {}, reads=Reads(secrets={NAME: target}, key=key))
+        expected = decide(got, {}, secrets=SecretInputs(secrets={NAME: target}, key=key))
         assert got["spec"]["template"]["metadata"]["annotations"] == {
             ANNOTATION_CONFIG_HASH: expected.digest
         }

@@ -21,8 +21,8 @@ from cbop.rollout import (
     INDEXERS,
     Action,
     ChangeCoalescer,
-    Reads,
     RolloutReconciler,
+    SecretInputs,
     config_digest,
     configmap_mapper,
     decide,
@@ -40,7 +40,7 @@ from cbop.rollout.decision import (
     managed_references,
     required_secrets,
 )
-from cbop.rollout.references import SecretReads
+from cbop.rollout.references import SecretReader
 from cbop.runtime.definition import FlagValues
 from cbop.secretaccess import SecretsScope
 from cbop_testing.clock import FakeClock
@@ -186,14 +186,14 @@ def test_a_managed_secret_counts_with_its_keyed_digest_never_a_plain_hash() -> N
     appears nowhere in it."""
     w = reading(volume="tls")
     s = secret("tls", bundle="wildcard")
-    (managed,) = managed_references(w, {}, Reads(secrets={"tls": s}, key=KEY))
+    (managed,) = managed_references(w, {}, SecretInputs(secrets={"tls": s}, key=KEY))
     content = {"tls.crt": CERT, "tls.key": PRIVATE}
     assert managed == ManagedObject(
         "tls", "wildcard", keyed_content_hash(KEY, {}, content), KIND_SECRET
     )
     assert managed.content_hash.startswith("hmac-sha256:")
-    d = decide(w, {}, reads=Reads(secrets={"tls": s}, key=KEY))
-    other = decide(w, {}, reads=Reads(secrets={"tls": s}, key=OTHER_KEY))
+    d = decide(w, {}, secrets=SecretInputs(secrets={"tls": s}, key=KEY))
+    other = decide(w, {}, secrets=SecretInputs(secrets={"tls": s}, key=OTHER_KEY))
     assert d.action is Action.RECORD
     assert d.digest != other.digest
     plain = content_hash({}, content)
@@ -219,7 +219,7 @@ def test_a_secret_and_a_configmap_of_one_name_are_two_parts_of_the_digest() -> N
     w = reading(volume="conf", configmaps=["conf"])
     cm = configmap("conf")
     s = secret("conf", {"k": b"v"})
-    both = decide(w, {"conf": cm}, reads=Reads(secrets={"conf": s}, key=KEY))
+    both = decide(w, {"conf": cm}, secrets=SecretInputs(secrets={"conf": s}, key=KEY))
     only_cm = decide(w, {"conf": cm})
     assert [m.ref for m in both.configmaps] == ["conf", "Secret/conf"]
     assert both.digest != only_cm.digest
@@ -227,7 +227,7 @@ def test_a_secret_and_a_configmap_of_one_name_are_two_parts_of_the_digest() -> N
 
 def test_a_managed_secret_without_the_key_is_an_error_not_a_guess() -> None:
     with pytest.raises(ValueError, match="digest key"):
-        decide(reading(volume="tls"), {}, reads=Reads(secrets={"tls": secret("tls")}))
+        decide(reading(volume="tls"), {}, secrets=SecretInputs(secrets={"tls": secret("tls")}))
 
 
 def test_a_secret_cbop_does_not_manage_counts_as_nothing() -> None:
@@ -235,7 +235,7 @@ def test_a_secret_cbop_does_not_manage_counts_as_nothing() -> None:
     into the digest: the workload's baseline is the digest of nothing."""
     w = reading(env_from="db-creds")
     foreign = secret("db-creds", managed=False)
-    d = decide(w, {}, reads=Reads(secrets={"db-creds": foreign}, key=KEY))
+    d = decide(w, {}, secrets=SecretInputs(secrets={"db-creds": foreign}, key=KEY))
     assert (d.action, d.digest, d.configmaps) == (Action.RECORD, EMPTY_DIGEST, ())
 
 
@@ -244,13 +244,13 @@ def test_a_secret_cbop_does_not_manage_counts_as_nothing() -> None:
 
 def test_first_sight_records_then_a_renewal_applies_once() -> None:
     w = reading(key_ref="tls")
-    first = decide(w, {}, reads=Reads(secrets={"tls": secret("tls")}, key=KEY))
+    first = decide(w, {}, secrets=SecretInputs(secrets={"tls": secret("tls")}, key=KEY))
     assert first.action is Action.RECORD
     seen = with_baseline(w, first.digest)
-    same = decide(seen, {}, reads=Reads(secrets={"tls": secret("tls")}, key=KEY))
+    same = decide(seen, {}, secrets=SecretInputs(secrets={"tls": secret("tls")}, key=KEY))
     assert same.action is Action.NONE
     renewed = secret("tls", {"tls.crt": RENEWED, "tls.key": PRIVATE})
-    after = decide(seen, {}, reads=Reads(secrets={"tls": renewed}, key=KEY))
+    after = decide(seen, {}, secrets=SecretInputs(secrets={"tls": renewed}, key=KEY))
     assert after.action is Action.APPLY
     assert baseline_value(after.digest) != baseline_value(first.digest)
 
@@ -259,32 +259,34 @@ def test_a_required_secret_a_bundle_will_write_holds_the_baseline_back() -> None
     """The pods wait for a required Secret that does not exist: nothing is recorded
     until it appears, and then its content is the baseline (no roll)."""
     w = reading(volume="tls")
-    waiting = decide(w, {}, reads=Reads(absent={"tls"}, key=KEY))
+    waiting = decide(w, {}, secrets=SecretInputs(absent={"tls"}, key=KEY))
     assert (waiting.action, waiting.digest) == (Action.NONE, "")
     assert "Secret(s) tls" in waiting.message
-    arrived = decide(w, {}, reads=Reads(secrets={"tls": secret("tls")}, key=KEY))
+    arrived = decide(w, {}, secrets=SecretInputs(secrets={"tls": secret("tls")}, key=KEY))
     assert arrived.action is Action.RECORD
     assert arrived.digest != EMPTY_DIGEST
 
 
 def test_an_optional_secret_that_is_not_there_yet_is_nothing_then_rolls() -> None:
     w = reading(env_from="tls", optional=True)
-    first = decide(w, {}, reads=Reads(absent={"tls"}, key=KEY))
+    first = decide(w, {}, secrets=SecretInputs(absent={"tls"}, key=KEY))
     assert (first.action, first.digest) == (Action.RECORD, EMPTY_DIGEST)
     later = decide(
-        with_baseline(w, EMPTY_DIGEST), {}, reads=Reads(secrets={"tls": secret("tls")}, key=KEY)
+        with_baseline(w, EMPTY_DIGEST),
+        {},
+        secrets=SecretInputs(secrets={"tls": secret("tls")}, key=KEY),
     )
     assert later.action is Action.APPLY
 
 
 def test_a_secret_target_going_away_keeps_the_baseline() -> None:
     w = with_baseline(reading(volume="tls"), "sha256:" + "1" * 64)
-    d = decide(w, {}, reads=Reads(key=KEY))
+    d = decide(w, {}, secrets=SecretInputs(key=KEY))
     assert (d.action, d.digest) == (Action.NONE, "")
 
 
 def test_secrets_off_leaves_secret_references_out() -> None:
-    """Without ``reads`` (Secrets off) a workload reading a Secret and a ConfigMap has
+    """Without ``secrets`` (Secrets off) a workload reading a Secret and a ConfigMap has
     the ConfigMap's digest alone, as before."""
     w = reading(volume="tls", configmaps=["a"])
     cm = configmap("a")
@@ -305,17 +307,17 @@ class KeyCalls:
 
 def test_secret_reads_ask_the_key_only_for_a_managed_secret() -> None:
     key = KeyCalls()
-    reads = SecretReads(
+    reads = SecretReader(
         secrets=CacheLister([secret("tls"), secret("foreign", managed=False)]),
         bundles=CacheLister(),
         serves=lambda ns: ns == "demo",
         key=key,
     )
-    assert reads.reads("demo", reading(env_from="foreign")).key is None
+    assert reads.read("demo", reading(env_from="foreign")).key is None
     assert key.calls == 0
-    got = reads.reads("demo", reading(env_from="tls"))
+    got = reads.read("demo", reading(env_from="tls"))
     assert (got.key, set(got.secrets), key.calls) == (KEY, {"tls"}, 1)
-    assert reads.reads("elsewhere", reading(env_from="tls")) == Reads()
+    assert reads.read("elsewhere", reading(env_from="tls")) == SecretInputs()
     assert key.calls == 1
 
 
@@ -323,7 +325,7 @@ def test_secret_reads_await_only_targets_of_live_bundles() -> None:
     """A required Secret missing from the cache is awaited while a ConfigBundle of the
     namespace keeps it as its target; another owner's Secret (no such bundle), or the
     target of a bundle being deleted, is not: the pods read it, or never will."""
-    reads = SecretReads(
+    reads = SecretReader(
         secrets=CacheLister(),
         bundles=CacheLister(
             [tls_bundle("wildcard", "tls"), tls_bundle("going", "old", deleting=True)]
@@ -332,10 +334,10 @@ def test_secret_reads_await_only_targets_of_live_bundles() -> None:
         key=KeyCalls(),
     )
     w = reading(volume="tls", projected="old", env_from="db-creds")
-    assert reads.reads("demo", w).absent == {"tls"}
-    assert reads.reads("demo", with_baseline(w, EMPTY_DIGEST)).absent == frozenset()
+    assert reads.read("demo", w).absent == {"tls"}
+    assert reads.read("demo", with_baseline(w, EMPTY_DIGEST)).absent == frozenset()
     optional = reading(volume="tls", optional=True)
-    assert reads.reads("demo", optional).absent == frozenset()
+    assert reads.read("demo", optional).absent == frozenset()
 
 
 # ----------------------------------------------------------------- the reconciler
@@ -360,7 +362,7 @@ class Fixture:
             configmaps=CacheLister(),
             recorder=self.recorder,
             coalescer=self.coalescer,
-            secrets=SecretReads(
+            secrets=SecretReader(
                 secrets=self.secrets, bundles=self.bundles, serves=lambda ns: True, key=self.key
             ),
         )
@@ -409,7 +411,7 @@ def test_a_renewed_secret_rolls_each_reader_once(how: dict[str, Any]) -> None:
     assert f.stored()["metadata"]["generation"] == 2
     annotations = f.stored()["spec"]["template"]["metadata"]["annotations"]
     assert annotations == {ANNOTATION_CONFIG_HASH: rolled.digest}
-    expected = decide(reading(**how), {}, reads=Reads(secrets={"tls": final}, key=KEY))
+    expected = decide(reading(**how), {}, secrets=SecretInputs(secrets={"tls": final}, key=KEY))
     assert rolled.digest == expected.digest
     assert len(f.patches()) == 2  # the baseline, then the one roll
     ((reason, message),) = [(e.reason, e.message) for e in f.recorder.recorded]
@@ -463,7 +465,7 @@ def test_a_key_that_cannot_be_read_fails_the_reconcile_for_a_retry() -> None:
         client=f.kube,
         workloads=f.workloads,
         configmaps=CacheLister(),
-        secrets=SecretReads(
+        secrets=SecretReader(
             secrets=f.secrets, bundles=f.bundles, serves=lambda ns: True, key=refused
         ),
     )
@@ -476,7 +478,7 @@ def test_a_key_that_cannot_be_read_fails_the_reconcile_for_a_retry() -> None:
 def test_the_workload_is_never_changed_in_place() -> None:
     w = reading(volume="tls")
     before = copy.deepcopy(w)
-    decide(w, {}, reads=Reads(secrets={"tls": secret("tls")}, key=KEY))
+    decide(w, {}, secrets=SecretInputs(secrets={"tls": secret("tls")}, key=KEY))
     assert w == before
 
 

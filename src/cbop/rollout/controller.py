@@ -37,7 +37,7 @@ from cbop.rollout import (
     configmap_mapper,
     secret_mapper,
 )
-from cbop.rollout.references import SecretReads
+from cbop.rollout.references import SecretReader
 from cbop.runtime import Builder, Controller, Scope
 from cbop.runtime.definition import (
     Context,
@@ -153,7 +153,7 @@ def setup(
     if namespaces:
         # The managed-Secret informer is the ConfigBundle controller's: no other watch.
         key = DigestKey(scope.client, *served.digest_key)
-        reads = SecretReads(
+        reads = SecretReader(
             secrets=scope.lister(SECRETS, label_selector=MANAGED_SELECTOR, namespaces=namespaces),
             bundles=scope.lister(CONFIGBUNDLES),
             serves=served.serves,

@@ -47,7 +47,7 @@ __all__ = [
     "Decision",
     "FieldOwner",
     "ManagedObject",
-    "Reads",
+    "SecretInputs",
     "apply_body",
     "baseline",
     "baseline_value",
@@ -132,7 +132,7 @@ class ManagedObject:
 
 
 @dataclass(frozen=True, slots=True)
-class Reads:
+class SecretInputs:
     """What the caches say of the Secrets a workload reads, for :func:`decide`.
 
     Attributes:
@@ -292,7 +292,7 @@ def _secret_hash(secret: Mapping[str, Any], key: bytes | None) -> str | None:
 def managed_references(
     workload: Mapping[str, Any],
     configmaps: Mapping[str, Mapping[str, Any]],
-    reads: Reads | None = None,
+    secrets: SecretInputs | None = None,
 ) -> tuple[ManagedObject, ...]:
     """Return the managed ConfigMaps and Secrets among ``workload``'s references.
 
@@ -301,21 +301,21 @@ def managed_references(
         configmaps: name -> ConfigMap, for the ConfigMaps of the workload's namespace
             that are at hand (a referenced name missing here is not managed, or does
             not exist: either way it is ignored). Objects are never mutated.
-        reads: the Secrets at hand, and the digest key (None: no Secret counts).
+        secrets: the Secrets at hand, and the digest key (None: no Secret counts).
 
     Returns:
         The ConfigMaps sorted by name, then the Secrets sorted by name. A Secret's
-        content hash is keyed with ``reads.key``: the same digest the ConfigBundle
+        content hash is keyed with ``secrets.key``: the same digest the ConfigBundle
         controller stamps on it (docs/secrets.md).
 
     Raises:
-        ValueError: a referenced Secret is managed and ``reads.key`` is None.
+        ValueError: a referenced Secret is managed and ``secrets.key`` is None.
     """
     out = []
-    reads = reads or Reads()
+    secrets = secrets or SecretInputs()
     for kind, names, objects in (
         (KIND_CONFIGMAP, referenced_configmaps(workload), configmaps),
-        (KIND_SECRET, referenced_secrets(workload), reads.secrets),
+        (KIND_SECRET, referenced_secrets(workload), secrets.secrets),
     ):
         for name in names:
             obj = objects.get(name)
@@ -324,7 +324,7 @@ def managed_references(
             if kind == KIND_CONFIGMAP:
                 digest = _configmap_hash(obj)
             else:
-                digest = _secret_hash(obj, reads.key)
+                digest = _secret_hash(obj, secrets.key)
             ref = controller_reference(obj)
             if digest is None or ref is None:  # data the API server would not store
                 continue
@@ -390,7 +390,7 @@ def decide(
     workload: Mapping[str, Any],
     configmaps: Mapping[str, Mapping[str, Any]],
     absent: Collection[str] = frozenset(),
-    reads: Reads | None = None,
+    secrets: SecretInputs | None = None,
 ) -> Decision:
     """Decide whether to write ``workload``'s ``cbop.dev/config-hash`` annotation.
 
@@ -402,7 +402,7 @@ def decide(
         absent: names of ConfigMaps known not to exist (asked only while the workload
             has no baseline, :mod:`cbop.rollout.references`); a required reference
             among them holds the baseline back until it appears.
-        reads: the managed Secrets at hand, those awaited, and the digest key (None:
+        secrets: the managed Secrets at hand, those awaited, and the digest key (None:
             the template's Secret references count as nothing: Secrets are off).
 
     Returns:
@@ -417,7 +417,7 @@ def decide(
         Deployment -> skip; else apply. Secrets count as ConfigMaps do.
 
     Raises:
-        ValueError: a referenced Secret is managed and ``reads`` has no key.
+        ValueError: a referenced Secret is managed and ``secrets`` has no key.
     """
     meta = workload.get("metadata") or {}
     if (meta.get("labels") or {}).get(LABEL_ROLLOUT) != "true":
@@ -425,8 +425,8 @@ def decide(
     if meta.get("deletionTimestamp"):
         return Decision(Action.NONE, message="the workload is being deleted")
     current = current_digest(workload)
-    reads = reads or Reads()
-    managed = managed_references(workload, configmaps, reads)
+    secrets = secrets or SecretInputs()
+    managed = managed_references(workload, configmaps, secrets)
     digest = config_digest(managed)
     known = baseline(workload)
     if not known:
@@ -434,7 +434,7 @@ def decide(
             f"{kind}(s) {', '.join(names)}"
             for kind, names in (
                 (KIND_CONFIGMAP, sorted(set(required_configmaps(workload)) & set(absent))),
-                (KIND_SECRET, sorted(set(required_secrets(workload)) & set(reads.absent))),
+                (KIND_SECRET, sorted(set(required_secrets(workload)) & set(secrets.absent))),
             )
             if names
         ]

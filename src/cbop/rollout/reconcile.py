@@ -33,7 +33,7 @@ from cbop.rollout.apply import WorkloadApplier
 from cbop.rollout.coalesce import ChangeCoalescer
 from cbop.rollout.decision import FIELD_MANAGER, Action, Decision, apply_body, decide
 from cbop.rollout.pins import PinPlanner
-from cbop.rollout.references import SecretReads, read_references
+from cbop.rollout.references import SecretReader, read_references
 from cbop.rollout.report import RolloutObserver, RolloutReporter
 from cbop.runtime.reconcile import TerminalError
 from cbop.runtime.seams import Client, EventSink, Lister
@@ -114,7 +114,7 @@ class RolloutReconciler:
         field_manager: str = FIELD_MANAGER,
         force: bool = False,
         controller_name: str | None = None,
-        secrets: SecretReads | None = None,
+        secrets: SecretReader | None = None,
     ) -> None:
         self._resource = resource
         self._client = client
@@ -157,8 +157,8 @@ class RolloutReconciler:
             self._settle(key, float("inf"))
             return RolloutResult(key, None, message="not in the cache (gone or not opted in)")
         configmaps, absent = read_references(self._client, self._configmaps, namespace, workload)
-        reads = self._secrets.reads(namespace, workload) if self._secrets is not None else None
-        pin, decision = self._pins.plan(workload, decide(workload, configmaps, absent, reads))
+        secrets = self._secrets.read(namespace, workload) if self._secrets is not None else None
+        pin, decision = self._pins.plan(workload, decide(workload, configmaps, absent, secrets))
         # The controller binds controller, namespace, name and reconcile_id to every
         # line of the reconcile (cbop.runtime.reconcile_context).
         logger = log

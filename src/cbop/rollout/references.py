@@ -6,7 +6,7 @@ so a required reference missing from the cache is either absent (the pods wait f
 and start with what appears) or another owner's (the pods read it): only a GET tells
 them apart, and it is asked only while a workload has no baseline yet.
 
-Secrets are read with less (:class:`SecretReads`): only from the cache of the Secrets
+Secrets are read with less (:class:`SecretReader`): only from the cache of the Secrets
 cbop manages, never by a GET of a Secret cbop does not manage. A required Secret
 missing from the cache counts as absent only while a ConfigBundle of the namespace
 declares it as its target (it will be written, and the pods wait for it); else it is
@@ -23,7 +23,7 @@ from cbop.api import target_of
 from cbop.keys import BY_NAMESPACE
 from cbop.kube import CONFIGMAPS, ApiError
 from cbop.rollout.decision import (
-    Reads,
+    SecretInputs,
     baseline,
     is_managed,
     referenced_configmaps,
@@ -33,7 +33,7 @@ from cbop.rollout.decision import (
 )
 from cbop.runtime.seams import Client, Lister
 
-__all__ = ["SecretReads", "absent_configmaps", "read_references"]
+__all__ = ["SecretReader", "absent_configmaps", "read_references"]
 
 
 def absent_configmaps(client: Client, namespace: str, names: Iterable[str]) -> frozenset[str]:
@@ -82,7 +82,7 @@ def read_references(
     return cached, absent_configmaps(client, namespace, unknown)
 
 
-class SecretReads:
+class SecretReader:
     """Reads what a workload's Secret references are, from caches only.
 
     Args:
@@ -109,8 +109,8 @@ class SecretReads:
         self._serves = serves
         self._key = key
 
-    def reads(self, namespace: str | None, workload: Mapping[str, Any]) -> Reads:
-        """Return the :class:`cbop.rollout.decision.Reads` of ``workload``.
+    def read(self, namespace: str | None, workload: Mapping[str, Any]) -> SecretInputs:
+        """Return the :class:`cbop.rollout.decision.SecretInputs` of ``workload``.
 
         Nothing outside the namespaces served: there cbop has no Secret cache, and the
         references count as nothing.
@@ -120,7 +120,7 @@ class SecretReads:
                 key was needed and could not be read or made (the caller retries).
         """
         if namespace is None or not self._serves(namespace):
-            return Reads()
+            return SecretInputs()
         cached = {}
         for name in referenced_secrets(workload):
             secret = self._secrets.get(namespace, name)
@@ -131,7 +131,7 @@ class SecretReads:
         if not baseline(workload):
             unknown = set(required_secrets(workload)) - set(cached)
             absent = frozenset(unknown & self._targets(namespace)) if unknown else frozenset()
-        return Reads(secrets=cached, absent=absent, key=key)
+        return SecretInputs(secrets=cached, absent=absent, key=key)
 
     def _targets(self, namespace: str) -> set[str]:
         """Return the names of the Secrets the live ConfigBundles of ``namespace`` keep."""
