@@ -50,15 +50,22 @@ BINDINGS = Resource(
 
 @contextlib.contextmanager
 def bundle_plane(
-    config: pytest.Config, tmp_path_factory: pytest.TempPathFactory, name: str
+    config: pytest.Config,
+    tmp_path_factory: pytest.TempPathFactory,
+    name: str,
+    *,
+    audit_policy: str | None = None,
 ) -> Iterator[tuple[ControlPlane, KubeClient]]:
     """A control plane of its own serving both of cbop's CRDs, and a client of it.
 
-    ``name`` names its working directory. Stops the client and the control plane on
-    the way out, whatever the module's fixture did with them.
+    ``name`` names its working directory; ``audit_policy``, when given, is the API
+    server's (its log at ``control.audit_log_path``). Stops the client and the control
+    plane on the way out, whatever the module's fixture did with them.
     """
     control = ControlPlane(
-        binaries=_binaries(config), workdir=tmp_path_factory.mktemp(f"{name}-control-plane")
+        binaries=_binaries(config),
+        workdir=tmp_path_factory.mktemp(f"{name}-control-plane"),
+        audit_policy=audit_policy,
     )
     control.start(timeout=START_TIMEOUT)
     kube = KubeClient.from_config(kubeconfig=str(control.kubeconfig_path), qps=0)

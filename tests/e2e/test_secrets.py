@@ -11,88 +11,44 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
+import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from cbop.kube import (
     CLUSTERCONFIGBUNDLES,
     CONFIGBUNDLES,
-    NAMESPACES,
     SECRETS,
     ApiError,
     KubeClient,
 )
-from cbop_testing.envtest import ControlPlane
 
 from .clusterbundles import bundle_plane
-from .harness import REPO, Operator, bundle, events, wait_for
-
-#: Generous bound for a change to travel through cbop.
-WAIT = 30.0
-MANIFESTS = REPO / "manifests"
-#: The Secrets Component's RBAC objects (its Deployment patch is checked by
-#: tests/e2e/test_deploy_manifests.py).
-SECRET_RBAC = (
-    "cluster_role.yaml",
-    "cluster_role_binding.yaml",
-    "digest_key_role.yaml",
-    "digest_key_role_binding.yaml",
+from .harness import bundle, events, wait_for
+from .helm import BUILD_TIMEOUT, CHART, helm_binary
+from .secretcluster import (
+    SECRETS_AUDIT_POLICY,
+    SOURCE_LABELS,
+    WAIT,
+    Cluster,
+    can_i,
+    cbop_requests,
+    make_secret,
+    namespace,
+    wait_reason,
 )
-
-
-class Cluster:
-    """The module's control plane, an admin client, a directory for logs, and cbop's
-    ServiceAccount (manifests/rbac/ applied; the Secrets' roles are not)."""
-
-    def __init__(self, control: ControlPlane, kube: KubeClient, tmp: Path) -> None:
-        self.control = control
-        self.kube = kube
-        self.tmp = tmp
-        self.operators: list[Operator] = []
-        self.kubectl("apply", "-f", str(MANIFESTS / "namespace.yaml"))
-        self.kubectl("apply", "-k", str(MANIFESTS / "rbac"))
-        self.service_account = control.kubeconfig_for_service_account("cbop-system", "cbop")
-
-    def kubectl(self, *args: str, kubeconfig: Path | None = None, check: bool = True) -> str:
-        config = kubeconfig or self.control.kubeconfig_path
-        result = subprocess.run(
-            [str(self.control.binaries.kubectl), f"--kubeconfig={config}", *args],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        if check:
-            assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
-        return result.stdout.strip()
-
-    def secret_rbac(self, verb: str) -> None:
-        """``apply`` or ``delete`` the Secrets Component's roles and bindings."""
-        for name in SECRET_RBAC:
-            self.kubectl(verb, "-f", str(MANIFESTS / "secrets" / name))
-
-    def start(self, *args: str, wait: bool = True) -> Operator:
-        """Start cbop, cluster-wide, as its ServiceAccount."""
-        op = Operator(
-            self.service_account,
-            (),
-            args=["--resync-period", "2s", *args],
-            log_path=self.tmp / f"cbop-{len(self.operators)}.log",
-        )
-        self.operators.append(op)
-        if wait:
-            op.wait_ready(60)
-        return op
 
 
 @pytest.fixture(scope="module")
 def cluster(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Cluster]:
-    with bundle_plane(request.config, tmp_path_factory, "secrets") as (control, kube):
+    with bundle_plane(
+        request.config, tmp_path_factory, "secrets", audit_policy=SECRETS_AUDIT_POLICY
+    ) as (control, kube):
         found = Cluster(control, kube, tmp_path_factory.mktemp("secrets"))
         try:
             yield found
@@ -100,11 +56,6 @@ def cluster(
             for op in found.operators:
                 code = op.stop()
                 assert code in (0, -9), f"cbop did not stop cleanly ({code}):\n{op.logs()}"
-
-
-def namespace(kube: KubeClient, name: str) -> str:
-    kube.create(NAMESPACES, None, {"metadata": {"name": name}})
-    return name
 
 
 @pytest.fixture(scope="module")
@@ -255,43 +206,20 @@ def test_a_cluster_bundle_template_has_the_same_rules(cluster: Cluster) -> None:
 # ------------------------------------------------------------------ turning it on
 
 
-def ready_condition(kube: KubeClient, ns: str, name: str) -> dict[str, Any]:
-    for cond in (kube.get(CONFIGBUNDLES, ns, name).get("status") or {}).get("conditions") or ():
-        if cond["type"] == "Ready":
-            return dict(cond)
-    return {}
-
-
-def wait_reason(kube: KubeClient, ns: str, name: str, reason: str) -> dict[str, Any]:
-    got: dict[str, Any] = wait_for(
-        lambda: (c := ready_condition(kube, ns, name)).get("reason") == reason and c,
-        WAIT,
-        message=f"{ns}/{name} reason {reason}",
-    )
-    return got
-
-
-def can_i(cluster: Cluster, verb: str, resource: str, namespace: str | None) -> bool:
-    where = f"--namespace={namespace}" if namespace else "--all-namespaces"
-    answer = cluster.kubectl(
-        "auth", "can-i", verb, resource, where, kubeconfig=cluster.service_account, check=False
-    )
-    return answer == "yes"
-
-
 def test_with_secrets_off_nothing_is_read_and_the_bundle_says_so(cluster: Cluster) -> None:
     """The shipped RBAC without manifests/secrets/: cbop's ServiceAccount may not get a
     Secret, and a bundle with a Secret target is SecretsDisabled, with an Event and a
     metric; a ConfigMap bundle is served as ever."""
     kube = cluster.kube
     ns = namespace(kube, "off")
-    kube.create(SECRETS, ns, {"metadata": {"name": "present"}, "data": {"k": "dg=="}})
+    make_secret(kube, ns, "present", {"k": cluster.value("present")}, labels=SOURCE_LABELS)
     with KubeClient.from_config(kubeconfig=str(cluster.service_account), qps=0) as sa:
         with pytest.raises(ApiError) as refused:
             sa.get(SECRETS, ns, "present")
         assert refused.value.is_forbidden
     assert not can_i(cluster, "get", "secrets", ns)
     assert not can_i(cluster, "list", "secrets", None)
+    since = time.time()
     op = cluster.start()
     try:
         spec = {"target": SECRET_TARGET, "sources": [{"secret": {"name": "present"}}]}
@@ -322,8 +250,9 @@ def test_with_secrets_off_nothing_is_read_and_the_bundle_says_so(cluster: Cluste
             WAIT,
             message=f"cbop_configbundles_secrets_disabled {len(secret_targets)}",
         )
-        # No Secret was written, none read: the one there is untouched.
+        # No Secret was written, none read (none even asked for): the one there is untouched.
         assert [s["metadata"]["name"] for s in kube.list(SECRETS, ns)["items"]] == ["present"]
+        assert cbop_requests(cluster, since) == []
     finally:
         cluster.operators.remove(op)
         assert op.stop() in (0, -9)
@@ -359,3 +288,88 @@ def test_with_secrets_on_the_shipped_roles_grant_what_cbop_needs(cluster: Cluste
         cluster.secret_rbac("delete")
         assert code in (0, -9), op.logs()[-6000:]
     assert not can_i(cluster, "list", "secrets", None)
+
+
+@pytest.mark.timeout(BUILD_TIMEOUT + 180)
+def test_the_chart_narrows_the_grant_to_namespaces_and_named_secrets(cluster: Cluster) -> None:
+    """The chart's Secrets RBAC with ``secrets.namespaces`` and ``secrets.resourceNames``,
+    applied as rendered: cbop's ServiceAccount may list Secrets in those namespaces only,
+    and get, update or delete only the named ones; cbop run as the chart runs it
+    (``--secrets-namespace``) lists and watches there only, serves a bundle there, and
+    says SecretsDisabled elsewhere."""
+    kube = cluster.kube
+    team, certs, other = (namespace(kube, n) for n in ("team-a", "cert-manager", "elsewhere"))
+    rendered = subprocess.run(
+        [helm_binary(), "template", "cbop", str(CHART), "--namespace", "cbop-system",
+         "--set", "secrets.enabled=true", "--set", f"secrets.namespaces={{{team},{certs}}}",
+         "--set", "secrets.resourceNames={tls}"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert rendered.returncode == 0, rendered.stderr
+    rbac = [
+        o
+        for o in yaml.safe_load_all(rendered.stdout)
+        if o
+        and o["kind"] in ("ClusterRole", "Role", "RoleBinding", "ClusterRoleBinding")
+        and o["metadata"]["name"] in ("cbop-cbop-secrets", "cbop-digest-key")
+    ]
+    assert {(o["kind"], o["metadata"].get("namespace")) for o in rbac} == {
+        ("ClusterRole", None),
+        ("RoleBinding", team),
+        ("RoleBinding", certs),
+        ("Role", "cbop-system"),
+        ("RoleBinding", "cbop-system"),
+    }
+    manifest = cluster.tmp / "narrowed-rbac.yaml"
+    manifest.write_text(yaml.safe_dump_all(rbac))
+    cluster.kubectl("apply", "-f", str(manifest))
+    op = None
+    try:
+        assert can_i(cluster, "list", "secrets", team)
+        assert can_i(cluster, "watch", "secrets", certs)
+        assert not can_i(cluster, "list", "secrets", other)
+        assert not can_i(cluster, "list", "secrets", None)
+        assert can_i(cluster, "get", "secrets/tls", team)
+        assert not can_i(cluster, "get", "secrets/other", team)
+        assert not can_i(cluster, "get", "secrets/tls", other)
+
+        value = cluster.value("narrowed")
+        make_secret(
+            kube,
+            certs,
+            "wildcard-tls",
+            {"tls.crt": value, "tls.key": cluster.value("narrowed-key")},
+            labels=SOURCE_LABELS,
+            annotations={"cbop.dev/share-with": team},
+        )
+        since = time.time()
+        op = cluster.start("--secrets", f"--secrets-namespace={team},{certs}")
+        spec = {"target": SECRET_TARGET, "sources": [SECRET_SOURCE]}
+        kube.create(CONFIGBUNDLES, team, bundle("tls", spec))
+        kube.create(CONFIGBUNDLES, other, bundle("tls", spec))
+        wait_reason(kube, team, "tls", "Synced")
+        assert kube.get(SECRETS, team, "tls")["type"] == "kubernetes.io/tls"
+        refused = wait_reason(kube, other, "tls", "SecretsDisabled")
+        assert team in refused["message"]
+        collections = [e for e in cbop_requests(cluster, since) if e["verb"] in ("list", "watch")]
+        assert collections
+        for e in collections:
+            assert e["objectRef"].get("namespace") in (team, certs), e["requestURI"]
+            assert "labelSelector=" in e["requestURI"], e["requestURI"]
+        assert all(e["responseStatus"]["code"] < 400 for e in cbop_requests(cluster, since))
+    finally:
+        if op is not None:
+            cluster.operators.remove(op)
+            assert op.stop() in (0, -9)
+        cluster.kubectl("delete", "-f", str(manifest))
+    assert not can_i(cluster, "list", "secrets", team)
+
+
+def test_no_secret_value_reaches_any_output(cluster: Cluster) -> None:
+    """The values of the Secrets above: in no log line of cbop, Event, bundle or metric."""
+    assert cluster.values
+    assert cluster.log_paths
+    # A value planted in one output is found there, and nothing else is.
+    canary = cluster.value("canary")
+    cluster.printed("a planted output", f"text around {canary} and more")
+    assert cluster.leaks() == [f"{canary} in a planted output"]

@@ -178,6 +178,7 @@ class StatusReporter:
         valid = spec if isinstance(spec, BundleSpec) else None
         target = valid.target if valid is not None else target_of(bundle)
         secret = target is not None and target.is_secret
+        kept_spec = isinstance(spec, SpecError) and spec.spec is not None
         if valid is not None and desired_hash is None:
             if secret:
                 desired_hash = (bundle.get("status") or {}).get("contentHash")
@@ -210,7 +211,10 @@ class StatusReporter:
             now=self._now(),
             provenance=provenance,
             pinned=pinned,
-            secret_name=target.name if secret and target is not None else None,
+            # A Secret is named once the spec parsed (not while SecretsDisabled: none is kept).
+            secret_name=target.name
+            if secret and target is not None and (valid is not None or kept_spec)
+            else None,
         )
         if revision is not ...:
             new_status.pop("revision", None)
