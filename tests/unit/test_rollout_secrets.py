@@ -350,6 +350,7 @@ class Fixture:
         self.kube.tracker.add(NAMESPACES, {"metadata": {"name": "demo"}})
         self.workloads = CacheLister(indexers=dict(INDEXERS))
         self.secrets = CacheLister(secrets)
+        self.configmaps = CacheLister()
         self.bundles = CacheLister([tls_bundle("wildcard", "tls")])
         self.recorder = FakeRecorder()
         self.coalescer = ChangeCoalescer(window=1.0, max_delay=5.0, clock=self.clock)
@@ -359,7 +360,7 @@ class Fixture:
             resource=DEPLOYMENTS,
             client=self.kube,
             workloads=self.workloads,
-            configmaps=CacheLister(),
+            configmaps=self.configmaps,
             recorder=self.recorder,
             coalescer=self.coalescer,
             secrets=SecretReader(
@@ -423,6 +424,31 @@ def test_a_renewed_secret_rolls_each_reader_once(how: dict[str, Any]) -> None:
     for value in (CERT, PRIVATE, RENEWED, b"new key"):
         assert value.decode() not in said
         assert base64.b64encode(value).decode() not in said
+
+
+def test_a_configmap_and_a_secret_changed_together_roll_once() -> None:
+    """Both watches feed the one coalescer of the workload: a bundle's ConfigMap and a
+    Secret target changed within the window are one apply, with the final digest, and
+    the Event names both."""
+    f = Fixture(secret("tls", bundle="wildcard"))
+    f.configmaps.add(configmap("app", {"k": "1"}, bundle="app-conf"))
+    f.seed(reading(volume="tls", configmaps=["app"]))
+    assert f.reconciler.reconcile("demo/web").action is Action.RECORD
+    f.sync()
+    f.change(secret("tls", {"tls.crt": RENEWED, "tls.key": PRIVATE}, bundle="wildcard"))
+    f.clock.step(0.5)
+    cm = configmap("app", {"k": "2"}, bundle="app-conf")
+    f.configmaps.add(cm)
+    assert configmap_mapper(f.workloads, f.coalescer)(cm) == ["demo/web"]
+    assert f.reconciler.reconcile("demo/web").requeue_after == pytest.approx(1.0)
+    f.clock.step(1.0)
+    rolled = f.reconciler.reconcile("demo/web")
+    assert (rolled.action, rolled.written) == (Action.APPLY, True)
+    assert len(f.patches()) == 2  # the baseline, then one roll
+    ((message,),) = [(e.message,) for e in f.recorder.recorded]
+    assert message.startswith(
+        "ConfigBundle(s) app-conf, wildcard changed (ConfigMaps app; Secrets tls)"
+    )
 
 
 def test_a_deployment_first_seen_before_its_secret_is_written_is_not_rolled() -> None:

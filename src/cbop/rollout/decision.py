@@ -8,9 +8,9 @@ digests the content of the managed ones (the value of ``cbop.dev/config-hash``, 
 the same content hash the ConfigBundle controller writes: SHA-256 for a ConfigMap, the
 keyed digest for a Secret, never a plain hash of Secret content), :func:`baseline`
 reads what the pods run with, and :func:`decide` returns none, record, skip or apply
-(docs/rollout.md). Why the baseline is a workload
-label and not the template annotation: ``kubectl rollout undo`` brings back an old
-annotation while the pods it starts read today's content.
+(docs/rollout.md). Why the baseline is a workload label and not the template
+annotation: ``kubectl rollout undo`` brings back an old annotation while the pods it
+starts read today's content.
 """
 
 from __future__ import annotations
@@ -162,7 +162,8 @@ class Decision:
             ConfigMap any more).
         current: the annotation's value now (``""`` when absent).
         baseline: the workload's baseline (:func:`baseline`; ``""`` when it has none).
-        configmaps: the managed ConfigMaps the digest covers, sorted by name.
+        configmaps: the managed ConfigMaps the digest covers, sorted by name, then the
+            managed Secrets, sorted by name.
         message: a sentence for the user (for SKIP: the Event message).
     """
 

@@ -45,12 +45,12 @@ class _NoObserver:
 
 
 def _by_kind(refs: Sequence[str]) -> dict[str, list[str]]:
-    """Group :attr:`ManagedObject.ref` values by kind: ``{"ConfigMap": [...], ...}``."""
+    """Group :attr:`ManagedObject.ref` values by kind, ConfigMaps first, names sorted."""
     out: dict[str, list[str]] = {}
     for ref in sorted(refs):
         kind, _, name = ref.rpartition("/")
         out.setdefault(kind or KIND_CONFIGMAP, []).append(name)
-    return out
+    return dict(sorted(out.items(), key=lambda item: (item[0] != KIND_CONFIGMAP, item[0])))
 
 
 def _changed_part(changed: Sequence[ManagedObject]) -> str:
