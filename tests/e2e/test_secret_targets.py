@@ -182,6 +182,10 @@ def test_a_secret_target_is_made_kept_quietly_and_follows_its_source(cluster: Cl
     )
     time.sleep(3)
     assert writes_to(cbop_requests(cluster, since), "tls") == ["update"]
+    metrics = cluster.operators[-1].metrics()
+    assert metrics['cbop_secret_writes_total{operation="create"}'] >= 1
+    assert metrics['cbop_secret_writes_total{operation="update"}'] >= 1
+    assert metrics['cbop_configmap_writes_total{operation="create"}'] == 0
     assert kube.get(CONFIGBUNDLES, ns, "tls")["status"]["contentHash"].startswith("hmac-sha256:")
 
 
@@ -209,6 +213,23 @@ def test_an_immutable_target_is_replaced_when_its_content_changes(cluster: Clust
     assert (second["immutable"], second["type"]) == (True, TLS)
     wait_for(lambda: events(kube, ns, "Replaced"), WAIT, message="a Replaced Event")
     wait_reason(kube, ns, "tls", "Synced")
+
+    # Made immutable by hand, where the spec does not ask for it: made again as the
+    # spec says (an immutable Secret cannot be made mutable in place).
+    kube.create(CONFIGBUNDLES, ns, secret_bundle("by-hand", [source]))
+    wait_reason(kube, ns, "by-hand", "Synced")
+    mine = kube.get(SECRETS, ns, "by-hand")
+    kube.update(SECRETS, ns, "by-hand", {**mine, "immutable": True})
+    wait_for(
+        lambda: (
+            (s := secret_of(kube, ns, "by-hand")) is not None
+            and s["metadata"]["uid"] != mine["metadata"]["uid"]
+            and not s.get("immutable")
+        ),
+        WAIT,
+        message="the Secret made immutable by hand made again",
+    )
+    assert decoded(kube.get(SECRETS, ns, "by-hand"))["tls.crt"] == renewed
 
 
 def test_drift_is_healed_in_the_owned_fields_only(cluster: Cluster) -> None:
@@ -382,6 +403,50 @@ def test_a_restart_writes_no_secret_and_no_status(cluster: Cluster) -> None:
         ("create", "orphaned", 409),
         ("get", "orphaned", 200),
     }, requests
+
+
+def test_a_new_digest_key_writes_each_target_once(cluster: Cluster) -> None:
+    """The digest key deleted and cbop restarted: the new leader makes a new key, and each
+    Secret target gets one update (its keyed digest), never more, never a replace."""
+    kube = cluster.kube
+    managed = {
+        (t["metadata"]["namespace"], t["metadata"]["name"]): t["metadata"]["annotations"][
+            "cbop.dev/content-hash"
+        ]
+        for t in kube.list(SECRETS, None, label_selector=f"{MANAGED_BY}=cbop")["items"]
+    }
+    assert len(managed) >= 5
+    running = cluster.operators.pop()
+    assert running.stop() in (0, -9)
+    old_key = kube.get(SECRETS, "cbop-system", "cbop-digest-key")
+    kube.delete(SECRETS, "cbop-system", "cbop-digest-key")
+    since = time.time()
+    cluster.start("--secrets")
+
+    def rehashed() -> bool:
+        now = {
+            (t["metadata"]["namespace"], t["metadata"]["name"]): t["metadata"]["annotations"][
+                "cbop.dev/content-hash"
+            ]
+            for t in kube.list(SECRETS, None, label_selector=f"{MANAGED_BY}=cbop")["items"]
+        }
+        return now.keys() == managed.keys() and all(now[k] != managed[k] for k in managed)
+
+    wait_for(rehashed, WAIT, message="every target under the new key")
+    new_key = kube.get(SECRETS, "cbop-system", "cbop-digest-key")
+    assert new_key["data"]["key"] != old_key["data"]["key"]
+    time.sleep(6)
+    requests = cbop_requests(cluster, since)
+    for ns, name in managed:
+        done = [
+            e["verb"]
+            for e in requests
+            if e["verb"] in ("create", "update", "delete")
+            and e["objectRef"].get("namespace") == ns
+            and e["objectRef"].get("name") == name
+            and e["responseStatus"]["code"] < 300
+        ]
+        assert done == ["update"], (ns, name, done)
 
 
 # ---------------------------------------------------------------- Secret sources
