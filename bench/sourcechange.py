@@ -7,10 +7,11 @@ ConfigBundles that each add a key of their own; with ``--merge``, each bundle al
 ``common.yaml`` in ``spec.merge`` and adds one setting to it in ``spec.data``. The bundles
 are converged (created, their statuses written, reconciled once more), then the source's
 ``v`` changes and, as the operator does after the source's watch event, the source index
-maps the source to its readers and each reader is reconciled twice: the pass that writes
-its ConfigMap, and the pass its ConfigMap's watch event brings, that writes its status.
+maps the source to its readers and each reader is reconciled three times: the pass that
+writes its ConfigMap, the pass its ConfigMap's watch event brings, that writes its status,
+and the pass the status's own watch event brings, that writes nothing.
 
-Reported: process CPU seconds of the two passes (best of ``--repeat``), writes by verb
+Reported: process CPU seconds of the three passes (best of ``--repeat``), writes by verb
 (one ConfigMap update and one status patch per bundle, checked), and the share of
 ``cbop.api.compose.compose`` in it. ``--profile FILE`` writes a cProfile of one change.
 The fake's own bookkeeping (its tracker, deep copies of what it stores and returns) is
@@ -123,14 +124,15 @@ class World:
             self.sync()
 
     def change(self, value: str) -> tuple[float, dict[str, int]]:
-        """Change the source's ``v``; reconcile its readers twice. Returns CPU s, writes."""
+        """Change the source's ``v``; reconcile its readers three times (the ConfigMaps,
+        the statuses, the statuses' own events). Returns CPU s, writes."""
         current = self.kube.tracker.get(CONFIGMAPS, SOURCE_NS, "s10-source")
         body = {**current, "data": {**current["data"], "v": value}}
         self.kube.update(CONFIGMAPS, SOURCE_NS, "s10-source", body)
         self.sync()
         self.kube.clear_actions()
         spent = 0.0
-        for _ in range(2):  # the ConfigMap writes, then the statuses
+        for _ in range(3):  # the ConfigMap writes, the statuses, then nothing
             started = time.process_time()
             changed = self.sources.get(SOURCE_NS, "s10-source")
             assert changed is not None
