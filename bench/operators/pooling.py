@@ -60,7 +60,7 @@ TIMINGS = [
         r"|rss\.steady_mib)$",
         r"^s10\.((raw|(peer|cbop)\.converge|cbop\.merge\.\w+\.update)\.seconds"
         r"|(peer|cbop|cbop\.merge\.\w+)\.change\.(seconds|status_seconds|cpu_seconds|cpu_seconds_status)"
-        r"|cbop\.rss_mib)$",
+        r"|cbop\.(rss_mib|rss_before_unlabelled_mib|rss_unlabelled_mib))$",
         r"^s11\.variants\.\w+\.(rounds\.\d+\.ready_seconds|rss\.steady_mib)$",
         r"^apf\[.*\]\.(seconds|apf\.rejected)$",
     )
