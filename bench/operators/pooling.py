@@ -35,10 +35,10 @@ COUNTS = [
         rf"|configmap_writes|stamp_writes|stamp_status_writes|status_writes|writes_by_code\..*"
         rf"|modified_per_namespace\..*|requests\.(?!WATCH)\w+\|{_MINE}\|.*)"
         r"|idle\.(writes|by_kind\..*)|new\.(count|served)|rss\.(restart_writes|served))$",
-        rf"^s10\.(bundles|raw\.complete|(peer|cbop)\.(converge\.complete|change\.(complete"
-        rf"|configmap_gets|configmap_writes|status_writes|writes_by_code\..*"
+        rf"^s10\.(bundles|raw\.complete|(peer|cbop|cbop\.merge\.\w+)\.(converge\.complete|change\.(complete"
+        rf"|reported|configmap_gets|configmap_writes|status_writes|writes_by_code\..*"
         rf"|modified_per_configmap\..*|requests\.(?!WATCH)\w+\|{_MINE}\|.*))"
-        r"|cbop\.(idle\.(writes|by_kind\..*)|unlabelled))$",
+        r"|cbop\.(idle\.(writes|by_kind\..*)|unlabelled|merge\.\w+\.update\.complete))$",
         r"^s11\.variants\.\w+\.(rounds\.\d+\.(complete|cbop\..*)|rollouts|census(_single)?\..*"
         r"|idle_\w+\.cbop\..*|fresh\.writes\..*|single\.cbop\..*|converge\.complete"
         r"|pins_after_rounds\.(entries|bytes|stale)\..*)$",
@@ -58,7 +58,9 @@ TIMINGS = [
         r"^s8\[.*\]\.(converge_seconds|cpu_seconds_total)$",
         r"^s9\.((raw|raw_template|cbop|template|peer\.\w+)\.(seconds|cpu_seconds)|new\.(p50|p99)"
         r"|rss\.steady_mib)$",
-        r"^s10\.((raw|(peer|cbop)\.change|(peer|cbop)\.converge)\.seconds|cbop\.rss_mib)$",
+        r"^s10\.((raw|(peer|cbop)\.converge|cbop\.merge\.\w+\.update)\.seconds"
+        r"|(peer|cbop|cbop\.merge\.\w+)\.change\.(seconds|status_seconds|cpu_seconds|cpu_seconds_status)"
+        r"|cbop\.(rss_mib|rss_before_unlabelled_mib|rss_unlabelled_mib))$",
         r"^s11\.variants\.\w+\.(rounds\.\d+\.ready_seconds|rss\.steady_mib)$",
         r"^apf\[.*\]\.(seconds|apf\.rejected)$",
     )

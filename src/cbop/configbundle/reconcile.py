@@ -506,6 +506,20 @@ class Reconciler:
         ):
             self._memo.remember_noop(bundle, current, result, inputs)
         elif (
+            wrote_status
+            and decision.action is Action.NONE
+            and decision.finalizer is None
+            and current is not None
+            and not (stale or requeue)
+            and (written := self._reporter.written_version(bundle)) is not None
+        ):
+            # Only the status was written: the reconcile its watch event brings would
+            # decide the same and write nothing, so it gets this outcome from the memo
+            # (for the version the write produced, and only while nothing else moved).
+            self._memo.remember_noop(bundle, current, result, inputs, resource_version=written)
+            if keep:
+                self._memo.keep(bundle, spec if parsed is None else parsed, decision, inputs=inputs)
+        elif (
             keep
             and not self._dry_run
             and (
