@@ -41,7 +41,6 @@ from cbop.configbundle.decision import (
 )
 from cbop.configbundle.desired import desired_configmap
 from cbop.configbundle.diff import configmap_diff, secret_diff
-from cbop.configbundle.digestkey import DigestKey, DigestKeyError
 from cbop.configbundle.dryrun import dry_run_account
 from cbop.configbundle.interfaces import (
     Client,
@@ -56,7 +55,6 @@ from cbop.configbundle.interfaces import (
 from cbop.configbundle.memo import DecisionMemo, Make
 from cbop.configbundle.release import Finalizer
 from cbop.configbundle.report import StatusReporter
-from cbop.configbundle.secrets import SecretsScope
 from cbop.configbundle.secretwrites import SecretWriter
 from cbop.configbundle.sources import SourceReader
 from cbop.configbundle.status import ready_condition
@@ -67,6 +65,8 @@ from cbop.revisions.bundle import DEFAULT_GRACE, BundleRevisions, RevisionOutcom
 from cbop.revisions.caches import History
 from cbop.revisions.policy import PolicyCheck
 from cbop.runtime.seams import EventSink
+from cbop.secretaccess.digestkey import DigestKey, DigestKeyError
+from cbop.secretaccess.scope import SecretsScope
 
 __all__ = ["Reconciler"]
 
