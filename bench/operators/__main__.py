@@ -68,6 +68,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=Path,
         help="attach py-spy to cbop where a scenario profiles; collapsed stacks go here",
     )
+    p.add_argument(
+        "--profile-native",
+        action="store_true",
+        help="with --profile: every running thread, native frames too, at 250 Hz",
+    )
     p.add_argument("--out", type=Path, default=RESULTS, help="results directory")
     return p.parse_args(argv)
 
@@ -108,6 +113,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         workers=args.workers,
         loader_threads=args.loader_threads,
         profile=args.profile,
+        profile_native=args.profile_native,
         audit=workdir / "audit" / "audit.log",
     )
     out: dict[str, Any] = {

@@ -52,11 +52,21 @@ def install_crd(kubectl: Path, kubeconfig: Path, path: Path = CRD) -> None:
     base = [str(kubectl), f"--kubeconfig={kubeconfig}"]
     name = path.stem.split("_", 1)[1] + "." + path.stem.split("_", 1)[0]
     subprocess.run([*base, "apply", "-f", str(path)], check=True, capture_output=True)
-    subprocess.run(
-        [*base, "wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s"],
-        check=True,
-        capture_output=True,
-    )
+    # ``kubectl wait`` fails at once while the new CRD is not yet found (a loaded
+    # machine): it is asked again until 60 s have passed.
+    deadline = time.monotonic() + 60
+    while True:
+        done = subprocess.run(
+            [*base, "wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s"],
+            check=False,
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode == 0:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"CRD {name} not Established in 60 s: {done.stderr.strip()}")
+        time.sleep(1.0)
 
 
 def create_namespace(

@@ -35,12 +35,13 @@ COUNTS = [
         rf"|configmap_writes|stamp_writes|stamp_status_writes|status_writes|writes_by_code\..*"
         rf"|modified_per_namespace\..*|requests\.(?!WATCH)\w+\|{_MINE}\|.*)"
         r"|idle\.(writes|by_kind\..*)|new\.(count|served)|rss\.(restart_writes|served))$",
-        rf"^s10\.(bundles|raw\.complete|(peer|cbop)\.(converge\.complete|change\.(complete"
-        rf"|configmap_gets|configmap_writes|status_writes|writes_by_code\..*"
+        rf"^s10\.(bundles|raw\.complete|(peer|cbop|cbop\.merge\.\w+)\.(converge\.complete|change\.(complete"
+        rf"|reported|configmap_gets|configmap_writes|status_writes|writes_by_code\..*"
         rf"|modified_per_configmap\..*|requests\.(?!WATCH)\w+\|{_MINE}\|.*))"
-        r"|cbop\.(idle\.(writes|by_kind\..*)|unlabelled))$",
+        r"|cbop\.(idle\.(writes|by_kind\..*)|unlabelled|merge\.\w+\.update\.complete))$",
         rf"^s13\.(bundles|raw\.(complete|writes_by_code\..*)|(peer|cbop)\.(converge\.complete"
-        rf"|change\.(complete|secret_gets|operator_gets|gets_by_client\..*|secret_writes|status_writes|writes_by_code\..*"
+        rf"|change\.(complete|secret_gets|operator_gets|gets_by_client\..*|secret_writes"
+        rf"|status_writes|writes_by_code\..*"
         rf"|modified_per_secret\..*|requests\.(?!WATCH)\w+\|{_MINE}\|.*))"
         r"|cbop\.(idle\.(writes|by_kind\..*)|unlabelled))$",
         r"^s11\.variants\.\w+\.(rounds\.\d+\.(complete|cbop\..*)|rollouts|census(_single)?\..*"
@@ -62,9 +63,11 @@ TIMINGS = [
         r"^s8\[.*\]\.(converge_seconds|cpu_seconds_total)$",
         r"^s9\.((raw|raw_template|cbop|template|peer\.\w+)\.(seconds|cpu_seconds)|new\.(p50|p99)"
         r"|rss\.steady_mib)$",
-        r"^s10\.((raw|(peer|cbop)\.change|(peer|cbop)\.converge)\.seconds|cbop\.rss_mib)$",
+        r"^s10\.((raw|(peer|cbop)\.converge|cbop\.merge\.\w+\.update)\.seconds"
+        r"|(peer|cbop|cbop\.merge\.\w+)\.change\.(seconds|status_seconds|cpu_seconds|cpu_seconds_status)"
+        r"|cbop\.(rss_mib|rss_before_unlabelled_mib|rss_unlabelled_mib))$",
         r"^s13\.((raw|(peer|cbop)\.change|(peer|cbop)\.converge)\.seconds"
-        r"|(peer|cbop)\.change\.cpu_seconds|cbop\.rss(_unlabelled)?_mib)$",
+        r"|(peer|cbop)\.change\.cpu_seconds|cbop\.rss(_converged|_unlabelled)?_mib)$",
         r"^s11\.variants\.\w+\.(rounds\.\d+\.ready_seconds|rss\.steady_mib)$",
         r"^apf\[.*\]\.(seconds|apf\.rejected)$",
     )

@@ -20,6 +20,7 @@ __all__ = [
     "CONFIGMAP_NAME_INDEX",
     "CONTROLLER_UID_INDEX",
     "ROLLOUT_CONFIGMAP_INDEX",
+    "ROLLOUT_SECRET_INDEX",
     "key_of",
     "object_key",
     "split_key",
@@ -39,6 +40,10 @@ CONFIGMAP_NAME_INDEX: Final = "configmap-name"
 #: references (its key, ``namespace/name``) to the workload
 #: (``cbop.rollout.index_by_configmap``).
 ROLLOUT_CONFIGMAP_INDEX: Final = "rollout-configmap"
+#: Name of the rollout workload caches' index from each Secret a pod template
+#: references (its key, ``namespace/name``) to the workload
+#: (``cbop.rollout.index_by_secret``).
+ROLLOUT_SECRET_INDEX: Final = "rollout-secret"
 
 
 def key_of(namespace: str | None, name: str) -> str:

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -118,3 +119,33 @@ def cbop_writes(op: Operator) -> float:
         if name.startswith("rest_client_requests_total{")
         and any(f'method="{m}"' in name for m in WRITE_METHODS)
     )
+
+
+def settled_writes(op: Operator, quiet: float, timeout: float) -> float:
+    """Wait until ``op`` has sent no write for ``quiet`` seconds; return its write count.
+
+    A fixed sleep after a change counts late writes of that change (a grace period
+    running out, a verification that waited for pods) in the next change's window when
+    the machine is loaded; this waits them out. Raises AssertionError when the writes
+    do not stop within ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    last, since = cbop_writes(op), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = cbop_writes(op)
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            return last
+    raise AssertionError(f"cbop kept writing for {timeout} s (last count {last})")
+
+
+def write_requests(op: Operator) -> dict[str, float]:
+    """``op``'s write requests by their ``rest_client_requests_total`` labels."""
+    return {
+        name: value
+        for name, value in op.metrics().items()
+        if name.startswith("rest_client_requests_total{")
+        and any(f'method="{m}"' in name for m in WRITE_METHODS)
+    }

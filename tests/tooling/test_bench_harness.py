@@ -12,6 +12,7 @@ import typing
 import pytest
 from bench.operators import pooling, scenario
 from bench.operators.registry import DEFAULT, SCENARIOS
+from bench.operators.scenarios import sources_report
 from bench.operators.scenarios.burst import BURST
 from bench.operators.scenarios.clusterbundles import CLUSTER_BUNDLES
 from bench.operators.scenarios.scale import SCALE
@@ -101,3 +102,30 @@ def test_counts_table_tells_equal_counts_from_different_ones() -> None:
     runs = pooling.pooled([doc(100, 1.0), doc(101, 2.0)])
     assert "| s1[impl=cbop,n=100].requests.POST|configmaps| | 100 / 101 | differs |" in runs
     assert "| s1[impl=cbop,n=100].seconds | 3 |" in runs
+
+
+def test_s10_merge_lists_its_variants_in_order_and_refuses_others() -> None:
+    def variants(value: str) -> list[str]:
+        options = scenario.options(SCENARIOS, [f"s10.merge={value}"], quick=False)["s10"]
+        return typing.cast(list[str], options.variants)
+
+    assert scenario.options(SCENARIOS, [], quick=False)["s10"].variants == ["control", "on"]
+    assert variants("on") == ["on"]
+    assert variants("on, control") == ["on", "control"]
+    assert variants("off") == []
+    with pytest.raises(ValueError, match="'merged'"):
+        variants("control,merged")
+
+
+def test_s10_merge_cost_is_on_over_control_else_over_the_first_change() -> None:
+    def change(cpu: float) -> dict[str, typing.Any]:
+        return {"change": {"cpu_seconds_status": cpu}}
+
+    first = {"change": {"cpu_seconds_status": 1.0}}
+    both = {"cbop": {**first, "merge": {"control": change(0.8), "on": change(0.88)}}}
+    against, extra = sources_report.merge_cost(both) or ("", 0.0)
+    assert against == "control"
+    assert abs(extra - 0.10) < 1e-9
+    alone = {"cbop": {**first, "merge": {"on": change(1.25)}}}
+    assert sources_report.merge_cost(alone) == ("first change", 0.25)
+    assert sources_report.merge_cost({"cbop": {**first, "merge": {"control": change(1)}}}) is None

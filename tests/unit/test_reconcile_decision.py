@@ -145,6 +145,29 @@ def test_foreign_finalizers_and_owner_references_are_kept() -> None:
     )
 
 
+def test_an_update_body_shares_nothing_it_may_change_with_the_cached_configmap() -> None:
+    b = bundle({"data": {"a": "1"}, "labels": {"env": "prod"}})
+    cm = written(b)
+    cm["metadata"]["finalizers"] = ["other.example/keep"]
+    cm["metadata"]["labels"]["team"] = "web"
+    cm["metadata"]["managedFields"] = [{"manager": "kubectl", "fieldsV1": {"f:data": {}}}]
+    cm["data"] = {"a": "changed"}
+    before = copy.deepcopy(cm)
+    d = decide_for(b, cm)
+    assert d.body is not None
+    meta = d.body["metadata"]
+    assert "managedFields" not in meta
+    assert meta["resourceVersion"] == "7"
+    assert meta["labels"]["team"] == "web"
+    # Changing the body changes nothing in the cache it was rendered from.
+    meta["finalizers"].append("mine")
+    meta["labels"]["x"] = "y"
+    meta["annotations"]["x"] = "y"
+    meta["ownerReferences"][0]["name"] = "other"
+    d.body["data"]["a"] = "2"
+    assert cm == before
+
+
 def test_owner_references_compare_by_their_fields_in_any_order() -> None:
     b = bundle({"data": {"a": "1"}})
     d = decide_for(b, None)

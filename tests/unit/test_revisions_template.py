@@ -29,7 +29,7 @@ from cbop.rollout import (
     config_digest,
     index_by_configmap,
 )
-from cbop.rollout.decision import ManagedConfigMap
+from cbop.rollout.decision import ManagedObject
 from cbop_testing.fakekube import CacheLister, FakeKube, FakeRecorder, ObjectTracker
 from cbop_testing.objects import configmap, workload
 
@@ -51,7 +51,7 @@ def revision(data: dict[str, str], plain: str = "web-conf") -> dict[str, Any]:
 
 
 def digest(data: dict[str, str]) -> str:
-    return config_digest([ManagedConfigMap("web-conf", "web", content_hash(data, {}))])
+    return config_digest([ManagedObject("web-conf", "web", content_hash(data, {}))])
 
 
 class World:

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from cbop.api import MANAGED_SELECTOR, SOURCE_SELECTOR
 from cbop.configbundle import controller as configbundle
 from cbop.informers import SharedInformerFactory
 from cbop.keys import CONTROLLER_UID_INDEX
@@ -24,15 +25,17 @@ from cbop.kube import (
     DEPLOYMENTS,
     PODS,
     REPLICASETS,
+    SECRETS,
     STATEFULSETS,
 )
 from cbop.manager import Manager as CbopManager
 from cbop.manager import Options
 from cbop.revisions.caches import PLAIN_INDEX, READS_INDEX, REVISION_INDEX
 from cbop.revisions.model import PINNED_SELECTOR
-from cbop.rollout import CONFIGMAP_INDEX, ROLLOUT_SELECTOR
+from cbop.rollout import CONFIGMAP_INDEX, ROLLOUT_SELECTOR, SECRET_INDEX
 from cbop.rollout import controller as rollout
 from cbop.runtime import Scope
+from cbop.secretaccess import SecretsScope
 from cbop_testing.fakekube import FakeKube
 
 
@@ -129,3 +132,34 @@ def test_cbop_manager_runs_the_rollout_only_with_the_flag(enabled: bool) -> None
             "pods/a",
             "replicasets/a",
         ]
+
+
+@pytest.mark.parametrize(
+    ("served", "namespaces"),
+    [(None, {"a", "b"}), (("b",), {"b"})],
+    ids=["every namespace", "--secrets-namespace b"],
+)
+def test_with_secrets_the_rollout_watches_only_the_managed_secrets(
+    scope: Scope, served: tuple[str, ...] | None, namespaces: set[str]
+) -> None:
+    """With Secrets on, the rollout reads the ConfigBundle controller's informer of the
+    Secrets cbop manages (label selector on the API server), in the namespaces it
+    serves: no Secret informer of its own, none without a label selector, and its
+    workload caches carry the Secret index its map function queries."""
+    secrets = SecretsScope(enabled=True, namespaces=served)
+    configbundle.setup(scope, secrets=secrets)
+    before = {k for k in scope.informers._informers if k[0] == SECRETS}
+    rollout.setup(scope, workers=1, secrets=secrets)
+    keys = {k for k in scope.informers._informers if k[0] == SECRETS}
+    assert keys == before
+    assert {(ns, selector) for _, ns, selector, _ in keys} == {
+        (ns, selector) for ns in namespaces for selector in (MANAGED_SELECTOR, SOURCE_SELECTOR)
+    }
+    workloads = scope.lister(DEPLOYMENTS, label_selector=ROLLOUT_SELECTOR)
+    assert workloads.by_index(SECRET_INDEX, "b/tls") == []
+
+
+def test_with_secrets_off_the_rollout_watches_no_secret(scope: Scope) -> None:
+    configbundle.setup(scope)
+    rollout.setup(scope, workers=1, secrets=SecretsScope())
+    assert [k for k in scope.informers._informers if k[0] == SECRETS] == []

@@ -23,7 +23,7 @@ from cbop.rollout import (
 from cbop.rollout.decision import (
     EMPTY_DIGEST,
     FieldOwner,
-    ManagedConfigMap,
+    ManagedObject,
     baseline_value,
     in_last_applied,
     is_managed,
@@ -133,13 +133,13 @@ def test_managed_means_the_label_and_a_bundle_controller(cm: dict[str, Any], man
 
 
 def test_the_digest_is_order_free_and_covers_names_and_hashes() -> None:
-    a, b = ManagedConfigMap("a", "x", "sha256:1"), ManagedConfigMap("b", "y", "sha256:2")
+    a, b = ManagedObject("a", "x", "sha256:1"), ManagedObject("b", "y", "sha256:2")
     assert config_digest([a, b]) == config_digest([b, a])
     assert config_digest([a, b]) != config_digest([a])
-    assert config_digest([a]) != config_digest([ManagedConfigMap("a", "x", "sha256:3")])
+    assert config_digest([a]) != config_digest([ManagedObject("a", "x", "sha256:3")])
     # Framing: moving a character between name and hash changes the digest.
-    assert config_digest([ManagedConfigMap("ab", "x", "c")]) != config_digest(
-        [ManagedConfigMap("a", "x", "bc")]
+    assert config_digest([ManagedObject("ab", "x", "c")]) != config_digest(
+        [ManagedObject("a", "x", "bc")]
     )
 
 
@@ -214,7 +214,7 @@ def test_the_digest_of_nothing_is_no_contents_digest() -> None:
     """The baseline of a workload that reads no managed ConfigMap: sha256 of no bytes,
     which no list of (name, hash) pairs hashes to, an empty pair included."""
     assert EMPTY_DIGEST == config_digest([]) == "sha256:" + hashlib.sha256(b"").hexdigest()
-    assert config_digest([ManagedConfigMap("", "", "")]) != EMPTY_DIGEST
+    assert config_digest([ManagedObject("", "", "")]) != EMPTY_DIGEST
     assert baseline_value(EMPTY_DIGEST) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4"
 
 

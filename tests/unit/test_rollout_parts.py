@@ -18,7 +18,7 @@ from cbop.kube import DEPLOYMENTS, NAMESPACES
 from cbop.revisions.model import ANNOTATION_REVISIONS
 from cbop.rollout import ANNOTATION_CONFIG_HASH, Action, apply_body, decide
 from cbop.rollout.apply import WorkloadApplier
-from cbop.rollout.decision import ManagedConfigMap
+from cbop.rollout.decision import ManagedObject
 from cbop.rollout.pins import PinPlanner
 from cbop.rollout.report import RolloutReporter
 from cbop_testing.fakekube import CacheLister, FakeKube, FakeRecorder, ObjectTracker, errors, fail
@@ -149,8 +149,8 @@ class Counter:
         self.kinds.append(kind)
 
 
-def managed(*pairs: tuple[str, str]) -> list[ManagedConfigMap]:
-    return [ManagedConfigMap(name=n, bundle=f"demo/{n}", content_hash=h) for n, h in pairs]
+def managed(*pairs: tuple[str, str]) -> list[ManagedObject]:
+    return [ManagedObject(name=n, bundle=f"demo/{n}", content_hash=h) for n, h in pairs]
 
 
 def reporter() -> tuple[RolloutReporter, FakeRecorder, Counter]:

@@ -122,6 +122,19 @@ def test_an_own_write_does_not_apply_to_a_recreated_object_or_an_unordered_versi
     assert writes.pending("demo/web", obj("10")) is None
 
 
+def test_the_version_an_own_write_produced_is_told_only_for_its_base() -> None:
+    writes: OwnWrites[str] = OwnWrites()
+    assert writes.written_version("demo/web", obj("10")) is None
+    writes.record("demo/web", obj("10"), obj("15"), "written")
+    assert writes.written_version("demo/web", obj("10")) == "15"
+    assert writes.written_version("demo/web", obj("12")) is None  # another base
+    recreated = obj("10")
+    recreated["metadata"]["uid"] = "u2"
+    assert writes.written_version("demo/web", recreated) is None
+    writes.record("demo/web", obj("10"), None, "written")  # no answer read
+    assert writes.written_version("demo/web", obj("10")) is None
+
+
 # -- reconcile context -----------------------------------------------------------------
 
 

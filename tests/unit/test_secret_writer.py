@@ -16,12 +16,12 @@ import pytest
 from cbop.api import Kind, Reason, keyed_content_hash, parse_spec
 from cbop.api.compose import SecretReads, compose, composed_spec
 from cbop.configbundle.decision import SECRET, Action, decide
-from cbop.configbundle.digestkey import DigestKey
 from cbop.configbundle.interfaces import RejectedError, Requeue, TargetWriter
 from cbop.configbundle.secret import in_sync
 from cbop.configbundle.secretwrites import SecretWriter
 from cbop.informers import CONTROLLER_UID_INDEX, index_by_controller_uid
 from cbop.kube import SECRETS
+from cbop.secretaccess.digestkey import DigestKey
 from cbop_testing.fakekube import CacheLister, FakeKube, errors, fail
 from cbop_testing.objects import UID, bundle
 

@@ -12,12 +12,12 @@ from prometheus_client import CollectorRegistry
 
 from cbop.api import FINALIZER_ORPHAN, Reason
 from cbop.configbundle import Action, Reconciler
-from cbop.configbundle.secrets import SecretsScope, parse_namespaces
 from cbop.configbundle.settings import secrets_scope
 from cbop.informers import CONTROLLER_UID_INDEX, index_by_controller_uid
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS
 from cbop.metrics.controller import SecretsDisabledCollector
 from cbop.runtime.definition import FlagValues
+from cbop.secretaccess.scope import SecretsScope, parse_namespaces
 from cbop_testing.fakekube import CacheLister, FakeKube, FakeRecorder
 from cbop_testing.objects import bundle
 

@@ -405,3 +405,38 @@ def test_the_source_informer_is_label_selected_and_never_shard_filtered() -> Non
         f"configmaps/*[{SOURCE_SELECTOR}]",
     ]
     factory.shutdown()
+
+
+def test_the_reconcile_after_a_status_only_write_is_answered_from_the_memo(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    harness.reconcile()
+    harness.reconcile()
+    harness.kube.tracker.add(
+        CONFIGMAPS, source("team-overrides", {"log.yaml": "level: debug\n", "extra": "1"})
+    )
+    harness.sync()
+    assert harness.reconcile().action is Action.UPDATE  # the ConfigMap
+    status_write = harness.reconcile()  # its watch event: the status
+    assert harness.writes() == [("patch/status", "configbundles")]
+    composed: list[str] = []
+    compose = harness.reconciler._sources.compose
+
+    def counted(bundle: Any, spec: Any) -> Any:
+        composed.append(bundle["metadata"]["name"])
+        return compose(bundle, spec)
+
+    monkeypatch.setattr(harness.reconciler._sources, "compose", counted)
+    # The status write's own watch event: nothing to do, and nothing composed again.
+    assert harness.reconcile() == status_write
+    assert harness.writes() == []
+    assert composed == []
+    # Anything else that moves (here the bundle's status, by another writer) is
+    # reconciled in full again, and the status put back.
+    current = harness.kube.tracker.get(CONFIGBUNDLES, "demo", "app")
+    harness.kube.tracker.add(CONFIGBUNDLES, {**current, "status": {"keyCount": 99}})
+    harness.sync()
+    harness.reconcile()
+    assert composed == ["app"]
+    assert harness.writes() == [("patch/status", "configbundles")]
+    assert harness.status()["keyCount"] == 3

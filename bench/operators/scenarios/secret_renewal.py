@@ -59,9 +59,9 @@ from bench.operators.sampling import load_average
 from bench.operators.scenario import Defaults, Needs, Run
 from bench.operators.scenarios import secret_renewal_report as report
 from bench.operators.scenarios.revisions_census import client_of
-from bench.operators.scenarios.sources import Watcher
+from bench.operators.watch import Stream, Tracker
 from cbop.api import ANNOTATION_SHARE_WITH, SOURCE_SELECTOR
-from cbop.kube import CONFIGBUNDLES, SECRETS, ApiError
+from cbop.kube import CONFIGBUNDLES, SECRETS, ApiError, KubeClient, Resource
 
 #: The Go peer measured against the same floor when it is among the impls.
 PEER = "controller-runtime"
@@ -174,6 +174,66 @@ def raw_body(name: str, version: int) -> dict[str, Any]:
     }
 
 
+class Watcher(Tracker):
+    """A cluster-wide watch on the Secrets labelled :data:`OUT_LABEL`: per Secret, its
+    ``data[KEY]`` (base64, as the API server sends it), when it first showed the expected
+    value, and its MODIFIED events."""
+
+    def __init__(self, kube: KubeClient) -> None:
+        super().__init__(kube, [Stream(SECRETS, None, label_selector=f"{OUT_LABEL}=1")])
+        self._want = ""
+        self.value: dict[str, str | None] = {}
+        self.seen: dict[str, float] = {}
+        self.modified: dict[str, int] = {}
+
+    def expect(self, value: str) -> None:
+        """Expect ``data[KEY] == value`` from now on; the times and MODIFIED counts start
+        again."""
+        with self._lock:
+            self._want = value
+            self.seen = {k: time.monotonic() for k, v in self.value.items() if v == value}
+            self.modified = {}
+
+    def handle(self, res: Resource, kind: str, obj: Mapping[str, Any], now: float) -> None:
+        meta = obj.get("metadata") or {}
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        if kind == "DELETED":
+            self.value.pop(key, None)
+            return
+        value = (obj.get("data") or {}).get(KEY)
+        self.value[key] = value
+        if kind == "MODIFIED":
+            self.modified[key] = self.modified.get(key, 0) + 1
+        if value == self._want and key not in self.seen:
+            self.seen[key] = now
+            self.changed()
+
+    def wait_all(self, keys: list[str], timeout: float) -> bool:
+        return self.wait_until(lambda: all(k in self.seen for k in keys), timeout)
+
+    def last_seen(self, keys: list[str]) -> float | None:
+        with self._lock:
+            times = [self.seen[k] for k in keys if k in self.seen]
+        return max(times) if times else None
+
+    def spread(self, keys: list[str], t0: float) -> list[float]:
+        """Seconds after ``t0`` when the first, the median and the last of ``keys`` changed."""
+        with self._lock:
+            times = sorted(self.seen[k] - t0 for k in keys if k in self.seen)
+        if not times:
+            return []
+        return [round(times[0], 3), round(times[len(times) // 2], 3), round(times[-1], 3)]
+
+    def modified_histogram(self, keys: list[str]) -> dict[int, int]:
+        """k -> how many of ``keys`` saw k MODIFIED events since :meth:`expect`."""
+        with self._lock:
+            out: dict[int, int] = {}
+            for k in keys:
+                n = self.modified.get(k, 0)
+                out[n] = out.get(n, 0) + 1
+            return out
+
+
 def _keys(pairs: list[tuple[str, str]]) -> list[str]:
     return [f"{ns}/{name}" for ns, name in pairs]
 
@@ -192,7 +252,7 @@ def run(bench: Bench, sizes: Options, impls: frozenset[str] = frozenset()) -> di
     run_parallel(lambda ns: cluster.create_namespace(kube, ns), namespaces, bench.s.loader_threads)
     kube.create(SECRETS, SOURCE_NS, source_body(sizes))
     wait_api_quiet(kube, resources=WRITTEN)
-    watcher = Watcher(kube, SECRETS, OUT_LABEL, KEY).start()
+    watcher = Watcher(kube).start()
     try:
         rec["raw"] = _raw(bench, watcher, sizes)
         if PEER in impls:

@@ -26,6 +26,15 @@ In one run on one control plane, against the raw floor measured in the same run:
   converged, the same source patch and the same measurements (time, GETs, writes by
   answer, MODIFIED per ConfigMap, CPU of the peer and kube-apiserver). Its bundles and
   ConfigMaps are deleted after, and the peer stopped, before cbop starts.
+- **merge** (``merge``: ``control,on``): after the first change, for each variant in
+  order, every bundle's spec is patched (``control``: a setting of its own under a key
+  of its own; ``on``: the same setting merged into ``common.yaml``, ``spec.merge``
+  YAML), converged, and the source changed once more, measured as the first change.
+  The merge's cost is ``on``'s cbop CPU over ``control``'s, the same process in the same
+  run (the goal: at most 10 % more).
+- Every change is also timed to the last status telling of it (``status.contentHash``
+  new, ``Ready=True`` for the generation), with the operator's CPU seconds to the last
+  ConfigMap and to the last status; the source's ``common.yaml`` changes with ``v``.
 - **idle**: ``idle`` seconds (60) with nothing changing: writes on ConfigMaps,
   ConfigBundles and Events (the goal: zero).
 - **RSS**: cbop's steady VmRSS (mean over ``steady_seconds``) converged, then again
@@ -42,7 +51,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,22 +62,29 @@ from bench.operators.procs import Operator
 from bench.operators.sampling import load_average
 from bench.operators.scenario import Defaults, Run
 from bench.operators.scenarios import sources_report as report
-from bench.operators.watch import Stream, Tracker
+from bench.operators.scenarios.sources_watch import OUT_LABEL, Watcher
 from cbop.api import ANNOTATION_SHARE_WITH, SOURCE_SELECTOR
-from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, KubeClient, Resource
+from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError
 
 #: The Go peer measured against the same floor when it is among the impls.
 PEER = "controller-runtime"
 SOURCE_NS = "s10-src"
 SOURCE = "s10-source"
-#: Label on every ConfigMap the watch follows (the bundles' and the raw floor's).
-OUT_LABEL = "bench.cbop.dev/s10-out"
 #: Resources whose writes count as cbop's in the idle window.
 WRITTEN = frozenset({"configbundles", "configmaps", "events"})
 #: Resources whose writes the source change counts by answer code.
 WRITTEN_CODES = WRITTEN | {"clusterconfigbundles"}
-#: The source's shared content besides the changing key: about 1 KiB of YAML.
-COMMON = "".join(f"setting-{i:03d}: value-{i:03d}\n" for i in range(40))
+#: Settings in the source's ``common.yaml``.
+SETTINGS = 40
+#: The variants ``s10.merge`` may list (see :class:`Options`).
+MERGE_VARIANTS = ("control", "on")
+
+
+def common(value: str) -> str:
+    """The source's ``common.yaml`` for ``value`` of ``v``: about 1 KiB of YAML, 40
+    settings, the first of which changes with ``value`` (so a merged key changes too)."""
+    first = f"setting-000: value-000-{value}\n"
+    return first + "".join(f"setting-{i:03d}: value-{i:03d}\n" for i in range(1, SETTINGS))
 
 
 @dataclass(frozen=True)
@@ -81,12 +97,33 @@ class Options:
         namespaces: the other namespaces.
         unlabelled: ConfigMaps without the source label added for the second RSS figure.
         idle: seconds of the idle window.
+        merge: cbop's further source changes, a comma list run in order after the
+            first (``off`` or empty: none). Before each, every bundle's spec is patched
+            to the variant: ``on``, the bundles merge the source's ``common.yaml`` as
+            YAML with one setting of their own each (``spec.merge``); ``control``, they
+            hold the same setting as a key of their own and merge nothing (what such a
+            change costs without the merge, in the same process and run).
     """
 
     bundles: int = 1000
     namespaces: int = 50
     unlabelled: int = 10_000
     idle: float = 60.0
+    merge: str = "control,on"
+
+    def __post_init__(self) -> None:
+        for variant in self.variants:
+            if variant not in MERGE_VARIANTS:
+                raise ValueError(
+                    f"merge lists {', '.join(MERGE_VARIANTS)} (or is off): {variant!r}"
+                )
+
+    @property
+    def variants(self) -> list[str]:
+        """The variants of :attr:`merge`, in order (none for ``off``)."""
+        if self.merge.strip() in ("", "off"):
+            return []
+        return [v.strip() for v in self.merge.split(",")]
 
     @property
     def local(self) -> int:
@@ -119,7 +156,7 @@ def source_body(sizes: Options, value: str) -> dict[str, Any]:
             "labels": {SOURCE_SELECTOR.split("=")[0]: "true"},
             "annotations": {ANNOTATION_SHARE_WITH: ",".join(other_namespaces(sizes))},
         },
-        "data": {"v": value, "common.yaml": COMMON},
+        "data": {"v": value, "common.yaml": common(value)},
     }
 
 
@@ -136,84 +173,38 @@ def bundle_body(name: str) -> dict[str, Any]:
     }
 
 
+def own_setting(index: int, name: str) -> str:
+    """The one setting of ``common.yaml`` that bundle number ``index`` overrides."""
+    return f"setting-{1 + index % (SETTINGS - 1):03d}: {name}\n"
+
+
+def variant_spec(variant: str, index: int, name: str) -> dict[str, Any]:
+    """The spec merge patch of a variant of :attr:`Options.merge`: ``on`` merges
+    ``common.yaml`` with the bundle's own setting; ``control`` keeps that setting under
+    a key of its own (each removes what the other adds)."""
+    setting = own_setting(index, name)
+    if variant == "on":
+        return {
+            "data": {"bundle": name, "common.yaml": setting, "own.yaml": None},
+            "merge": [{"key": "common.yaml", "format": "yaml"}],
+        }
+    return {"data": {"bundle": name, "own.yaml": setting, "common.yaml": None}, "merge": None}
+
+
+def variant_done(variant: str, index: int, name: str) -> Callable[[Mapping[str, Any]], bool]:
+    """Whether a ConfigMap's data shows the spec of :func:`variant_spec`."""
+    setting = own_setting(index, name)
+    if variant == "on":
+        return lambda data: setting.strip() in str(data.get("common.yaml", ""))
+    return lambda data: data.get("own.yaml") == setting
+
+
 def raw_body(name: str, value: str) -> dict[str, Any]:
     """What the raw floor writes: the content a bundle's ConfigMap holds."""
     return {
         "metadata": {"name": name, "labels": {OUT_LABEL: "1"}},
-        "data": {"v": value, "common.yaml": COMMON, "bundle": name},
+        "data": {"v": value, "common.yaml": common(value), "bundle": name},
     }
-
-
-# ------------------------------------------------------------------------ observing
-
-
-class Watcher(Tracker):
-    """A cluster-wide watch on the ConfigMaps labelled :data:`OUT_LABEL`: per ConfigMap,
-    its value of ``v``, when it first showed the expected value, and its MODIFIED events.
-
-    ``resource``, ``label`` and ``key`` watch other objects the same way (S13: the
-    Secrets labelled ``label``, their ``data[key]`` as the API server sends it, base64).
-    """
-
-    def __init__(
-        self,
-        kube: KubeClient,
-        resource: Resource = CONFIGMAPS,
-        label: str = OUT_LABEL,
-        key: str = "v",
-    ) -> None:
-        super().__init__(kube, [Stream(resource, None, label_selector=f"{label}=1")])
-        self._key = key
-        self._want = ""
-        self.value: dict[str, str | None] = {}
-        self.seen: dict[str, float] = {}
-        self.modified: dict[str, int] = {}
-
-    def expect(self, value: str) -> None:
-        """Expect ``v == value`` from now on; the times and MODIFIED counts start again."""
-        with self._lock:
-            self._want = value
-            self.seen = {k: time.monotonic() for k, v in self.value.items() if v == value}
-            self.modified = {}
-
-    def handle(self, res: Resource, kind: str, obj: Mapping[str, Any], now: float) -> None:
-        meta = obj.get("metadata") or {}
-        key = f"{meta.get('namespace')}/{meta.get('name')}"
-        if kind == "DELETED":
-            self.value.pop(key, None)
-            return
-        value = (obj.get("data") or {}).get(self._key)
-        self.value[key] = value
-        if kind == "MODIFIED":
-            self.modified[key] = self.modified.get(key, 0) + 1
-        if value == self._want and key not in self.seen:
-            self.seen[key] = now
-            self.changed()
-
-    def wait_all(self, keys: list[str], timeout: float) -> bool:
-        return self.wait_until(lambda: all(k in self.seen for k in keys), timeout)
-
-    def last_seen(self, keys: list[str]) -> float | None:
-        with self._lock:
-            times = [self.seen[k] for k in keys if k in self.seen]
-        return max(times) if times else None
-
-    def spread(self, keys: list[str], t0: float) -> list[float]:
-        """Seconds after ``t0`` when the first, the median and the last of ``keys`` changed."""
-        with self._lock:
-            times = sorted(self.seen[k] - t0 for k in keys if k in self.seen)
-        if not times:
-            return []
-        return [round(times[0], 3), round(times[len(times) // 2], 3), round(times[-1], 3)]
-
-    def modified_histogram(self, keys: list[str]) -> dict[int, int]:
-        """k -> how many of ``keys`` saw k MODIFIED events since :meth:`expect`."""
-        with self._lock:
-            out: dict[int, int] = {}
-            for k in keys:
-                n = self.modified.get(k, 0)
-                out[n] = out.get(n, 0) + 1
-            return out
 
 
 # -------------------------------------------------------------------------- helpers
@@ -320,28 +311,42 @@ def _converge(
 
 
 def _change(
-    bench: Bench, watcher: Watcher, keys: list[str], name: str, op: Operator
+    bench: Bench,
+    watcher: Watcher,
+    keys: list[str],
+    name: str,
+    op: Operator,
+    *,
+    value: str = "2",
+    done: Callable[[str, Mapping[str, Any]], bool] | None = None,
 ) -> dict[str, Any]:
-    """Patch the source once (``v: "2"``) and measure until every reader's ConfigMap has it.
+    """Patch the source once (``v: value`` and its ``common.yaml``) and measure until
+    every reader's ConfigMap has it (``done``: what else it must show), then until
+    every reader's status tells of it.
 
     ``name`` names the operator ``op`` in the CPU figures. Returns the change's record
-    (``load``: the load average at its start).
+    (``load``: the load average at its start; ``cpu_seconds``: the operator's CPU
+    seconds until the last ConfigMap changed, ``cpu_seconds_status`` until the last
+    status told of it).
     """
     kube = bench.kube
     wait_api_quiet(kube)
     load_change = load_average()
-    watcher.expect("2")
+    watcher.expect(value, done)
     counter = Counter(kube, codes=WRITTEN_CODES).mark()
     share = bench.cpu_share(**{name: op.pid}, bench=os.getpid())
-    spy = bench.profile(op, f"cbop-s10-change-{op.pid}")
+    spy = bench.profile(op, f"cbop-s10-change-{op.pid}-{value}")
     if spy.active:
         time.sleep(1.0)  # py-spy attaches
     log(f"S10 {name}: the source changes; {len(keys)} readers")
     t0 = time.monotonic()
-    kube.patch(CONFIGMAPS, SOURCE_NS, SOURCE, {"data": {"v": "2"}})
+    kube.patch(CONFIGMAPS, SOURCE_NS, SOURCE, {"data": {"v": value, "common.yaml": common(value)}})
     complete = watcher.wait_all(keys, 600)
     shares = share.stop()
+    reported = watcher.wait_reported(keys, 600)
+    shares_status = share.stop()
     last = watcher.last_seen(keys)
+    last_status = watcher.last_reported(keys)
     wait_api_quiet(kube)
     spy.stop(30)
     api = counter.since()
@@ -351,6 +356,11 @@ def _change(
         "complete": complete,
         "seconds": (last - t0) if last is not None else float("nan"),
         "cpu_share": shares,
+        "cpu_seconds": shares.get(name, float("nan")),
+        "reported": reported,
+        "status_seconds": (last_status - t0) if last_status is not None else float("nan"),
+        "cpu_share_status": shares_status,
+        "cpu_seconds_status": shares_status.get(name, float("nan")),
         "configmap_gets": api.get(("GET", "configmaps", ""), 0.0),
         "gets": {"|".join(k): v for k, v in api.items() if k[0] == "GET"},
         "configmap_writes": sum(
@@ -367,9 +377,10 @@ def _change(
         "requests": keyed(api),
     }
     log(
-        f"S10 {name}: all {len(keys)} ConfigMaps changed in {rec['seconds']:.2f} s; "
-        f"ConfigMap GETs {rec['configmap_gets']:.0f}, writes "
-        f"{rec['configmap_writes']:.0f}, status writes {rec['status_writes']:.0f}, "
+        f"S10 {name}: all {len(keys)} ConfigMaps changed in {rec['seconds']:.2f} s "
+        f"({rec['cpu_seconds']:.2f} CPU s), statuses in {rec['status_seconds']:.2f} s "
+        f"({rec['cpu_seconds_status']:.2f} CPU s); ConfigMap GETs {rec['configmap_gets']:.0f}, "
+        f"writes {rec['configmap_writes']:.0f}, status writes {rec['status_writes']:.0f}, "
         f"MODIFIED per ConfigMap {rec['modified_per_configmap']}"
     )
     return rec
@@ -386,7 +397,7 @@ def _peer(bench: Bench, watcher: Watcher, sizes: Options) -> dict[str, Any]:
         rec["change"] = _change(bench, watcher, keys, PEER, op)
         # Back to the value the next operator converges on, then the peer's objects go.
         watcher.expect("1")
-        kube.patch(CONFIGMAPS, SOURCE_NS, SOURCE, {"data": {"v": "1"}})
+        kube.patch(CONFIGMAPS, SOURCE_NS, SOURCE, {"data": {"v": "1", "common.yaml": common("1")}})
         watcher.wait_all(keys, 300)
         run_parallel(
             lambda p: kube.delete(CONFIGBUNDLES, p[0], p[1]), pairs, bench.s.loader_threads
@@ -406,6 +417,54 @@ def _peer(bench: Bench, watcher: Watcher, sizes: Options) -> dict[str, Any]:
     return rec
 
 
+def _variant(
+    bench: Bench,
+    watcher: Watcher,
+    pairs: list[tuple[str, str]],
+    variant: str,
+    op: Operator,
+    *,
+    current: str,
+    value: str,
+) -> dict[str, Any]:
+    """One of cbop's further changes (:attr:`Options.merge`): every bundle's spec patched
+    to the variant's (:func:`variant_spec`) and converged (the source at ``current``),
+    then the source changed once more (to ``value``)."""
+    kube = bench.kube
+    keys = _keys(pairs)
+    checks = {
+        key: variant_done(variant, i, name)
+        for i, (key, (_, name)) in enumerate(zip(keys, pairs, strict=True))
+    }
+
+    def done(key: str, data: Mapping[str, Any]) -> bool:
+        return checks[key](data)
+
+    watcher.expect(current, done)
+    rec: dict[str, Any] = {"variant": variant, "load_update": load_average()}
+    t0 = time.monotonic()
+    run_parallel(
+        lambda item: kube.patch(
+            CONFIGBUNDLES,
+            item[1][0],
+            item[1][1],
+            {"spec": variant_spec(variant, item[0], item[1][1])},
+        ),
+        list(enumerate(pairs)),
+        bench.s.loader_threads,
+    )
+    complete = watcher.wait_all(keys, 600)
+    last = watcher.last_seen(keys)
+    rec["update"] = {
+        "complete": complete,
+        "seconds": (last - t0) if last is not None else float("nan"),
+    }
+    log(f"S10 cbop: {len(keys)} bundles now merge={variant}: {rec['update']['seconds']:.2f} s")
+    wait_api_quiet(kube, quiet=3.0, timeout=180)
+    rec["change"] = _change(bench, watcher, keys, "cbop", op, value=value, done=done)
+    return rec
+
+
 def _cbop(bench: Bench, watcher: Watcher, sizes: Options) -> dict[str, Any]:
     kube = bench.kube
     pairs = layout(sizes, "b")
@@ -416,6 +475,12 @@ def _cbop(bench: Bench, watcher: Watcher, sizes: Options) -> dict[str, Any]:
     rec["rss_mib"] = bench.steady(op)["steady_mib"]
     rec["change"] = _change(bench, watcher, keys, "cbop", op)
     rec["load_change"] = rec["change"]["load"]
+    if sizes.variants:
+        rec["merge"] = {}
+    for n, variant in enumerate(sizes.variants):
+        rec["merge"][variant] = _variant(
+            bench, watcher, pairs, variant, op, current=str(n + 2), value=str(n + 3)
+        )
 
     # Idle.
     wait_api_quiet(kube)
@@ -426,7 +491,11 @@ def _cbop(bench: Bench, watcher: Watcher, sizes: Options) -> dict[str, Any]:
     rec["idle"] = {"seconds": sizes.idle, "writes": sum(idle.values()), "by_kind": idle}
     log(f"S10 idle: {rec['idle']['writes']:.0f} writes")
 
-    # RSS with 10,000 ConfigMaps that are no sources.
+    # RSS with 10,000 ConfigMaps that are no sources, against the RSS just before them
+    # (the changes since the converged figure, merges among them, allocate too).
+    rec["rss_before_unlabelled_mib"] = (
+        bench.steady(op)["steady_mib"] if sizes.variants else rec["rss_mib"]
+    )
     other = "s10-unlabelled"
     cluster.create_namespace(kube, other)
 
@@ -444,8 +513,9 @@ def _cbop(bench: Bench, watcher: Watcher, sizes: Options) -> dict[str, Any]:
     rec["rss_unlabelled_mib"] = bench.steady(op)["steady_mib"]
     rec["unlabelled"] = sizes.unlabelled
     log(
-        f"S10 RSS: {rec['rss_mib']:.1f} MiB converged, {rec['rss_unlabelled_mib']:.1f} MiB "
-        f"with {sizes.unlabelled} unlabelled ConfigMaps"
+        f"S10 RSS: {rec['rss_mib']:.1f} MiB converged, "
+        f"{rec['rss_before_unlabelled_mib']:.1f} MiB after the changes, "
+        f"{rec['rss_unlabelled_mib']:.1f} MiB with {sizes.unlabelled} unlabelled ConfigMaps"
     )
     return rec
 

@@ -25,6 +25,7 @@ provenance, whatever the order of the cache.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -143,8 +144,14 @@ def shared_with(configmap: Mapping[str, Any], namespace: str) -> bool:
     ignored), or ``*`` for every namespace. No annotation: nobody else.
     """
     annotations = (configmap.get("metadata") or {}).get("annotations") or {}
-    names = {n.strip() for n in str(annotations.get(ANNOTATION_SHARE_WITH, "")).split(",")}
+    names = _share_names(str(annotations.get(ANNOTATION_SHARE_WITH, "")))
     return "*" in names or namespace in names
+
+
+@functools.lru_cache(maxsize=256)
+def _share_names(value: str) -> frozenset[str]:
+    """Return the namespaces of a ``cbop.dev/share-with`` value (split once per value)."""
+    return frozenset(n.strip() for n in value.split(","))
 
 
 def _managed_by_cbop(configmap: Mapping[str, Any], kind: Kind) -> str | None:

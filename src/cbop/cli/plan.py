@@ -29,7 +29,7 @@ from cbop.rollout.controller import WORKLOADS
 from cbop.rollout.decision import (
     ANNOTATION_CONFIG_HASH,
     FIELD_MANAGER,
-    ManagedConfigMap,
+    ManagedObject,
     in_last_applied,
     managed_references,
     may_take_back,
@@ -122,7 +122,7 @@ class _Change:
     configmap: Mapping[str, Any]
 
 
-def _as_the_rollout_sees(name: str, configmap: Mapping[str, Any] | None) -> ManagedConfigMap | None:
+def _as_the_rollout_sees(name: str, configmap: Mapping[str, Any] | None) -> ManagedObject | None:
     """Return ``configmap`` as the rollout counts it in a digest, None when it does not.
 
     Asks :func:`cbop.rollout.decision.managed_references` about a pod template reading

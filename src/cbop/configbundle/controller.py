@@ -19,9 +19,7 @@ from typing import Any, Final
 
 from cbop.api import MANAGED_SELECTOR, SOURCE_SELECTOR, config_map_name_of, target_of
 from cbop.configbundle import Reconciler, Requeue, Result
-from cbop.configbundle.digestkey import DigestKey
 from cbop.configbundle.interfaces import Client, Observer
-from cbop.configbundle.secrets import SecretsScope
 from cbop.configbundle.settings import (
     REVISION_GRACE,
     ROLLOUT,
@@ -74,6 +72,8 @@ from cbop.runtime.definition import (
 )
 from cbop.runtime.predicates import GENERATION_CHANGED
 from cbop.runtime.seams import EventSink
+from cbop.secretaccess.digestkey import DigestKey
+from cbop.secretaccess.scope import SecretsScope
 
 __all__ = [
     "CONTROLLER_NAME",

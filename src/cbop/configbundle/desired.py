@@ -241,10 +241,13 @@ def render(desired: DesiredConfigMap, current: Mapping[str, Any] | None) -> JSON
         references that others set are kept.
     """
     cur_meta: Mapping[str, Any] = (current or {}).get("metadata", {})
-    meta: JSON = {}
-    if current is not None:
-        meta = copy.deepcopy(dict(cur_meta))
-        meta.pop("managedFields", None)
+    # Every container of the metadata is copied (a list of finalizers, say); labels,
+    # annotations and owner references are rebuilt below, managedFields are left out.
+    meta: JSON = {
+        k: copy.copy(v) if isinstance(v, dict | list) else v
+        for k, v in cur_meta.items()
+        if k != "managedFields"
+    }
     meta["name"] = desired.name
     meta["namespace"] = desired.namespace
     meta["labels"], meta["annotations"], meta["ownerReferences"] = managed_metadata(

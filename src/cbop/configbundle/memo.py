@@ -268,17 +268,23 @@ class DecisionMemo:
         configmap: Mapping[str, Any],
         outcome: Any,
         inputs: Hashable = None,
+        *,
+        resource_version: str | None = None,
     ) -> None:
         """Store ``outcome`` of a full reconcile of ``bundle`` that wrote nothing.
 
         ``configmap`` is the ConfigMap it was decided against, ``inputs`` the sources'
-        versions it read. Objects without a UID or resourceVersion are not stored.
+        versions it read. ``resource_version``: the bundle version the outcome holds
+        for, when not ``bundle``'s own (the version a status-only write produced: the
+        reconcile its watch event brings would find the same and write nothing).
+        Objects without a UID or resourceVersion are not stored.
         """
         bundle_key = _object_key(bundle)
         key = _object_key(configmap)
         if bundle_key is not None and key is not None:
+            version = resource_version or bundle_key[1]
             with self._lock:
-                self._noops[bundle_key[0]] = (bundle_key[1], *key, inputs, outcome)
+                self._noops[bundle_key[0]] = (version, *key, inputs, outcome)
 
     def forget_noop(self, bundle: Mapping[str, Any]) -> None:
         """Drop the stored outcome of ``bundle`` (a full reconcile of it begins)."""

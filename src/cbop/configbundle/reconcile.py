@@ -41,7 +41,6 @@ from cbop.configbundle.decision import (
 )
 from cbop.configbundle.desired import desired_configmap
 from cbop.configbundle.diff import configmap_diff, secret_diff
-from cbop.configbundle.digestkey import DigestKey, DigestKeyError
 from cbop.configbundle.dryrun import dry_run_account
 from cbop.configbundle.interfaces import (
     Client,
@@ -56,7 +55,6 @@ from cbop.configbundle.interfaces import (
 from cbop.configbundle.memo import DecisionMemo, Make
 from cbop.configbundle.release import Finalizer
 from cbop.configbundle.report import StatusReporter
-from cbop.configbundle.secrets import SecretsScope
 from cbop.configbundle.secretwrites import SecretWriter
 from cbop.configbundle.sources import SourceReader
 from cbop.configbundle.status import ready_condition
@@ -67,6 +65,8 @@ from cbop.revisions.bundle import DEFAULT_GRACE, BundleRevisions, RevisionOutcom
 from cbop.revisions.caches import History
 from cbop.revisions.policy import PolicyCheck
 from cbop.runtime.seams import EventSink
+from cbop.secretaccess.digestkey import DigestKey, DigestKeyError
+from cbop.secretaccess.scope import SecretsScope
 
 __all__ = ["Reconciler"]
 
@@ -505,6 +505,20 @@ class Reconciler:
             and not (stale or wrote_status or requeue or self._dry_run)
         ):
             self._memo.remember_noop(bundle, current, result, inputs)
+        elif (
+            wrote_status
+            and decision.action is Action.NONE
+            and decision.finalizer is None
+            and current is not None
+            and not (stale or requeue)
+            and (written := self._reporter.written_version(bundle)) is not None
+        ):
+            # Only the status was written: the reconcile its watch event brings would
+            # decide the same and write nothing, so it gets this outcome from the memo
+            # (for the version the write produced, and only while nothing else moved).
+            self._memo.remember_noop(bundle, current, result, inputs, resource_version=written)
+            if keep:
+                self._memo.keep(bundle, spec if parsed is None else parsed, decision, inputs=inputs)
         elif (
             keep
             and not self._dry_run

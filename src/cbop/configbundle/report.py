@@ -242,6 +242,14 @@ class StatusReporter:
         self._own_status.record(object_key(bundle), bundle, patched, new_status)
         return True
 
+    def written_version(self, bundle: Mapping[str, Any]) -> str | None:
+        """Return the resourceVersion of ``bundle`` that its last status write produced.
+
+        None unless that write was decided from ``bundle`` as given (its uid and
+        resourceVersion) and its answer was read.
+        """
+        return self._own_status.written_version(object_key(bundle), bundle)
+
     def _with_own_status(self, bundle: Mapping[str, Any]) -> Mapping[str, Any]:
         """Return ``bundle`` as it is once this reporter's last status write lands.
 

@@ -88,7 +88,7 @@ def desired_secret(bundle: Mapping[str, Any], spec: BundleSpec, key: bytes) -> D
     Args:
         bundle: the ConfigBundle object (dict with ``metadata.name/namespace/uid``).
         spec: its validated spec, sources composed in, with a Secret target.
-        key: the digest key (:class:`cbop.configbundle.digestkey.DigestKey`).
+        key: the digest key (:class:`cbop.secretaccess.DigestKey`).
 
     Returns:
         The desired Secret: all content in ``binary_data``, ``data`` empty,

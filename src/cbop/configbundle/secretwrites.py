@@ -8,7 +8,7 @@ preconditions, then a create); a write that fails on a stale cache decided again
 fresh read; a lost race a :class:`cbop.configbundle.interfaces.Requeue`; a refusal no
 retry can fix a :class:`cbop.configbundle.interfaces.RejectedError`; stale Secrets the
 bundle controls under an old name deleted by uid; the Orphan release. What is its own:
-the desired Secret is keyed by the scope's digest key (:mod:`cbop.configbundle.digestkey`),
+the desired Secret is keyed by the scope's digest key (:mod:`cbop.secretaccess.digestkey`),
 and every message of the API server that it passes on has the content's values cut out
 (:func:`cbop.configbundle.secret.redact`), so none reaches a status, an Event or a log.
 """
@@ -24,7 +24,6 @@ from cbop.api import BundleSpec, Kind, Reason, SpecError, target_of
 from cbop.configbundle import secret
 from cbop.configbundle.decision import SECRET, Action, Decision, decide
 from cbop.configbundle.desired import DesiredConfigMap
-from cbop.configbundle.digestkey import DigestKey
 from cbop.configbundle.interfaces import (
     CONTROLLER_UID_INDEX,
     UNRETRYABLE_STATUSES,
@@ -36,6 +35,7 @@ from cbop.configbundle.interfaces import (
 )
 from cbop.kube import SECRETS, ApiError
 from cbop.locks import YieldingLock, absent
+from cbop.secretaccess.digestkey import DigestKey
 
 __all__ = ["SecretWriter"]
 

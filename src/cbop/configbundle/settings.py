@@ -2,7 +2,7 @@
 
 This module owns the controller's :class:`cbop.runtime.definition.Flag` constants,
 :class:`ConfigBundleSettings`, and :func:`secrets_scope`, which reads the three flags of
-Secrets into the pure :class:`cbop.configbundle.secrets.SecretsScope` that the
+Secrets into the pure :class:`cbop.secretaccess.scope.SecretsScope` that the
 reconciler, the informers and ``cbop --once`` ask.
 """
 
@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from cbop import defaults
-from cbop.configbundle.secrets import SecretsScope, parse_key_name, parse_namespaces
 from cbop.revisions.bundle import DEFAULT_GRACE
 from cbop.runtime.definition import Flag, FlagValues
+from cbop.secretaccess.scope import SecretsScope, parse_key_name, parse_namespaces
 
 __all__ = [
     "REVISION_GRACE",

@@ -44,7 +44,7 @@ _REMEMBERED: Final = 100_000
 
 
 class Content(Protocol):
-    """A managed ConfigMap a template reads (the rollout's ``ManagedConfigMap``)."""
+    """A managed ConfigMap a template reads (the rollout's ``ManagedObject``)."""
 
     @property
     def name(self) -> str:

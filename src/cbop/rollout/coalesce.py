@@ -1,11 +1,12 @@
-"""Coalescing: ConfigMaps changed together roll a workload once.
+"""Coalescing: ConfigMaps and Secrets changed together roll a workload once.
 
 This module owns :class:`ChangeCoalescer`, a bounded trailing-edge debounce per
-workload key, and :func:`configmap_mapper`, the map function of the rollout
-controllers' ConfigMap watch, which tells the coalescer of each change as it maps a
-ConfigMap to the workloads that read it. While changes are that fresh the reconciler
-defers its apply (``requeue_after``), so two bundles applied at once, or a ConfigMap
-deleted and created again, give one write with the final digest, or none.
+workload key, and :func:`configmap_mapper` and :func:`secret_mapper`, the map functions
+of the rollout controllers' ConfigMap and Secret watches, which tell the coalescer of
+each change as they map an object to the workloads that read it. While changes are
+that fresh the reconciler defers its apply (``requeue_after``), so two bundles applied
+at once, or a ConfigMap deleted and created again, give one write with the final
+digest, or none.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 from cbop.clock import Clock, RealClock
 from cbop.keys import object_key
-from cbop.rollout.index import CONFIGMAP_INDEX, configmap_index_value
+from cbop.rollout.index import CONFIGMAP_INDEX, SECRET_INDEX, configmap_index_value
 from cbop.runtime.seams import Lister
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "DEFAULT_COALESCE_WINDOW",
     "ChangeCoalescer",
     "configmap_mapper",
+    "secret_mapper",
 ]
 
 #: Seconds after the last observed ConfigMap change before a workload is written.
@@ -109,14 +111,30 @@ def configmap_mapper(
         kind) whose pod template references the ConfigMap. Managed or not is not judged
         here: a ConfigMap that stops being managed must wake its readers too.
     """
+    return _mapper(workloads, CONFIGMAP_INDEX, coalescer)
 
-    def map_configmap(configmap: Mapping[str, Any]) -> list[str]:
-        meta = configmap.get("metadata") or {}
+
+def secret_mapper(
+    workloads: Lister, coalescer: ChangeCoalescer | None = None
+) -> Callable[[Mapping[str, Any]], list[str]]:
+    """Return the map function of the managed-Secret watch: Secret -> workload keys.
+
+    As :func:`configmap_mapper`, through the :data:`cbop.rollout.index.SECRET_INDEX`
+    index, so a Secret and a ConfigMap of the same name wake only their own readers.
+    """
+    return _mapper(workloads, SECRET_INDEX, coalescer)
+
+
+def _mapper(
+    workloads: Lister, index: str, coalescer: ChangeCoalescer | None
+) -> Callable[[Mapping[str, Any]], list[str]]:
+    def map_object(obj: Mapping[str, Any]) -> list[str]:
+        meta = obj.get("metadata") or {}
         value = configmap_index_value(str(meta.get("namespace") or ""), str(meta.get("name")))
-        keys = sorted(object_key(w) for w in workloads.by_index(CONFIGMAP_INDEX, value))
+        keys = sorted(object_key(w) for w in workloads.by_index(index, value))
         if coalescer is not None:
             for key in keys:
                 coalescer.observed(key)
         return keys
 
-    return map_configmap
+    return map_object

@@ -1,14 +1,16 @@
-"""The rollout decision: a workload and the managed ConfigMaps it reads -> one action.
+"""The rollout decision: a workload and the managed ConfigMaps and Secrets it reads -> one action.
 
 Pure functions on parsed-JSON dicts; no client, no threads (an import-linter contract).
 The act layer (:mod:`cbop.rollout.reconcile`) performs what they decide, and the dry
-run's plan (:mod:`cbop.cli.plan`) asks them too. :func:`referenced_configmaps` finds
-what a pod template reads, :func:`config_digest` digests the content of the managed ones
-(the value of ``cbop.dev/config-hash``, from the same content hash the ConfigBundle
-controller writes), :func:`baseline` reads what the pods run with, and :func:`decide`
-returns none, record, skip or apply (docs/rollout.md). Why the baseline is a workload
-label and not the template annotation: ``kubectl rollout undo`` brings back an old
-annotation while the pods it starts read today's content.
+run's plan (:mod:`cbop.cli.plan`) asks them too. :func:`referenced_configmaps` and
+:func:`referenced_secrets` find what a pod template reads, :func:`config_digest`
+digests the content of the managed ones (the value of ``cbop.dev/config-hash``, from
+the same content hash the ConfigBundle controller writes: SHA-256 for a ConfigMap, the
+keyed digest for a Secret, never a plain hash of Secret content), :func:`baseline`
+reads what the pods run with, and :func:`decide` returns none, record, skip or apply
+(docs/rollout.md). Why the baseline is a workload label and not the template
+annotation: ``kubectl rollout undo`` brings back an old annotation while the pods it
+starts read today's content.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import enum
 import hashlib
 import json
 from collections.abc import Collection, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from cbop.api import (
@@ -27,6 +29,7 @@ from cbop.api import (
     controller_reference,
     decode_binary,
     is_bundle_reference,
+    keyed_content_hash,
 )
 from cbop.revisions.model import ANNOTATION_REVISIONS, LABEL_PINNED, LABEL_PINNED_BASELINE
 
@@ -35,13 +38,16 @@ __all__ = [
     "BASELINE_DIGITS",
     "EMPTY_DIGEST",
     "FIELD_MANAGER",
+    "KIND_CONFIGMAP",
+    "KIND_SECRET",
     "LABEL_CONFIG_BASELINE",
     "LABEL_ROLLOUT",
     "ROLLOUT_SELECTOR",
     "Action",
     "Decision",
     "FieldOwner",
-    "ManagedConfigMap",
+    "ManagedObject",
+    "SecretInputs",
     "apply_body",
     "baseline",
     "baseline_value",
@@ -54,7 +60,9 @@ __all__ = [
     "may_take_back",
     "other_owners",
     "referenced_configmaps",
+    "referenced_secrets",
     "required_configmaps",
+    "required_secrets",
 ]
 
 #: Label that opts a workload in (value ``"true"``).
@@ -75,6 +83,9 @@ BASELINE_DIGITS: Final = 40
 FIELD_MANAGER: Final = "cbop-rollout"
 
 _CONTAINER_LISTS: Final = ("initContainers", "containers", "ephemeralContainers")
+#: The kinds a pod template reads content from.
+KIND_CONFIGMAP: Final = "ConfigMap"
+KIND_SECRET: Final = "Secret"
 
 
 class Action(enum.StrEnum):
@@ -92,18 +103,51 @@ class Action(enum.StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class ManagedConfigMap:
-    """A referenced ConfigMap that cbop manages.
+class ManagedObject:
+    """A referenced ConfigMap or Secret that cbop manages.
 
     Attributes:
-        name: the ConfigMap's name.
+        name: the object's name.
         bundle: the name of the ConfigBundle that controls it (same namespace).
-        content_hash: ``sha256:<hex>`` of its data and binaryData.
+        content_hash: ``sha256:<hex>`` of a ConfigMap's data and binaryData;
+            ``hmac-sha256:<hex>``, the keyed digest (:func:`cbop.api.keyed_content_hash`),
+            of a Secret's data.
+        kind: :data:`KIND_CONFIGMAP` or :data:`KIND_SECRET`.
     """
 
     name: str
     bundle: str
     content_hash: str
+    kind: str = KIND_CONFIGMAP
+
+    @property
+    def ref(self) -> str:
+        """The name in the digest and the Events: a ConfigMap's name, ``Secret/<name>``.
+
+        A ConfigMap's is its bare name, as before Secrets were read, so that no
+        ConfigMap reader's digest changes; no ConfigMap name holds a ``/``, so the two
+        kinds never share one.
+        """
+        return self.name if self.kind == KIND_CONFIGMAP else f"{self.kind}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class SecretInputs:
+    """What the caches say of the Secrets a workload reads, for :func:`decide`.
+
+    Attributes:
+        secrets: name -> Secret of the workload's namespace at hand (the managed
+            Secrets cache); never mutated.
+        absent: names of Secrets that a ConfigBundle of the namespace will write and
+            that do not exist yet (a required reference among them holds the baseline
+            back, as an absent ConfigMap does).
+        key: the digest key (at least 32 bytes); needed when a referenced Secret is
+            managed, else may be None.
+    """
+
+    secrets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    absent: Collection[str] = frozenset()
+    key: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +162,8 @@ class Decision:
             ConfigMap any more).
         current: the annotation's value now (``""`` when absent).
         baseline: the workload's baseline (:func:`baseline`; ``""`` when it has none).
-        configmaps: the managed ConfigMaps the digest covers, sorted by name.
+        configmaps: the managed ConfigMaps the digest covers, sorted by name, then the
+            managed Secrets, sorted by name.
         message: a sentence for the user (for SKIP: the Event message).
     """
 
@@ -126,7 +171,7 @@ class Decision:
     digest: str = ""
     current: str = ""
     baseline: str = ""
-    configmaps: tuple[ManagedConfigMap, ...] = ()
+    configmaps: tuple[ManagedObject, ...] = ()
     message: str = ""
 
 
@@ -137,23 +182,40 @@ def _pod_spec(workload: Mapping[str, Any]) -> Mapping[str, Any]:
     return spec
 
 
-def _references(pod_spec: Mapping[str, Any]) -> Iterator[tuple[str, bool]]:
-    """Yield ``(name, optional)`` for every ConfigMap reference of ``pod_spec``."""
+def _references(pod_spec: Mapping[str, Any]) -> Iterator[tuple[str, str, bool]]:
+    """Yield ``(kind, name, optional)`` for each ConfigMap and Secret reference of ``pod_spec``."""
     for volume in pod_spec.get("volumes") or ():
-        yield _reference(volume.get("configMap"))
+        yield _reference(KIND_CONFIGMAP, volume.get("configMap"))
+        yield _reference(KIND_SECRET, volume.get("secret"), name_field="secretName")
         for source in (volume.get("projected") or {}).get("sources") or ():
-            yield _reference(source.get("configMap"))
-    for field in _CONTAINER_LISTS:
-        for container in pod_spec.get(field) or ():
+            yield _reference(KIND_CONFIGMAP, source.get("configMap"))
+            yield _reference(KIND_SECRET, source.get("secret"))
+    for containers in _CONTAINER_LISTS:
+        for container in pod_spec.get(containers) or ():
             for env_from in container.get("envFrom") or ():
-                yield _reference(env_from.get("configMapRef"))
+                yield _reference(KIND_CONFIGMAP, env_from.get("configMapRef"))
+                yield _reference(KIND_SECRET, env_from.get("secretRef"))
             for env in container.get("env") or ():
-                yield _reference((env.get("valueFrom") or {}).get("configMapKeyRef"))
+                value_from = env.get("valueFrom") or {}
+                yield _reference(KIND_CONFIGMAP, value_from.get("configMapKeyRef"))
+                yield _reference(KIND_SECRET, value_from.get("secretKeyRef"))
 
 
-def _reference(ref: Mapping[str, Any] | None) -> tuple[str, bool]:
+def _reference(
+    kind: str, ref: Mapping[str, Any] | None, *, name_field: str = "name"
+) -> tuple[str, str, bool]:
     ref = ref or {}
-    return str(ref.get("name") or ""), bool(ref.get("optional"))
+    return kind, str(ref.get(name_field) or ""), bool(ref.get("optional"))
+
+
+def _names(workload: Mapping[str, Any], kind: str, *, required: bool = False) -> list[str]:
+    return sorted(
+        {
+            name
+            for of, name, optional in _references(_pod_spec(workload))
+            if of == kind and name and not (required and optional)
+        }
+    )
 
 
 def referenced_configmaps(workload: Mapping[str, Any]) -> list[str]:
@@ -168,7 +230,18 @@ def referenced_configmaps(workload: Mapping[str, Any]) -> list[str]:
         container, init container and ephemeral container. ``optional`` references count
         too. Empty names are dropped.
     """
-    return sorted({name for name, _ in _references(_pod_spec(workload)) if name})
+    return _names(workload, KIND_CONFIGMAP)
+
+
+def referenced_secrets(workload: Mapping[str, Any]) -> list[str]:
+    """Return the sorted, distinct Secret names ``workload``'s pod template references.
+
+    As :func:`referenced_configmaps`, for ``volumes[].secret.secretName``,
+    ``volumes[].projected.sources[].secret``, ``envFrom[].secretRef`` and
+    ``env[].valueFrom.secretKeyRef``. Image pull Secrets are not content the pods
+    read, and do not count.
+    """
+    return _names(workload, KIND_SECRET)
 
 
 def required_configmaps(workload: Mapping[str, Any]) -> list[str]:
@@ -178,16 +251,21 @@ def required_configmaps(workload: Mapping[str, Any]) -> list[str]:
     false: a pod whose required ConfigMap does not exist waits for it (volume mount or
     container configuration error) and starts with the content it finds.
     """
-    return sorted({n for n, optional in _references(_pod_spec(workload)) if n and not optional})
+    return _names(workload, KIND_CONFIGMAP, required=True)
+
+
+def required_secrets(workload: Mapping[str, Any]) -> list[str]:
+    """Return the Secrets of :func:`referenced_secrets` whose ``optional`` is unset or false."""
+    return _names(workload, KIND_SECRET, required=True)
 
 
 def is_managed(configmap: Mapping[str, Any]) -> bool:
-    """Whether cbop manages ``configmap``.
+    """Whether cbop manages ``configmap`` (a ConfigMap or a Secret).
 
     True when it carries ``app.kubernetes.io/managed-by: cbop`` (what cbop's ConfigMap
-    informer selects on) and a controller owner reference to a ConfigBundle (group and
-    kind; any version), both as :func:`cbop.configbundle.desired.render` writes them. A
-    ConfigMap released with ``deletionPolicy: Orphan`` has neither.
+    and Secret informers select on) and a controller owner reference to a ConfigBundle
+    (group and kind; any version), both as :func:`cbop.configbundle.desired.render`
+    writes them. An object released with ``deletionPolicy: Orphan`` has neither.
     """
     labels = configmap.get("metadata", {}).get("labels") or {}
     if labels.get(LABEL_MANAGED_BY) != MANAGED_BY_VALUE:
@@ -203,38 +281,69 @@ def _configmap_hash(configmap: Mapping[str, Any]) -> str | None:
     return content_hash(configmap.get("data") or {}, binary)
 
 
+def _secret_hash(secret: Mapping[str, Any], key: bytes | None) -> str | None:
+    content = decode_binary(secret.get("data"))
+    if content is None:
+        return None
+    if key is None:
+        raise ValueError("a managed Secret is read: its digest needs the digest key")
+    return keyed_content_hash(key, {}, content)
+
+
 def managed_references(
-    workload: Mapping[str, Any], configmaps: Mapping[str, Mapping[str, Any]]
-) -> tuple[ManagedConfigMap, ...]:
-    """Return the managed ConfigMaps among ``workload``'s references, sorted by name.
+    workload: Mapping[str, Any],
+    configmaps: Mapping[str, Mapping[str, Any]],
+    secrets: SecretInputs | None = None,
+) -> tuple[ManagedObject, ...]:
+    """Return the managed ConfigMaps and Secrets among ``workload``'s references.
 
     Args:
         workload: the workload dict.
         configmaps: name -> ConfigMap, for the ConfigMaps of the workload's namespace
             that are at hand (a referenced name missing here is not managed, or does
             not exist: either way it is ignored). Objects are never mutated.
+        secrets: the Secrets at hand, and the digest key (None: no Secret counts).
+
+    Returns:
+        The ConfigMaps sorted by name, then the Secrets sorted by name. A Secret's
+        content hash is keyed with ``secrets.key``: the same digest the ConfigBundle
+        controller stamps on it (docs/secrets.md).
+
+    Raises:
+        ValueError: a referenced Secret is managed and ``secrets.key`` is None.
     """
     out = []
-    for name in referenced_configmaps(workload):
-        cm = configmaps.get(name)
-        if cm is None or not is_managed(cm):
-            continue
-        digest = _configmap_hash(cm)
-        ref = controller_reference(cm)
-        if digest is None or ref is None:  # binaryData the API server would not store
-            continue
-        out.append(ManagedConfigMap(name, str(ref.get("name", "")), digest))
+    secrets = secrets or SecretInputs()
+    for kind, names, objects in (
+        (KIND_CONFIGMAP, referenced_configmaps(workload), configmaps),
+        (KIND_SECRET, referenced_secrets(workload), secrets.secrets),
+    ):
+        for name in names:
+            obj = objects.get(name)
+            if obj is None or not is_managed(obj):
+                continue
+            if kind == KIND_CONFIGMAP:
+                digest = _configmap_hash(obj)
+            else:
+                digest = _secret_hash(obj, secrets.key)
+            ref = controller_reference(obj)
+            if digest is None or ref is None:  # data the API server would not store
+                continue
+            out.append(ManagedObject(name, str(ref.get("name", "")), digest, kind))
     return tuple(out)
 
 
-def config_digest(configmaps: Iterable[ManagedConfigMap]) -> str:
+def config_digest(configmaps: Iterable[ManagedObject]) -> str:
     """Return ``sha256:<hex>`` of the sorted (name, content hash) pairs.
 
+    The name is :attr:`ManagedObject.ref` (a ConfigMap's bare name, ``Secret/<name>``).
     Each pair is framed by the 8-byte big-endian lengths of its parts, so no two lists
-    of pairs share a byte stream. The order of ``configmaps`` does not matter.
+    of pairs share a byte stream. The order of ``configmaps`` does not matter. A
+    Secret's part is its keyed digest, so the result reveals no more of a Secret's
+    content than that digest does: without the digest key, a guess cannot be tested.
     """
     digest = hashlib.sha256()
-    for name, value in sorted((cm.name, cm.content_hash) for cm in configmaps):
+    for name, value in sorted((cm.ref, cm.content_hash) for cm in configmaps):
         for part in (name.encode(), value.encode()):
             digest.update(len(part).to_bytes(8, "big"))
             digest.update(part)
@@ -282,6 +391,7 @@ def decide(
     workload: Mapping[str, Any],
     configmaps: Mapping[str, Mapping[str, Any]],
     absent: Collection[str] = frozenset(),
+    secrets: SecretInputs | None = None,
 ) -> Decision:
     """Decide whether to write ``workload``'s ``cbop.dev/config-hash`` annotation.
 
@@ -293,6 +403,8 @@ def decide(
         absent: names of ConfigMaps known not to exist (asked only while the workload
             has no baseline, :mod:`cbop.rollout.references`); a required reference
             among them holds the baseline back until it appears.
+        secrets: the managed Secrets at hand, those awaited, and the digest key (None:
+            the template's Secret references count as nothing: Secrets are off).
 
     Returns:
         A :class:`Decision`, by the first check that holds: not opted in or being
@@ -303,7 +415,10 @@ def decide(
         already read it, so opting in is no reason to roll); digest equal to the
         baseline -> none; no managed reference left -> none (the annotation and the
         baseline stay: removing them would roll the workload for nothing); a paused
-        Deployment -> skip; else apply.
+        Deployment -> skip; else apply. Secrets count as ConfigMaps do.
+
+    Raises:
+        ValueError: a referenced Secret is managed and ``secrets`` has no key.
     """
     meta = workload.get("metadata") or {}
     if (meta.get("labels") or {}).get(LABEL_ROLLOUT) != "true":
@@ -311,22 +426,30 @@ def decide(
     if meta.get("deletionTimestamp"):
         return Decision(Action.NONE, message="the workload is being deleted")
     current = current_digest(workload)
-    managed = managed_references(workload, configmaps)
+    secrets = secrets or SecretInputs()
+    managed = managed_references(workload, configmaps, secrets)
     digest = config_digest(managed)
     known = baseline(workload)
     if not known:
-        awaited = sorted(set(required_configmaps(workload)) & set(absent))
+        awaited = [
+            f"{kind}(s) {', '.join(names)}"
+            for kind, names in (
+                (KIND_CONFIGMAP, sorted(set(required_configmaps(workload)) & set(absent))),
+                (KIND_SECRET, sorted(set(required_secrets(workload)) & set(secrets.absent))),
+            )
+            if names
+        ]
         if awaited:
             return Decision(
                 Action.NONE,
                 current=current,
                 message=(
-                    f"first seen waiting for ConfigMap(s) {', '.join(awaited)} that it "
-                    "cannot start without: its pods will read what appears, so the "
-                    "baseline is recorded then"
+                    f"first seen waiting for {' and '.join(awaited)} that it cannot start "
+                    "without: its pods will read what appears, so the baseline is "
+                    "recorded then"
                 ),
             )
-        read = "this content" if managed else "no managed ConfigMap"
+        read = "this content" if managed else "no managed ConfigMap or Secret"
         return Decision(
             Action.RECORD,
             digest,
@@ -341,7 +464,9 @@ def decide(
             Action.NONE,
             current=current,
             baseline=known,
-            message="the pod template reads no managed ConfigMap now; the baseline stays",
+            message=(
+                "the pod template reads no managed ConfigMap or Secret now; the baseline stays"
+            ),
         )
     if (workload.get("spec") or {}).get("paused"):
         bundles = ", ".join(sorted({cm.bundle for cm in managed}))

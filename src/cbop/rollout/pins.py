@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from cbop.revisions.template import TemplatePin, TemplatePins, add_mapping
-from cbop.rollout.decision import Action, Decision, baseline_value
+from cbop.rollout.decision import KIND_CONFIGMAP, Action, Decision, baseline_value
 from cbop.runtime.seams import Lister
 
 __all__ = ["PinPlanner"]
@@ -42,13 +42,13 @@ class PinPlanner:
         template reads revisioned ConfigMaps by their plain names): then it is
         ``APPLY`` at the same digest, or ``SKIP`` for a paused Deployment. A decision
         that writes anyway carries the mapping, never a pin; one without a managed
-        reference asks nothing.
+        reference asks nothing. Only ConfigMaps have revisions: Secrets are left out.
         """
         if not decision.digest:
             return TemplatePin({}), decision
         pin = self._pins.plan(
             workload,
-            decision.configmaps,
+            [cm for cm in decision.configmaps if cm.kind == KIND_CONFIGMAP],
             baseline=decision.baseline,
             digest_baseline=baseline_value(decision.digest),
             template_baseline=baseline_value(decision.current) if decision.current else "",

@@ -1,7 +1,7 @@
 """The rollout reconcile: read the caches, decide, apply through its parts, report.
 
 :class:`RolloutReconciler` reconciles the workloads of one kind by their key: it reads
-the workload and the ConfigMaps it references from the caches
+the workload and the ConfigMaps and Secrets it references from the caches
 (:mod:`cbop.rollout.references`), asks the pure :func:`cbop.rollout.decision.decide`,
 and writes at most one server-side apply under its own field manager (the baseline
 label, and, to roll, the pod template annotation ``cbop.dev/config-hash``).
@@ -33,7 +33,7 @@ from cbop.rollout.apply import WorkloadApplier
 from cbop.rollout.coalesce import ChangeCoalescer
 from cbop.rollout.decision import FIELD_MANAGER, Action, Decision, apply_body, decide
 from cbop.rollout.pins import PinPlanner
-from cbop.rollout.references import read_references
+from cbop.rollout.references import SecretReader, read_references
 from cbop.rollout.report import RolloutObserver, RolloutReporter
 from cbop.runtime.reconcile import TerminalError
 from cbop.runtime.seams import Client, EventSink, Lister
@@ -97,6 +97,8 @@ class RolloutReconciler:
         field_manager: the server-side apply field manager.
         force: always send ``force=true`` (see :class:`WorkloadApplier`).
         controller_name: the ``controller`` field of the log lines.
+        secrets: what the workloads' Secret references are (None: Secrets are off,
+            and those references count as nothing).
     """
 
     def __init__(
@@ -112,12 +114,14 @@ class RolloutReconciler:
         field_manager: str = FIELD_MANAGER,
         force: bool = False,
         controller_name: str | None = None,
+        secrets: SecretReader | None = None,
     ) -> None:
         self._resource = resource
         self._client = client
         self._workloads = workloads
         self._configmaps = configmaps
         self._coalescer = coalescer
+        self._secrets = secrets
         self._controller_name = controller_name or f"rollout-{resource.kind.lower()}"
         self._pins = PinPlanner(configmaps, resource.kind)
         self._applier = WorkloadApplier(
@@ -141,6 +145,8 @@ class RolloutReconciler:
                 answer with force); reported in a ``RolloutConflict`` Event, not retried.
             ApiError, ConnectionFailed: a failed apply other than a conflict or a 404;
                 retry rate-limited.
+            cbop.secretaccess.DigestKeyError: a managed Secret is read and the digest
+                key Secret holds no usable key; retry rate-limited.
         """
         namespace, name = split_key(key)
         as_of = self._coalescer.now() if self._coalescer is not None else 0.0
@@ -151,7 +157,8 @@ class RolloutReconciler:
             self._settle(key, float("inf"))
             return RolloutResult(key, None, message="not in the cache (gone or not opted in)")
         configmaps, absent = read_references(self._client, self._configmaps, namespace, workload)
-        pin, decision = self._pins.plan(workload, decide(workload, configmaps, absent))
+        secrets = self._secrets.read(namespace, workload) if self._secrets is not None else None
+        pin, decision = self._pins.plan(workload, decide(workload, configmaps, absent, secrets))
         # The controller binds controller, namespace, name and reconcile_id to every
         # line of the reconcile (cbop.runtime.reconcile_context).
         logger = log

@@ -16,12 +16,17 @@ from typing import Any, Final, Literal, Protocol
 import cachetools
 
 from cbop.kube import Resource
-from cbop.rollout.decision import ANNOTATION_CONFIG_HASH, ManagedConfigMap, config_digest
+from cbop.rollout.decision import (
+    ANNOTATION_CONFIG_HASH,
+    KIND_CONFIGMAP,
+    ManagedObject,
+    config_digest,
+)
 from cbop.runtime.seams import EventSink
 
 __all__ = ["RolloutObserver", "RolloutReporter"]
 
-#: Workloads whose last seen ConfigMap content hashes are remembered (to name the
+#: Workloads whose last seen ConfigMap and Secret content hashes are remembered (to name the
 #: bundles that changed in the Event).
 _KNOWN_ENTRIES: Final = 100_000
 
@@ -39,10 +44,26 @@ class _NoObserver:
         pass
 
 
-def _changed_part(changed: Sequence[ManagedConfigMap]) -> str:
+def _by_kind(refs: Sequence[str]) -> dict[str, list[str]]:
+    """Group :attr:`ManagedObject.ref` values by kind, ConfigMaps first, names sorted."""
+    out: dict[str, list[str]] = {}
+    for ref in sorted(refs):
+        kind, _, name = ref.rpartition("/")
+        out.setdefault(kind or KIND_CONFIGMAP, []).append(name)
+    return dict(sorted(out.items(), key=lambda item: (item[0] != KIND_CONFIGMAP, item[0])))
+
+
+def _changed_part(changed: Sequence[ManagedObject]) -> str:
     bundles = ", ".join(sorted({cm.bundle for cm in changed}))
-    names = ", ".join(sorted(cm.name for cm in changed))
-    return f"ConfigBundle(s) {bundles} changed (ConfigMaps {names})"
+    kinds = _by_kind([cm.ref for cm in changed])
+    names = "; ".join(f"{kind}s {', '.join(names)}" for kind, names in kinds.items())
+    return f"ConfigBundle(s) {bundles} changed ({names})"
+
+
+def _named(refs: Sequence[str]) -> str:
+    """Return ``ConfigMap(s) a, b`` (and ``Secret(s) c``) for ``refs``."""
+    kinds = _by_kind(refs)
+    return " and ".join(f"{kind}(s) {', '.join(names)}" for kind, names in kinds.items())
 
 
 class RolloutReporter:
@@ -65,7 +86,7 @@ class RolloutReporter:
         self._recorder = recorder
         self._observer: RolloutObserver = observer or _NoObserver()
         self._lock = threading.Lock()
-        # Workload UID -> ConfigMap name -> content hash last seen in sync or written,
+        # Workload UID -> ManagedObject.ref -> content hash last seen in sync or written,
         # to name the bundles whose content changed. Lost on restart: then every
         # referenced bundle is named.
         self._known: cachetools.LRUCache[str, dict[str, str]] = cachetools.LRUCache(_KNOWN_ENTRIES)
@@ -74,13 +95,13 @@ class RolloutReporter:
         self._paused: dict[str, Hashable] = {}
         self._refused: dict[str, Hashable] = {}
 
-    def seen(self, workload: Mapping[str, Any], managed: Sequence[ManagedConfigMap]) -> None:
+    def seen(self, workload: Mapping[str, Any], managed: Sequence[ManagedObject]) -> None:
         """Note the content ``workload`` reads now (in sync, or written)."""
         uid = str(workload["metadata"].get("uid", ""))
         with self._lock:
-            self._known[uid] = {cm.name: cm.content_hash for cm in managed}
+            self._known[uid] = {cm.ref: cm.content_hash for cm in managed}
 
-    def describe(self, workload: Mapping[str, Any], managed: Sequence[ManagedConfigMap]) -> str:
+    def describe(self, workload: Mapping[str, Any], managed: Sequence[ManagedObject]) -> str:
         """Return the Event message of a rollout: what changed since the last look, only.
 
         Against the content hashes last seen for the workload (in memory): bundles
@@ -90,24 +111,22 @@ class RolloutReporter:
         """
         with self._lock:
             known = self._known.get(str(workload["metadata"].get("uid", "")))
-        current = {cm.name: cm for cm in managed}
+        current = {cm.ref: cm for cm in managed}
         if known is None:
             parts = [_changed_part(managed)]
         else:
-            changed = [
-                cm for cm in managed if cm.name in known and known[cm.name] != cm.content_hash
-            ]
-            added = [cm for cm in managed if cm.name not in known]
-            removed = sorted(name for name in known if name not in current)
+            changed = [cm for cm in managed if cm.ref in known and known[cm.ref] != cm.content_hash]
+            added = [cm for cm in managed if cm.ref not in known]
+            removed = sorted(ref for ref in known if ref not in current)
             parts = []
             if changed:
                 parts.append(_changed_part(changed))
             if added:
-                names = ", ".join(cm.name for cm in added)
+                names = _named([cm.ref for cm in added])
                 bundles = ", ".join(sorted({cm.bundle for cm in added}))
-                parts.append(f"ConfigMap(s) {names} now managed by ConfigBundle(s) {bundles}")
+                parts.append(f"{names} now managed by ConfigBundle(s) {bundles}")
             if removed:
-                parts.append(f"ConfigMap(s) {', '.join(removed)} no longer managed by cbop")
+                parts.append(f"{_named(removed)} no longer managed by cbop")
             if not parts:  # seen in sync, then a baseline written elsewhere: name them all
                 parts = [_changed_part(managed)]
         digest = config_digest(managed)
@@ -116,7 +135,7 @@ class RolloutReporter:
     def rolled(
         self,
         workload: Mapping[str, Any],
-        managed: Sequence[ManagedConfigMap],
+        managed: Sequence[ManagedObject],
         message: str,
         *,
         pinned: bool = False,

@@ -115,6 +115,25 @@ class OwnWrites(Generic[V]):
             del self._entries[key]
         return None
 
+    def written_version(self, key: str, cached: Mapping[str, Any]) -> str | None:
+        """Return the resourceVersion the last write to ``key`` produced, or None.
+
+        Only while ``cached`` is the very version that write was decided from (same
+        uid and resourceVersion), and only when the write's answer was read.
+        """
+        if absent(self._entries, key):
+            return None
+        meta = _meta(cached)
+        with self._lock:
+            entry = self._entries.get(key)
+        if (
+            entry is None
+            or entry.uid != str(meta.get("uid") or "")
+            or entry.based_on != str(meta.get("resourceVersion") or "")
+        ):
+            return None
+        return entry.written or None
+
     def forget(self, key: str) -> None:
         """Drop what was remembered of ``key`` (the object is gone)."""
         if absent(self._entries, key):

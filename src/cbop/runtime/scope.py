@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Final
@@ -220,13 +220,14 @@ class Scope:
         label_selector: str | None = None,
         indexers: dict[str, IndexFunc] | None = None,
         transform: Transform = strip_managed_fields,
+        namespaces: Sequence[str | None] | None = None,
     ) -> MultiNamespaceLister:
         """Return a lister over the scope's shared informers of ``resource``.
 
         ``reads``: which of its objects (:class:`Reads`); see
         :meth:`cbop.informers.SharedInformerFactory.lister` for the rest
         (``transform``: what objects go through before they are cached, set by the
-        first caller).
+        first caller; ``namespaces``: the informers' namespaces when not the scope's).
         """
         return self.informers.lister(
             resource,
@@ -235,6 +236,7 @@ class Scope:
             whole=reads.whole,
             by_name=reads.by_name,
             transform=transform,
+            namespaces=namespaces,
         )
 
     def add(self, controller: Controller) -> None:
