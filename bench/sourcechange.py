@@ -334,7 +334,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"{args.bundles} readers, {shape}: CPU s per change "
         + " / ".join(f"{r:.3f}" for r in runs)
         + f" (best {min(runs):.3f}; {1000 * min(runs) / args.bundles:.3f} ms per reader; "
-        + "ConfigMaps / statuses / their events "
+        + ("Secrets" if args.secrets else "ConfigMaps")
+        + " / statuses / their events "
         + " / ".join(f"{p:.3f}" for p in best)
         + f"){share}"
     )
