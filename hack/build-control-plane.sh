@@ -6,9 +6,11 @@
 # are not rebuilt; the Go toolchain is needed only when something must be built.
 # Honours KUBEBUILDER_ASSETS: when it is set, nothing is built and that directory is
 # printed instead. Concurrent runs wait for each other (flock on the cache directory).
-# Progress and per-binary build times go to stderr; stdout is only the directory.
+# Progress and build times go to stderr; stdout is only the directory.
 # With --check nothing is built: it exits 0 when every binary is present and current,
 # else 1 naming the binaries a run would build.
+# How it builds (hack/go-build.sh): the Kubernetes binaries in one `go build`, so their
+# links run in parallel with the last compiles, and without symbol tables or DWARF.
 set -euo pipefail
 
 check_only=false
@@ -70,32 +72,38 @@ up_to_date() { # up_to_date <binary name>
 }
 
 stale=()
-build() { # build <module dir> <package> <binary name> [ldflags]
-  local dir="$1" pkg="$2" name="$3" ldflags="${4:-}"
-  if up_to_date "$name"; then
-    return 0
-  fi
-  if $check_only; then
-    stale+=("$name")
-    return 0
-  fi
-  if ! command -v go >/dev/null 2>&1; then
-    echo "build-control-plane: the Go toolchain is required to build $name (go not found on PATH)" >&2
+for name in etcd kube-apiserver kube-controller-manager kubectl; do
+  up_to_date "$name" || stale+=("$name")
+done
+if $check_only; then
+  if ((${#stale[@]})); then
+    echo "build-control-plane: missing or not ${k8s_version} in $cache: ${stale[*]}" >&2
     exit 1
   fi
-  echo "build-control-plane: building $name ($pkg) into $cache" >&2
-  local start=$SECONDS
-  (cd "$dir" && go build -trimpath -ldflags="$ldflags" -o "$cache/$name.tmp" "$pkg")
-  mv "$cache/$name.tmp" "$cache/$name"
-  echo "build-control-plane: built $name in $((SECONDS - start))s" >&2
-}
-
-build "$here/etcd" go.etcd.io/etcd/server/v3 etcd
-build "$here/k8s" k8s.io/kubernetes/cmd/kube-apiserver kube-apiserver "$k8s_ldflags"
-build "$here/k8s" k8s.io/kubernetes/cmd/kube-controller-manager kube-controller-manager "$k8s_ldflags"
-build "$here/k8s" k8s.io/kubernetes/cmd/kubectl kubectl "$k8s_ldflags"
-if ((${#stale[@]})); then
-  echo "build-control-plane: missing or not ${k8s_version} in $cache: ${stale[*]}" >&2
+  echo "$cache"
+  exit 0
+fi
+if ((${#stale[@]})) && ! command -v go >/dev/null 2>&1; then
+  echo "build-control-plane: the Go toolchain is required to build ${stale[*]} (go not found on PATH)" >&2
   exit 1
+fi
+
+k8s_stale=()
+for name in "${stale[@]}"; do
+  [[ "$name" == etcd ]] || k8s_stale+=("k8s.io/kubernetes/cmd/$name")
+done
+# etcd first: the Kubernetes build then finds the standard library compiled. Meanwhile
+# the Kubernetes module's sources download (go list loads the packages, compiles nothing).
+if [[ " ${stale[*]} " == *" etcd "* ]]; then
+  if ((${#k8s_stale[@]})); then
+    (cd "$here/k8s" && exec go list -deps "${k8s_stale[@]}" >/dev/null 2>&1) &
+    trap 'kill $! 2>/dev/null || true' EXIT
+  fi
+  "$here/go-build.sh" build-control-plane "$here/etcd" "$cache" "" go.etcd.io/etcd/server/v3=etcd
+  wait
+  trap - EXIT
+fi
+if ((${#k8s_stale[@]})); then
+  "$here/go-build.sh" build-control-plane "$here/k8s" "$cache" "$k8s_ldflags" "${k8s_stale[@]}"
 fi
 echo "$cache"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds helm from the Go module pinned in hack/helm into
 # ${XDG_CACHE_HOME:-~/.cache}/cbop/bin/helm-<version>/ (reused when present) and prints
-# the path of the binary. Progress and the build time go to stderr.
+# the path of the binary. Progress and the build time go to stderr. How it builds:
+# hack/go-build.sh.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 version="$(grep -oE "^\s*helm.sh/helm/v3 v[0-9.]+" "$here/helm/go.mod" | awk '{print $2}')"
@@ -11,12 +12,7 @@ exec 9>"$cache/.build.lock"
 flock 9
 if [[ ! -x "$cache/helm" ]]; then
   command -v go >/dev/null || { echo "build-helm: go not found on PATH" >&2; exit 1; }
-  echo "build-helm: building helm ${version} into $cache" >&2
-  start=$SECONDS
-  (cd "$here/helm" && go build -trimpath \
-    -ldflags="-X helm.sh/helm/v3/internal/version.version=${version}" \
-    -o "$cache/helm.tmp" helm.sh/helm/v3/cmd/helm)
-  mv "$cache/helm.tmp" "$cache/helm"
-  echo "build-helm: built helm in $((SECONDS - start))s" >&2
+  "$here/go-build.sh" build-helm "$here/helm" "$cache" \
+    "-X helm.sh/helm/v3/internal/version.version=${version}" helm.sh/helm/v3/cmd/helm
 fi
 echo "$cache/helm"

@@ -6,7 +6,8 @@
 # runc, socat (the API server relay), the CNI plugins and catatonit (the pause image)
 # are Debian packages, installed here when missing.
 # Binaries already present and reporting the pinned version are not rebuilt. Concurrent
-# runs wait for each other (flock). Progress and build times go to stderr.
+# runs wait for each other (flock). Progress and build times go to stderr. How it
+# builds: hack/go-build.sh.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -46,28 +47,40 @@ up_to_date() { # up_to_date <binary name>
   esac
 }
 
-build() { # build <module dir> <package> <binary name> <ldflags> [go build args...]
-  local dir="$1" pkg="$2" name="$3" ldflags="$4"
-  shift 4
-  if up_to_date "$name"; then
-    return 0
-  fi
-  command -v go >/dev/null 2>&1 || {
-    echo "build-node: the Go toolchain is required to build $name (go not found on PATH)" >&2
-    exit 1
-  }
-  echo "build-node: building $name ($pkg) into $cache" >&2
-  local start=$SECONDS
-  (cd "$dir" && go build -trimpath -ldflags="$ldflags" "$@" -o "$cache/$name.tmp" "$pkg")
-  mv "$cache/$name.tmp" "$cache/$name"
-  echo "build-node: built $name in $((SECONDS - start))s" >&2
+stale() { # stale <binary name>...: print those that are not up to date
+  local name
+  for name in "$@"; do up_to_date "$name" || echo "$name"; done
 }
+mapfile -t ctrd_stale < <(stale containerd ctr)
+mapfile -t shim_stale < <(stale containerd-shim-runc-v2)
+mapfile -t k8s_stale < <(stale kube-scheduler kubelet)
+if ((${#ctrd_stale[@]} + ${#shim_stale[@]} + ${#k8s_stale[@]})) && ! command -v go >/dev/null 2>&1; then
+  echo "build-node: the Go toolchain is required to build" \
+    "${ctrd_stale[*]} ${shim_stale[*]} ${k8s_stale[*]} (go not found on PATH)" >&2
+  exit 1
+fi
 
-# No btrfs/devmapper snapshotters (they need C headers); overlayfs and native remain.
-ctrd_tags=(-tags "no_btrfs no_devmapper no_zfs")
-build "$here/containerd" github.com/containerd/containerd/v2/cmd/containerd containerd "$ctrd_ldflags" "${ctrd_tags[@]}"
-CGO_ENABLED=0 build "$here/containerd" github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 containerd-shim-runc-v2 "$ctrd_ldflags"
-build "$here/containerd" github.com/containerd/containerd/v2/cmd/ctr ctr "$ctrd_ldflags" "${ctrd_tags[@]}"
-build "$here/k8s" k8s.io/kubernetes/cmd/kube-scheduler kube-scheduler "$k8s_ldflags"
-build "$here/k8s" k8s.io/kubernetes/cmd/kubelet kubelet "$k8s_ldflags"
+# Two builds side by side (hack/go-build.sh: one `go build` each): containerd's module,
+# then kubelet and kube-scheduler, which reuse most of the control plane's compiled
+# packages. No btrfs/devmapper snapshotters (they need C headers); overlayfs and native
+# remain. The shim is static (CGO_ENABLED=0), as containerd's release builds it.
+ctrd() {
+  local pkg=github.com/containerd/containerd/v2/cmd
+  if ((${#ctrd_stale[@]})); then
+    "$here/go-build.sh" build-node "$here/containerd" "$cache" "$ctrd_ldflags" \
+      -tags="no_btrfs no_devmapper no_zfs" "${ctrd_stale[@]/#/$pkg/}"
+  fi
+  if ((${#shim_stale[@]})); then
+    CGO_ENABLED=0 "$here/go-build.sh" build-node "$here/containerd" "$cache" "$ctrd_ldflags" \
+      "$pkg/containerd-shim-runc-v2"
+  fi
+}
+ctrd &
+ctrd_pid=$!
+trap wait EXIT # a failed kubelet build still lets the containerd build end
+if ((${#k8s_stale[@]})); then
+  "$here/go-build.sh" build-node "$here/k8s" "$cache" "$k8s_ldflags" "${k8s_stale[@]/#/k8s.io/kubernetes/cmd/}"
+fi
+wait $ctrd_pid
+trap - EXIT
 echo "$cache"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["tests.e2e.control_plane", "tests.e2e.fixtures", "tests.workers"]
+pytest_plugins = ["tests.e2e.control_plane", "tests.e2e.fixtures", "tests.workers", "tests.builds"]
 
 _HERE = Path(__file__).parent.resolve()
 #: The tier marker of each directory under tests/.

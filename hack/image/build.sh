@@ -7,13 +7,25 @@
 # Dockerfile as is (e.g. docker.io/library/python:3.11.14-slim-trixie, its default,
 # which needs a reachable registry). The host's CA bundle, when there is one, is given
 # to the build as the `ca-bundle` secret for pip (never stored in the image).
-# Prints the image's size on stderr; stdout stays empty.
+# Prints the image's size on stderr; stdout stays empty. With --if-missing it builds
+# nothing when cbop:dev exists (tests/builds.py: an early build for the tests that
+# leaves a rebuild of a changed tree to the test that needs the image).
 set -euo pipefail
+
+if_missing=false
+case "${1:-}" in
+  "") ;;
+  --if-missing) if_missing=true ;;
+  *) echo "usage: $0 [--if-missing]" >&2; exit 2 ;;
+esac
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 export CONTAINERS_CONF="${CONTAINERS_CONF:-$here/containers.conf}"
 "$repo/hack/apt-tools.sh" podman=podman buildah=buildah runc=runc mmdebstrap=mmdebstrap
+if $if_missing && podman image exists cbop:dev; then
+  exit 0
+fi
 
 version="$(python3 "$repo/hack/version.py")"
 base="${BASE_IMAGE:-local}"

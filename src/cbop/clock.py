@@ -1,35 +1,15 @@
 """Time as a dependency: the ``Clock`` protocol and the real clock.
 
-This module owns cbop's notion of time. Everything that reads the time, sleeps or waits
-with a timeout (the workqueue's delaying loop and metrics updater, the token bucket, the
-leader election and the informers' backoff) takes a ``Clock`` so that tests can
-substitute a fake clock and drive time by hand, as the ``k8s.io/utils/clock`` package
-does for client-go. The fake clock is test support and ships apart from cbop:
-``cbop_testing.clock.FakeClock`` (the ``cbop-testing`` distribution in ``testing/``), as
-client-go keeps its fake in ``k8s.io/utils/clock/testing``.
+This module owns cbop's notion of time: everything that reads the time, sleeps or waits
+with a timeout takes a ``Clock``, so that tests drive time by hand with
+``cbop_testing.clock.FakeClock``, as ``k8s.io/utils/clock`` does for client-go. Times
+are ``float`` seconds on a monotonic scale whose origin means nothing.
 
-Times are ``float`` seconds on a monotonic scale whose origin is meaningless; only
-differences matter. Durations are ``float`` seconds too.
-
-How a caller waits on the clock
--------------------------------
-A timed wait is expressed against a ``threading.Condition`` and an absolute deadline on the
-clock's scale::
-
-    with cond:                       # the caller holds the condition's lock
-        while not ready():
-            if not clock.wait_until(cond, deadline):
-                break                # the deadline has passed on this clock
-
-``RealClock.wait_until`` is ``cond.wait(deadline - now)``. A fake clock registers the
-condition and notifies it when the test moves its time past the deadline. Either way the
-waiter may also be woken early by an ordinary ``cond.notify()`` (for example a new,
-earlier item in a delaying queue), so callers must re-check their predicate in a loop,
-exactly as with ``Condition.wait``. The module-level ``wait_for(clock, cond, predicate,
-timeout)`` does that loop, like ``Condition.wait_for`` with the timeout measured on
-``clock``.
-
-This module is the bottom layer of the package: it imports nothing from cbop.
+A timed wait is a ``threading.Condition`` and a deadline on the clock's scale:
+``clock.wait_until(cond, deadline)`` (a fake clock notifies the condition when the test
+moves past the deadline). A waiter may also wake early, so callers re-check their
+predicate in a loop, as with ``Condition.wait``; :func:`wait_for` is that loop. This
+module is the bottom layer: it imports nothing from cbop.
 """
 
 from __future__ import annotations

@@ -1,29 +1,15 @@
 """Locks for the short critical sections that busy reconcile threads share.
 
-Why not a plain ``threading.Lock``: CPython runs one thread at a time (the interpreter
-lock, the GIL). When a thread finds a ``threading.Lock`` taken, it gives up the GIL and
-sleeps in the operating system until the lock is released; the lock then passes to it
-at once, while it is still asleep, and it must wait for the GIL holding that lock. The
-thread that released the lock soon wants it again (the next work item takes the same
-locks), finds it held by a thread that cannot run, gives up the GIL to it, and so on: a
-lock convoy. Every acquisition then costs two context switches, and it lasts as long as
-the threads keep taking the lock. Measured on 2 cores, 10,000 reconciles of converged
-bundles (no request sent), one reconcile thread: 0.85 CPU s and 4 context switches;
-four threads sharing a few ``threading.Lock``s: 1.35-2.0 CPU s and 10,000-17,500
-context switches; four threads sharing :class:`YieldingLock`s: 1.10-1.15 CPU s and
-about 1,000.
-
+Why not a plain ``threading.Lock``: a thread that finds one taken gives up the GIL and
+sleeps until it is released; the lock then passes to it while it is still asleep, and
+the thread that released it, wanting it again for the next item of work, must wait for
+a thread that cannot run: a lock convoy, two context switches per acquisition for as
+long as the threads keep taking the lock (bench/results/s6-s7.md measures it).
 :class:`YieldingLock` never sleeps on a taken lock at first: it gives up the GIL
-(``time.sleep(0)``) and tries again, so the lock is only ever taken by a thread that
-holds the GIL and runs. A holder interrupted inside its critical section (the GIL is
-handed over every 5 ms) gets the GIL back, finishes and releases the lock; nobody
-queues on it. Only a lock still taken after :data:`SPINS` tries, or after
-:data:`SPIN_SECONDS` (a holder that does something slow under it), is waited for as
-``threading.Lock`` waits.
-
-Use it for locks held briefly and taken by several busy threads for every item of work
-(the workqueue, the reconciler's caches, the informer's indexer); a lock held across
-I/O gains nothing from it.
+(``time.sleep(0)``) and tries again, so the lock is only taken by a thread that runs;
+only a lock still taken after :data:`SPINS` tries or :data:`SPIN_SECONDS` is waited for
+as ``threading.Lock`` waits. Use it for locks held briefly by several busy threads for
+every item of work (the workqueue, the reconciler's caches, the indexer), not across I/O.
 """
 
 from __future__ import annotations

@@ -7,14 +7,10 @@ line's :class:`Options`, plus what makes it cbop: the Prometheus registry and th
 controller and leader-election metrics, the Event recorder (flushed when a scope has
 drained, closed on shutdown), and the controllers of the registry
 (:data:`cbop.controllers.CONTROLLERS`): each enabled definition is installed once
-(``install(context)``, its metrics) and its setup runs against every scope. Nothing here
-names a controller.
-
-With ``--shards N`` (N > 1) the controllers are set up once per held shard instead (a
-:class:`cbop.runtime.Scope` per shard, acquired by a :class:`cbop.sharding.ShardCoordinator`);
-the Event recorder, ``/metrics``, the probes and the collectors stay per process and read
-every held shard (``cbop_configbundles`` sums over them; ``cbop_shard_objects`` counts
-each).
+(``install(context, settings)``, its metrics) and its setup runs against every scope.
+Nothing here names a controller. With ``--shards N`` (N > 1) a
+:class:`cbop.sharding.ShardCoordinator` supplies the scopes; the Event recorder,
+``/metrics``, the probes and the collectors stay per process and read every scope.
 """
 
 from __future__ import annotations
@@ -35,7 +31,7 @@ from cbop import defaults
 from cbop.controllers import CONTROLLERS
 from cbop.health import parse_bind_address
 from cbop.informers import SharedInformerFactory
-from cbop.kube import KubeClient, Resource
+from cbop.kube import KubeInterface, Resource
 from cbop.metrics.controller import (
     EventSinkCollector,
     InformerConnectedCollector,
@@ -49,10 +45,17 @@ from cbop.metrics.shardobjects import ShardObjectsCollector
 from cbop.metrics.workqueue import PrometheusWorkqueueMetricsProvider
 from cbop.runtime import Coordinator, Hooks, LeaderElection, Sharding
 from cbop.runtime import Manager as RuntimeManager
-from cbop.runtime.definition import Context, ControllerDefinition, PolicyRule
+from cbop.runtime.definition import (
+    Configured,
+    Context,
+    ControllerDefinition,
+    FlagValues,
+    PolicyRule,
+    configure_all,
+)
 from cbop.runtime.events import EventLevel, EventRecorder
 from cbop.runtime.runnable import SERVERS
-from cbop.sharding import ShardCoordinator
+from cbop.sharding import ShardCoordinator, ShardHandler
 from cbop.shardrange import ShardRange
 
 log = structlog.get_logger("cbop.manager")
@@ -107,9 +110,10 @@ class Options:
             changes); False: the plain rate-limiting queue.
         identity: this candidate's identity (default: hostname plus a random suffix).
         events: which Events are written (``notable``, ``all``, ``none``; see
-            :class:`cbop.configbundle.EventRecorder`).
+            :class:`cbop.runtime.events.EventRecorder`).
         settings: the controllers' flag values by :attr:`cbop.runtime.definition.Flag.dest`
-            (``{"rollout": True}``); missing ones take their defaults.
+            (``{"rollout": True}``); missing ones take their defaults. Each controller
+            builds its typed settings from them once.
         shards: shards the bundles are spread over by namespace (``--shards``); 1: the
             single leader; more needs ``leader_elect``.
     """
@@ -185,11 +189,11 @@ class Manager(RuntimeManager):
 
     def __init__(
         self,
-        client: KubeClient,
+        client: KubeInterface,
         options: Options,
         *,
         registry: CollectorRegistry | None = None,
-        definitions: Sequence[ControllerDefinition] = CONTROLLERS,
+        definitions: Sequence[ControllerDefinition[Any]] = CONTROLLERS,
     ) -> None:
         self.options = options
         self.registry = registry or CollectorRegistry()
@@ -223,7 +227,7 @@ class Manager(RuntimeManager):
             sharding = self._sharding(client, leader_election)
         super().__init__(
             client,
-            informers=self._informer_factory(client),
+            informers=lambda shard: self._informer_factory(client, shard),
             identity=options.identity,
             leader_election=leader_election,
             leader_metrics=(
@@ -237,9 +241,11 @@ class Manager(RuntimeManager):
             controller_metrics=PrometheusControllerMetricsProvider(self.registry),
             queue_metrics=PrometheusWorkqueueMetricsProvider(self.registry),
         )
-        # Every write of the reconciler and the Event sink goes through self.client
-        # (sharded: the reconcilers write through their shard's client).
-        self.recorder = EventRecorder(self.client, instance=options.identity, level=options.events)
+        # Events go through the process's one scope's fenced client (sharded: the
+        # process's own; the reconcilers write through their shard's client).
+        self.recorder = EventRecorder(
+            self.event_client, instance=options.identity, level=options.events
+        )
         # Flushed after each scope drains (its lease still held), closed on shutdown.
         self.add_drain_hook(lambda seconds: self.recorder.flush(timeout=seconds))
         self.add_cleanup(lambda seconds: self.recorder.close(timeout=seconds))
@@ -249,36 +255,35 @@ class Manager(RuntimeManager):
                 Hooks("metrics server", self._serve_metrics, lambda _: self._stop_metrics()),
                 SERVERS,
             )
-        settings = {**ControllerDefinition.settings_of(definitions), **options.settings}
         context = Context(
-            settings=settings,
             workers=options.workers,
             priority_queue=options.priority_queue,
             recorder=self.recorder,
             registry=self.registry,
             cached=self._cached,
         )
-        #: The controller definitions this process runs (enabled by their settings).
-        self.definitions = enabled_controllers(settings, definitions)
-        for definition in self.definitions:
-            self.add_setup(definition.install(context))
+        configured = configure_all(definitions, FlagValues(options.settings))
+        #: The controllers this process runs, with their settings (enabled by them).
+        self.configured: tuple[Configured[Any], ...] = tuple(c for c in configured if c.enabled)
+        #: The controller definitions this process runs.
+        self.definitions = tuple(c.definition for c in self.configured)
+        for controller in self.configured:
+            self.add_setup(controller.install(context))
         recorder = self.recorder
         self.registry.register(EventSinkCollector(lambda: (recorder.dropped, recorder.failed)))
         self.registry.register(InformerConnectedCollector(self.connection_states))
         if sharding is not None:
             self.registry.register(
                 ShardObjectsCollector(
-                    lambda: {s.index: s.object_counts() for s in self.shard_scopes()}
+                    lambda: {s.index: s.object_counts() for s in self.held_scopes()}
                 )
             )
         if probe_address is not None:
             with _bind_errors("--health-probe-bind-address", options.health_probe_bind_address):
                 self.bind_probes(probe_address)
 
-    def _informer_factory(
-        self, client: KubeClient, shard: ShardRange | None = None
-    ) -> SharedInformerFactory:
-        """Return an informer factory with the options' scope (of ``shard`` only, if given)."""
+    def _informer_factory(self, client: KubeInterface, shard: ShardRange) -> SharedInformerFactory:
+        """Return an informer factory of the options' namespaces, holding ``shard`` only."""
         opts = self.options
         return SharedInformerFactory(
             client,
@@ -288,12 +293,12 @@ class Manager(RuntimeManager):
             shard=shard,
         )
 
-    def _sharding(self, client: KubeClient, election: LeaderElection) -> Sharding:
+    def _sharding(self, client: KubeInterface, election: LeaderElection) -> Sharding:
         """Return the sharding of ``--shards``: per-shard informers and the coordinator."""
         opts = self.options
         metrics = PrometheusShardMetrics(self.registry, shards=opts.shards)
 
-        def coordinator(handler: RuntimeManager) -> Coordinator:
+        def coordinator(handler: ShardHandler) -> Coordinator:
             return ShardCoordinator(
                 # Lease writes are never throttled, retried or fenced (as the elector's).
                 client.with_limits(qps=0, burst=0, max_retries=0),
@@ -308,11 +313,7 @@ class Manager(RuntimeManager):
                 metrics=metrics,
             )
 
-        return Sharding(
-            shards=opts.shards,
-            informers=lambda shard: self._informer_factory(client, shard),
-            coordinator=coordinator,
-        )
+        return Sharding(shards=opts.shards, coordinator=coordinator)
 
     def _cached(self, resource: Resource) -> list[Mapping[str, Any]]:
         """Return the objects of ``resource`` in every scope's cache (every held shard's)."""
@@ -365,14 +366,17 @@ def options_error(shards: int, *, leader_elect: bool) -> str | None:
 
 
 def enabled_controllers(
-    settings: Mapping[str, Any], definitions: Sequence[ControllerDefinition] = CONTROLLERS
-) -> tuple[ControllerDefinition, ...]:
-    """Return the definitions whose ``enabled`` holds for ``settings`` (defaults filled in).
+    settings: Mapping[str, Any], definitions: Sequence[ControllerDefinition[Any]] = CONTROLLERS
+) -> tuple[ControllerDefinition[Any], ...]:
+    """Return the definitions their settings enable.
 
     Args:
         settings: flag values by :attr:`cbop.runtime.definition.Flag.dest`; missing
             ones take their flag's default.
         definitions: the registry (default: :data:`cbop.controllers.CONTROLLERS`).
+
+    Raises:
+        TypeError: a flag's value is not of its type.
     """
-    full = {**ControllerDefinition.settings_of(definitions), **settings}
-    return tuple(d for d in definitions if d.enabled(full))
+    configured = configure_all(definitions, FlagValues(settings))
+    return tuple(c.definition for c in configured if c.enabled)

@@ -101,7 +101,7 @@ class ShardRange:
 
     def contains(self, namespace: str) -> bool:
         """Whether an object in ``namespace`` belongs to this shard (the client-side filter)."""
-        return self.start <= fnv1a64(namespace) < self.end
+        return self.everything or self.start <= fnv1a64(namespace) < self.end
 
     def __str__(self) -> str:
         return f"{self.index}/{self.count}"

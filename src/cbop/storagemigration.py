@@ -1,32 +1,15 @@
 """Storage migration: rewrite every stored object of cbop's CRDs in their storage version.
 
 This module owns :func:`migrate_storage`, which ``cbop migrate-storage``
-(:mod:`cbop.cli.migrate`) runs, usually as a Job after an upgrade. When a CRD gains a
-new storage version (``cbop.dev/v1beta1`` after 0.1.0's ``v1alpha1``), etcd still holds
-the objects written before in the old one, and the CRD's ``status.storedVersions``
-lists both. A version may only be dropped from ``spec.versions`` once no object is
-stored in it, and only ``storedVersions`` says whether one might be (kubewarden#899,
-external-secrets#4662). So, for each CRD, as the kube-storage-version-migrator does:
-
-1. if ``storedVersions`` already names the storage version alone, nothing is done;
-2. else every object is read and written back unchanged with an update carrying its
-   resourceVersion: the API server encodes it in the storage version, so an object
-   stored in an old version gets a new resourceVersion and one stored in the current
-   version is a no-op (the API server skips a write that changes no byte). A lost race
-   (409, cbop or someone else wrote meanwhile) reads the object again and retries; an
-   object deleted meanwhile is skipped. No spec changes (the body is the object as
-   read), no status is written (an update of the main resource leaves it alone), and no
-   other object is touched;
-3. only when every object was rewritten or is gone, ``status.storedVersions`` is set to
-   the storage version alone.
-
-Running it twice, or while cbop reconciles, is safe: step 2 is a no-op for objects
-already migrated and races are retried; step 3 happens once nothing old remains.
-
-Before any of that, every CRD must serve and store the version this cbop writes
-(:data:`cbop.api.VERSION`). A CRD that does not (an upgrade that skipped the CRDs: Helm
-never upgrades ``crds/``) raises :class:`CrdTooOld` and nothing is written: migrating
-objects into the old version would report success for a cluster that is not upgraded.
+(:mod:`cbop.cli.migrate`) runs after an upgrade. Why: etcd keeps the objects written
+before a new storage version in the old one, and a version may only leave a CRD's
+``spec.versions`` once ``status.storedVersions`` says nothing is stored in it. So, as
+the kube-storage-version-migrator does, each object is read and written back unchanged
+(with its resourceVersion: a lost race is read again, a deleted object skipped; no spec
+or status changes), and only when every one is done is ``storedVersions`` set to the
+storage version alone. Running it twice, or while cbop reconciles, is safe. A CRD that
+does not yet serve and store :data:`cbop.api.VERSION` raises :class:`CrdTooOld` before
+any write (docs/api-versions.md).
 """
 
 from __future__ import annotations
@@ -36,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from cbop.api import GROUP, VERSION
-from cbop.kube import CUSTOM_RESOURCE_DEFINITIONS, ApiError, KubeClient, Resource
+from cbop.kube import CUSTOM_RESOURCE_DEFINITIONS, ApiError, KubeInterface, Resource
 
 __all__ = [
     "ATTEMPTS",
@@ -160,7 +143,7 @@ def check_versions(
         )
 
 
-def _rewrite(client: KubeClient, res: Resource, obj: dict[str, Any], out: CrdMigration) -> None:
+def _rewrite(client: KubeInterface, res: Resource, obj: dict[str, Any], out: CrdMigration) -> None:
     """Write ``obj`` back as read; retry lost races from a fresh read."""
     meta = obj["metadata"]
     namespace, name = meta.get("namespace"), meta["name"]
@@ -192,7 +175,7 @@ def _rewrite(client: KubeClient, res: Resource, obj: dict[str, Any], out: CrdMig
     out.failed.append(f"{namespace + '/' if namespace else ''}{name}: {ATTEMPTS} lost races")
 
 
-def _trim(client: KubeClient, name: str, storage: str) -> list[str]:
+def _trim(client: KubeInterface, name: str, storage: str) -> list[str]:
     """Set the CRD's ``status.storedVersions`` to ``[storage]``; return what it holds."""
     for _ in range(ATTEMPTS):
         crd = client.get(CUSTOM_RESOURCE_DEFINITIONS, None, name)
@@ -216,7 +199,7 @@ def _trim(client: KubeClient, name: str, storage: str) -> list[str]:
 
 
 def migrate_storage(
-    client: KubeClient,
+    client: KubeInterface,
     names: list[str] | None = None,
     *,
     progress: Callable[[str], object] | None = None,

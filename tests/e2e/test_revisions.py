@@ -225,7 +225,10 @@ def test_older_revisions_are_collected_once_nothing_else_owns_them(
     time.sleep(1.1)
     c4 = {"v": "4"}
     set_spec(kube, namespace, "web", {**spec, "data": c4})
+    # Collection runs before the create (a quota full of old revisions must not refuse the
+    # new one), so c2 can be gone a moment before c4 exists.
     wait_for(lambda: _gone(kube, namespace, _revision(c2)), 30, message="c2 deleted")
+    wait_for(lambda: _status_revision(kube, namespace, "web", _revision(c4)), 30, message="c4")
     assert _names(kube, namespace) == {"web-conf", _revision(c3), _revision(c4)}
     _assert_quiet(kube, namespace)
 

@@ -29,7 +29,7 @@ import yaml
 
 from cbop import __version__
 from cbop_testing.envtest import ControlPlane, find_binaries
-from cbop_testing.envtest.node import find_node_binaries
+from cbop_testing.envtest.binaries import find_node_binaries
 from tests.e2e.harness import REPO, wait_for
 from tests.e2e.helm import helm_binary
 from tests.e2e.images import BUILD_TIMEOUT, podman_env

@@ -20,10 +20,11 @@ from cbop.clusterbundle.controller import (
     unsupported_scope,
 )
 from cbop.clusterbundle.decision import Failure
+from cbop.clusterbundle.outcomes import Outcomes
 from cbop.informers import SharedInformerFactory
 from cbop.kube import CLUSTERCONFIGBUNDLES, EVENTS, NAMESPACES
-from cbop.runtime import Scope
-from cbop.runtime.definition import Context
+from cbop.runtime import EVERYTHING, Controller, Scope, ScopeSpec
+from cbop.runtime.definition import Context, FlagValues, Setup
 from cbop.runtime.events import EventRecorder
 from cbop.shardrange import ShardRange
 from cbop_testing.fakekube import CacheLister, FakeKube, FakeRecorder
@@ -51,7 +52,20 @@ def namespaces(*names: str) -> CacheLister:
 def scope(namespaces: tuple[str, ...] = (), shard: ShardRange | None = None) -> Scope:
     kube = FakeKube()  # nothing is started: it is never called
     factory = SharedInformerFactory(kube, namespaces=namespaces, shard=shard)
-    return Scope(kube, informers=factory, shard=shard)
+    spec = EVERYTHING if shard is None else ScopeSpec.of_shard(shard)
+    return Scope(kube, informers=factory, spec=spec)
+
+
+def installed() -> Setup:
+    """The controller installed in a process, with its default settings."""
+    context = Context(
+        workers=2,
+        priority_queue=True,
+        recorder=FakeRecorder(),
+        registry=CollectorRegistry(),
+        cached=lambda resource: [],
+    )
+    return DEFINITION.configure(FlagValues()).install(context)
 
 
 def test_it_runs_only_with_the_cluster_scope() -> None:
@@ -61,19 +75,11 @@ def test_it_runs_only_with_the_cluster_scope() -> None:
 
 
 def test_where_it_cannot_run_it_adds_nothing_and_says_so_once() -> None:
-    context = Context(
-        settings={},
-        workers=2,
-        priority_queue=True,
-        recorder=FakeRecorder(),
-        registry=CollectorRegistry(),
-        cached=lambda resource: [],
-    )
-    setup = DEFINITION.install(context)
+    setup = installed()
     scoped = scope(("a",))
     with structlog.testing.capture_logs() as logs:
-        assert setup(scoped) is None
-        assert setup(scope(("b",))) is None
+        setup.set_up(scoped)
+        setup.set_up(scope(("b",)))
     assert scoped.controllers == {}
     assert scoped.informers.informers == []
     said = [e for e in logs if "cluster scope" in e["event"]]
@@ -81,18 +87,13 @@ def test_where_it_cannot_run_it_adds_nothing_and_says_so_once() -> None:
 
 
 def test_with_the_cluster_scope_it_adds_two_controllers_on_three_kinds() -> None:
-    context = Context(
-        settings={},
-        workers=2,
-        priority_queue=True,
-        recorder=FakeRecorder(),
-        registry=CollectorRegistry(),
-        cached=lambda resource: [],
-    )
+    setup = installed()
     cluster = scope()
-    added = DEFINITION.install(context)(cluster)
+    assert setup.once is not None
+    status = setup.once(cluster)
+    assert isinstance(status, Controller)
+    added = setup.each_scope(cluster)
     assert isinstance(added, ClusterBundleControllers)
-    assert added.status is not None
     assert added.report is None
     assert set(cluster.controllers) == {"clusterbundle", "clusterbundle-status"}
     assert DEFINITION.controllers == len(cluster.controllers)
@@ -102,9 +103,9 @@ def test_with_the_cluster_scope_it_adds_two_controllers_on_three_kinds() -> None
     assert watched == {"clusterconfigbundles/*", "namespaces/*", "configbundles/*"}
     # A refusal recorded by the stamp work wakes the status controller.
     added.outcomes.record("ca", "kube-system", None)
-    assert len(added.status.queue) == 0
+    assert len(status.queue) == 0
     added.outcomes.record("ca", "kube-system", Failure("kube-system", "Refused", "no"))
-    assert len(added.status.queue) == 1
+    assert len(status.queue) == 1
 
 
 #: A ClusterConfigBundle name past the 63 characters of a label value.
@@ -179,3 +180,14 @@ def test_events_about_a_cluster_bundle_go_to_the_default_namespace() -> None:
     assert body["metadata"]["namespace"] == "default"
     assert body["involvedObject"]["namespace"] == ""
     assert body["involvedObject"]["kind"] == "ClusterConfigBundle"
+
+
+def test_every_listener_of_the_stamp_outcomes_is_woken_once_per_change() -> None:
+    """A second listener is added beside the first, never in its place."""
+    woken: list[tuple[str, str]] = []
+    outcomes = Outcomes(lambda name: woken.append(("first", name)))
+    outcomes.listen(lambda name: woken.append(("second", name)))
+    refused = Failure("kube-system", "Refused", "no")
+    assert outcomes.record("ca", "kube-system", refused)
+    assert not outcomes.record("ca", "kube-system", refused)  # no change: nobody woken
+    assert woken == [("first", "ca"), ("second", "ca")]

@@ -30,8 +30,8 @@ from cbop.clusterbundle.reconcile import (
 )
 from cbop.informers import SharedInformerFactory
 from cbop.kube import CLUSTERCONFIGBUNDLES, CONFIGBUNDLES, NAMESPACES, ApiError
-from cbop.runtime import Requeue, Scope
-from cbop.runtime.definition import Context
+from cbop.runtime import Controller, Requeue, Scope, ScopeSpec
+from cbop.runtime.definition import Context, FlagValues
 from cbop.shardrange import ShardRange
 from cbop_testing.clock import FakeClock
 from cbop_testing.fakekube import CacheLister, FakeKube, FakeRecorder, ObjectTracker, fail
@@ -242,36 +242,38 @@ def test_a_new_holder_of_a_shard_keeps_what_it_has_not_met_again() -> None:
 
 def test_sharded_setup_adds_the_status_writer_to_shard_zero_only() -> None:
     context = Context(
-        settings={},
         workers=2,
         priority_queue=True,
         recorder=FakeRecorder(),
         registry=CollectorRegistry(),
         cached=lambda resource: [],
     )
-    setup = DEFINITION.install(context)
+    setup = DEFINITION.configure(FlagValues()).install(context)
+    assert setup.once is not None
     added = {}
     for shard in (SHARD0, SHARD1):
         factory = SharedInformerFactory(FakeKube(), shard=shard)
-        scope = Scope(
-            FakeKube(), informers=factory, shard=shard, name_suffix=f"-shard-{shard.index}"
-        )
-        made = setup(scope)
+        scope = Scope(FakeKube(), informers=factory, spec=ScopeSpec.of_shard(shard))
+        scope.lister(CONFIGBUNDLES)  # the ConfigBundle controller's, set up before
+        # As the manager does: the group's once-controllers first, where hosted.
+        status = setup.once(scope) if scope.spec.hosts_once else None
+        made = setup.each_scope(scope)
         assert isinstance(made, ClusterBundleControllers)
         assert made.report is not None
-        added[shard.index] = (scope, made)
-    scope0, made0 = added[0]
-    scope1, made1 = added[1]
+        added[shard.index] = (scope, made, status)
+    scope0, _, status0 = added[0]
+    scope1, made1, status1 = added[1]
     assert set(scope0.controllers) == {
         "clusterbundle-shard-0",
         "clusterbundle-status-shard-0",
         "clusterbundle-report-shard-0",
     }
     assert set(scope1.controllers) == {"clusterbundle-shard-1", "clusterbundle-report-shard-1"}
-    assert made0.status is not None
-    assert made1.status is None
+    assert isinstance(status0, Controller)
+    assert status1 is None
     # Shard 0 reads every Namespace, every ClusterConfigBundle and every stamp; the stamp
-    # controllers read their shard's ConfigBundles, and shard 1 its own Namespaces.
+    # controllers read their shard's ConfigBundles, and shard 1 its own Namespaces
+    # (shard 0's stamp work reads them from the status writer's informer of all).
     names0 = {i.name for i in scope0.informers.informers}
     assert names0 == {
         "clusterconfigbundles/*",
@@ -289,6 +291,38 @@ def test_sharded_setup_adds_the_status_writer_to_shard_zero_only() -> None:
     made1.outcomes.record("ca", IN1[0], Failure(IN1[0], "Refused", "no"))
     assert made1.report is not None
     assert len(made1.report.queue) == 1
+
+
+def test_on_the_status_writers_shard_a_failure_wakes_its_report_once() -> None:
+    """Shard 0 hosts the status writer and its own stamp work. The status reads the
+    shards' reports, shard 0's included, so a failure met there wakes shard 0's report
+    controller (which writes it for the status), and nothing else: one listener on the
+    shard's outcomes, none overwritten (the status's wiring used to be assigned first
+    and silently replaced by the report's)."""
+    setup = DEFINITION.configure(FlagValues()).install(
+        Context(
+            workers=1,
+            priority_queue=False,
+            recorder=FakeRecorder(),
+            registry=CollectorRegistry(),
+            cached=lambda resource: [],
+        )
+    )
+    scope = Scope(
+        FakeKube(),
+        informers=SharedInformerFactory(FakeKube(), shard=SHARD0),
+        spec=ScopeSpec.of_shard(SHARD0),
+    )
+    assert setup.once is not None
+    status = setup.once(scope)
+    made = setup.each_scope(scope)
+    assert isinstance(status, Controller)
+    assert isinstance(made, ClusterBundleControllers)
+    assert made.report is not None
+    made.outcomes.record("ca", IN0[0], Failure(IN0[0], "Refused", "no"))
+    made.outcomes.record("other", IN0[0], Failure(IN0[0], "Refused", "no"))
+    assert sorted(str(made.report.queue.get()[0]) for _ in range(2)) == ["ca", "other"]
+    assert len(status.queue) == 0
 
 
 def test_a_deleted_cluster_bundle_leaves_no_outcomes_behind() -> None:

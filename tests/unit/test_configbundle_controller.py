@@ -13,7 +13,7 @@ from cbop.configbundle import controller as configbundle
 from cbop.informers import SharedInformerFactory
 from cbop.keys import CONFIGMAP_NAME_INDEX
 from cbop.kube import CONFIGBUNDLES
-from cbop.runtime import Manager
+from cbop.runtime import Scope
 from cbop_testing.fakekube import FakeKube
 
 
@@ -29,10 +29,10 @@ def configmap(namespace: str, name: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def manager() -> Iterator[Manager]:
+def scope() -> Iterator[Scope]:
     kube = FakeKube()
     informers = SharedInformerFactory(kube, namespaces=["a", "b"], resync_period=0)
-    made = Manager(kube, informers=informers, identity="test", shutdown_timeout=1.0)
+    made = Scope(kube, informers=informers)
     yield made
     informers.shutdown()
 
@@ -53,9 +53,9 @@ def test_the_index_value_is_the_key_of_the_configmap_a_bundle_keeps(
     assert configbundle.index_by_configmap_name(obj) == expected
 
 
-def test_a_configmap_event_maps_to_every_bundle_keeping_its_name(manager: Manager) -> None:
-    configbundle.setup(manager)
-    informers = manager.informers.informers_for(CONFIGBUNDLES)
+def test_a_configmap_event_maps_to_every_bundle_keeping_its_name(scope: Scope) -> None:
+    configbundle.setup(scope)
+    informers = scope.informers.informers_for(CONFIGBUNDLES)
     assert all(CONFIGMAP_NAME_INDEX in i.indexer().index_names() for i in informers.values())
     for obj in (
         bundle("a", "old", "shared"),
@@ -65,7 +65,7 @@ def test_a_configmap_event_maps_to_every_bundle_keeping_its_name(manager: Manage
         bundle("b", "elsewhere", "shared"),  # same name, another namespace
     ):
         informers[obj["metadata"]["namespace"]].indexer().update(obj)
-    naming = configbundle.bundles_naming(manager.lister(CONFIGBUNDLES))
+    naming = configbundle.bundles_naming(scope.lister(CONFIGBUNDLES))
     assert naming(configmap("a", "shared")) == ["a/new", "a/old", "a/shared"]
     assert naming(configmap("b", "shared")) == ["b/elsewhere"]
     assert naming(configmap("a", "nobody")) == []

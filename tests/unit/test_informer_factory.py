@@ -252,3 +252,21 @@ def test_a_sharded_factory_hands_out_the_namespaces_of_its_names(
         assert 0 < len(kept) < len(names)
     finally:
         factory.shutdown()
+
+
+def test_a_by_name_informer_is_the_whole_one_when_that_exists_already(
+    api: FakeKube, clock: FakeClock
+) -> None:
+    """The status writer's shard reads every Namespace; its stamp work, asking for its
+    own by name afterwards, gets that informer: one list and watch, not two."""
+    shard = ShardRange.of(0, 2)
+    factory = SharedInformerFactory(api, resync_period=0, clock=clock, shard=shard)
+    (whole,) = factory.informers_for(NAMESPACES, whole=True).values()
+    (own,) = factory.informers_for(NAMESPACES, by_name=True).values()
+    assert own is whole
+    assert [i.name for i in factory.informers] == ["namespaces/*"]
+    # Asked for first, the by-name informer is one of its own.
+    other = SharedInformerFactory(api, resync_period=0, clock=clock, shard=shard)
+    (first,) = other.informers_for(NAMESPACES, by_name=True).values()
+    (then,) = other.informers_for(NAMESPACES, whole=True).values()
+    assert first is not then

@@ -130,9 +130,10 @@ def test_a_leader_whose_caches_never_sync_gives_up_and_exits_1(
         synced.append(False)
         return False
 
-    monkeypatch.setattr(manager.informers, "wait_for_cache_sync", never_synced)
-    monkeypatch.setattr(manager.informers, "start", lambda: None)
-    controller = manager.controllers["configbundle"]
+    (scope,) = manager.prepared_scopes()
+    monkeypatch.setattr(scope.informers, "wait_for_cache_sync", never_synced)
+    monkeypatch.setattr(scope.informers, "start", lambda: None)
+    controller = scope.controllers["configbundle"]
     monkeypatch.setattr(controller, "start", lambda: started.append(True))
     assert manager.run() == 1
     assert synced == [False], "the sync is waited for once leading"

@@ -116,9 +116,8 @@ def test_specs_and_renders_keep_a_working_set_while_every_outcome_is_kept() -> N
         memo.remember_noop(b, cm, f"outcome-{i}")
         bundles.append((b, cm))
     assert len(memo._specs) == len(memo._desired) == len(memo._synced) == 2
-    configmaps = {cm["metadata"]["name"]: cm for _, cm in bundles}
     for i, (b, cm) in enumerate(bundles):
-        assert memo.noop(b, configmaps.get) == (f"outcome-{i}", cm)
+        assert memo.noop(b, cm) == f"outcome-{i}"
 
 
 def test_the_stored_outcome_holds_only_for_the_same_bundle_and_configmap_versions() -> None:
@@ -126,23 +125,19 @@ def test_the_stored_outcome_holds_only_for_the_same_bundle_and_configmap_version
     b = bundle({"data": {"a": "1"}, "configMapName": "custom"})
     cm = written(b)
     assert cm["metadata"]["name"] == "custom"
-    asked: list[str] = []
-
-    def lookup(name: str) -> dict[str, Any]:
-        asked.append(name)
-        return cm
-
-    assert memo.noop(b, lookup) is None
+    assert memo.noop(b, cm) is None
     memo.remember_noop(b, cm, "outcome")
-    assert memo.noop(b, lookup) == ("outcome", cm)
-    assert asked == ["custom"]
+    assert memo.noop(b, cm) == "outcome"
     newer = copy.deepcopy(b)
     newer["metadata"]["resourceVersion"] = "999"
-    assert memo.noop(newer, lookup) is None
-    assert memo.noop(b, lambda name: with_rv(cm, "8")) is None
+    assert memo.noop(newer, cm) is None
+    assert memo.noop(b, with_rv(cm, "8")) is None
+    assert memo.noop(b, None) is None  # the ConfigMap is gone from the cache
+    other = copy.deepcopy(cm)
+    other["metadata"]["uid"] = "another-uid"  # deleted and created again
+    assert memo.noop(b, other) is None
     memo.forget_noop(b)
-    assert memo.noop(b, lookup) is None
-    assert asked == ["custom"]
+    assert memo.noop(b, cm) is None
 
 
 @pytest.mark.parametrize(

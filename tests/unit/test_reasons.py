@@ -27,8 +27,8 @@ from cbop.api import (
     readiness_of,
 )
 from cbop.clusterbundle.decision import Failure, decide, desired_stamp, status_of
-from cbop.configbundle.interfaces import Result
-from cbop.configbundle.report import ReconcileReports, RejectedError
+from cbop.configbundle.interfaces import RejectedError, Result
+from cbop.configbundle.report import StatusReporter
 from cbop.configbundle.status import compute_status, set_condition
 
 NOW = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
@@ -52,7 +52,7 @@ def test_every_reason_in_the_registry_is_classified_exactly_once() -> None:
     [
         (compute_status, "reason"),
         (set_condition, "reason"),
-        (ReconcileReports._write_status, "reason"),
+        (StatusReporter.write_status, "reason"),
         (RejectedError.__init__, "condition_reason"),
     ],
     ids=["compute_status", "set_condition", "write_status", "rejected"],

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ import structlog
 from cbop.api import parse_spec
 from cbop.configbundle import Action, Reconciler, Requeue
 from cbop.configbundle.decision import decide
+from cbop.configbundle.memo import DecisionMemo
 from cbop.informers import CONTROLLER_UID_INDEX, index_by_controller_uid
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, ConnectionFailed
 from cbop.runtime.events import EventLevel, EventRecorder
@@ -72,6 +74,42 @@ def cached(kube: FakeKube, res: Any) -> CacheLister:
     return lister().sync(kube.tracker, res)
 
 
+class World:
+    """``b`` and ``cms`` stored on the server, and a reconciler whose caches show them.
+
+    The test keeps the caches (``bundles``, ``configmaps``: it syncs them when their
+    watch events would have arrived), the Event recorder, the decision memo and the
+    wall clock (``now``) it handed the reconciler.
+    """
+
+    def __init__(
+        self,
+        kube: FakeKube,
+        b: dict[str, Any],
+        *cms: dict[str, Any],
+        dry_run: bool = False,
+        events: EventLevel = "notable",
+    ) -> None:
+        kube.tracker.add(CONFIGBUNDLES, b)
+        for cm in cms:
+            kube.tracker.add(CONFIGMAPS, cm)
+        self.kube = kube
+        self.bundles = cached(kube, CONFIGBUNDLES)
+        self.configmaps = cached(kube, CONFIGMAPS)
+        self.recorder = EventRecorder(kube, clock=lambda: NOW, level=events)
+        self.memo = DecisionMemo()
+        self.now = NOW
+        self.reconciler = Reconciler(
+            client=kube,
+            bundles=self.bundles,
+            configmaps=self.configmaps,
+            recorder=self.recorder,
+            dry_run=dry_run,
+            now=lambda: self.now,
+            memo=self.memo,
+        )
+
+
 def reconciler(
     kube: FakeKube,
     b: dict[str, Any],
@@ -80,17 +118,7 @@ def reconciler(
     events: EventLevel = "notable",
 ) -> Reconciler:
     """Store ``b`` and ``cms`` on the server; a reconciler whose caches show them."""
-    kube.tracker.add(CONFIGBUNDLES, b)
-    for cm in cms:
-        kube.tracker.add(CONFIGMAPS, cm)
-    return Reconciler(
-        client=kube,
-        bundles=cached(kube, CONFIGBUNDLES),
-        configmaps=cached(kube, CONFIGMAPS),
-        recorder=EventRecorder(kube, clock=lambda: NOW, level=events),
-        dry_run=dry_run,
-        now=lambda: NOW,
-    )
+    return World(kube, b, *cms, dry_run=dry_run, events=events).reconciler
 
 
 def converged_bundle(spec: dict[str, Any]) -> dict[str, Any]:
@@ -110,12 +138,11 @@ def event_reasons(kube: FakeKube) -> list[str]:
 def test_create_then_status_and_no_routine_event_by_default() -> None:
     """A new bundle costs two writes: the Created Event is routine (``--events all`` only)."""
     kube = FakeKube()
-    r = reconciler(kube, bundle())
-    result = r.reconcile("demo/app")
+    w = World(kube, bundle())
+    result = w.reconciler.reconcile("demo/app")
     assert result.action is Action.CREATE
     assert result.ready == "True"
-    assert isinstance(r._recorder, EventRecorder)
-    assert r._recorder.flush()
+    assert w.recorder.flush()
     assert writes(kube) == [
         ("create", "configmaps", "app"),
         ("patch/status", "configbundles", "app"),
@@ -129,10 +156,9 @@ def test_create_then_status_and_no_routine_event_by_default() -> None:
 )
 def test_created_event_by_level(level: EventLevel, reasons: list[str]) -> None:
     kube = FakeKube()
-    r = reconciler(kube, bundle(), events=level)
-    assert r.reconcile("demo/app").action is Action.CREATE
-    assert isinstance(r._recorder, EventRecorder)
-    assert r._recorder.flush()
+    w = World(kube, bundle(), events=level)
+    assert w.reconciler.reconcile("demo/app").action is Action.CREATE
+    assert w.recorder.flush()
     assert event_reasons(kube) == reasons
 
 
@@ -146,10 +172,9 @@ def test_drift_corrected_event_by_level(level: EventLevel, reasons: list[str]) -
     cm = written(b)
     cm["data"] = {"a": "tampered"}
     kube = FakeKube()
-    r = reconciler(kube, b, cm, events=level)
-    assert r.reconcile("demo/app").action is Action.UPDATE
-    assert isinstance(r._recorder, EventRecorder)
-    assert r._recorder.flush()
+    w = World(kube, b, cm, events=level)
+    assert w.reconciler.reconcile("demo/app").action is Action.UPDATE
+    assert w.recorder.flush()
     assert event_reasons(kube) == reasons
 
 
@@ -215,13 +240,12 @@ def test_released_configmap_is_taken_back_with_an_event() -> None:
     cm["metadata"]["annotations"] = {"cbop.dev/released-by": "demo/app"}
     kube = FakeKube()
     again = bundle(spec, finalizers=["cbop.dev/orphan"])
-    r = reconciler(kube, again)
+    w = World(kube, again)
     kube.tracker.add(CONFIGMAPS, cm)  # not in the managed-ConfigMap cache
-    result = r.reconcile("demo/app")
+    result = w.reconciler.reconcile("demo/app")
     assert result.action is Action.UPDATE
     assert result.ready == "True"
-    assert isinstance(r._recorder, EventRecorder)
-    assert r._recorder.flush()
+    assert w.recorder.flush()
     events = [a.body for a in kube.actions if a.resource == "events"]
     assert [e["reason"] for e in events] == ["Adopted"]
     assert "taken back" in events[0]["message"]
@@ -541,13 +565,13 @@ def test_a_stale_cache_read_after_a_status_write_writes_no_status_again(
     status write (it would differ only in lastTransitionTime)."""
     b = bundle(spec)
     kube = FakeKube()
-    r = reconciler(kube, b)
+    w = World(kube, b)
+    r = w.reconciler
     r.reconcile("demo/app")
     first = [a for a in writes(kube) if a[0] == "patch/status"]
     assert first == [("patch/status", "configbundles", "app")]
-    later = datetime.datetime(2026, 1, 2, 3, 9, 5, tzinfo=datetime.UTC)
-    r._now = lambda: later
-    r._configmaps = cached(kube, CONFIGMAPS)  # the ConfigMap's event came first
+    w.now = datetime.datetime(2026, 1, 2, 3, 9, 5, tzinfo=datetime.UTC)
+    w.configmaps.sync(kube.tracker, CONFIGMAPS)  # the ConfigMap's event came first
     r.reconcile("demo/app")  # the same cached bundle, without the status written above
     assert [a for a in writes(kube) if a[0] == "patch/status"] == first
     # Once the cache shows a newer version of the bundle, its own status counts again:
@@ -555,7 +579,7 @@ def test_a_stale_cache_read_after_a_status_write_writes_no_status_again(
     cleared = kube.tracker.get(CONFIGBUNDLES, "demo", "app")
     del cleared["status"]
     kube.tracker.update(CONFIGBUNDLES, "demo", "app", cleared, "status")
-    r._bundles = cached(kube, CONFIGBUNDLES)
+    w.bundles.sync(kube.tracker, CONFIGBUNDLES)
     r.reconcile("demo/app")
     assert len([a for a in writes(kube) if a[0] == "patch/status"]) == 2
 
@@ -563,13 +587,14 @@ def test_a_stale_cache_read_after_a_status_write_writes_no_status_again(
 def test_a_resync_of_a_converged_bundle_repeats_the_outcome_without_deciding_again() -> None:
     b = converged_bundle({"data": {"a": "1"}})
     kube = FakeKube()
-    r = reconciler(kube, b, written(b))
+    w = World(kube, b, written(b))
+    r = w.reconciler
     first = r.reconcile("demo/app")
-    decided = r._memo.hits + r._memo.misses
+    decided = w.memo.hits + w.memo.misses
     for _ in range(3):
         assert r.reconcile("demo/app") == first
-    # Nothing is looked up again: the ConfigMap's name is stored with the outcome.
-    assert r._memo.hits + r._memo.misses == decided
+    # Nothing is looked up again: the outcome is stored with the versions it came from.
+    assert w.memo.hits + w.memo.misses == decided
     assert first.action is Action.NONE
     assert kube.actions == []
 
@@ -580,20 +605,20 @@ def test_a_first_look_at_a_converged_bundle_keeps_only_its_outcome() -> None:
     # ConfigMap and verdict would only push others out of the working set.
     b = converged_bundle({"data": {"a": "1"}})
     kube = FakeKube()
-    r = reconciler(kube, b, written(b))
-    assert r.reconcile("demo/app").action is Action.NONE
+    w = World(kube, b, written(b))
+    assert w.reconciler.reconcile("demo/app").action is Action.NONE
     assert kube.actions == []
-    assert (len(r._memo._specs), len(r._memo._desired), len(r._memo._synced)) == (0, 0, 0)
-    assert len(r._memo._noops) == 1
+    assert (len(w.memo._specs), len(w.memo._desired), len(w.memo._synced)) == (0, 0, 0)
+    assert len(w.memo._noops) == 1
 
 
 def test_a_first_look_that_writes_only_the_status_keeps_its_spec_for_the_status_event() -> None:
     b = bundle({"data": {"a": "1"}})  # in sync, but its status says nothing yet
     kube = FakeKube()
-    r = reconciler(kube, b, written(b))
-    assert r.reconcile("demo/app").action is Action.NONE
+    w = World(kube, b, written(b))
+    assert w.reconciler.reconcile("demo/app").action is Action.NONE
     assert [a[0] for a in writes(kube)] == ["patch/status"]
-    assert (len(r._memo._specs), len(r._memo._desired)) == (1, 1)
+    assert (len(w.memo._specs), len(w.memo._desired)) == (1, 1)
 
 
 def test_a_writing_reconcile_keeps_its_spec_for_the_reconciles_its_watch_events_bring(
@@ -603,19 +628,20 @@ def test_a_writing_reconcile_keeps_its_spec_for_the_reconciles_its_watch_events_
     tampered = written(b)
     tampered["data"] = {"a": "edited"}
     kube = FakeKube()
-    r = reconciler(kube, b, tampered)
+    w = World(kube, b, tampered)
+    r = w.reconciler
     assert r.reconcile("demo/app").action is Action.UPDATE
     healed = stored_configmap(kube)
     assert healed["data"] == {"a": "1"}
-    assert (len(r._memo._specs), len(r._memo._desired)) == (1, 1)
+    assert (len(w.memo._specs), len(w.memo._desired)) == (1, 1)
     # The update's watch event: the healed ConfigMap, a new resourceVersion. Its
     # reconcile parses and renders nothing, and keeps its verdict for the next one.
     parsed: list[object] = []
     monkeypatch.setattr("cbop.configbundle.memo.parse_spec", parsed.append)
-    r._configmaps = cached(kube, CONFIGMAPS)
+    w.configmaps.sync(kube.tracker, CONFIGMAPS)
     assert r.reconcile("demo/app").action is Action.NONE
     assert parsed == []
-    assert len(r._memo._synced) == 1
+    assert len(w.memo._synced) == 1
 
 
 def test_a_resync_repeats_the_outcome_after_the_spec_and_desired_entries_were_evicted(
@@ -623,14 +649,15 @@ def test_a_resync_repeats_the_outcome_after_the_spec_and_desired_entries_were_ev
 ) -> None:
     b = converged_bundle({"data": {"a": "1"}})
     kube = FakeKube()
-    r = reconciler(kube, b, written(b))
+    w = World(kube, b, written(b))
+    r = w.reconciler
     first = r.reconcile("demo/app")
     assert first.action is Action.NONE
     # A full reconcile of other bundles pushes this one's parsed spec and desired
     # ConfigMap out of the working set; its stored outcome stays.
-    r._memo._specs.clear()
-    r._memo._desired.clear()
-    r._memo._synced.clear()
+    w.memo._specs.clear()
+    w.memo._desired.clear()
+    w.memo._synced.clear()
     parsed: list[object] = []
     monkeypatch.setattr("cbop.configbundle.memo.parse_spec", parsed.append)
     for _ in range(3):
@@ -642,10 +669,11 @@ def test_a_resync_repeats_the_outcome_after_the_spec_and_desired_entries_were_ev
 def test_a_configmap_deleted_after_a_no_op_reconcile_is_created_again() -> None:
     b = converged_bundle({"data": {"a": "1"}})
     kube = FakeKube()
-    r = reconciler(kube, b, written(b))
+    w = World(kube, b, written(b))
+    r = w.reconciler
     assert r.reconcile("demo/app").action is Action.NONE
     kube.tracker.delete(CONFIGMAPS, "demo", "app")  # by someone else
-    r._configmaps = cached(kube, CONFIGMAPS)
+    w.configmaps.sync(kube.tracker, CONFIGMAPS)
     assert r.reconcile("demo/app").action is Action.CREATE
     assert writes(kube) == [("create", "configmaps", "app")]
 
@@ -653,12 +681,13 @@ def test_a_configmap_deleted_after_a_no_op_reconcile_is_created_again() -> None:
 def test_a_configmap_changed_after_a_no_op_reconcile_is_healed() -> None:
     b = converged_bundle({"data": {"a": "1"}})
     kube = FakeKube()
-    r = reconciler(kube, b, written(b))
+    w = World(kube, b, written(b))
+    r = w.reconciler
     assert r.reconcile("demo/app").action is Action.NONE
     tampered = stored_configmap(kube)
     tampered["data"] = {"a": "tampered"}
     kube.tracker.put(CONFIGMAPS, tampered)
-    r._configmaps = cached(kube, CONFIGMAPS)
+    w.configmaps.sync(kube.tracker, CONFIGMAPS)
     assert r.reconcile("demo/app").action is Action.UPDATE
     assert writes(kube) == [("update", "configmaps", "app")]
 
@@ -666,12 +695,13 @@ def test_a_configmap_changed_after_a_no_op_reconcile_is_healed() -> None:
 def test_a_changed_bundle_after_a_no_op_reconcile_is_decided_again() -> None:
     b = converged_bundle({"data": {"a": "1"}})
     kube = FakeKube()
-    r = reconciler(kube, b, written(b))
+    w = World(kube, b, written(b))
+    r = w.reconciler
     assert r.reconcile("demo/app").action is Action.NONE
     changed = kube.tracker.get(CONFIGBUNDLES, "demo", "app")
     changed["spec"] = {"data": {"a": "2"}}
     assert kube.tracker.put(CONFIGBUNDLES, changed)["metadata"]["generation"] == 2
-    r._bundles = cached(kube, CONFIGBUNDLES)
+    w.bundles.sync(kube.tracker, CONFIGBUNDLES)
     assert r.reconcile("demo/app").action is Action.UPDATE
     assert ("update", "configmaps", "app") in writes(kube)
 
@@ -682,12 +712,13 @@ def test_a_stale_configmap_appearing_after_a_no_op_reconcile_is_deleted() -> Non
     b = converged_bundle({"data": {"a": "1"}})
     kube = FakeKube()
     current = written(b)
-    r = reconciler(kube, b, current)
+    w = World(kube, b, current)
+    r = w.reconciler
     assert r.reconcile("demo/app").action is Action.NONE
     stale = copy.deepcopy(current)
     stale["metadata"].update(name="old", uid="old-uid")
     kube.tracker.add(CONFIGMAPS, stale)
-    r._configmaps = cached(kube, CONFIGMAPS)
+    w.configmaps.sync(kube.tracker, CONFIGMAPS)
     assert r.reconcile("demo/app").action is Action.NONE
     assert writes(kube) == [("delete", "configmaps", "old")]
     assert preconditions_of(kube, "old") == {"uid": "old-uid"}
@@ -702,3 +733,39 @@ def test_a_dry_run_never_repeats_a_stored_outcome() -> None:
         first = r.reconcile("demo/app")
         assert r.reconcile("demo/app") == first
     assert [e["event"] for e in logs] == ["dry run: nothing to write"] * 2
+
+
+class CountingLister(CacheLister):
+    """A cache that notes each ``get`` (namespace, name) asked of it."""
+
+    def __init__(self) -> None:
+        super().__init__(indexers={CONTROLLER_UID_INDEX: index_by_controller_uid})
+        self.gets: list[tuple[str | None, str]] = []
+
+    def get(self, namespace: str | None, name: str) -> Mapping[str, Any] | None:
+        self.gets.append((namespace, name))
+        return super().get(namespace, name)
+
+
+@pytest.mark.parametrize(
+    ("case", "action"),
+    [("create", Action.CREATE), ("drift", Action.UPDATE), ("resync", Action.NONE)],
+)
+def test_a_reconcile_reads_the_cached_configmap_once(case: str, action: Action) -> None:
+    b = converged_bundle({"data": {"a": "1"}})
+    cm = written(b)
+    cm["data"] = {"a": "tampered" if case == "drift" else "1"}
+    kube = FakeKube()
+    kube.tracker.add(CONFIGBUNDLES, b)
+    if case != "create":
+        kube.tracker.add(CONFIGMAPS, cm)
+    configmaps = CountingLister()
+    configmaps.sync(kube.tracker, CONFIGMAPS)
+    r = Reconciler(
+        client=kube, bundles=cached(kube, CONFIGBUNDLES), configmaps=configmaps, now=lambda: NOW
+    )
+    if case == "resync":
+        assert r.reconcile("demo/app").action is Action.NONE  # the full look; then a resync
+        configmaps.gets.clear()
+    assert r.reconcile("demo/app").action is action
+    assert configmaps.gets == [("demo", "app")]

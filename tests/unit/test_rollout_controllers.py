@@ -32,31 +32,31 @@ from cbop.revisions.caches import PLAIN_INDEX, READS_INDEX, REVISION_INDEX
 from cbop.revisions.model import PINNED_SELECTOR
 from cbop.rollout import CONFIGMAP_INDEX, ROLLOUT_SELECTOR
 from cbop.rollout import controller as rollout
-from cbop.runtime import Manager
+from cbop.runtime import Scope
 from cbop_testing.fakekube import FakeKube
 
 
 @pytest.fixture
-def manager() -> Iterator[Manager]:
+def scope() -> Iterator[Scope]:
     kube = FakeKube()
     informers = SharedInformerFactory(kube, namespaces=["a", "b"], resync_period=0)
-    made = Manager(kube, informers=informers, identity="test", shutdown_timeout=1.0)
+    made = Scope(kube, informers=informers)
     yield made
     informers.shutdown()
 
 
 def test_rollout_controllers_share_the_configbundle_controllers_configmap_informer(
-    manager: Manager,
+    scope: Scope,
 ) -> None:
-    configbundle.setup(manager)
-    controllers = rollout.setup(manager, workers=1)
+    configbundle.setup(scope)
+    controllers = rollout.setup(scope, workers=1)
     assert [c.name for c in controllers] == [
         "rollout-deployment",
         "rollout-statefulset",
         "rollout-daemonset",
     ]
-    assert set(manager.controllers) == {"configbundle", *(c.name for c in controllers)}
-    factory = manager.informers
+    assert set(scope.controllers) == {"configbundle", *(c.name for c in controllers)}
+    factory = scope.informers
     # One informer per (resource, namespace, selector): the managed-ConfigMap informer
     # serves all four controllers (a second selector would add "configmaps/a[...]");
     # the other ConfigMap informer is the ConfigBundle controller's source ConfigMaps.
@@ -90,10 +90,10 @@ def test_rollout_controllers_share_the_configbundle_controllers_configmap_inform
             assert READS_INDEX in informer.indexer().index_names()
 
 
-def test_a_second_setup_is_refused(manager: Manager) -> None:
-    rollout.setup(manager)
+def test_a_second_setup_is_refused(scope: Scope) -> None:
+    rollout.setup(scope)
     with pytest.raises(ValueError, match="rollout-deployment"):
-        rollout.setup(manager)
+        rollout.setup(scope)
 
 
 @pytest.mark.parametrize("enabled", [True, False], ids=["rollout", "no-rollout"])
@@ -111,7 +111,8 @@ def test_cbop_manager_runs_the_rollout_only_with_the_flag(enabled: bool) -> None
         ),
     )
     rollouts = {"rollout-deployment", "rollout-statefulset", "rollout-daemonset"}
-    assert set(made.controllers) == {"configbundle", *(rollouts if enabled else ())}
+    (scope,) = made.prepared_scopes()
+    assert set(scope.controllers) == {"configbundle", *(rollouts if enabled else ())}
     counted = {
         kind: made.registry.get_sample_value("cbop_rollouts_total", {"kind": kind})
         for kind in ("Deployment", "StatefulSet", "DaemonSet")
@@ -120,7 +121,7 @@ def test_cbop_manager_runs_the_rollout_only_with_the_flag(enabled: bool) -> None
         assert counted == {"Deployment": 0.0, "StatefulSet": 0.0, "DaemonSet": 0.0}
     else:
         assert counted == {"Deployment": None, "StatefulSet": None, "DaemonSet": None}
-        assert sorted(inf.name for inf in made.informers.informers) == [
+        assert sorted(inf.name for inf in scope.informers.informers) == [
             "configbundles/a",
             "configmaps/a",
             "configmaps/a[cbop.dev/source=true]",

@@ -29,6 +29,7 @@ from cbop.rollout import (
     LABEL_CONFIG_BASELINE,
     Action,
     ChangeCoalescer,
+    RolloutObserver,
     RolloutReconciler,
     configmap_mapper,
     index_by_configmap,
@@ -65,7 +66,12 @@ class Fixture:
     """A FakeKube holding the workloads (managedFields written, as a server's reads
     show them), CacheListers the test syncs from it, a FakeRecorder, fake time."""
 
-    def __init__(self, *cms: dict[str, Any], resource: Resource = DEPLOYMENTS) -> None:
+    def __init__(
+        self,
+        *cms: dict[str, Any],
+        resource: Resource = DEPLOYMENTS,
+        observer: RolloutObserver | None = None,
+    ) -> None:
         self.resource = resource
         self.clock = FakeClock(100.0)
         self.kube = FakeKube(ObjectTracker(write_managed_fields=True, namespace_lifecycle=True))
@@ -83,7 +89,7 @@ class Fixture:
             workloads=self.workloads,
             configmaps=self.configmaps,
             recorder=self.recorder,
-            observer=self.counter,
+            observer=observer or self.counter,
             coalescer=self.coalescer,
         )
 
@@ -601,8 +607,7 @@ def test_the_prometheus_counter_has_every_kind_from_zero() -> None:
 
     registry = CollectorRegistry()
     metrics = RolloutMetrics(registry)
-    f = Fixture(configmap("a"))
-    f.reconciler._observer = metrics
+    f = Fixture(configmap("a"), observer=metrics)
     f.seed(stale(workload(volumes=["a"])))
     f.reconciler.reconcile("demo/web")
 

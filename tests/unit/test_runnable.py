@@ -88,8 +88,15 @@ def test_a_start_that_raises_leaves_what_started_to_stop() -> None:
 
 
 def _manager() -> Manager:
-    informers = SharedInformerFactory(KubeClient(None), namespaces=["a"], resync_period=0)
-    return Manager(KubeClient(None), informers=informers, identity="test", shutdown_timeout=1.0)
+    client = KubeClient(None)
+    return Manager(
+        client,
+        informers=lambda shard: SharedInformerFactory(
+            client, namespaces=["a"], resync_period=0, shard=shard
+        ),
+        identity="test",
+        shutdown_timeout=1.0,
+    )
 
 
 def test_the_manager_starts_the_groups_in_order_and_stops_them_in_reverse() -> None:

@@ -7,7 +7,7 @@ the keys they get. No server.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -17,8 +17,9 @@ from cbop.configbundle import controller as configbundle
 from cbop.informers import SharedInformerFactory
 from cbop.keys import key_of
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS
-from cbop.runtime import Builder, Manager
+from cbop.runtime import EVERYTHING, Builder, Manager, Scope, ScopeState
 from cbop.runtime import manager as runtime_manager
+from cbop.shardrange import ShardRange
 from cbop_testing.fakekube import FakeKube, fail
 from cbop_testing.objects import cm, named_bundle, owned_configmap
 from cbop_testing.waiting import wait_until
@@ -72,17 +73,32 @@ def api() -> FakeKube:
     return FakeKube()
 
 
+def factories(api: FakeKube, *namespaces: str) -> Callable[[ShardRange], SharedInformerFactory]:
+    """The manager's informers: of ``namespaces``, holding the scope's range."""
+    return lambda shard: SharedInformerFactory(
+        api, namespaces=namespaces, resync_period=0, shard=shard
+    )
+
+
 @pytest.fixture
 def manager(api: FakeKube) -> Iterator[Manager]:
-    informers = SharedInformerFactory(api, namespaces=["a", "b"], resync_period=0)
-    made = Manager(api, informers=informers, identity="test", shutdown_timeout=5.0)
+    made = Manager(api, informers=factories(api, "a", "b"), identity="test", shutdown_timeout=5.0)
     yield made
     made.stop_event.set()
-    informers.shutdown()
+    for scope in made.prepared_scopes():
+        scope.informers.shutdown()
+
+
+@pytest.fixture
+def scope(manager: Manager) -> Scope:
+    """The unsharded manager's one scope, built while wiring."""
+    (made,) = manager.prepared_scopes()
+    assert made.spec == EVERYTHING
+    return made
 
 
 def test_two_controllers_share_the_informers_of_one_factory(
-    api: FakeKube, manager: Manager
+    api: FakeKube, manager: Manager, scope: Scope
 ) -> None:
     """A bundle controller (for bundles, owns ConfigMaps) and a second controller (for
     ConfigMaps, watching bundles through a map function) on one manager: each resource
@@ -98,20 +114,20 @@ def test_two_controllers_share_the_informers_of_one_factory(
         return [key_of(meta["namespace"], f"{meta['name']}-cm")]
 
     first = (
-        Builder(manager, "bundles")
+        Builder(scope, "bundles")
         .for_(CONFIGBUNDLES)
         .owns(CONFIGMAPS)
         .with_options(workers=2)
         .complete(bundles)
     )
     second = (
-        Builder(manager, "configmaps")
+        Builder(scope, "configmaps")
         .for_(CONFIGMAPS)
         .watches(CONFIGBUNDLES, configmaps_of_bundle)
         .with_options(workers=1, priority_queue=False)
         .complete(configmaps)
     )
-    assert manager.controllers == {"bundles": first, "configmaps": second}
+    assert scope.controllers == {"bundles": first, "configmaps": second}
     cleaned: list[float] = []
     manager.add_cleanup(cleaned.append)
     running = _Running(manager)
@@ -123,7 +139,7 @@ def test_two_controllers_share_the_informers_of_one_factory(
         ("configmaps", "a", None),
         ("configmaps", "b", None),
     ]
-    assert len(manager.informers.informers) == 4
+    assert len(scope.informers.informers) == 4
     # A live event reaches both controllers through the one shared informer.
     changed = owned_configmap("app-cm", "a", "app")
     changed["data"] = {"k": "v"}
@@ -136,34 +152,34 @@ def test_two_controllers_share_the_informers_of_one_factory(
     assert not manager.healthy(), "stopped informers are not alive"
 
 
-def test_builder_refuses_incomplete_or_duplicate_wiring(manager: Manager) -> None:
+def test_builder_refuses_incomplete_or_duplicate_wiring(scope: Scope) -> None:
     reconciler = _Recording()
     with pytest.raises(ValueError, match="for_ is required"):
-        Builder(manager, "x").complete(reconciler)
+        Builder(scope, "x").complete(reconciler)
     with pytest.raises(ValueError, match="owns needs for_ first"):
-        Builder(manager, "x").owns(CONFIGMAPS)
+        Builder(scope, "x").owns(CONFIGMAPS)
     with pytest.raises(ValueError, match="already given"):
-        Builder(manager, "x").for_(CONFIGMAPS).for_(CONFIGBUNDLES)
-    Builder(manager, "x").for_(CONFIGMAPS).complete(reconciler)
+        Builder(scope, "x").for_(CONFIGMAPS).for_(CONFIGBUNDLES)
+    Builder(scope, "x").for_(CONFIGMAPS).complete(reconciler)
     with pytest.raises(ValueError, match="named x already exists"):
-        Builder(manager, "x").for_(CONFIGBUNDLES).complete(reconciler)
+        Builder(scope, "x").for_(CONFIGBUNDLES).complete(reconciler)
     # The refused duplicate wired nothing: only the first controller's informers exist.
-    assert [i.name for i in manager.informers.informers] == ["configmaps/a", "configmaps/b"]
+    assert [i.name for i in scope.informers.informers] == ["configmaps/a", "configmaps/b"]
 
 
 def test_caches_that_never_sync_stop_the_manager_with_exit_1(api: FakeKube) -> None:
     api.prepend_reactor("list", "configbundles", fail(RuntimeError("never answers")))
-    informers = SharedInformerFactory(api, namespaces=["a"], resync_period=0)
-    manager = Manager(api, informers=informers, identity="test", cache_sync_timeout=0.0)
+    manager = Manager(api, informers=factories(api, "a"), identity="test", cache_sync_timeout=0.0)
+    (scope,) = manager.prepared_scopes()
     reconciler = _Recording()
-    controller = Builder(manager, "bundles").for_(CONFIGBUNDLES).complete(reconciler)
+    controller = Builder(scope, "bundles").for_(CONFIGBUNDLES).complete(reconciler)
     assert manager.run() == 1
     assert controller.queue.shutting_down()
     assert reconciler.keys == []
 
 
 def test_the_configbundle_controller_maps_managed_configmaps_to_their_bundle(
-    api: FakeKube, manager: Manager
+    api: FakeKube, scope: Scope
 ) -> None:
     """Its ConfigMap informer asks the server for managed ConfigMaps only, carries the
     owner index, and a ConfigMap event enqueues the owning bundle's key."""
@@ -171,10 +187,10 @@ def test_the_configbundle_controller_maps_managed_configmaps_to_their_bundle(
     managed = owned_configmap("app-cm", "b", "app")
     managed["metadata"]["labels"] = {"app.kubernetes.io/managed-by": "cbop"}
     api.tracker.add(CONFIGMAPS, managed)
-    controller = configbundle.setup(manager, workers=1)
+    controller = configbundle.setup(scope, workers=1)
     assert controller.name == "configbundle"
-    manager.informers.start()
-    assert manager.informers.wait_for_cache_sync(5.0)
+    scope.informers.start()
+    assert scope.informers.wait_for_cache_sync(5.0)
     assert ("configmaps", "b", configbundle.MANAGED_SELECTOR) in lists(api)
     # Two events for one bundle (its own add, its ConfigMap's add) collapse to one key.
     assert len(controller.queue) == 1
@@ -202,8 +218,28 @@ def test_caches_synced_soon_after_the_start_are_frozen_without_a_collection(
     monkeypatch.setattr(runtime_manager, "freeze_caches", freeze_caches)
     api.tracker.add(CONFIGBUNDLES, named_bundle("app", "a"))
     bundles = _Recording()
-    Builder(manager, "bundles").for_(CONFIGBUNDLES).owns(CONFIGMAPS).complete(bundles)
+    (scope,) = manager.prepared_scopes()
+    Builder(scope, "bundles").for_(CONFIGBUNDLES).owns(CONFIGMAPS).complete(bundles)
     running = _Running(manager)
     wait_until(lambda: bundles.seen() == {"a/app"})
     assert running.stop() == 0
     assert freezes == [collected]
+
+
+def test_a_lost_scope_of_every_namespace_ends_the_process_with_exit_1(
+    api: FakeKube, manager: Manager, scope: Scope
+) -> None:
+    """The single leader's scope is not restartable (its elector campaigns once): losing
+    it stops its workers at once and ends the process with exit code 1, whatever called
+    lost; a shard's loss would not (tests/unit/test_runtime_shards.py)."""
+    api.tracker.add(CONFIGBUNDLES, named_bundle("app", "a"))
+    bundles = _Recording()
+    controller = Builder(scope, "bundles").for_(CONFIGBUNDLES).complete(bundles)
+    running = _Running(manager)
+    wait_until(lambda: bundles.seen() == {"a/app"})
+    assert manager.held_scopes() == [scope]
+    manager.lost(EVERYTHING)
+    assert scope.state is ScopeState.LOST
+    assert controller.queue.shutting_down()
+    assert manager.held_scopes() == []
+    assert running.stop() == 1

@@ -28,9 +28,11 @@ from cbop.runtime import (
     LeaderElection,
     Manager,
     Scope,
+    ScopeSpec,
     ScopeState,
     Sharding,
 )
+from cbop.sharding import ShardHandler
 from cbop.shardrange import ShardRange
 from cbop_testing.fakekube import FakeKube, fail
 from cbop_testing.objects import ev, named_bundle
@@ -45,7 +47,7 @@ NO_ENDPOINTS: dict[str, Any] = {"metrics_bind_address": "0", "health_probe_bind_
 class _Coordinator:
     """Calls the handler as the real coordinator does; the test says when."""
 
-    def __init__(self, handler: Manager) -> None:
+    def __init__(self, handler: ShardHandler) -> None:
         self.handler = handler
         self.fences = {0: True, 1: True}
         self.held: list[int] = []
@@ -106,17 +108,17 @@ class _Harness:
                 api, namespaces=[NAMESPACE_OF[shard.index]], resync_period=0
             )
 
-        def coordinator(handler: Manager) -> _Coordinator:
+        def coordinator(handler: ShardHandler) -> _Coordinator:
             self.coordinator = _Coordinator(handler)
             return self.coordinator
 
         self.manager = Manager(
             api,
-            informers=SharedInformerFactory(api, namespaces=["a", "b"], resync_period=0),
+            informers=informers,
             identity="test",
             leader_election=LeaderElection(lease_name="cbop", namespace="ns"),
             shutdown_timeout=10.0,
-            sharding=Sharding(shards=2, informers=informers, coordinator=coordinator),
+            sharding=Sharding(shards=2, coordinator=coordinator),
         )
 
         def setup(scope: Scope) -> None:
@@ -141,8 +143,16 @@ class _Harness:
         return self.coordinator
 
     def scope(self, index: int) -> Scope:
-        (found,) = [s for s in self.manager.shard_scopes() if s.index == index]
+        (found,) = [s for s in self.manager.held_scopes() if s.index == index]
         return found
+
+    def release(self, index: int) -> None:
+        """Release the shard as the coordinator does (through its shard handler)."""
+        self.coord.handler.release(ShardRange.of(index, 2))
+
+    def lose(self, index: int) -> None:
+        """Lose the shard as the coordinator does."""
+        self.coord.handler.lost(ShardRange.of(index, 2))
 
     def stop(self) -> int:
         self.manager.stop_event.set()
@@ -172,15 +182,19 @@ def test_each_acquired_shard_runs_its_own_controllers_on_its_own_objects(
     harness: _Harness,
 ) -> None:
     manager = harness.manager
-    assert manager.controllers == {}, "sharded, the manager itself runs no controller"
+    assert manager.prepared_scopes() == [], "sharded, no scope is built before a shard"
     harness.coord.acquire(0)
     harness.coord.acquire(1)
-    wait_until(lambda: all(s.synced() for s in manager.shard_scopes()))
+    wait_until(lambda: all(s.synced() for s in manager.held_scopes()))
     zero, one = harness.reconcilers["shard-0"], harness.reconcilers["shard-1"]
     wait_until(lambda: sorted(zero.keys) == ["a/one", "a/two"] and one.keys == ["b/three"])
     assert list(harness.scope(0).controllers) == ["bundles-shard-0"]
     assert list(harness.scope(1).controllers) == ["bundles-shard-1"]
-    assert {s.index: s.object_counts() for s in manager.shard_scopes()} == {
+    assert [s.spec for s in manager.held_scopes()] == [
+        ScopeSpec(ShardRange.of(0, 2), name="shard-0", restartable=True),
+        ScopeSpec(ShardRange.of(1, 2), name="shard-1", restartable=True),
+    ]
+    assert {s.index: s.object_counts() for s in manager.held_scopes()} == {
         0: {"configbundles": 2},
         1: {"configbundles": 1},
     }
@@ -193,7 +207,7 @@ def test_each_acquired_shard_runs_its_own_controllers_on_its_own_objects(
     harness.api.stream("configbundles", "b").push(ev("MODIFIED", named_bundle("three", "b")))
     wait_until(lambda: one.keys == ["b/three", "b/three"])
     assert harness.stop() == 0
-    assert list(manager.shard_scopes()) == []
+    assert manager.held_scopes() == []
 
 
 def test_release_returns_only_after_the_in_flight_reconcile_finished(
@@ -210,7 +224,7 @@ def test_release_returns_only_after_the_in_flight_reconcile_finished(
     assert zero.started.wait(10)
 
     def release() -> None:
-        harness.manager.release(ShardRange.of(0, 2))
+        harness.release(0)
         harness.log.append("released")
 
     releasing = threading.Thread(target=release)
@@ -224,7 +238,7 @@ def test_release_returns_only_after_the_in_flight_reconcile_finished(
     assert harness.log == ["finished a/one", "released"]
     assert scope.state is ScopeState.RELEASED
     assert zero.keys.count("a/two") == 1, "a released shard took a key after intake stopped"
-    assert [s.index for s in harness.manager.shard_scopes()] == [1]
+    assert [s.index for s in harness.manager.held_scopes()] == [1]
     assert not any(informer.alive() for informer in scope.informers.informers)
     assert harness.stop() == 0
 
@@ -239,7 +253,7 @@ def test_a_lost_shard_stops_at_once_and_the_process_carries_on(harness: _Harness
     zero.hold.add("a/one")
     harness.api.stream("configbundles", "a").push(ev("MODIFIED", named_bundle("one", "a")))
     assert zero.started.wait(10)
-    harness.manager.lost(ShardRange.of(0, 2))
+    harness.lose(0)
     # Returned while the reconcile is still blocked: nothing was drained.
     assert harness.log == []
     assert lost.state is ScopeState.LOST
@@ -268,11 +282,11 @@ def test_a_write_through_a_closed_shard_fence_stops_only_that_shard(api: FakeKub
         assert isinstance(zero, Scope)
         wait_until(lambda: zero.state is ScopeState.LOST)
         assert zero.controllers["bundles-shard-0"].queue.shutting_down()
-        assert [s.index for s in harness.manager.shard_scopes()] == [1]
+        assert [s.index for s in harness.manager.held_scopes()] == [1]
         assert harness.scope(1).state in (ScopeState.SYNCING, ScopeState.RUNNING)
         assert not harness.manager.stop_event.is_set()
         # The coordinator's own notice of the loss afterwards changes nothing more.
-        harness.manager.lost(ShardRange.of(0, 2))
+        harness.lose(0)
         assert harness.stop() == 0
     finally:
         if harness.thread.is_alive():
@@ -294,10 +308,10 @@ def test_a_shard_stopped_by_a_late_renewal_restarts_when_its_fence_reopens(
         first = harness.reconcilers["shard-0"].scope
         assert isinstance(first, Scope)
         wait_until(lambda: first.state is ScopeState.LOST)
-        assert list(harness.manager.shard_scopes()) == []
+        assert harness.manager.held_scopes() == []
 
         harness.coord.fences[0] = True  # the elector renewed: the Lease is still ours
-        wait_until(lambda: [s.index for s in harness.manager.shard_scopes()] == [0])
+        wait_until(lambda: [s.index for s in harness.manager.held_scopes()] == [0])
         second = harness.scope(0)
         assert second is not first
         wait_until(lambda: second.state is ScopeState.RUNNING)
@@ -355,20 +369,19 @@ def test_cbop_with_shards_sets_up_controllers_per_shard_only() -> None:
         Options(leader_elect=True, leader_election_namespace="ns", shards=2, **NO_ENDPOINTS),
         registry=registry,
     )
-    assert manager.sharding is not None
-    assert manager.sharding.shards == 2
     assert manager.elector is None
-    assert (manager.controllers, manager.informers.informers) == ({}, [])
+    assert manager.prepared_scopes() == []
     names = {metric.name for metric in registry.collect()}
     assert {"cbop_shard_objects", "cbop_shards_held", "cbop_configbundles"} <= names
     assert "leader_election_master_status" not in names
-    # Each shard's informers list only that shard (server-side selector).
-    factory = manager.sharding.informers(ShardRange.of(1, 2))
+    # Each shard's informers list only that shard (server-side selector); the scope
+    # of every namespace sends no selector.
+    factory = manager.informers(ShardRange.of(1, 2))
     assert factory.shard == ShardRange.of(1, 2)
-    assert manager.informers.shard is None
+    assert manager.informers(ShardRange.of(0, 1)).shard is None
 
 
-@pytest.mark.parametrize("end", ["release", "lost"])
+@pytest.mark.parametrize("end", ["release", "lose"])
 def test_a_shard_handed_over_or_lost_leaves_nothing_behind(harness: _Harness, end: str) -> None:
     """Its scope, controllers, queues and caches are garbage once it is gone."""
     harness.coord.acquire(0)
@@ -376,7 +389,7 @@ def test_a_shard_handed_over_or_lost_leaves_nothing_behind(harness: _Harness, en
     wait_until(lambda: harness.scope(0).synced())
     scope = weakref.ref(harness.scope(0))
     cache = weakref.ref(harness.scope(0).informers.informers[0].indexer())
-    getattr(harness.manager, end)(ShardRange.of(0, 2))
+    getattr(harness, end)(0)
     harness.coord.held.remove(0)
     del harness.reconcilers["shard-0"]
     # A lost shard's informers are discarded on a thread of their own: poll.

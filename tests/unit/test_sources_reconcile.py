@@ -18,7 +18,7 @@ from cbop.configbundle import Action, Reconciler
 from cbop.configbundle import controller as configbundle
 from cbop.informers import CONTROLLER_UID_INDEX, SharedInformerFactory, index_by_controller_uid
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS
-from cbop.runtime import Manager
+from cbop.runtime import Scope
 from cbop.shardrange import ShardRange
 from cbop_testing.fakekube import CacheLister, FakeKube
 from cbop_testing.objects import bundle
@@ -353,17 +353,17 @@ def test_the_source_index_holds_every_source_a_bundle_reads(
 
 
 @pytest.fixture
-def manager() -> Iterator[Manager]:
+def scope() -> Iterator[Scope]:
     kube = FakeKube()
     informers = SharedInformerFactory(kube, resync_period=0)
-    made = Manager(kube, informers=informers, identity="test", shutdown_timeout=1.0)
+    made = Scope(kube, informers=informers)
     yield made
     informers.shutdown()
 
 
-def test_a_source_event_maps_to_every_bundle_reading_it(manager: Manager) -> None:
-    configbundle.setup(manager)
-    (informer,) = manager.informers.informers_for(CONFIGBUNDLES).values()
+def test_a_source_event_maps_to_every_bundle_reading_it(scope: Scope) -> None:
+    configbundle.setup(scope)
+    (informer,) = scope.informers.informers_for(CONFIGBUNDLES).values()
     for ns, name, src in (
         ("a", "one", {"name": "base", "namespace": "platform"}),
         ("b", "two", {"name": "base", "namespace": "platform"}),
@@ -373,7 +373,7 @@ def test_a_source_event_maps_to_every_bundle_reading_it(manager: Manager) -> Non
         informer.indexer().update(
             {"metadata": {"namespace": ns, "name": name}, "spec": {"sources": [{"configMap": src}]}}
         )
-    reading = configbundle.bundles_reading(manager.lister(CONFIGBUNDLES))
+    reading = configbundle.bundles_reading(scope.lister(CONFIGBUNDLES))
     assert reading({"metadata": {"namespace": "platform", "name": "base"}}) == [
         "a/one",
         "b/two",

@@ -1,44 +1,19 @@
 """Compose a bundle's content from its sources: layers, precedence, structured merge.
 
-Pure, no I/O. :func:`compose` takes a parsed spec whose ``sources`` or ``merge`` are
-given, the bundle's namespace and a lookup of cached source ConfigMaps, and returns
-the :class:`Composed` content (``data``, ``binaryData``, what was read, which layers
-made each key) or raises a :class:`SourceError` naming the source. The reconciler
-writes what it returns; docs/sources.md is the user's account of the same rules.
+Pure, no I/O. :func:`compose` takes a parsed spec with ``sources`` or ``merge``, the
+bundle's namespace and a lookup of cached source ConfigMaps, and returns the
+:class:`Composed` content (``data``, ``binaryData``, what was read, which layers made
+each key) or raises a :class:`SourceError` naming the source; the reconciler writes what
+it returns. The rules are docs/sources.md's: the sources in ``spec.sources`` order, then
+the spec's own keys, a later layer winning a key; the keys of ``spec.merge`` merged
+deeply (:mod:`cbop.api.structured`); a source must be cached (labelled
+``cbop.dev/source``) and shared with the bundle's namespace.
 
-**Layers and precedence**, exactly: the sources in ``spec.sources`` order, then
-``spec.data`` and ``spec.binaryData`` (the layer ``spec``). A later layer wins a key
-(its value replaces the earlier one, text or binary), so the spec wins over every
-source. ``items`` selects keys of a source and renames them, as the items of a
-ConfigMap volume do; without ``items`` every key is taken as it is.
-
-**Structured merge** for the keys of ``spec.merge``: the value of each layer that has
-the key is parsed (YAML or JSON); maps merge deeply, the later layer winning at the
-leaves; lists and scalars replace what was there whole; an empty value (a YAML document
-holding nothing) adds nothing. :mod:`cbop.api.structured` reads, merges and writes the
-values so that nothing a layer wrote changes unless a later layer overrides it, and
-parses each text once for all its readers.
-
-**What is read.** A source must be in the cache: cbop caches only ConfigMaps labelled
-``cbop.dev/source: "true"``, so a ConfigMap that is missing and one without the label
-look alike (:attr:`Reason.SOURCE_NOT_FOUND`, the message says to label it). A source in
-another namespace must name the bundle's namespace (or ``*``) in its annotation
-``cbop.dev/share-with`` (:attr:`Reason.SOURCE_NOT_SHARED`). With ``--namespace``, a
-source outside the watched namespaces is not found either, and the message names the
-scope. An optional source that is missing (or outside the scope) counts as empty.
-
-**No loops.** A ConfigMap that cbop manages (label ``app.kubernetes.io/managed-by:
-cbop`` or a controller owner reference to a ConfigBundle) is refused as a source
-(:attr:`Reason.INVALID_SOURCE`): a bundle's output never feeds a bundle, so chains of
-bundles, and cycles among them, cannot form. They are refused, not settled.
-
-**Content hash of a source**: :func:`cbop.api.content.content_hash` of its whole
-``data`` and ``binaryData`` (the framing of the ``cbop.dev/content-hash`` annotation),
-``sha256:<hex>``, computed once per source version (its ``uid`` and
-``resourceVersion``) and shared by all its readers (:class:`SourceDigests`).
-
-Deterministic: the same spec and the same sources give the same bytes and the same
-provenance, whatever the order of the cache or of dictionaries.
+Why a ConfigMap cbop manages is refused as a source (:attr:`Reason.INVALID_SOURCE`): a
+bundle's output never feeds a bundle, so chains and cycles of bundles cannot form.
+Each source's content hash is computed once per source version and shared by its
+readers (:class:`SourceDigests`). The same spec and sources give the same bytes and
+provenance, whatever the order of the cache.
 """
 
 from __future__ import annotations

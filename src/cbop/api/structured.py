@@ -79,7 +79,7 @@ class Document:
         root: the parsed value (a ruamel.yaml round-trip node, a JSON value of dicts,
             lists, strings, bools, None and ``orjson.Fragment`` numbers), None when the
             document holds nothing.
-        layout: the YAML indentation it uses (:func:`_layout`).
+        layout: the YAML indentation it uses (:func:`cbop.api.roundtrip.layout_of`).
         weight: its estimated bytes in memory.
     """
 

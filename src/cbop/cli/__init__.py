@@ -1,24 +1,11 @@
-"""The ``cbop`` command: run the operator, or reconcile once with ``--once``.
+"""The ``cbop`` command: run the operator, reconcile once, migrate storage, release bundles.
 
-Every flag has a ``CBOP_*`` environment equivalent (``--kube-api-qps`` ->
-``CBOP_KUBE_API_QPS``; repeatable flags take a comma-separated list); a flag on the
-command line wins, and a repeatable flag on the command line replaces the list. Exit
-codes have one meaning each, in every mode (:mod:`cbop.cli.exits`).
-
-Modules, outermost first (an import-linter contract keeps them in this order):
-
-- ``cbop.cli.command``: :func:`main`, the entry point of ``cbop`` and
-  ``python -m cbop``, and the signal handlers of a running operator;
-- ``cbop.cli.once``: ``--once`` (:func:`run_once`, its table or JSON output,
-  :func:`exit_code`); ``cbop.cli.migrate``: ``cbop migrate-storage``;
-  ``cbop.cli.release``: ``cbop release``;
-- ``cbop.cli.connect``: the API client and the ConfigBundle LIST that checks it;
-- ``cbop.cli.parser``: :func:`build_parser`, with the ``CBOP_*`` variables applied;
-  ``cbop.cli.plan``: the workloads a dry run's pending changes would roll;
-- ``cbop.cli.values``: durations, whole numbers, booleans, variable names;
-- ``cbop.cli.exits``: the exit codes and the one-line fatal error.
-
-Everything the command's tests and the docs' checks use is importable from here.
+Every flag has a ``CBOP_*`` environment equivalent (a flag on the command line wins),
+and exit codes have one meaning each, in every mode (:mod:`cbop.cli.exits`). The entry
+point is :func:`main` (:mod:`cbop.cli.command`); an import-linter contract keeps the
+modules in layers, from the modes (``--once``, ``migrate-storage``, ``release``) down to
+the parser and the flag values. Everything the command's tests and the docs' checks use
+is importable from here.
 """
 
 from cbop.cli.command import main

@@ -18,6 +18,7 @@ from typing import Any
 from cbop import defaults
 from cbop.api import MANAGED_SELECTOR
 from cbop.cli.exits import EXIT_NOT_READY, EXIT_OK, EXIT_PENDING, fail
+from cbop.cli.parser import controller_settings
 from cbop.cli.plan import (
     ROLLOUTS_OFF,
     Plan,
@@ -29,7 +30,9 @@ from cbop.configbundle import Result
 from cbop.configbundle import controller as configbundle
 from cbop.informers import SharedInformerFactory
 from cbop.keys import split_key
-from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, ConnectionFailed, KubeClient
+from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, ConnectionFailed, KubeInterface
+from cbop.rollout.controller import RolloutSettings
+from cbop.runtime.definition import FlagValues
 from cbop.runtime.events import EventRecorder
 from cbop.runtime.seams import Lister
 
@@ -49,7 +52,7 @@ def _ready_word(result: Result) -> str:
     return "-"
 
 
-def run_once(args: argparse.Namespace, client: KubeClient) -> int:
+def run_once(args: argparse.Namespace, client: KubeInterface) -> int:
     """Reconcile every bundle in scope once; print results; return the exit code.
 
     Returns:
@@ -120,7 +123,7 @@ def exit_code(results: Sequence[Result]) -> int:
 
 
 def _plan(
-    args: argparse.Namespace, client: KubeClient, results: Sequence[Result], configmaps: Lister
+    args: argparse.Namespace, client: KubeInterface, results: Sequence[Result], configmaps: Lister
 ) -> dict[str, Plan]:
     """Return the rollout plan of a dry run's ``results`` (see :mod:`cbop.cli.plan`).
 
@@ -129,7 +132,7 @@ def _plan(
     so).
     """
     namespaces = changed_namespaces(results, configmaps)
-    if not getattr(args, "rollout", True):
+    if not RolloutSettings.from_flags(FlagValues(controller_settings(args))).enabled:
         unknown = dict.fromkeys(namespaces, ROLLOUTS_OFF)
         return plan_rollouts(results, configmaps, {}, unknown)
     workloads, unknown = list_workloads(client.list, namespaces, cluster_scope=not args.namespaces)

@@ -68,7 +68,7 @@ def _env_default(parser: argparse.ArgumentParser, action: argparse.Action) -> An
 
 
 def build_parser(
-    definitions: Sequence[ControllerDefinition] = CONTROLLERS,
+    definitions: Sequence[ControllerDefinition[Any]] = CONTROLLERS,
 ) -> argparse.ArgumentParser:
     """Return the argument parser, with the environment applied.
 

@@ -1,27 +1,16 @@
 """The plan before the change: the workloads a dry run's pending changes would roll.
 
-``cbop --once --dry-run`` reconciles every bundle without writing. For each bundle
-whose pending write changes its ConfigMap as the rollout sees it (a create, update or
-replace with other content, or a ConfigMap that becomes managed), this module names the
-labelled Deployments, StatefulSets and DaemonSets that the rollout
-(docs/rollout.md) would roll once the change is made, so a pull request shows its
-blast radius before the merge.
-
-The verdict is the rollout's own: :func:`plan_rollouts` hands each workload that reads
-a changed ConfigMap to :func:`cbop.rollout.decision.decide`, with the ConfigMaps of its
-namespace as they would be after every pending write of the run, and lists the
-workloads decided ``apply`` (a rollout) or ``skip`` (a paused Deployment, which rolls
-once it is resumed). So a workload whose baseline already equals the new digest, one
-never seen by the rollout (no baseline: opting in is no reason to roll), one being
-deleted or one without the ``cbop.dev/rollout: "true"`` label is not listed. A
-workload the rollout would not take the keys from (a field manager that applies
-``cbop.dev/config-hash``: :func:`cbop.rollout.decision.may_take_back` says no) is
-listed with the reason it is held, as the rollout would report it (``RolloutConflict``).
-
-:func:`list_workloads` reads the workloads as the rollout's informers do (label selector
-``cbop.dev/rollout=true``, the three kinds), only in the namespaces with a pending
-change, and turns a refused or failed list into a reason ("workloads unknown") instead
-of an error. Nothing here writes.
+``cbop --once --dry-run`` reconciles every bundle without writing. For each bundle whose
+pending write changes its ConfigMap as the rollout sees it, this module names the
+labelled workloads that the rollout (docs/rollout.md) would roll once the change is
+made, so a pull request shows its blast radius before the merge. The verdict is the
+rollout's own: :func:`plan_rollouts` hands each workload that reads a changed ConfigMap
+to :func:`cbop.rollout.decision.decide`, with its namespace's ConfigMaps as they would
+be after every pending write, and lists those decided ``apply`` or ``skip`` (a paused
+Deployment), and those held by another field manager with the reason the rollout would
+give. :func:`list_workloads` reads the workloads as the rollout's informers do, only in
+the namespaces with a pending change; a refused list is a reason ("workloads unknown"),
+not an error. Nothing here writes.
 """
 
 from __future__ import annotations

@@ -35,6 +35,7 @@ from cbop.kube import (
     ConfigError,
     ConnectionFailed,
     KubeClient,
+    KubeInterface,
 )
 from cbop.logconfig import LEVELS, configure_logging
 from cbop.runtime import Requeue
@@ -102,7 +103,7 @@ def _line(done: Release) -> str:
     return f"ConfigBundle {done.bundle}: {kept}; {finalizer}"
 
 
-def _terminating(client: KubeClient, namespaces: Sequence[str | None]) -> set[str]:
+def _terminating(client: KubeInterface, namespaces: Sequence[str | None]) -> set[str]:
     """Return the namespaces among ``namespaces`` (None: all) that are being deleted.
 
     Their bundles are deleted next by the namespace controller, so they count as being
@@ -132,7 +133,7 @@ def _terminating(client: KubeClient, namespaces: Sequence[str | None]) -> set[st
     }
 
 
-def _crd_terminating(client: KubeClient) -> bool:
+def _crd_terminating(client: KubeInterface) -> bool:
     """Whether the ConfigBundle CRD is being deleted (then every bundle is, next).
 
     A client not allowed to read CRDs gets False.
@@ -146,7 +147,7 @@ def _crd_terminating(client: KubeClient) -> bool:
     return bool(crd["metadata"].get("deletionTimestamp"))
 
 
-def _waiting(client: KubeClient, namespaces: Sequence[str | None]) -> list[Mapping[str, Any]]:
+def _waiting(client: KubeInterface, namespaces: Sequence[str | None]) -> list[Mapping[str, Any]]:
     """Return the listed bundles carrying cbop's finalizer, by namespace and name.
 
     Raises:
@@ -178,7 +179,7 @@ def _going(bundle: Mapping[str, Any], terminating: set[str], crd_going: bool) ->
     return crd_going or bool(meta.get("deletionTimestamp")) or meta["namespace"] in terminating
 
 
-def _release_one(client: KubeClient, bundle: Mapping[str, Any]) -> bool:
+def _release_one(client: KubeInterface, bundle: Mapping[str, Any]) -> bool:
     """Release ``bundle`` (being deleted), print what was done; False if it could not be."""
     try:
         done = release_deleted(client, bundle, being_deleted=True)

@@ -1,51 +1,32 @@
 """The ClusterConfigBundle controllers: their caches, key mappings and definition.
 
-The package adds two controllers to a scope, on the same informers:
+The package adds two controllers to a scope, on shared informers (the
+ClusterConfigBundles and Namespaces cluster-wide, and every ConfigBundle through the
+very informer the ConfigBundle controller reads, indexed by the label
+``cbop.dev/cluster-bundle``):
 
-- **the stamp controller** (``clusterbundle``, ``--workers`` workers), key
-  ``<namespace>/<name>``: the stamp's own key, so its workers stamp many namespaces at
-  once (:class:`cbop.clusterbundle.reconcile.StampReconciler`). A ConfigBundle event
-  enqueues its own key when its name is a ClusterConfigBundle's (``for_``); a
-  Namespace event enqueues that namespace's key of every ClusterConfigBundle; a
-  ClusterConfigBundle event (add, delete, generation changed: its status writes
-  enqueue nothing) enqueues its key in every namespace, and those of the rivals keeping
-  a ConfigMap of the same name (the older wins, so one leaving hands the namespaces on);
-- **the status controller** (``clusterbundle-status``, one worker), key the
-  ClusterConfigBundle's name (:class:`cbop.clusterbundle.reconcile.StatusReconciler`):
-  a ClusterConfigBundle event (generation changed) enqueues its name; a Namespace
-  event every name; a ConfigBundle event the name its label names, or, unlabelled, the
-  one it is named after (a conflicting bundle deleted is a conflict resolved); a
-  refusal met, or cleared, by the stamp work (:class:`Outcomes`) enqueues its name.
+- the stamp controller (``clusterbundle``, ``--workers`` workers), keyed by the stamp's
+  own ``<namespace>/<name>``, so that its workers stamp many namespaces at once and a
+  Namespace event enqueues only that namespace's keys;
+- the status controller (``clusterbundle-status``, one worker), keyed by the
+  ClusterConfigBundle's name, woken by every cache and by the refusals the stamp work
+  meets (:class:`Outcomes`).
 
-Their caches: ClusterConfigBundles and Namespaces (both cluster-wide), and every
-ConfigBundle through the very informer the ConfigBundle controller reads (same
-resource, scope and selector: the shared factory hands out one), with the
-:data:`cbop.clusterbundle.reconcile.CLUSTER_BUNDLE_INDEX` index from the label
-``cbop.dev/cluster-bundle`` to the stamps.
-
-They need the cluster scope: with ``--namespace`` they do not run (said once at start),
-and a ClusterConfigBundle then reports nothing rather than something false.
-
-Under ``--shards N`` each shard's scope gets (docs/cluster-bundles.md, Sharding):
-
-- the stamp controller over the namespaces whose *name* hashes into the shard's range
-  (the FNV-1a range of the namespace shard filter), reading the shard's own
-  ConfigBundles, a ``whole`` (cluster-wide) informer of the ClusterConfigBundles, and
-  the shard's Namespace objects (a ``by_name`` informer; shard 0 reads them all, for
-  the status), its keys filtered to its namespaces;
-- the report controller (``clusterbundle-report``, key the ClusterConfigBundle's
-  name): the failures its stamp work met that no stamp shows (a refusal, a foreign
-  ConfigBundle), in an annotation key of the shard's own on the ClusterConfigBundle
-  (:mod:`cbop.clusterbundle.report`);
-- in shard :data:`STATUS_SHARD`'s scope only, the status controller over every
-  Namespace and every stamp (a ``whole`` informer selected by the label
-  ``cbop.dev/cluster-bundle``) and the shards' reports.
+Each mapping function says which events enqueue what. They need the cluster scope: with
+``--namespace`` they do not run, and a ClusterConfigBundle reports nothing rather than
+something false. The stamp controller runs in every scope, over the namespaces whose
+name hashes into its range; the status controller once per group
+(:attr:`cbop.runtime.definition.Setup.once`). Where one scope serves every namespace
+the status reads its :class:`Outcomes`; otherwise each scope reports its own failures
+(:mod:`cbop.clusterbundle.report`) and the status reads the reports
+(docs/cluster-bundles.md, "Sharding").
 """
 
 from __future__ import annotations
 
 import functools
 import threading
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -55,6 +36,7 @@ import structlog
 from cbop import defaults
 from cbop.api import LABEL_CLUSTER_BUNDLE, label_value, template_of
 from cbop.clusterbundle import report
+from cbop.clusterbundle.decision import Failure
 from cbop.clusterbundle.reconcile import (
     CLUSTER_BUNDLE_INDEX,
     ListingLister,
@@ -67,26 +49,35 @@ from cbop.clusterbundle.reconcile import (
 from cbop.keys import key_of
 from cbop.kube import CLUSTERCONFIGBUNDLES, CONFIGBUNDLES, NAMESPACES
 from cbop.metrics.clusterbundle import ClusterBundleNamespacesCollector
-from cbop.runtime import Builder, Controller, Scope
-from cbop.runtime.definition import Context, ControllerDefinition, Flag, PolicyRule, SetupFunc
+from cbop.runtime import Builder, Controller, Reads, Scope
+from cbop.runtime.definition import (
+    Context,
+    ControllerDefinition,
+    Flag,
+    FlagValues,
+    PolicyRule,
+    Setup,
+)
 from cbop.runtime.predicates import (
     ANNOTATIONS_CHANGED,
     GENERATION_CHANGED,
     RESOURCE_VERSION_CHANGED,
+    Predicate,
     UpdatePredicate,
     any_of,
 )
 from cbop.runtime.seams import EventSink
 
 __all__ = [
+    "CLUSTER_BUNDLES_FLAG",
     "CONTROLLER_NAME",
     "DEFINITION",
     "REPORT_CONTROLLER_NAME",
     "STAMP_CHANGED",
     "STAMP_OR_STATUS_CHANGED",
     "STATUS_CONTROLLER_NAME",
-    "STATUS_SHARD",
     "ClusterBundleControllers",
+    "ClusterBundleSettings",
     "NamedLikeAClusterBundle",
     "bundle_mapper",
     "cluster_bundle_stamp_mapper",
@@ -94,6 +85,7 @@ __all__ = [
     "namespace_mapper",
     "namespace_stamp_mapper",
     "setup",
+    "setup_status",
     "unsupported_scope",
 ]
 
@@ -103,10 +95,8 @@ log = structlog.get_logger("cbop.clusterbundle")
 CONTROLLER_NAME: Final = "clusterbundle"
 #: The status controller's name.
 STATUS_CONTROLLER_NAME: Final = "clusterbundle-status"
-#: The report controller's name (sharded only).
+#: The report controller's name (where failures travel by report).
 REPORT_CONTROLLER_NAME: Final = "clusterbundle-report"
-#: The shard whose holder writes every ClusterConfigBundle's status under ``--shards``.
-STATUS_SHARD: Final = 0
 #: The metadata fields of a ConfigBundle the stamp work judges (besides its spec).
 _STAMP_FIELDS: Final = ("generation", "labels", "ownerReferences", "deletionTimestamp")
 
@@ -249,19 +239,54 @@ def unsupported_scope(scope: Scope) -> str | None:
     return None
 
 
+def _by_report(scope: Scope) -> bool:
+    """Whether the stamp work's failures reach the status writer by report.
+
+    They do unless ``scope`` serves every namespace: then the status writer runs in
+    the same scope and reads its :class:`Outcomes` (and every ConfigBundle) directly.
+    """
+    return not scope.shard.everything
+
+
+@dataclass(frozen=True)
+class ClusterBundleSettings:
+    """The ClusterConfigBundle controller's settings, from the parsed flags.
+
+    Attributes:
+        enabled: serve ClusterConfigBundles (``--cluster-bundles``).
+    """
+
+    enabled: bool = defaults.CLUSTER_BUNDLES
+
+    @classmethod
+    def from_flags(cls, flags: FlagValues) -> ClusterBundleSettings:
+        """Return the settings of the parsed ``flags``."""
+        return cls(enabled=flags[CLUSTER_BUNDLES_FLAG])
+
+
+#: ``--cluster-bundles``.
+CLUSTER_BUNDLES_FLAG: Final = Flag(
+    "cluster-bundles",
+    defaults.CLUSTER_BUNDLES,
+    "serve ClusterConfigBundles (needs the cluster scope, and get/list/watch on "
+    "namespaces and clusterconfigbundles)",
+)
+
+
 @dataclass(frozen=True)
 class ClusterBundleControllers:
-    """The controllers :func:`setup` adds, and the outcomes table they share.
+    """The controllers :func:`setup` adds to a scope, and the outcomes table they share.
 
     Attributes:
         stamps: the stamp controller.
-        status: the status controller (None: a shard other than :data:`STATUS_SHARD`).
-        report: the report controller (sharded only).
-        outcomes: the failures the stamp work met.
+        report: the report controller (None where the status writer reads
+            ``outcomes`` directly).
+        outcomes: the failures the stamp work met; they wake the one controller that
+            carries them to the status (the report controller, or the status
+            controller of the same scope).
     """
 
     stamps: Controller
-    status: Controller | None
     report: Controller | None
     outcomes: Outcomes
 
@@ -272,21 +297,23 @@ def setup(
     recorder: EventSink | None = None,
     workers: int | None = None,
     priority_queue: bool | None = None,
+    outcomes: Outcomes | None = None,
 ) -> ClusterBundleControllers | None:
-    """Add the ClusterConfigBundle controllers to ``scope`` and return them.
+    """Add the stamp controller (and, where failures travel by report, the report one).
 
-    Unsharded: the stamp and status controllers over every namespace. In a shard's
-    scope: the stamp controller over the namespaces whose name hashes into the shard's
-    range, the report controller (its failures on each ClusterConfigBundle), and, in
-    shard :data:`STATUS_SHARD`'s scope only, the status controller over cluster-wide
-    caches (docs/cluster-bundles.md, Sharding).
+    The stamp controller serves the namespaces whose name hashes into the scope's
+    range (every namespace unsharded); the report controller writes the scope's
+    failures on each ClusterConfigBundle for the status writer (docs/cluster-bundles.md,
+    Sharding).
 
     Args:
-        scope: the runtime manager (the single leader's scope), or a shard's scope.
+        scope: the scope (the process's one, or a shard's).
         recorder: where Events go (None: none).
         workers: the stamp controller's worker threads (None: the runtime's default,
-            4); the status and report controllers have one.
+            4); the report controller has one.
         priority_queue: see :meth:`cbop.runtime.Builder.with_options` (None: on).
+        outcomes: the scope's outcomes table, when :func:`setup_status` made it
+            already (the status writer of the same scope reads it).
 
     Returns:
         The controllers, or None when :func:`unsupported_scope` says they cannot run
@@ -297,37 +324,28 @@ def setup(
     """
     if unsupported_scope(scope) is not None:
         return None
-    shard = scope.shard
-    owns = shard.contains if shard is not None else None
-    cluster_bundles = scope.lister(CLUSTERCONFIGBUNDLES, whole=True)
-    writes_status = shard is None or shard.index == STATUS_SHARD
-    # A shard keeps its own namespaces' Namespace objects; the status writer all.
-    own_namespaces = not writes_status
-    namespaces = scope.lister(NAMESPACES, whole=writes_status, by_name=own_namespaces)
+    owns = scope.shard.contains
+    cluster_bundles = scope.lister(CLUSTERCONFIGBUNDLES, reads=Reads.CLUSTER)
+    # A scope keeps its own namespaces' Namespace objects (all of them unsharded).
+    namespaces = scope.lister(NAMESPACES, reads=Reads.SHARD_BY_NAME)
     bundles = scope.lister(CONFIGBUNDLES, indexers={CLUSTER_BUNDLE_INDEX: index_by_cluster_bundle})
-    outcomes = Outcomes()
-    status: Controller | None = None
-    if writes_status:
-        status = _status_controller(
-            scope, cluster_bundles, namespaces, bundles, outcomes, priority_queue
-        )
-        outcomes.changed = status.queue.add
+    outcomes = outcomes if outcomes is not None else Outcomes()
     reporter: Controller | None = None
-    if shard is not None:
+    if _by_report(scope):
         reporter = (
             Builder(scope, REPORT_CONTROLLER_NAME)
-            .for_(CLUSTERCONFIGBUNDLES, predicates=(_SPEC_OR_REPORTS,), whole=True)
+            .for_(CLUSTERCONFIGBUNDLES, predicates=(_SPEC_OR_REPORTS,), reads=Reads.CLUSTER)
             .with_options(workers=1, priority_queue=priority_queue)
             .complete(
                 ReportReconciler(
                     client=scope.client,
                     cluster_bundles=cluster_bundles,
                     outcomes=outcomes,
-                    key=report.report_key(shard.index, shard.count),
+                    key=report.report_key(scope.shard.index, scope.shard.count),
                 )
             )
         )
-        outcomes.changed = reporter.queue.add
+        outcomes.listen(reporter.queue.add)
     stamps = (
         Builder(scope, CONTROLLER_NAME)
         .for_(
@@ -338,14 +356,13 @@ def setup(
             CLUSTERCONFIGBUNDLES,
             cluster_bundle_stamp_mapper(cluster_bundles, namespaces, owns),
             predicates=(GENERATION_CHANGED,),
-            whole=True,
+            reads=Reads.CLUSTER,
         )
         .watches(
             NAMESPACES,
             namespace_stamp_mapper(cluster_bundles, owns),
             predicates=(RESOURCE_VERSION_CHANGED,),
-            whole=writes_status,
-            by_name=own_namespaces,
+            reads=Reads.SHARD_BY_NAME,
         )
         .with_options(workers=workers, priority_queue=priority_queue)
         .complete(
@@ -360,65 +377,83 @@ def setup(
             )
         )
     )
-    return ClusterBundleControllers(stamps, status, reporter, outcomes)
+    return ClusterBundleControllers(stamps, reporter, outcomes)
 
 
-def _status_controller(  # noqa: PLR0917 - private
-    scope: Scope,
-    cluster_bundles: ListingLister,
-    namespaces: ListingLister,
-    bundles: ListingLister,
-    outcomes: Outcomes,
-    priority_queue: bool | None,
-) -> Controller:
-    """Add the status controller: over ``bundles`` unsharded, over every stamp sharded."""
-    shard = scope.shard
+def setup_status(
+    scope: Scope, *, priority_queue: bool | None = None
+) -> tuple[Controller, Outcomes | None] | None:
+    """Add the status controller, which a group of scopes runs once.
+
+    It reads every ClusterConfigBundle and every Namespace. Where ``scope`` serves
+    every namespace it reads every ConfigBundle and the stamp work's :class:`Outcomes`
+    (returned, for :func:`setup` of the same scope to fill; a change there wakes it);
+    else every stamp (label-selected) and the failures each scope reports on the
+    ClusterConfigBundle (:mod:`cbop.clusterbundle.report`), and no table is returned.
+
+    Returns:
+        The controller and the table the scope's stamp work must fill (None: it reads
+        reports), or None when :func:`unsupported_scope` says it cannot run there.
+
+    Raises:
+        ValueError: the scope has a controller of this name already.
+    """
+    if unsupported_scope(scope) is not None:
+        return None
+    cluster_bundles = scope.lister(CLUSTERCONFIGBUNDLES, reads=Reads.CLUSTER)
+    namespaces = scope.lister(NAMESPACES, reads=Reads.CLUSTER)
     builder = Builder(scope, STATUS_CONTROLLER_NAME)
-    if shard is None:
-        builder.for_(CLUSTERCONFIGBUNDLES, predicates=(GENERATION_CHANGED,))
-        builder.watches(
-            CONFIGBUNDLES, bundle_mapper(cluster_bundles), predicates=(STAMP_OR_STATUS_CHANGED,)
-        )
-        reports = None
-    else:
-        # Every namespace's stamp, whichever shard made it; the shards' reports (an
+    outcomes = Outcomes()
+    reports: Callable[[Mapping[str, Any]], list[Failure]] | None = None
+    if _by_report(scope):
+        # Every namespace's stamp, whichever scope made it; the scopes' reports (an
         # annotation change) tell what no stamp shows.
-        bundles = scope.lister(
-            CONFIGBUNDLES,
-            label_selector=LABEL_CLUSTER_BUNDLE,
-            indexers={CLUSTER_BUNDLE_INDEX: index_by_cluster_bundle},
-            whole=True,
-        )
-        builder.for_(CLUSTERCONFIGBUNDLES, predicates=(_SPEC_OR_REPORTS,), whole=True)
-        builder.watches(
+        selector: str | None = LABEL_CLUSTER_BUNDLE
+        spec_changed: Predicate = _SPEC_OR_REPORTS
+        reports = functools.partial(report.reported, count=scope.shard.count)
+    else:
+        selector, spec_changed = None, GENERATION_CHANGED
+    bundles = scope.lister(
+        CONFIGBUNDLES,
+        reads=Reads.CLUSTER,
+        label_selector=selector,
+        indexers={CLUSTER_BUNDLE_INDEX: index_by_cluster_bundle},
+    )
+    status = (
+        builder.for_(CLUSTERCONFIGBUNDLES, predicates=(spec_changed,), reads=Reads.CLUSTER)
+        .watches(
             CONFIGBUNDLES,
             bundle_mapper(cluster_bundles),
-            label_selector=LABEL_CLUSTER_BUNDLE,
+            label_selector=selector,
             predicates=(STAMP_OR_STATUS_CHANGED,),
-            whole=True,
+            reads=Reads.CLUSTER,
         )
-        count = shard.count
-        reports = functools.partial(report.reported, count=count)
-    builder.watches(
-        NAMESPACES,
-        namespace_mapper(cluster_bundles),
-        predicates=(RESOURCE_VERSION_CHANGED,),
-        whole=True,
-    )
-    return builder.with_options(workers=1, priority_queue=priority_queue).complete(
-        StatusReconciler(
-            client=scope.client,
-            cluster_bundles=cluster_bundles,
-            namespaces=namespaces,
-            bundles=bundles,
-            outcomes=outcomes,
-            reports=reports,
+        .watches(
+            NAMESPACES,
+            namespace_mapper(cluster_bundles),
+            predicates=(RESOURCE_VERSION_CHANGED,),
+            reads=Reads.CLUSTER,
+        )
+        .with_options(workers=1, priority_queue=priority_queue)
+        .complete(
+            StatusReconciler(
+                client=scope.client,
+                cluster_bundles=cluster_bundles,
+                namespaces=namespaces,
+                bundles=bundles,
+                outcomes=outcomes,
+                reports=reports,
+            )
         )
     )
+    if reports is not None:
+        return status, None
+    outcomes.listen(status.queue.add)
+    return status, outcomes
 
 
-def install(context: Context) -> SetupFunc:
-    """Install the controller in a process; return its per-scope setup.
+def install(context: Context, settings: ClusterBundleSettings) -> Setup:
+    """Install the controller in a process; return its setup (the status writer once).
 
     Registers ``cbop_clusterconfigbundle_namespaces{name,state}`` (read from the cached
     statuses at scrape time). A scope it cannot serve is said once in the log.
@@ -427,38 +462,49 @@ def install(context: Context) -> SetupFunc:
         ClusterBundleNamespacesCollector(lambda: context.cached(CLUSTERCONFIGBUNDLES))
     )
     said = threading.Event()
+    # The table a scope's status writer reads, made before the scope's stamp work.
+    tables: weakref.WeakKeyDictionary[Scope, Outcomes] = weakref.WeakKeyDictionary()
+
+    def supported(scope: Scope) -> bool:
+        why = unsupported_scope(scope)
+        if why is not None and not said.is_set():
+            said.set()
+            log.info(f"{why}: the ClusterConfigBundle controller does not run")
+        return why is None
+
+    def setup_once(scope: Scope) -> Controller | None:
+        if not supported(scope):
+            return None
+        made = setup_status(scope, priority_queue=context.priority_queue)
+        if made is None:
+            return None
+        status, table = made
+        if table is not None:
+            tables[scope] = table
+        return status
 
     def setup_scope(scope: Scope) -> ClusterBundleControllers | None:
-        why = unsupported_scope(scope)
-        if why is not None:
-            if not said.is_set():
-                said.set()
-                log.info(f"{why}: the ClusterConfigBundle controller does not run")
+        if not supported(scope):
             return None
         return setup(
             scope,
             recorder=context.recorder,
             workers=context.workers,
             priority_queue=context.priority_queue,
+            outcomes=tables.pop(scope, None),
         )
 
-    return setup_scope
+    return Setup(each_scope=setup_scope, once=setup_once)
 
 
 #: The ClusterConfigBundle controller as the process sees it (flags, informers, RBAC).
 DEFINITION: Final = ControllerDefinition(
     name=CONTROLLER_NAME,
     summary="stamps a ConfigBundle into every namespace a ClusterConfigBundle selects",
+    settings=ClusterBundleSettings.from_flags,
     install=install,
-    flags=(
-        Flag(
-            "cluster-bundles",
-            defaults.CLUSTER_BUNDLES,
-            "serve ClusterConfigBundles (needs the cluster scope, and get/list/watch on "
-            "namespaces and clusterconfigbundles)",
-        ),
-    ),
-    enabled=lambda settings: bool(settings.get("cluster_bundles")),
+    flags=(CLUSTER_BUNDLES_FLAG,),
+    enabled=lambda settings: settings.enabled,
     resources=(CLUSTERCONFIGBUNDLES, NAMESPACES, CONFIGBUNDLES),
     controllers=2,
     rbac=(

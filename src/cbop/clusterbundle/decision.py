@@ -1,23 +1,13 @@
 """The ClusterConfigBundle decision: caches in, stamp actions and a status out.
 
-Pure functions on parsed-JSON dicts; no client, no threads (an import-linter contract
-says so). The act layer (:mod:`cbop.clusterbundle.reconcile`) performs what they decide.
-
-- :func:`decide`: for one ClusterConfigBundle, which namespaces it serves (selected
-  and not terminating), the stamped ConfigBundle each one needs (create when missing,
-  update when its spec, label or owner reference differ, nothing when equal), the
-  stamps to delete (their namespace left the selector), and the conflicts found in the
-  caches (a ConfigBundle of the stamp's name it does not control; an older
-  ClusterConfigBundle keeping a ConfigMap of the same name there; the stamp itself
-  reporting a ConfigMap conflict). Conflicts are reported, never fought: nothing is
-  written in such a namespace.
-- :func:`decide_namespace`: the same rules for one namespace (one stamp's work: the
-  stamp controller's key ``<namespace>/<name>``); :func:`decide` applies them to every
-  namespace, for the status.
-- :func:`status_of`: ``status`` from a :class:`Plan` plus the refusals met while acting
-  (counts, at most :data:`cbop.api.MAX_FAILED_NAMESPACES` failed namespaces listed, the
-  ``Ready`` condition keeping its ``lastTransitionTime`` while its status holds), so an
-  unchanged world gives an equal status and nothing is written.
+Pure functions on parsed-JSON dicts; no client, no threads (an import-linter contract).
+:func:`decide_namespace` is one stamp's work (create, update or delete the stamp in one
+namespace); :func:`decide` applies the same rules to every namespace, for the status;
+:func:`status_of` makes the status from that :class:`Plan` and the refusals met while
+acting, keeping ``lastTransitionTime`` while a condition holds, so an unchanged world
+gives an equal status and nothing is written. Why conflicts are reported, never fought:
+in a namespace where another ConfigBundle, or an older ClusterConfigBundle, holds the
+name, nothing is written, and the status says so.
 """
 
 from __future__ import annotations

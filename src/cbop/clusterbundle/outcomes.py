@@ -30,14 +30,22 @@ class Outcomes:
     no status that only lacks the refusals the stamp work has not met again yet.
 
     Args:
-        changed: ``fn(name)``, called (outside the lock) when ClusterConfigBundle
-            ``name``'s failures changed (the controller enqueues its status key).
+        changed: a first listener (see :meth:`listen`).
     """
 
     def __init__(self, changed: Callable[[str], None] | None = None) -> None:
         self._lock = threading.Lock()
         self._outcomes: dict[str, dict[str, Failure | None]] = {}
-        self.changed = changed
+        self._listeners: list[Callable[[str], None]] = [] if changed is None else [changed]
+
+    def listen(self, changed: Callable[[str], None]) -> None:
+        """Call ``changed(name)`` (outside the lock) whenever ``name``'s failures change.
+
+        Every listener is called, in the order added (the controller that carries the
+        failures to the status enqueues the ClusterConfigBundle's name).
+        """
+        with self._lock:
+            self._listeners.append(changed)
 
     def record(self, name: str, namespace: str, failure: Failure | None) -> bool:
         """Record ``namespace``'s outcome for ``name``; return whether the failures changed."""
@@ -45,10 +53,10 @@ class Outcomes:
             table = self._outcomes.setdefault(name, {})
             before = table.get(namespace)
             table[namespace] = failure
-        changed = before != failure
-        if changed and self.changed is not None:
-            self.changed(name)
-        return changed
+            listeners = list(self._listeners) if before != failure else []
+        for changed in listeners:
+            changed(name)
+        return before != failure
 
     def known(self, name: str, namespace: str) -> bool:
         """Whether an outcome of ``namespace`` for ``name`` was recorded."""

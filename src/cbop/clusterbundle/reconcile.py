@@ -1,41 +1,20 @@
 """The ClusterConfigBundle reconcilers: stamp work per namespace, status per bundle.
 
-Two reconcilers share the same caches (the ClusterConfigBundles, the Namespaces, the
-ConfigBundles) and one :class:`Outcomes` table:
+Two reconcilers share the caches and one :class:`Outcomes` table.
+:class:`StampReconciler` (key ``<namespace>/<name>``) performs
+:func:`cbop.clusterbundle.decision.decide_namespace`: it creates, puts back or deletes
+the one stamp of a ClusterConfigBundle in one namespace, and puts what only the write
+shows (an admission refusal) in :class:`Outcomes`. :class:`StatusReconciler` (key: the
+ClusterConfigBundle's name) aggregates the status from the caches and those refusals,
+and writes it when it changed, at most once per :data:`STATUS_INTERVAL`.
 
-- :class:`StampReconciler` (key ``<namespace>/<name>``: the stamp's own key, in the
-  target namespace) performs :func:`cbop.clusterbundle.decision.decide_namespace`:
-  creates, puts back or deletes the one stamp of ClusterConfigBundle ``name`` in
-  ``namespace``. The workqueue's workers stamp many namespaces at once, and a
-  namespace's event enqueues only its own keys. What only the write shows (an
-  admission refusal) goes into :class:`Outcomes`, and a change there wakes the status.
-- :class:`StatusReconciler` (key: the ClusterConfigBundle's name) aggregates the
-  status from the caches (:func:`cbop.clusterbundle.decision.decide` over every
-  namespace, nothing written but the status) and the refusals in :class:`Outcomes`,
-  and writes it when it changed, at most once per :data:`STATUS_INTERVAL`.
-
-Error policy of the stamp work, in the words of sample-controller:
-
-- the ClusterConfigBundle gone or being deleted: nothing (garbage collection removes
-  its stamps through their owner references);
-- a lost race (409 on update, 409 AlreadyExists on create: the cache had not caught
-  up): :class:`cbop.runtime.Requeue`, a quiet rate-limited retry;
-- a stamp refused by the API server: the namespace is failed with the server's message
-  (the status says so, and a ``StampRefused`` Warning Event when the refusal is new).
-  A 403 (an admission policy, a quota: lifted any time) is retried with the
-  workqueue's rate limiter (per-key exponential backoff, never a hot loop) through
-  :class:`cbop.runtime.Requeue`; a refusal of the request itself (422 Invalid, 400,
-  413, 415), which the same request can never overcome, is a
-  :class:`cbop.runtime.reconcile.TerminalError`: not retried until the
-  ClusterConfigBundle, the namespace or the stamp changes. The other namespaces are
-  other keys;
-- a namespace being deleted, or gone: skipped (no error, no retry);
-- anything else: raised, so the controller retries it rate-limited.
-
-Own writes are remembered until the caches show them (:class:`OwnWrites` for the status
-and the stamps updated, a short-lived memo of the stamps created), so a reconcile that
-comes before the watch events decides from what was written, and a world that did not
-change gets no write at all.
+The stamp work's error policy, as sample-controller's: a lost race is a quiet
+:class:`cbop.runtime.Requeue`; a 403 (a policy, a quota: lifted any time) is retried
+with backoff; a refusal no retry can overcome (422, 400, 413, 415) fails the namespace
+with the server's message and is a :class:`cbop.runtime.reconcile.TerminalError` until
+something changes; a namespace being deleted is skipped. Own writes are remembered until
+the caches show them (:class:`cbop.runtime.OwnWrites`), so an unchanged world gets no
+write.
 """
 
 from __future__ import annotations

@@ -1,24 +1,14 @@
 """The channel from stamping shards to the status writer: one annotation per shard.
 
-Under ``--shards N`` each shard stamps the namespaces whose *name* hashes into its range,
-while one replica (the holder of shard 0) writes the single status of a
-ClusterConfigBundle from cluster-wide caches of the Namespaces and of the stamps
-(label ``cbop.dev/cluster-bundle``). Two failures show in no stamp: an admission
-refusal of the stamp, and a foreign ConfigBundle in the stamp's way (unlabelled, so
-outside the writer's label-selected cache). Each shard reports its own on the
-ClusterConfigBundle, in an annotation key of its own::
-
-    cbop.dev/failed-in-shard-1-of-3: '{"kube-public": ["Refused", "ConfigBundles are ..."]}'
-
-written with a JSON merge patch of that key alone, so shards never conflict with each
-other or with the status writer (which writes only the status subresource). Pure
-functions here; no client (:class:`cbop.clusterbundle.reconcile.ReportReconciler`
-writes, :class:`cbop.clusterbundle.reconcile.StatusReconciler` reads).
-
-The value maps each failed namespace to ``[reason, message]``; only the first
-:data:`cbop.api.MAX_FAILED_NAMESPACES` (by name) carry a message (at most
-:data:`MAX_MESSAGE` characters), the rest ``[reason]``, so a thousand refusals stay far
-below the 256 KiB annotation limit.
+Under ``--shards`` one replica writes a ClusterConfigBundle's status from cluster-wide
+caches, but two failures show in no stamp: an admission refusal, and a foreign
+ConfigBundle in the stamp's way. Each shard reports its own in an annotation key of its
+own (``cbop.dev/failed-in-shard-<i>-of-<N>``), written by a merge patch of that key
+alone, so shards never conflict with each other or with the status writer. Pure
+functions; :class:`cbop.clusterbundle.reconcile.ReportReconciler` writes and
+:class:`cbop.clusterbundle.reconcile.StatusReconciler` reads. Only the first
+:data:`cbop.api.MAX_FAILED_NAMESPACES` failed namespaces carry a message, so a thousand
+refusals stay far below the annotation size limit.
 """
 
 from __future__ import annotations

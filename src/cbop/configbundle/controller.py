@@ -1,32 +1,13 @@
 """The ConfigBundle controller: what is specific to ConfigBundles, on the generic runtime.
 
-It owns three decisions and nothing else:
-
-- **its caches**: ConfigBundles, and only the ConfigMaps cbop manages (label
-  ``app.kubernetes.io/managed-by=cbop``, filtered by the API server), the latter with
-  the :data:`cbop.keys.CONTROLLER_UID_INDEX` index the reconciler finds a bundle's
-  ConfigMaps by (:func:`new_reconciler`); and the source ConfigMaps (label
-  ``cbop.dev/source=true``, filtered by the API server), in every namespace in scope
-  and never shard-filtered, since a bundle of any shard may read a source of any
-  namespace (docs/sources.md);
-- **its key mapping**: a ConfigBundle event enqueues the bundle's key, a managed
-  ConfigMap event the key of its controller owner when that is a ConfigBundle
-  (``for_`` / ``owns`` in :func:`setup`) and the keys of the bundles that keep a
-  ConfigMap of that name (:func:`bundles_naming`, through the
-  :data:`cbop.keys.CONFIGMAP_NAME_INDEX` index), so a bundle waiting on a name held by
-  another bundle's ConfigMap is retried as soon as that ConfigMap is deleted or
-  released; a source ConfigMap event (created, changed, deleted, labelled or
-  unlabelled) the keys of the bundles that read it (:func:`bundles_reading`, through
-  the :data:`SOURCE_INDEX` index: no GET, also for sources that do not exist yet);
-  a revision's event the bundles its owner references name
-  (:func:`cbop.revisions.caches.revision_owners`); an event of a pinned ReplicaSet,
-  ControllerRevision or pod, or of an opted-in workload's template, the bundles whose
-  ConfigMaps or revisions it names (:mod:`cbop.revisions.caches`: collection and the
-  ``Pinned`` condition); and after a restart the listed bundles that are not converged
-  (:func:`cbop.configbundle.status.is_converged`) go ahead of those that are;
-- **its reconciler**: :class:`cbop.configbundle.Reconciler`, built with the manager's
-  (fenced) client and the shared listers.
-
+It owns the controller's caches, key mapping and reconciler. Caches: the ConfigBundles;
+the ConfigMaps cbop manages and the source ConfigMaps, each selected by its label on the
+API server (sources in every namespace in scope and never shard-filtered: a bundle of
+any shard may read a source of any namespace); and what revisions need
+(:mod:`cbop.revisions.caches`). Each mapping function (:func:`bundles_naming`,
+:func:`bundles_reading`, ...) says which bundles an event of its kind concerns, through
+an index, without a GET; after a restart the bundles that are not converged go first.
+The reconciler is :class:`cbop.configbundle.Reconciler` with the scope's fenced client.
 ``cbop --once`` uses :func:`new_reconciler` and :func:`reconcile_all` without a manager.
 """
 
@@ -34,8 +15,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
+from cbop import defaults
 from cbop.api import MANAGED_SELECTOR, SOURCE_SELECTOR, config_map_name_of
 from cbop.configbundle import Reconciler, Requeue, Result
 from cbop.configbundle.interfaces import Client, Observer
@@ -69,8 +52,15 @@ from cbop.revisions.caches import (
 )
 from cbop.revisions.model import PINNED_SELECTOR
 from cbop.revisions.policy import PolicyCheck
-from cbop.runtime import Builder, Controller, Scope, reconcile_context
-from cbop.runtime.definition import Context, ControllerDefinition, Flag, PolicyRule, SetupFunc
+from cbop.runtime import Builder, Controller, Reads, Scope, reconcile_context
+from cbop.runtime.definition import (
+    Context,
+    ControllerDefinition,
+    Flag,
+    FlagValues,
+    PolicyRule,
+    SetupFunc,
+)
 from cbop.runtime.predicates import GENERATION_CHANGED
 from cbop.runtime.seams import EventSink
 
@@ -78,7 +68,10 @@ __all__ = [
     "CONTROLLER_NAME",
     "DEFINITION",
     "MANAGED_SELECTOR",
+    "REVISION_GRACE",
+    "ROLLOUT",
     "SOURCE_INDEX",
+    "ConfigBundleSettings",
     "bundles_naming",
     "bundles_reading",
     "index_by_configmap_name",
@@ -231,7 +224,7 @@ def new_reconciler(
 
 
 def setup(
-    manager: Scope,
+    scope: Scope,
     *,
     recorder: EventSink | None = None,
     observer: Observer | None = None,
@@ -241,11 +234,11 @@ def setup(
     rollout: bool = True,
     revision_grace: float = DEFAULT_GRACE,
 ) -> Controller:
-    """Add the ConfigBundle controller to ``manager`` and return it.
+    """Add the ConfigBundle controller to ``scope`` and return it.
 
     Args:
-        manager: the runtime manager or a shard's scope (its client, its informers, its
-            metrics).
+        scope: the scope (the process's one, or a shard's): its client, its informers,
+            its metrics.
         recorder: where Events go (None: none).
         observer: the ConfigMap write metrics (None: none).
         workers: worker threads (None: the runtime's default, 4).
@@ -255,13 +248,13 @@ def setup(
         revision_grace: see :class:`cbop.configbundle.Reconciler`.
 
     Raises:
-        ValueError: the manager has a controller of this name already.
+        ValueError: the scope has a controller of this name already.
     """
     # First: the history's informers take the transforms that keep them small.
-    history = history_listers(manager.informers, workloads=rollout)
+    history = history_listers(scope.informers, workloads=rollout)
     reconciler = new_reconciler(
-        manager.client,
-        manager.informers,
+        scope.client,
+        scope.informers,
         recorder=recorder,
         observer=observer,
         history=history,
@@ -269,16 +262,21 @@ def setup(
         rollout=rollout,
         revision_grace=revision_grace,
     )
-    bundles = manager.lister(CONFIGBUNDLES, indexers=_BUNDLE_INDEXERS)
-    configmaps = manager.lister(CONFIGMAPS, label_selector=MANAGED_SELECTOR)
+    bundles = scope.lister(CONFIGBUNDLES, indexers=_BUNDLE_INDEXERS)
+    configmaps = scope.lister(CONFIGMAPS, label_selector=MANAGED_SELECTOR)
     builder = (
-        Builder(manager, CONTROLLER_NAME)
+        Builder(scope, CONTROLLER_NAME)
         .for_(CONFIGBUNDLES, converged=is_converged)
         .owns(CONFIGMAPS, label_selector=MANAGED_SELECTOR)
         .watches(CONFIGMAPS, bundles_naming(bundles), label_selector=MANAGED_SELECTOR)
         .watches(CONFIGMAPS, revision_owners, label_selector=MANAGED_SELECTOR)
         .watches(CONFIGMAPS, bundles_of_legacy_pins(configmaps), label_selector=MANAGED_SELECTOR)
-        .watches(CONFIGMAPS, bundles_reading(bundles), label_selector=SOURCE_SELECTOR, whole=True)
+        .watches(
+            CONFIGMAPS,
+            bundles_reading(bundles),
+            label_selector=SOURCE_SELECTOR,
+            reads=Reads.CLUSTER,
+        )
     )
     # The history's caches wake bundles, but the controller does not wait for them:
     # without RBAC on pods or the apps group, bundles are still reconciled (nothing past
@@ -329,7 +327,40 @@ def reconcile_all(
     return results
 
 
-def install(context: Context) -> SetupFunc:
+#: ``--revision-grace``, seconds.
+REVISION_GRACE: Final = Flag(
+    "revision-grace",
+    DEFAULT_GRACE,
+    "seconds a revision ConfigMap must have been neither current nor named by a "
+    "cached pod template before it is deleted (docs/revisions.md)",
+)
+#: ``--rollout``, the rollout controllers' flag: whether they run decides whether the
+#: workloads' caches are read here too (the command line offers the rollout's own).
+ROLLOUT: Final = Flag("rollout", defaults.ROLLOUT)
+
+
+@dataclass(frozen=True)
+class ConfigBundleSettings:
+    """The ConfigBundle controller's settings, from the parsed flags.
+
+    Attributes:
+        revision_grace_seconds: seconds a revision ConfigMap must have been neither
+            current nor named by a cached pod template before it is deleted
+            (``--revision-grace``).
+        rollout: whether the rollout controllers run (``--rollout``): the opted-in
+            workloads' caches are then read, and revisions are written for them.
+    """
+
+    revision_grace_seconds: float = DEFAULT_GRACE
+    rollout: bool = defaults.ROLLOUT
+
+    @classmethod
+    def from_flags(cls, flags: FlagValues) -> ConfigBundleSettings:
+        """Return the settings of the parsed ``flags``."""
+        return cls(revision_grace_seconds=flags[REVISION_GRACE], rollout=flags[ROLLOUT])
+
+
+def install(context: Context, settings: ConfigBundleSettings) -> SetupFunc:
     """Install the ConfigBundle controller in a process; return its per-scope setup.
 
     Registers ``cbop_configmap_writes_total``, ``cbop_drift_corrections_total``,
@@ -352,8 +383,6 @@ def install(context: Context) -> SetupFunc:
     # One check of the pin policy per process, made with the client of the first scope
     # set up: it only reads.
     checks: list[PolicyCheck] = []
-    rollout = bool(context.settings.get("rollout"))
-    grace = float(context.settings.get("revision_grace", DEFAULT_GRACE))
 
     def setup_scope(scope: Scope) -> Controller:
         if not checks:
@@ -365,8 +394,8 @@ def install(context: Context) -> SetupFunc:
             workers=context.workers,
             priority_queue=context.priority_queue,
             pin_policy=checks[0],
-            rollout=rollout,
-            revision_grace=grace,
+            rollout=settings.rollout,
+            revision_grace=settings.revision_grace_seconds,
         )
 
     return setup_scope
@@ -376,15 +405,9 @@ def install(context: Context) -> SetupFunc:
 DEFINITION: Final = ControllerDefinition(
     name=CONTROLLER_NAME,
     summary="keeps a managed ConfigMap equal to each ConfigBundle",
+    settings=ConfigBundleSettings.from_flags,
     install=install,
-    flags=(
-        Flag(
-            "revision-grace",
-            DEFAULT_GRACE,
-            "seconds a revision ConfigMap must have been neither current nor named by a "
-            "cached pod template before it is deleted (docs/revisions.md)",
-        ),
-    ),
+    flags=(REVISION_GRACE,),
     resources=(CONFIGBUNDLES, CONFIGMAPS, *HISTORY),
     more_informers=(CONFIGMAPS,),  # the sources (cbop.dev/source=true)
     controllers=1,

@@ -1,53 +1,25 @@
 """Memoised parts of the reconcile decision, so a no-op reconcile does little work.
 
 A resync reconciles every bundle, and every event of a managed ConfigMap reconciles its
-bundle; almost all of those find nothing to do. What they compute depends on little:
+bundle; almost all find nothing to do. This module owns :class:`DecisionMemo`, LRU
+caches of what those reconciles compute, each keyed so that a change never finds a
+stale entry: the parsed spec and the desired ConfigMap by the bundle's
+``(uid, generation)`` (the API server bumps ``generation`` on every spec change), the
+in-sync verdict by the ConfigMap's ``(uid, resourceVersion)`` as well, and, with
+``spec.sources``, by the ``inputs`` of the sources read. A fourth cache keeps per bundle
+the outcome of its last full reconcile that wrote nothing, so a resync that finds the
+bundle and its ConfigMap unchanged returns it without parsing or deciding again.
 
-* the parsed spec (:func:`cbop.api.parse_spec`) and the desired ConfigMap (with its
-  content hash) depend only on the bundle's spec and its name, namespace and UID, so
-  they are keyed by ``(uid, generation)``: the API server increments ``generation`` on
-  every spec change (the CRD has a status subresource), and name and namespace never
-  change for a UID;
-* whether a ConfigMap is in sync with that desired ConfigMap also depends on the
-  ConfigMap, keyed by its ``(uid, resourceVersion)``: every change of an object gives
-  it a new resourceVersion.
-
-So a changed bundle or ConfigMap never finds a stale entry: it has a new key. A
-bundle with ``spec.sources`` also depends on its sources: the caller passes their
-``inputs`` (the UID and resourceVersion of each source found, in spec order), which
-are part of the keys of the desired ConfigMaps, of the verdicts and of the stored
-outcomes, so a changed source never finds a stale entry either.
-
-A fourth cache holds, per bundle UID, the outcome of the bundle's last full reconcile
-when it wrote nothing (:meth:`DecisionMemo.noop`), with the resourceVersions of the
-bundle and of its ConfigMap it was computed from, and the ConfigMap's name: a resync
-that finds both unchanged returns that outcome without parsing, rendering or deciding
-again (see :class:`cbop.configbundle.Reconciler`). Objects without those fields (never
-the case for objects read from the API server) are not memoised.
-
-Each cache is an LRU, safe to share between reconcile threads; an entry of a deleted
-bundle stays until it is evicted. The outcomes hold one small entry per converged
-bundle (``maxsize``, room for every bundle); the parsed specs, desired ConfigMaps and
-verdicts are only needed by full reconciles, which follow a change, so they hold a
-working set of the bundles reconciled most recently (``working_set``): a bundle that
-changes again after its entries were evicted is parsed and rendered anew (tens of
-microseconds), and a converged operator does not keep a second and third copy of every
-bundle's content (about 2.5 KiB per bundle of 1 KiB of data).
-
-Only reconciles that will be followed by others fill the working set: one that writes
-(the watch events of its writes bring the bundle back within seconds), and those
-follow-ups themselves, which find the bundle's version there (:meth:`DecisionMemo.lookup`
-tells; :meth:`DecisionMemo.keep` puts a writing reconcile's entries in). A full
-reconcile that finds a bundle in sync and is not such a follow-up (the first look at
-every listed bundle after a restart, a resync after an eviction) keeps only its outcome:
-filling the working set with ten thousand entries that are evicted before anyone asks
-for them again cost a restart about a tenth of its reconciling CPU, most of it under
-the lock the reconcile threads share.
+Why the first three hold only a working set, filled only by reconciles that will be
+followed by others (one that writes, and the reconciles its watch events bring): a
+converged operator then keeps no second copy of every bundle's content, and a restart
+does not fill them with entries evicted before anyone asks again (:meth:`DecisionMemo.keep`,
+:meth:`DecisionMemo.lookup`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 import cachetools
@@ -107,11 +79,9 @@ class DecisionMemo:
         )
         self._synced: cachetools.LRUCache[Hashable, bool] = cachetools.LRUCache(working_set)
         # Bundle UID -> (bundle resourceVersion, ConfigMap UID, ConfigMap
-        # resourceVersion, ConfigMap name, the outcome); only bundles whose last full
+        # resourceVersion, sources' inputs, the outcome); only bundles whose last full
         # reconcile wrote nothing.
-        # (bundle resourceVersion, ConfigMap UID, ConfigMap resourceVersion, ConfigMap
-        # name, sources' inputs, the outcome)
-        self._noops: cachetools.LRUCache[str, tuple[str, str, str, str, Hashable, Any]] = (
+        self._noops: cachetools.LRUCache[str, tuple[str, str, str, Hashable, Any]] = (
             cachetools.LRUCache(maxsize)
         )
         self._lock = YieldingLock()
@@ -251,38 +221,35 @@ class DecisionMemo:
     def noop(
         self,
         bundle: Mapping[str, Any],
-        configmap_named: Callable[[str], Mapping[str, Any] | None],
+        configmap: Mapping[str, Any] | None,
         inputs: Hashable = None,
-    ) -> tuple[Any, Mapping[str, Any]] | None:
-        """Return the outcome :meth:`remember_noop` stored for ``bundle``, and its ConfigMap.
+    ) -> Any:
+        """Return the outcome :meth:`remember_noop` stored for ``bundle``, or None.
 
         Args:
             bundle: the bundle as cached now.
-            configmap_named: the cached ConfigMap of a name in the bundle's namespace, or
-                None; called with the name stored with the outcome, so that the spec
-                need not be parsed (the same bundle resourceVersion has the same spec).
+            configmap: the cached ConfigMap the bundle names now, or None.
             inputs: the sources' versions now (module docstring), None without sources.
 
         Returns:
-            ``(outcome, configmap)``, or None unless the bundle's last full reconcile
-            wrote nothing and was computed from the same bundle resourceVersion, the
-            same ConfigMap (UID, resourceVersion) and the same ``inputs``.
+            The outcome, when the bundle's last full reconcile wrote nothing and was
+            computed from the same bundle resourceVersion, the same ConfigMap (UID,
+            resourceVersion) and the same ``inputs``; else None.
         """
         meta = bundle.get("metadata") or {}
         uid = meta.get("uid")
-        if not isinstance(uid, str):
+        if not isinstance(uid, str) or configmap is None:
             return None
         if not absent(self._noops, uid):
             with self._lock:
                 entry = self._noops.get(uid)
         else:
             entry = None
-        if entry is None or entry[0] != meta.get("resourceVersion") or entry[4] != inputs:
+        if entry is None or entry[0] != meta.get("resourceVersion") or entry[3] != inputs:
             return None
-        configmap = configmap_named(entry[3])
-        if configmap is None or _object_key(configmap) != entry[1:3]:
+        if _object_key(configmap) != entry[1:3]:
             return None
-        return entry[5], configmap
+        return entry[4]
 
     def remember_noop(
         self,
@@ -298,10 +265,9 @@ class DecisionMemo:
         """
         bundle_key = _object_key(bundle)
         key = _object_key(configmap)
-        name = (configmap.get("metadata") or {}).get("name")
-        if bundle_key is not None and key is not None and isinstance(name, str):
+        if bundle_key is not None and key is not None:
             with self._lock:
-                self._noops[bundle_key[0]] = (bundle_key[1], *key, name, inputs, outcome)
+                self._noops[bundle_key[0]] = (bundle_key[1], *key, inputs, outcome)
 
     def forget_noop(self, bundle: Mapping[str, Any]) -> None:
         """Drop the stored outcome of ``bundle`` (a full reconcile of it begins)."""

@@ -1,37 +1,23 @@
-"""The reconcile act layer's entry point: read from the caches, decide, act, log the outcome.
+"""The ConfigBundle reconcile: read from the caches, decide, act through its parts, log.
 
-This module owns :class:`Reconciler`, which the ConfigBundle controller
-(:mod:`cbop.configbundle.controller`) and ``cbop --once`` call with one key at a time.
-Its seams (listers, client, metrics hooks) and :class:`Result` are in
-:mod:`cbop.configbundle.interfaces`; the dry-run account in :mod:`cbop.configbundle.dryrun`.
-What it performs is in the modules it is built on: the ConfigMap writes and their
-recovery in :mod:`cbop.configbundle.writes`, the finalizer and the Orphan release in
-:mod:`cbop.configbundle.release`, status, Events and refusals in
-:mod:`cbop.configbundle.report`.
+This module owns :class:`Reconciler`, which the ConfigBundle controller and
+``cbop --once`` call with one ``namespace/name`` key at a time. It reads the bundle and
+its ConfigMap from the caches once, asks the pure
+:func:`cbop.configbundle.decision.decide` (through :class:`cbop.configbundle.memo.DecisionMemo`),
+and carries the decision out through the parts it holds, each with its own state and
+tests: the sources (:mod:`cbop.configbundle.sources`), the finalizer and the Orphan
+release (:mod:`cbop.configbundle.release`), the revisions
+(:class:`cbop.revisions.bundle.BundleRevisions`), the ConfigMap writes
+(:mod:`cbop.configbundle.writes`), and status, Events and counts
+(:mod:`cbop.configbundle.report`). Its seams and :class:`Result` are in
+:mod:`cbop.configbundle.interfaces`.
 
-:class:`Reconciler` turns one ``namespace/name`` key into at most a handful of API
-writes. It reads the bundle and its ConfigMap from the informer caches (listers), asks
-the pure :func:`cbop.configbundle.decision.decide` what to do, performs it, and writes the
-bundle's status only when its content changes. It never mutates cached objects.
-
-Error policy (what the controller does with the outcome), as sample-controller's
-syncHandler:
-
-- the bundle is gone from the cache -> nothing (the garbage collector handles the
-  ConfigMap through its owner reference);
-- invalid spec, ConfigMap too large, or the API refusing the ConfigMap write in a way
-  no retry can fix (422 Invalid, 413 Request Entity Too Large, 400, 415) -> status
-  says so, no requeue: only a spec change (a new watch event) can fix it;
-- name taken by a ConfigMap cbop does not own -> status says so, and a recheck after
-  ``conflict_recheck`` seconds (cbop does not watch ConfigMaps it does not manage, so
-  it cannot hear of such a blocker's deletion otherwise; a blocker that is another
-  bundle's managed ConfigMap wakes the bundle as soon as it is deleted or released,
-  through the controller's key mapping);
-- 409 Conflict (lost an optimistic-concurrency race) -> :class:`Requeue`: a quiet,
-  rate-limited retry from fresh cache state;
-- AlreadyExists on create (stale cache) -> a fresh GET, then decide again;
-- anything else -> status ``ReconcileError`` and the error is re-raised for a
-  rate-limited retry.
+The error policy, as sample-controller's syncHandler: a refusal no retry can fix (an
+invalid spec, a ConfigMap too large, 422, 413, 400, 415) is reported in the status and
+not requeued; a lost race is a quiet :class:`Requeue`; anything else is reported as
+``ReconcileError`` and retried rate-limited. A name taken by a ConfigMap cbop does not
+manage is rechecked after ``conflict_recheck`` seconds, because cbop does not watch
+such ConfigMaps and cannot hear of their deletion.
 """
 
 from __future__ import annotations
@@ -39,52 +25,58 @@ from __future__ import annotations
 import datetime
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
-import cachetools
 import structlog
 
 from cbop.api import BundleSpec, SpecError, config_map_name_of
-from cbop.api.compose import compose, composed_spec
 from cbop.clock import Clock
-from cbop.configbundle.decision import Action, Decision, decide, status_can_wait
+from cbop.configbundle.decision import Action, Decision, status_can_wait
 from cbop.configbundle.diff import configmap_diff
 from cbop.configbundle.dryrun import dry_run_account
 from cbop.configbundle.interfaces import (
-    CONTROLLER_UID_INDEX,
-    NO_OBSERVER,
     Client,
     Lister,
     Observer,
+    RejectedError,
     Requeue,
     Result,
+    RevisionKeeper,
+    TargetWriter,
 )
 from cbop.configbundle.memo import DecisionMemo
-from cbop.configbundle.release import FinalizerWrites
-from cbop.configbundle.report import RejectedError
-from cbop.configbundle.writes import GIVE_UP, ConfigMapWrites
+from cbop.configbundle.release import Finalizer
+from cbop.configbundle.report import StatusReporter
+from cbop.configbundle.sources import SourceReader
+from cbop.configbundle.status import ready_condition
+from cbop.configbundle.writes import ConfigMapWriter
 from cbop.keys import split_key
 from cbop.kube import ApiError
-from cbop.locks import YieldingLock, absent
 from cbop.revisions.bundle import DEFAULT_GRACE, BundleRevisions, RevisionOutcome
 from cbop.revisions.caches import History
 from cbop.revisions.policy import PolicyCheck
-from cbop.runtime.ownwrites import OwnWrites
 from cbop.runtime.seams import EventSink
 
 __all__ = ["Reconciler"]
 
 #: The actions that write the ConfigMap (a dry run's result carries the body).
-_WRITES = frozenset({Action.CREATE, Action.UPDATE, Action.REPLACE})
+_WRITES: Final = frozenset({Action.CREATE, Action.UPDATE, Action.REPLACE})
 #: The decisions after which the plain ConfigMap is as the spec says (or is being made
-#: so): only then is the current revision kept.
-_KEPT = frozenset({Action.NONE, *_WRITES})
+#: so): only then are the current revision and no stale ConfigMap kept.
+_KEPT: Final = frozenset({Action.NONE, *_WRITES})
 
 log = structlog.get_logger("cbop.configbundle")
 
 
-class Reconciler(ConfigMapWrites, FinalizerWrites):
+class Reconciler:
     """Reconciles one ConfigBundle key at a time; safe to call from many threads.
+
+    Builds its parts from the arguments below: a :class:`StatusReporter` (``client``,
+    ``recorder``, ``observer``, ``now``), a :class:`ConfigMapWriter` (``configmaps``,
+    ``conflict_recheck``), a :class:`Finalizer`, a :class:`SourceReader` (``sources``,
+    ``source_scope``) and a :class:`BundleRevisions` (``history``, ``pin_policy``,
+    ``rollout``, ``revision_grace``, ``clock``); each gets ``field_manager`` and
+    ``dry_run`` where it writes.
 
     Args:
         client: the API client (writes, and the rare fresh read).
@@ -111,6 +103,7 @@ class Reconciler(ConfigMapWrites, FinalizerWrites):
         revision_grace: seconds a revision must have been unnamed before it is deleted
             (:mod:`cbop.revisions.bundle`).
         clock: the monotonic clock of that grace (tests: ``FakeClock``).
+        memo: the memo of decisions (None: a new :class:`DecisionMemo`).
     """
 
     def __init__(
@@ -132,41 +125,46 @@ class Reconciler(ConfigMapWrites, FinalizerWrites):
         rollout: bool = True,
         revision_grace: float = DEFAULT_GRACE,
         clock: Clock | None = None,
+        memo: DecisionMemo | None = None,
     ) -> None:
-        self._client = client
-        self._sources = sources
-        self._source_scope = tuple(source_scope) if source_scope else None
         self._bundles = bundles
-        self._configmaps = configmaps
-        self._recorder = recorder
-        self._observer = observer or NO_OBSERVER
         self._dry_run = dry_run
         self._conflict_recheck = conflict_recheck
-        self._now = now or (lambda: datetime.datetime.now(datetime.UTC))
-        self._field_manager = field_manager
-        # Bundles whose ConfigMap name is taken by a ConfigMap cbop does not watch (it
-        # carries no managed-by label): their rechecks read it first instead of trying
-        # a create that is bound to fail. Entries expire on their own.
-        self._conflicts: cachetools.TTLCache[str, bool] = cachetools.TTLCache(
-            maxsize=100_000, ttl=4 * conflict_recheck
-        )
-        self._conflicts_lock = YieldingLock()
-        # The last status written per bundle. A reconcile that still finds the bundle
-        # as it was before the write in the cache (the watch event of the write is on
-        # its way) compares with what was written, so a stale read never writes the
-        # same status again with a new lastTransitionTime.
-        self._own_status = OwnWrites()
         # Parsed specs, desired ConfigMaps and in-sync verdicts by (uid, generation) and
         # the ConfigMap's (uid, resourceVersion): a no-op reconcile recomputes none.
-        self._memo = DecisionMemo()
-        self._revisions = BundleRevisions(
+        self._memo = memo or DecisionMemo()
+        self._sources = SourceReader(sources, source_scope)
+        self._reporter = StatusReporter(
+            client=client,
+            recorder=recorder,
+            observer=observer,
+            dry_run=dry_run,
+            now=now,
+            field_manager=field_manager,
+        )
+        self._writer: TargetWriter = ConfigMapWriter(
+            client=client,
+            configmaps=configmaps,
+            reports=self._reporter,
+            field_manager=field_manager,
+            dry_run=dry_run,
+            conflict_recheck=conflict_recheck,
+        )
+        self._finalizer = Finalizer(
+            client=client,
+            writer=self._writer,
+            reports=self._reporter,
+            field_manager=field_manager,
+            dry_run=dry_run,
+        )
+        self._revisions: RevisionKeeper = BundleRevisions(
             client=client,
             configmaps=configmaps,
             history=history,
             policy=pin_policy,
             recorder=recorder,
-            count=self._count,
-            event=self._event,
+            count=self._reporter.count,
+            event=self._reporter.event,
             field_manager=field_manager,
             conflict_recheck=conflict_recheck,
             rollout=rollout,
@@ -192,9 +190,10 @@ class Reconciler(ConfigMapWrites, FinalizerWrites):
         if bundle is None:
             return Result(key, None, message="bundle not found; nothing to do")
         started = time.monotonic()
-        inputs = self._source_inputs(bundle)
+        inputs = self._sources.inputs(bundle)
+        current = self._writer.cached(bundle)
         if not self._dry_run:
-            unchanged = self._unchanged(bundle, inputs)
+            unchanged = self._unchanged(bundle, current, inputs)
             if unchanged is not None:
                 log.debug(
                     "reconciled",
@@ -207,25 +206,23 @@ class Reconciler(ConfigMapWrites, FinalizerWrites):
         # A bundle version in the working set is a follow-up of a recent write; only
         # then, or when this reconcile writes, are the computed parts kept (see memo).
         parsed, known = self._memo.lookup(bundle)
-        spec = self._compose(bundle, parsed)
-        current = self._cached_configmap(bundle, spec)
+        spec = self._sources.compose(bundle, parsed)
         self._memo.forget_noop(bundle)
         # The controller binds controller, namespace, name and reconcile_id to every
         # line of the reconcile (cbop.runtime.reconcile_context).
         logger = log
-        if current is None and isinstance(spec, BundleSpec) and self._known_conflict(key):
-            current = self._fresh_configmap(namespace or "", spec.config_map_name)
+        if current is None and isinstance(spec, BundleSpec):
+            current = self._writer.recheck(key, namespace or "", spec.config_map_name)
         decision = self._memo.decide(bundle, spec, current, keep=known, inputs=inputs)
         try:
             result = self._act(
-                key, bundle, spec, decision, keep=not known, parsed=parsed, inputs=inputs
+                key, bundle, spec, current, decision, keep=not known, parsed=parsed, inputs=inputs
             )
         except RejectedError as err:
             # The API server refused the ConfigMap in a way no retry can fix (a label
             # value it rejects, a request body over its limit): a spec problem, reported
             # like one, and not retried until the spec changes.
-            self._write_status(bundle, spec, "False", err.condition_reason, err.message)
-            self._event(bundle, "Warning", err.condition_reason.value, err.message)
+            self._reporter.rejected(bundle, spec, err)
             result = Result(
                 key,
                 Action.INVALID,
@@ -238,7 +235,7 @@ class Reconciler(ConfigMapWrites, FinalizerWrites):
             logger.debug("reconcile lost a race; requeueing", action=decision.action.value)
             raise
         except ApiError as err:
-            self._report_error(bundle, spec, err)
+            self._reporter.failed(bundle, spec, err)
             logger.warning(
                 "reconcile failed",
                 action=decision.action.value,
@@ -246,7 +243,7 @@ class Reconciler(ConfigMapWrites, FinalizerWrites):
                 duration=round(time.monotonic() - started, 6),
             )
             raise
-        self._remember_conflict(key, result.action is Action.CONFLICT)
+        self._writer.remember(key, taken=result.action is Action.CONFLICT)
         if self._dry_run:
             # A dry run reconciled nothing: its line says what is pending, never "reconciled".
             logger.info(
@@ -269,105 +266,26 @@ class Reconciler(ConfigMapWrites, FinalizerWrites):
         )
         return result
 
-    def _source_inputs(self, bundle: Mapping[str, Any]) -> Hashable:
-        """Return the versions of the sources ``bundle`` reads, or None when it reads none.
-
-        For each ``spec.sources`` entry, in order: ``(namespace, name, uid,
-        resourceVersion)`` of the cached source, or ``(namespace, name)`` when it is not
-        in the cache. A lookup per source, from the raw spec (nothing parsed): the memo
-        keys of :class:`cbop.configbundle.memo.DecisionMemo` include it, so a changed,
-        created or deleted source is never answered from a stale entry.
-        """
-        raw = (bundle.get("spec") or {}).get("sources")
-        if not raw or not isinstance(raw, list):
-            return None
-        namespace = bundle["metadata"]["namespace"]
-        out: list[tuple[Any, ...]] = []
-        for entry in raw:
-            ref = entry.get("configMap") if isinstance(entry, Mapping) else None
-            if not isinstance(ref, Mapping):
-                continue
-            ns, name = ref.get("namespace") or namespace, ref.get("name")
-            found = (
-                self._sources.get(ns, name)
-                if self._sources is not None and isinstance(ns, str) and isinstance(name, str)
-                else None
-            )
-            if found is None:
-                out.append((ns, name))
-            else:
-                meta = found["metadata"]
-                out.append((ns, name, meta.get("uid"), meta.get("resourceVersion")))
-        return tuple(out)
-
-    def _compose(
-        self, bundle: Mapping[str, Any], spec: BundleSpec | SpecError
-    ) -> BundleSpec | SpecError:
-        """Return ``spec`` with its sources composed in, or why that cannot be done.
-
-        A spec without sources and merge keys, an invalid one and a suspended one come
-        back as they are. A source that is missing, not shared, managed by cbop or
-        holds a merge key that does not parse comes back as the
-        :class:`cbop.api.compose.SourceError` (a content over the size limit as the
-        :class:`cbop.api.TooLargeError`): the decision then writes nothing, so the
-        ConfigMap keeps its last good content (or is not created) and status names it.
-        The error carries ``spec`` (:attr:`cbop.api.SpecError.spec`), whose
-        ``deletionPolicy`` is still honoured.
-        """
-        if not isinstance(spec, BundleSpec) or not spec.composed or spec.suspend:
-            return spec
-        sources = self._sources
-
-        def lookup(namespace: str, name: str) -> Mapping[str, Any] | None:
-            return sources.get(namespace, name) if sources is not None else None
-
-        try:
-            composed = compose(
-                spec, bundle["metadata"]["namespace"], lookup, scope=self._source_scope
-            )
-        except SpecError as err:
-            err.spec = spec
-            return err.with_traceback(None)
-        return composed_spec(spec, composed)
-
-    def _unchanged(self, bundle: Mapping[str, Any], inputs: Hashable = None) -> Result | None:
+    def _unchanged(
+        self, bundle: Mapping[str, Any], current: Mapping[str, Any] | None, inputs: Hashable
+    ) -> Result | None:
         """Return the outcome of the bundle's last full reconcile if it still holds, else None.
 
-        It holds when that reconcile wrote nothing, the bundle and its ConfigMap in the
-        cache are the very versions it was decided against, and no other ConfigMap
-        controlled by the bundle has appeared since (one would be deleted as stale).
-        Every other input of the decision is part of those objects, and a full
-        reconcile drops the stored outcome before it begins, so the answer is the one a
-        full reconcile would give, without parsing the spec, deciding again or computing
-        the status: what a resync of a converged bundle costs. The ConfigMap's name is
-        the one stored with the outcome (the same bundle version has the same spec).
+        It holds when that reconcile wrote nothing, the bundle and its ConfigMap
+        (``current``) in the cache are the very versions it was decided against, the
+        revisions need nothing, and no other ConfigMap controlled by the bundle has
+        appeared since (one would be deleted as stale). Every other input of the
+        decision is part of those objects, and a full reconcile drops the stored
+        outcome before it begins, so the answer is the one a full reconcile would give,
+        without parsing the spec, deciding again or computing the status: what a resync
+        of a converged bundle costs.
         """
-        namespace = bundle["metadata"]["namespace"]
-        stored = self._memo.noop(bundle, lambda name: self._configmaps.get(namespace, name), inputs)
-        if stored is None or not self._revisions.in_place(bundle):
+        known: Result | None = self._memo.noop(bundle, current, inputs)
+        if known is None or current is None or not self._revisions.in_place(bundle):
             return None
-        known: Result = stored[0]
-        name = stored[1]["metadata"]["name"]
-        uid = bundle["metadata"]["uid"]
-        for cm in self._configmaps.by_index(CONTROLLER_UID_INDEX, uid):
-            if cm["metadata"]["name"] != name:
-                return None
+        if self._writer.controls_others(bundle, current["metadata"]["name"]):
+            return None
         return known
-
-    # -- reads ----------------------------------------------------------------------
-
-    def _known_conflict(self, key: str) -> bool:
-        # A containment test, which needs no lock (see memo.absent).
-        return not absent(self._conflicts, key)
-
-    def _remember_conflict(self, key: str, conflict: bool) -> None:
-        if not conflict and absent(self._conflicts, key):
-            return
-        with self._conflicts_lock:
-            if conflict:
-                self._conflicts[key] = True
-            else:
-                self._conflicts.pop(key, None)
 
     # -- act ------------------------------------------------------------------------
 
@@ -376,48 +294,31 @@ class Reconciler(ConfigMapWrites, FinalizerWrites):
         key: str,
         bundle: Mapping[str, Any],
         spec: BundleSpec | SpecError,
+        current: Mapping[str, Any] | None,
         decision: Decision,
         *,
         keep: bool = False,
         parsed: BundleSpec | SpecError | None = None,
         inputs: Hashable = None,
     ) -> Result:
-        """Carry out ``decision``; with ``keep``, memoise its spec and render if it wrote.
+        """Carry out ``decision``, made against ``current``; with ``keep``, memoise it if it wrote.
 
         ``spec`` is the spec with its sources composed in; ``parsed`` the spec as parsed
         (what the memo keeps; None: ``spec``), ``inputs`` the sources' versions.
         """
-        meta = bundle["metadata"]
-        namespace = meta["namespace"]
         if decision.action is Action.DELETING:
             return Result(key, Action.DELETING, message=decision.message)
         if decision.action is Action.RELEASE:
-            return self._release(key, bundle, decision)
-        if decision.finalizer is not None and not self._dry_run:
-            bundle = self._set_finalizer(bundle, decision.finalizer)
-
-        current = self._cached_configmap(bundle, spec)
+            return self._finalizer.release(key, bundle, decision)
+        if decision.finalizer is not None:
+            bundle = self._finalizer.set(bundle, decision.finalizer)
         revision = self._keep_revision(bundle, decision)
-        attempts = 0
-        while True:
-            attempts += 1
-            try:
-                self._write_configmap(namespace, decision)
-                break
-            except ApiError as err:
-                if attempts > 2:  # a fresh read once, then give up
-                    raise
-                fresh = self._recover(namespace, spec, decision, err)
-                if fresh is GIVE_UP:
-                    raise
-                current = fresh if isinstance(fresh, Mapping) else None
-                decision = decide(bundle, spec, current)
-
-        stale: list[str] = []
-        if decision.action in (Action.NONE, Action.CREATE, Action.UPDATE, Action.REPLACE):
-            stale = self._delete_stale(bundle, decision)
-        self._record_action(bundle, decision)
-        ready, reason, message, requeue = self._outcome(decision)
+        decision, current = self._writer.apply(bundle, spec, decision, current)
+        stale = self._writer.delete_stale(bundle, decision) if decision.action in _KEPT else []
+        self._reporter.record(bundle, decision)
+        ready, reason, message, requeue = ready_condition(
+            decision, conflict_recheck=self._conflict_recheck
+        )
         ready, reason, message, requeue = revision.applied_to(ready, reason, message, requeue)
         diff, pending = "", False
         if self._dry_run:
@@ -433,7 +334,7 @@ class Reconciler(ConfigMapWrites, FinalizerWrites):
         # reconcile the ConfigMap's watch event brings, after the other readers' writes.
         wrote_status = False
         if not (ready == "True" and status_can_wait(bundle, decision)):
-            wrote_status = self._write_status(
+            wrote_status = self._reporter.write_status(
                 bundle,
                 spec,
                 ready,
@@ -474,7 +375,7 @@ class Reconciler(ConfigMapWrites, FinalizerWrites):
                 wrote_status
                 or stale
                 or decision.finalizer is not None
-                or decision.action in (Action.CREATE, Action.UPDATE, Action.REPLACE)
+                or decision.action in _WRITES
             )
         ):
             # The watch events of its writes bring the bundle back within seconds.

@@ -1,11 +1,11 @@
 """The finalizer of a ConfigBundle, and the release of its ConfigMap (deletionPolicy Orphan).
 
-This module owns :class:`FinalizerWrites`, the part of the act layer
-(:class:`cbop.configbundle.Reconciler` is built on it) that adds and removes the
-``cbop.dev/orphan`` finalizer (a merge patch carrying the resourceVersion read) and,
+This module owns :class:`Finalizer`, the part of the reconciler that adds and removes
+the ``cbop.dev/orphan`` finalizer (a merge patch carrying the resourceVersion read) and,
 when a bundle with ``deletionPolicy: Orphan`` is being deleted, lets go of its ConfigMap
-(an update without cbop's owner reference, labels and annotations) before removing the
-finalizer. A conflict on either write becomes :class:`cbop.configbundle.Requeue`.
+(through the writer, :class:`cbop.configbundle.interfaces.Releaser`: an update without
+cbop's owner reference, labels and annotations) before removing the finalizer. A
+conflict on either write becomes :class:`cbop.configbundle.interfaces.Requeue`.
 
 It also owns :func:`release_deleted`, the same release without a running cbop (no
 caches, no workqueue: reads from the API server, retries lost races from a fresh read),
@@ -30,15 +30,14 @@ from cbop.configbundle.decision import (
     release_body,
 )
 from cbop.configbundle.desired import is_controlled_by
-from cbop.configbundle.interfaces import Client, Requeue, Result
-from cbop.configbundle.report import ReconcileReports
+from cbop.configbundle.interfaces import Client, Releaser, Reporting, Requeue, Result
 from cbop.keys import object_key
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError
 
 __all__ = [
     "ATTEMPTS",
     "ConfigMapOutcome",
-    "FinalizerWrites",
+    "Finalizer",
     "Release",
     "finalizer_patch",
     "release_deleted",
@@ -195,12 +194,45 @@ def release_deleted(
     raise Requeue(f"ConfigBundle {namespace}/{name} kept changing while its finalizer came off")
 
 
-class FinalizerWrites(ReconcileReports):
-    """The finalizer patch and the Orphan release (a base of :class:`Reconciler`)."""
+class Finalizer:
+    """The Orphan finalizer of ConfigBundles, and the release it guards (thread-safe).
 
-    def _set_finalizer(
-        self, bundle: Mapping[str, Any], change: FinalizerChange
-    ) -> Mapping[str, Any]:
+    Args:
+        client: the API client (the finalizer patch).
+        writer: writes the release of the object the bundle keeps.
+        reports: where the ``Orphaned`` Event goes.
+        field_manager: the field manager of the patch.
+        dry_run: patch nothing; a release is reported as pending.
+    """
+
+    def __init__(
+        self,
+        *,
+        client: Client,
+        writer: Releaser,
+        reports: Reporting,
+        field_manager: str = "cbop",
+        dry_run: bool = False,
+    ) -> None:
+        self._client = client
+        self._writer = writer
+        self._reports = reports
+        self._field_manager = field_manager
+        self._dry_run = dry_run
+
+    def set(self, bundle: Mapping[str, Any], change: FinalizerChange) -> Mapping[str, Any]:
+        """Add or remove ``cbop.dev/orphan``; return the bundle as patched.
+
+        In a dry run, or when the bundle is gone while the finalizer comes off (a previous
+        reconcile removed the last one and the cache has not seen the deletion yet),
+        ``bundle`` itself.
+
+        Raises:
+            Requeue: the bundle changed since it was read (409).
+            ApiError, ConnectionFailed: another failure.
+        """
+        if self._dry_run:
+            return bundle
         meta = bundle["metadata"]
         patch = finalizer_patch(bundle, change)
         try:
@@ -216,14 +248,19 @@ class FinalizerWrites(ReconcileReports):
             if err.is_conflict:
                 raise Requeue("bundle changed while its finalizer was being set") from err
             if err.is_not_found and change is FinalizerChange.REMOVE:
-                # Already gone: a previous reconcile removed the last finalizer and the
-                # cache has not seen the deletion yet. Nothing is left to do.
                 return bundle
             raise
 
-    def _release(self, key: str, bundle: Mapping[str, Any], decision: Decision) -> Result:
-        """For deletionPolicy Orphan: let go of the ConfigMap, then drop the finalizer."""
-        meta = bundle["metadata"]
+    def release(self, key: str, bundle: Mapping[str, Any], decision: Decision) -> Result:
+        """For deletionPolicy Orphan: let go of the ConfigMap, then drop the finalizer.
+
+        ``decision`` is the ``RELEASE`` decision (its body the ConfigMap released, or
+        None when the bundle controls none). An ``Orphaned`` Event follows the release.
+
+        Raises:
+            Requeue: the ConfigMap or the bundle changed meanwhile.
+            ApiError, ConnectionFailed: another failure.
+        """
         if self._dry_run:
             return Result(
                 key,
@@ -233,21 +270,7 @@ class FinalizerWrites(ReconcileReports):
                 pending=True,
             )
         if decision.body is not None:
-            name = decision.body["metadata"]["name"]
-            try:
-                self._client.update(
-                    CONFIGMAPS,
-                    meta["namespace"],
-                    name,
-                    decision.body,
-                    field_manager=self._field_manager,
-                )
-                self._count("update")
-            except ApiError as err:
-                if err.is_conflict:
-                    raise Requeue("ConfigMap changed while being released") from err
-                if not err.is_not_found:
-                    raise
-            self._event(bundle, "Normal", "Orphaned", decision.message)
-        self._set_finalizer(bundle, FinalizerChange.REMOVE)
+            self._writer.release(bundle, decision.body)
+            self._reports.event(bundle, "Normal", "Orphaned", decision.message)
+        self.set(bundle, FinalizerChange.REMOVE)
         return Result(key, Action.RELEASE, message=decision.message)

@@ -1,13 +1,12 @@
-"""What a ConfigBundle reconcile reports: status, Events, write counts, refusals.
+"""What a ConfigBundle reconcile reports: status, Events, write counts.
 
-This module owns :class:`ReconcileReports`, the reporting part of the act layer
-(:class:`cbop.configbundle.Reconciler` is built on it): the Ready condition an outcome
-maps to, the bundle's ``status`` written only when its content changes (and read back
-as written while the cache catches up, :class:`cbop.runtime.OwnWrites`), the Events of
-each action, the ConfigMap write counts of the metrics hooks, and the status of a
-failed reconcile. It also owns :class:`RejectedError`, how a ConfigMap write the API
-server refuses for good (422 Invalid, 413 Request Entity Too Large, 400, 415) is
-reported: as a spec problem, not retried until the spec changes.
+This module owns :class:`StatusReporter`, the part of the reconciler that tells the user
+and the metrics what happened: the bundle's ``status``, written only when its content
+changes and read back as written while the cache catches up
+(:class:`cbop.runtime.OwnWrites`); the Events of each action; the ConfigMap write
+counts; the status of a refused or failed reconcile. The other parts report through
+it (:class:`cbop.configbundle.interfaces.Reporting`). In a dry run it writes and
+counts nothing.
 """
 
 from __future__ import annotations
@@ -21,80 +20,57 @@ import structlog
 
 from cbop.api import BundleSpec, Reason, SpecError, config_map_name_of, content_hash
 from cbop.configbundle.decision import Action, Decision
-from cbop.configbundle.interfaces import Client, Observer
+from cbop.configbundle.interfaces import NO_OBSERVER, Client, Observer, RejectedError
 from cbop.configbundle.status import ConditionStatus, compute_status, status_equal
 from cbop.keys import object_key
 from cbop.kube import CONFIGBUNDLES, ApiError, ConnectionFailed
 from cbop.revisions.model import PinnedVerdict
 from cbop.runtime.ownwrites import OwnWrites
-from cbop.runtime.seams import EventSink
+from cbop.runtime.seams import EventSink, EventType
 
-__all__ = ["UNRETRYABLE_STATUSES", "ReconcileReports", "RejectedError"]
+__all__ = ["StatusReporter"]
 
 log = structlog.get_logger("cbop.configbundle")
 
 
-class ReconcileReports:
-    """Status, Events and counts of the reconciler (a base of :class:`Reconciler`).
+class StatusReporter:
+    """Status, Events and write counts of ConfigBundle reconciles (thread-safe).
 
-    The attributes below are the reconciler's state, set by
-    :class:`cbop.configbundle.Reconciler`.
+    Args:
+        client: the API client (the status patch).
+        recorder: where Events go (None: none).
+        observer: the metrics hooks (None: none).
+        dry_run: write no status, record no Event, count nothing.
+        now: wall clock for condition transition times.
+        field_manager: the field manager of the status patch.
     """
 
-    _client: Client
-    _recorder: EventSink | None
-    _observer: Observer
-    _dry_run: bool
-    _conflict_recheck: float
-    _now: Callable[[], datetime.datetime]
-    _field_manager: str
-    _own_status: OwnWrites[dict[str, Any]]
+    def __init__(
+        self,
+        *,
+        client: Client,
+        recorder: EventSink | None = None,
+        observer: Observer | None = None,
+        dry_run: bool = False,
+        now: Callable[[], datetime.datetime] | None = None,
+        field_manager: str = "cbop",
+    ) -> None:
+        self._client = client
+        self._recorder = recorder
+        self._observer = observer or NO_OBSERVER
+        self._dry_run = dry_run
+        self._now = now or (lambda: datetime.datetime.now(datetime.UTC))
+        self._field_manager = field_manager
+        # The last status written per bundle. A reconcile that still finds the bundle
+        # as it was before the write in the cache (the watch event of the write is on
+        # its way) compares with what was written, so a stale read never writes the
+        # same status again with a new lastTransitionTime.
+        self._own_status: OwnWrites[dict[str, Any]] = OwnWrites()
 
-    def _outcome(self, decision: Decision) -> tuple[ConditionStatus, Reason, str, float | None]:
-        desired = decision.desired
-        if decision.action is Action.INVALID:
-            if decision.error is None:
-                raise RuntimeError("an INVALID decision without its error (a bug)")
-            return "False", decision.error.reason, decision.error.message, None
-        if decision.action is Action.SUSPENDED:
-            return "Unknown", Reason.SUSPENDED, decision.message, None
-        if decision.action is Action.CONFLICT:
-            return "False", Reason.CONFIGMAP_CONFLICT, decision.message, self._conflict_recheck
-        if desired is None:
-            raise RuntimeError(f"a {decision.action.value} decision without a desired ConfigMap")
-        keys = len(desired.data) + len(desired.binary_data)
-        return (
-            "True",
-            Reason.SYNCED,
-            f"ConfigMap {desired.name} matches the spec "
-            f"({keys} {'key' if keys == 1 else 'keys'}, {desired.content_hash})",
-            None,
-        )
-
-    def _record_action(self, bundle: Mapping[str, Any], decision: Decision) -> None:
-        action = decision.action
-        if action is Action.NONE:
-            return
-        if decision.adopted:
-            self._event(bundle, "Normal", "Adopted", decision.message)
-        elif action in (Action.CREATE, Action.UPDATE, Action.REPLACE) and decision.drift:
-            self._observer.drift_corrected()
-            self._event(bundle, "Normal", "DriftCorrected", decision.message)
-        elif action is Action.CREATE:
-            self._event(bundle, "Normal", "Created", decision.message, routine=True)
-        elif action is Action.UPDATE:
-            self._event(bundle, "Normal", "Updated", decision.message, routine=True)
-        elif action is Action.REPLACE:
-            self._event(bundle, "Normal", "Replaced", decision.message)
-        elif action is Action.CONFLICT:
-            self._event(bundle, "Warning", Reason.CONFIGMAP_CONFLICT.value, decision.message)
-        elif action is Action.INVALID and decision.error is not None:
-            self._event(bundle, "Warning", decision.error.reason.value, decision.message)
-
-    def _event(
+    def event(
         self,
         bundle: Mapping[str, Any],
-        type_: Any,
+        type_: EventType,
         reason: str,
         message: str,
         *,
@@ -104,24 +80,58 @@ class ReconcileReports:
         if self._recorder is not None and not self._dry_run:
             self._recorder.event(bundle, type_, reason, message, routine=routine)
 
-    def _count(self, operation: str) -> None:
+    def count(self, operation: str) -> None:
+        """Count one successful ConfigMap write (``create``, ``update``, ``delete``)."""
         if not self._dry_run:
             self._observer.configmap_write(operation)
 
-    def _report_error(
+    def record(self, bundle: Mapping[str, Any], decision: Decision) -> None:
+        """Record the Event of the action ``decision`` carried out (and count a drift)."""
+        action = decision.action
+        if action is Action.NONE:
+            return
+        if decision.adopted:
+            self.event(bundle, "Normal", "Adopted", decision.message)
+        elif action in (Action.CREATE, Action.UPDATE, Action.REPLACE) and decision.drift:
+            if not self._dry_run:
+                self._observer.drift_corrected()
+            self.event(bundle, "Normal", "DriftCorrected", decision.message)
+        elif action is Action.CREATE:
+            self.event(bundle, "Normal", "Created", decision.message, routine=True)
+        elif action is Action.UPDATE:
+            self.event(bundle, "Normal", "Updated", decision.message, routine=True)
+        elif action is Action.REPLACE:
+            self.event(bundle, "Normal", "Replaced", decision.message)
+        elif action is Action.CONFLICT:
+            self.event(bundle, "Warning", Reason.CONFIGMAP_CONFLICT.value, decision.message)
+        elif action is Action.INVALID and decision.error is not None:
+            self.event(bundle, "Warning", decision.error.reason.value, decision.message)
+
+    def rejected(
+        self, bundle: Mapping[str, Any], spec: BundleSpec | SpecError, err: RejectedError
+    ) -> None:
+        """Report a ConfigMap the API server refused for good: status and a Warning Event."""
+        self.write_status(bundle, spec, "False", err.condition_reason, err.message)
+        self.event(bundle, "Warning", err.condition_reason.value, err.message)
+
+    def failed(
         self, bundle: Mapping[str, Any], spec: BundleSpec | SpecError, err: ApiError
     ) -> None:
-        """Best effort: say in status why the reconcile failed; never mask ``err``."""
+        """Best effort: say in status why the reconcile failed (``ReconcileError``).
+
+        Never raises: a status that cannot be written is logged at debug level, so the
+        caller re-raises ``err`` itself.
+        """
         if isinstance(err, ConnectionFailed):
             message = f"a write got no answer from the API server: {err}"
         else:
             message = f"the API server refused a write: {err.message or err.reason}"
         try:
-            self._write_status(bundle, spec, "False", Reason.RECONCILE_ERROR, message)
+            self.write_status(bundle, spec, "False", Reason.RECONCILE_ERROR, message)
         except ApiError as status_err:
             log.debug("status not written", error=str(status_err))
 
-    def _write_status(
+    def write_status(
         self,
         bundle: Mapping[str, Any],
         spec: BundleSpec | SpecError,
@@ -142,6 +152,9 @@ class ReconcileReports:
         ``desired_hash`` is the content hash the decision already computed; it is
         computed here only when the decision had no desired ConfigMap (a suspended
         bundle, an error path), so a resync hashes up to 1 MiB of content once, not twice.
+
+        Raises:
+            ApiError, ConnectionFailed: the patch failed (but for 404: the bundle is gone).
         """
         if self._dry_run:
             return False
@@ -204,7 +217,7 @@ class ReconcileReports:
         return True
 
     def _with_own_status(self, bundle: Mapping[str, Any]) -> Mapping[str, Any]:
-        """Return ``bundle`` as it is once this reconciler's last status write lands.
+        """Return ``bundle`` as it is once this reporter's last status write lands.
 
         That is ``bundle`` with the written status while the cache has not caught up with
         the write (:class:`cbop.runtime.OwnWrites`); else ``bundle`` itself. Never
@@ -214,17 +227,3 @@ class ReconcileReports:
         if written is None:
             return bundle
         return {**bundle, "status": written}
-
-
-class RejectedError(ApiError):
-    """The API server refused the ConfigMap for good: report ``condition_reason``, no retry."""
-
-    def __init__(self, message: str, condition_reason: Reason = Reason.INVALID_SPEC) -> None:
-        super().__init__(422, "Invalid", message)
-        self.condition_reason = condition_reason
-
-
-#: Refusals of a ConfigMap write that the same request can never overcome: 400 Bad
-#: Request and 415 Unsupported Media Type (413 and 422 have their own messages). 403
-#: is not among them: RBAC is often granted after the operator starts.
-UNRETRYABLE_STATUSES = frozenset({400, 415})

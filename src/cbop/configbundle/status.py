@@ -1,5 +1,6 @@
 """The bundle's status: conditions and observedGeneration, computed purely.
 
+:func:`ready_condition` maps a decision to the Ready condition it implies;
 :func:`compute_status` builds the whole ``status`` a reconcile outcome implies;
 :func:`status_equal` tells whether writing it would change anything, so cbop writes
 status only when its content changes (case 6: no bookkeeping writes). Conditions follow
@@ -15,12 +16,48 @@ from types import EllipsisType
 from typing import Any, Literal
 
 from cbop.api import CONDITION_READY, Reason
+from cbop.configbundle.decision import Action, Decision
 from cbop.revisions.model import CONDITION_PINNED, PinnedReason, PinnedVerdict
 
 JSON = dict[str, Any]
 #: The status fields that tell where a composed content came from (docs/sources.md).
 _PROVENANCE = frozenset({"sources", "keySources", "keySourcesOmitted"})
 ConditionStatus = Literal["True", "False", "Unknown"]
+
+
+def ready_condition(
+    decision: Decision, *, conflict_recheck: float
+) -> tuple[ConditionStatus, Reason, str, float | None]:
+    """Return the Ready condition ``decision`` implies: ``(status, reason, message, requeue)``.
+
+    ``requeue`` is ``conflict_recheck`` (seconds) for a name taken by another
+    ConfigMap, else None. Invalid: False with the spec error's reason; suspended:
+    Unknown; every decision that keeps the ConfigMap: True, ``Synced``, naming its keys
+    and content hash.
+
+    Raises:
+        RuntimeError: a decision without the error or the desired ConfigMap its action
+            needs (a bug).
+    """
+    desired = decision.desired
+    if decision.action is Action.INVALID:
+        if decision.error is None:
+            raise RuntimeError("an INVALID decision without its error (a bug)")
+        return "False", decision.error.reason, decision.error.message, None
+    if decision.action is Action.SUSPENDED:
+        return "Unknown", Reason.SUSPENDED, decision.message, None
+    if decision.action is Action.CONFLICT:
+        return "False", Reason.CONFIGMAP_CONFLICT, decision.message, conflict_recheck
+    if desired is None:
+        raise RuntimeError(f"a {decision.action.value} decision without a desired ConfigMap")
+    keys = len(desired.data) + len(desired.binary_data)
+    return (
+        "True",
+        Reason.SYNCED,
+        f"ConfigMap {desired.name} matches the spec "
+        f"({keys} {'key' if keys == 1 else 'keys'}, {desired.content_hash})",
+        None,
+    )
 
 
 def format_time(now: datetime.datetime) -> str:

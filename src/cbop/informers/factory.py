@@ -24,7 +24,6 @@ from cbop.clock import Clock
 from cbop.informers.indexfuncs import IndexFunc
 from cbop.informers.informer import (
     DEFAULT_RESYNC_PERIOD,
-    ListWatchClient,
     SharedInformer,
     Transform,
     strip_managed_fields,
@@ -32,7 +31,7 @@ from cbop.informers.informer import (
 )
 from cbop.informers.listers import MultiNamespaceLister
 from cbop.informers.problems import ListWatchProblem
-from cbop.kube import Resource
+from cbop.kube import KubeInterface, Resource
 from cbop.shardrange import ShardRange
 
 __all__ = ["InformerKey", "SharedInformerFactory"]
@@ -46,7 +45,9 @@ class SharedInformerFactory:
     """Hands out shared informers and runs them.
 
     Args:
-        client: the API client the informers list and watch with.
+        client: the API client the informers list and watch with (as client-go's
+            factory takes ``kubernetes.Interface``; each informer uses its ``list`` and
+            ``watch`` only).
         namespaces: the namespaces in scope; empty or None means all namespaces (one
             cluster-wide informer per resource).
         resync_period: every informer's resync period in seconds (0 disables).
@@ -63,7 +64,7 @@ class SharedInformerFactory:
 
     def __init__(
         self,
-        client: ListWatchClient,
+        client: KubeInterface,
         *,
         namespaces: Sequence[str] | None = None,
         resync_period: float = DEFAULT_RESYNC_PERIOD,
@@ -111,7 +112,10 @@ class SharedInformerFactory:
             by_name: in a sharded factory, the objects whose own *name* hashes into the
                 shard's range (the shard's Namespaces; client-side only, see
                 :meth:`cbop.shardrange.ShardRange.by_object_name`); its name ends in
-                ``by name``. No effect in an unsharded factory, or with ``whole``.
+                ``by name``. No effect in an unsharded factory, or with ``whole``. Where
+                a ``whole`` informer of the same collection was handed out already,
+                that one is returned: a superset for one list and watch instead of two
+                (by-name readers check names against the range themselves).
             transform: what each object goes through before it is cached (client-go's
                 ``SetTransform``), set by the first caller of a new informer: one that
                 keeps only the fields its readers use makes a large collection cheap to
@@ -132,6 +136,10 @@ class SharedInformerFactory:
                 mode, shard = "whole", None
             elif shard is not None and by_name:
                 mode, shard = "name", shard.by_object_name()
+                if all(
+                    (resource, ns, label_selector, "whole") in self._informers for ns in self.scopes
+                ):
+                    mode, shard = "whole", None
             for ns in self.scopes:
                 key: InformerKey = (resource, ns, label_selector, mode)
                 informer = self._informers.get(key)

@@ -1,34 +1,17 @@
 """The informer cache: a thread-safe store of objects by key, with named indexes.
 
-This module owns :class:`Indexer`, the cache behind every informer, modelled on
-client-go's ``tools/cache`` ``threadSafeMap`` + ``Indexer``. The shared informer
-(:mod:`cbop.informers.informer`) writes it; controllers read it through a
-:class:`~cbop.informers.listers.Lister`. Its parts live next to it:
-
-* objects are kept by key (:func:`cbop.keys.object_key`: ``"namespace/name"``, or
-  ``"name"`` for cluster-scoped objects;
-  :func:`~cbop.informers.tombstone.meta_namespace_key` also takes a tombstone,
-  :mod:`cbop.informers.tombstone`);
-* named indexes map an index value to the set of keys whose object yields that value
-  (:mod:`cbop.informers.indexfuncs` has the index functions; the tables are kept by
-  :mod:`cbop.informers.filing`); ``by_namespace`` is always present (index names are
-  constants of :mod:`cbop.keys`);
-* a full list is indexed aside and swapped in at once (:mod:`cbop.informers.staging`).
+This module owns :class:`Indexer`, the cache behind every informer, after client-go's
+``threadSafeMap`` and ``Indexer``: the shared informer writes it, controllers read it
+through a :class:`~cbop.informers.listers.Lister`. Its parts are the modules beside it:
+keys (:mod:`cbop.informers.tombstone`), index functions and tables
+(:mod:`cbop.informers.indexfuncs`, :mod:`cbop.informers.filing`), and the staging of a
+full list (:mod:`cbop.informers.staging`).
 
 The caching contract: **cached objects are shared, never copied, and must not be
-mutated.** ``get``/``list``/``by_index`` return the very dicts the cache holds (and the
-handlers receive them too), exactly as client-go's listers do. A caller that wants to
-change an object first takes ``copy.deepcopy(obj)``. This costs nothing on the hot
-path: no copy per read, no frozen wrapper per nested dict/list (a recursively frozen
-object costs about as much memory again as the object and breaks ``json.dumps`` and
-``isinstance(x, dict)``; a deep copy per read costs ~30 us per 1 KiB ConfigMap).
-The contract is enforced in tests by the cache mutation detector
-(:class:`~cbop.informers.mutation.MutationDetector`, like client-go's
-``KUBE_CACHE_MUTATION_DETECTOR``): with ``CBOP_CACHE_MUTATION_DETECTOR=true`` in the
-environment (or ``detect_mutations=True``) the indexer keeps a private deep copy of
-every stored object and :meth:`Indexer.check_mutations` raises
-:class:`~cbop.informers.mutation.CacheMutationError` naming any object that was changed
-in place. It is off by default (it doubles memory).
+mutated** (as client-go's listers): a caller that changes one takes a
+``copy.deepcopy`` first. A copy or a frozen wrapper per read would cost more than the
+read (about 30 us per 1 KiB ConfigMap). Tests hold the contract with the mutation
+detector (:mod:`cbop.informers.mutation`, ``CBOP_CACHE_MUTATION_DETECTOR=true``).
 """
 
 from __future__ import annotations

@@ -1,38 +1,18 @@
 """SharedInformer: list+watch one resource into an indexed cache and notify handlers.
 
-This module owns the informer loop, a Python rendering of client-go's ``tools/cache``
-``DeltaFIFO`` + ``sharedIndexInformer`` (controller-runtime defaults) over a
-:class:`~cbop.informers.reflector.Reflector`, which lists and watches (relist after 410,
-backoff, bookmarks, resourceVersion tracking: see :mod:`cbop.informers.reflector`):
+This module owns the informer loop, after client-go's ``DeltaFIFO`` and
+``sharedIndexInformer`` (with controller-runtime's defaults), over a
+:class:`~cbop.informers.reflector.Reflector` that lists and watches. Each full list
+replaces the cache in one step (keys it lacks are delivered as deletions of a
+:class:`DeletedFinalStateUnknown`, cached ones as updates, as client-go); each watch
+event updates the cache, then the handlers, in order; every ``resync_period`` every
+cached object is re-delivered as an update, without an API call.
 
-* **Replace.** Each full list replaces the cache in one step on the informer thread.
-  After a relist, keys the cache holds that the list lacks are delivered as deletions
-  of a :class:`DeletedFinalStateUnknown` tombstone; listed objects already cached are
-  delivered as updates (old = cached, new = listed, even if unchanged, as client-go),
-  the others as adds. So objects that went with a deleted CRD are delivered as
-  deletions once it is back.
-* **Events.** Each watch event updates the cache, then the handlers, in order.
-* **Health.** :meth:`SharedInformer.healthy` is false once the watch has been down for
-  more than ``unhealthy_after`` seconds, except while the failure is a *refusal* (404 or
-  403, see :mod:`cbop.informers.problems`): the informer is alive and waiting for the
-  cluster to change, which a restart cannot speed up. :meth:`SharedInformer.problem`
-  tells what is failing, for readiness probes and ``cbop --once``.
-* **Resync.** Every ``resync_period`` seconds (default 10 h, each period jittered by a
-  factor in [0.9, 1.1) as controller-runtime's ``SyncPeriod``; 0 disables), every cached
-  object is re-delivered as ``on_update(obj, obj)``. No API call is made.
-
-Threads: :meth:`SharedInformer.run` runs the processing loop (cache writes and handler
-calls, in order) on the calling thread (the "informer thread"); the reflector runs
-on a second thread and feeds it through a FIFO; a third waits for the stop event and
-interrupts blocking reads. Handler exceptions are logged and never stop the informer.
-The FIFO is unbounded: slow handlers delay delivery (and grow memory), never the watch,
-so the server never sees a stalled reader.
-
-Cached objects are parsed JSON dicts, shared with the handlers and listers, never
-copied: see the caching contract in :mod:`cbop.informers.indexer`. By default each
-object passes through :func:`strip_managed_fields` before it is cached
-(client-go's ``SetTransform``): ``metadata.managedFields`` is large and cbop never reads
-it. Pass ``transform=None`` to keep objects exactly as served.
+Why a thread and an unbounded FIFO between the reflector and the handlers: a slow
+handler delays delivery (and grows memory), never the watch, so the API server never
+sees a stalled reader. Handler exceptions are logged and never stop the informer.
+Cached objects are shared, never copied (the contract is :mod:`cbop.informers.indexer`'s),
+and stripped of ``managedFields`` by default (:func:`strip_managed_fields`).
 """
 
 from __future__ import annotations

@@ -1,48 +1,23 @@
-"""Reflector: list and watch one resource, and feed what it sees to a store.
+"""Reflector: list and watch one resource, and feed what it sees to its informer.
 
-This module owns the list/watch half of an informer, a Python rendering of client-go's
-``tools/cache`` ``Reflector`` (with its pager); it knows nothing of event handlers. A
-:class:`~cbop.informers.informer.SharedInformer` runs one on its own thread and receives
-each full list and each watch event through two callbacks:
+This module owns the list/watch half of an informer, after client-go's ``Reflector``
+(with its pager); it knows nothing of event handlers. A
+:class:`~cbop.informers.informer.SharedInformer` runs one on a thread of its own and
+gets each full list and each watch event through two callbacks. In short:
 
-* **List.** The first list asks for ``resourceVersion=0`` (may be served from the API
-  server's watch cache), paged with ``limit=500``; the server may ignore the limit for
-  RV 0 and answer in one page, and both are handled. A ``continue`` token that expires
-  mid-way (410) falls back to one unpaged list, as client-go's pager does. The body is
-  decoded while it streams in (:mod:`cbop.kube.jsonstream`); each object is transformed
-  and indexed into an :class:`~cbop.informers.staging.IndexStaging` as soon as it is
-  decoded, and the filled staging is handed over whole.
-* **Watch.** From the list's resourceVersion with ``allowWatchBookmarks=true`` and
-  ``timeoutSeconds`` drawn uniformly from [300, 600). Every event, bookmarks included,
-  advances :meth:`Reflector.last_sync_resource_version`. A watch that ends (its
-  timeout) is re-opened at once from that RV, without a list.
-* **410 Gone / Expired** (an ``ERROR`` event or an error answer): after a short pause
-  (its own backoff schedule, so that a 410 right after an outage does not wait out the
-  outage's long delays) relist with ``resourceVersion=""``, a consistent read, as
-  client-go does after ``isLastSyncResourceVersionUnavailable``.
-* **404 NotFound** (the resource is not served: its CRD is not installed yet, or was
-  deleted): back off on a short schedule of its own (0.8 s doubling to 5 s) and list
-  again (after a watch's 404, with ``resourceVersion=""``); a CRD that appears (again) is
-  picked up within seconds.
-* **403 Forbidden** (RBAC): back off as below and retry: RBAC is often granted after
-  the operator starts. These *refusals* (see :mod:`cbop.informers.problems`) are
-  reported by :meth:`Reflector.problem` as such.
-* **Transport failures, 429, 5xx** (and any other watch error): back off
-  (:class:`~cbop.informers.backoff.Backoff`: 0.8 s doubling to 30 s, jittered, reset
-  after 2 min of health; at least ``Retry-After``) and re-watch from the last RV,
-  **without** relisting. A watch that ends at once with no event counts as a failure
-  (client-go's "very short watch").
-* **Reporting.** Each failed attempt is logged in one line (the failure and the delay
-  before the next attempt); :meth:`Reflector.problem` tells what is failing while the
-  list/watch is down, and :attr:`Reflector.down_since` since when.
-* **Shards.** Given a :class:`~cbop.shardrange.ShardRange`, every list (each page) and
-  watch carries its ``shardSelector``, and every listed object and watch event is checked
-  against it client-side as well (:class:`~cbop.informers.shardfilter.ShardFilter`: the
-  API server ignores the parameter while its ``ShardedListAndWatch`` gate is off, and
-  confirms it only for built-in resources); a 400 to the parameter drops it.
-* **Silent watches.** Every socket read has ``read_timeout`` seconds (default 90: a
-  real API server sends a bookmark about once a minute); a dead TCP connection is noticed
-  after that long and re-watched like any transport failure.
+* the first list asks for ``resourceVersion=0`` in pages of 500 (an expired
+  ``continue`` falls back to one unpaged list), decoded and indexed as it streams in;
+  the watch starts from its resourceVersion, with bookmarks, and is re-opened from the
+  last one seen when the server ends it;
+* 410 Gone: relist with ``resourceVersion=""`` after a short pause of its own, so a 410
+  right after an outage does not wait out the outage's backoff;
+* 404 (no CRD yet) and 403 (no RBAC yet) are *refusals*
+  (:mod:`cbop.informers.problems`): retried on a backoff, the cluster may change;
+* transport failures, 429, 5xx, a watch that ends at once, a socket silent for
+  ``read_timeout``: back off (:mod:`cbop.informers.backoff`, at least ``Retry-After``)
+  and re-watch from the last resourceVersion, without relisting;
+* under a shard, every request carries the ``shardSelector`` and every object is
+  checked client-side too (:mod:`cbop.informers.shardfilter`).
 """
 
 from __future__ import annotations
@@ -103,7 +78,10 @@ def strip_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 class ListWatchClient(Protocol):
-    """The two calls a reflector makes (satisfied by :class:`cbop.kube.KubeClient`)."""
+    """The two calls a reflector makes, as client-go's ``ListerWatcher``.
+
+    Any :class:`cbop.kube.KubeInterface` has them; tests may script just these two.
+    """
 
     def list(
         self,

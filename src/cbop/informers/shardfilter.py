@@ -1,30 +1,14 @@
 """Which objects of a sharded informer are its own: the server's selector or a client-side check.
 
-A sharded informer (:class:`~cbop.informers.factory.SharedInformerFactory` with
-``shard=ShardRange``) asks the API server for its slice of each collection with
-``?shardSelector=shardRange(object.metadata.namespace, lo, hi)`` on every list and watch
-(KEP-5866, feature gate ``ShardedListAndWatch``, alpha in Kubernetes 1.36). What
-kube-apiserver v1.36 does with the parameter (k8s.io/apiserver v0.36.3, checked against a
-running server):
-
-* **Gate on.** The generic registry store parses it on list and on watch and filters in
-  both the watch cache and the etcd path, for built-in and custom resources alike; paging
-  (``limit``/``continue``) counts only matching objects; bookmarks pass unfiltered; the
-  selector must be sent again with every page. Built-in list answers echo it in
-  ``metadata.shardInfo.selector``; custom resource list answers do **not** (their
-  ``UnstructuredList`` has no ``shardInfo``), although they are filtered. A malformed
-  selector is a 500, not a 400.
-* **Gate off** (the default), or a server before 1.36: the parameter is decoded and
-  ignored, never rejected; the answer is the whole collection, without ``shardInfo``.
-
-So the answer's ``shardInfo`` is the only confirmation a server gives, and only for
-built-in resources. :class:`ShardFilter` therefore checks every listed object and every
-watch event with :meth:`ShardRange.contains` whatever the server said (one FNV-1a hash
-per namespace, memoised: a dict lookup per object). When the server filtered, the check
-drops nothing; when it ignored the selector, the check is the filter, and a server that
-stops honouring it mid-watch (restarted with the gate off) cannot leak objects into the
-shard's cache. Should a server answer 400 to the parameter, it is dropped and the check
-alone does the filtering.
+A sharded informer asks the API server for its slice of each collection with
+``shardSelector`` on every list and watch (KEP-5866; what kube-apiserver 1.36 does
+with it is in docs/sharding.md). The server confirms that it filtered only for built-in
+resources, and ignores the parameter while its feature gate is off, so
+:class:`ShardFilter` checks every listed object and every watch event with
+:meth:`cbop.shardrange.ShardRange.contains` whatever the server said (a memoised hash per
+namespace). When the server filtered, the check drops nothing; when it did not, the
+check is the filter, and a server restarted with the gate off mid-watch cannot leak
+objects into the shard's cache. A 400 to the parameter drops it.
 """
 
 from __future__ import annotations

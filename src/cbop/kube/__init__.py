@@ -8,6 +8,7 @@ may import only ``cbop.api``, ``cbop.clock`` and ``cbop.tokenbucket``.
 
 from cbop.kube.client import DEFAULT_USER_AGENT, KubeClient, RequestHook, WatchStream
 from cbop.kube.errors import ApiError, ConfigError, ConnectionFailed, LeaseNotHeld
+from cbop.kube.interface import KubeInterface, WatchInterface
 from cbop.kube.metrics import RestClientMetrics
 from cbop.kube.resources import (
     CLUSTERCONFIGBUNDLES,
@@ -49,9 +50,11 @@ __all__ = [
     "ConfigError",
     "ConnectionFailed",
     "KubeClient",
+    "KubeInterface",
     "LeaseNotHeld",
     "RequestHook",
     "Resource",
     "RestClientMetrics",
+    "WatchInterface",
     "WatchStream",
 ]

@@ -1,39 +1,26 @@
 """The Kubernetes client: typed verbs over raw JSON, the one way cbop talks to the API server.
 
-This module owns :class:`KubeClient`, the facade every caller uses (as client-go's
-typed/dynamic clients over its ``rest`` package). It is built from three parts:
-
-* :mod:`cbop.kube.config` and :mod:`cbop.kube.credentials`: where the configuration
-  comes from (kubeconfig, in-cluster) and how token files stay fresh;
-* :mod:`cbop.kube.transport`: one request on the wire, with optional client-side rate
-  limiting (qps/burst, off by default), Retry-After retries, gzip, the write fence
-  (:meth:`KubeClient.with_fence`), request counts and client-go's REST client metrics
-  (:meth:`KubeClient.set_metrics`);
-* :mod:`cbop.kube.watch`: the :class:`WatchStream` a watch returns.
-
-The verbs themselves are in the two bases of :class:`KubeClient`:
-:class:`cbop.kube.reads.ReadVerbs` (get, list, watch) and
-:class:`cbop.kube.writes.WriteVerbs` (create, update, patch, delete).
-
-Requests go through ``kubernetes.client.ApiClient`` (configuration loading, TLS,
-authentication, the urllib3 pool) but bodies are plain JSON: requests take dicts,
-responses are ``json.loads`` of the body. No generated model is built on any path, which
-keeps lists and watches cheap.
-
-Thread-safety: one :class:`KubeClient` is shared by all threads. urllib3's pool manager
-is thread-safe; its per-host pool keeps up to ``pool_size`` idle connections.
+This module owns :class:`KubeClient`, as client-go's dynamic client over its ``rest``
+package, and implements :class:`cbop.kube.KubeInterface`, the protocol every caller
+takes. Its verbs are its two bases, :class:`cbop.kube.reads.ReadVerbs` and
+:class:`cbop.kube.writes.WriteVerbs`; each request goes through its
+:class:`cbop.kube.transport.Transport`; its configuration comes from
+:mod:`cbop.kube.config`. Bodies are plain JSON, dicts in and dicts out: no generated
+model is built on any path, which keeps lists and watches cheap. One client is shared by
+every thread.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from cbop import defaults
 from cbop.clock import Clock, RealClock
 from cbop.kube.accounting import RequestHook, infer_verb_resource
 from cbop.kube.codec import encode_body
 from cbop.kube.config import DEFAULT_USER_AGENT, load_configuration, new_api_client
+from cbop.kube.interface import KubeInterface, WatchInterface
 from cbop.kube.metrics import RestClientMetrics
 from cbop.kube.reads import ReadVerbs
 from cbop.kube.transport import MUTATING_VERBS, Transport, WriteFence
@@ -297,3 +284,8 @@ class KubeClient(ReadVerbs, WriteVerbs):
             content_type=content_type,
             timeout=timeout,
         )
+
+
+if TYPE_CHECKING:  # the client and its watch stream implement the protocols, member by member
+    _CLIENT: type[KubeInterface] = KubeClient
+    _WATCH: type[WatchInterface] = WatchStream

@@ -1,39 +1,18 @@
 """Unary HTTP exchanges over libcurl (pycurl): every request cbop sends that is no stream.
 
-Why: a request through urllib3 and ``http.client`` costs the client 0.5-0.9 ms of CPU
-(the pool manager's URL parsing and pool lookup, ``http.client`` reading the response
-headers through the ``email`` package), the same request through libcurl about a fifth
-of that (bench/results/s1-s5.md, "Where cbop's time goes"). Each new bundle costs two
-writes and every reconcile that writes at least one, so on a small machine that CPU is
-taken from the API server cbop waits on. Lists decoded while they arrive and watch
-streams stay on urllib3 (:mod:`cbop.kube.transport`): they are few, long, and read
-incrementally.
+Why: urllib3 and ``http.client`` cost the client several times libcurl's CPU per
+request (bench/results/s1-s5.md, "Where cbop's time goes"), and on a small machine that
+CPU is taken from the API server cbop waits on. Watches and streamed lists stay on
+urllib3 (:mod:`cbop.kube.transport`): they are few, long and read incrementally.
 
-:class:`CurlSession` sends one request and returns the whole answer. It is built from the
-same ``kubernetes.client.Configuration`` as the urllib3 pool and maps what that carries:
-
-* ``ssl_ca_cert`` -> ``CAINFO``; ``cert_file``/``key_file`` -> ``SSLCERT``/``SSLKEY``
-  (client certificates); ``verify_ssl: false`` -> no peer or host check;
-* the URL, ``Authorization`` and other headers come from the caller (the generated
-  ``ApiClient.param_serialize``, so tokens are refreshed exactly as for urllib3).
-
-A configuration with something it does not map (a proxy, ``tls_server_name``, a
-hostname check turned off on its own, custom socket options) is refused by
-:func:`curl_supports`, and the transport then keeps urllib3 for every request.
-
-Connections: one libcurl easy handle per thread (handles are not thread-safe), each
-keeping its connection alive between requests (HTTP/1.1 keep-alive, as the urllib3 pool
-does). Timeouts: the connect timeout as given; the read timeout as "less than 1 byte per
-second for that many seconds" (libcurl has no idle-read timeout; this is the nearest,
-to the second). Responses may be gzip-compressed (``Accept-Encoding: gzip``, decoded by
-libcurl). ``Expect: 100-continue`` is never sent (an extra round trip per large body).
-
-Errors: no answer raises :class:`CurlError` (an ``OSError``, so the transport reports
-``ConnectionFailed``), :class:`CurlTimeoutError` (also a ``TimeoutError``) for timeouts.
-libcurl re-sends a request on a fresh connection only when a reused connection turned
-out closed before any answer came (as Go's HTTP transport does for requests it had not
-finished writing); Kubernetes' writes are guarded by ``resourceVersion`` preconditions
-and ``AlreadyExists``, so a rare re-send is harmless.
+:class:`CurlSession` sends one request and returns the whole answer, from the same
+``kubernetes.client.Configuration`` as the urllib3 pool (CA, client certificate,
+``verify_ssl``; the URL and headers, tokens included, come from the caller);
+:func:`curl_supports` refuses a configuration it cannot map (a proxy or a TLS server
+name override, say), which then stays on urllib3. One easy handle per thread keeps its connection
+alive. libcurl re-sends a request only when a reused connection was closed before any
+answer, as Go's transport does; writes are guarded by ``resourceVersion``
+preconditions and ``AlreadyExists``, so a rare re-send is harmless.
 """
 
 from __future__ import annotations

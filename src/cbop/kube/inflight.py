@@ -1,38 +1,22 @@
 """A cap on requests in flight: a slow start, then one that only a throttling API server keeps.
 
-This module owns :class:`InflightLimit`, used by :class:`cbop.kube.transport.Transport`
-around every request but watches. client-go has nothing like it: each of its goroutines
-sleeps the ``Retry-After`` of its own ``429`` and comes back, so a client with more
-workers than its API Priority and Fairness level has seats keeps the level overloaded
-and is turned away over and over (the level's ``Retry-After`` then grows). Instead, cbop
-sends no more requests at a time than the level has lately been taking, in the manner
-of TCP's congestion window (additive increase, multiplicative decrease):
+This module owns :class:`InflightLimit`, which :class:`cbop.kube.transport.Transport`
+takes around every request but watches. client-go has nothing like it: each of its
+goroutines sleeps its own ``429``'s ``Retry-After`` and comes back, so a client with
+more workers than its API Priority and Fairness level has seats keeps the level
+overloaded. cbop sends no more at a time than the level has lately been taking, as
+TCP's congestion window does:
 
-* a slow start: at first at most ``initial`` requests (8) are in flight, and every
-  answer that is not a ``429`` while the limit is full raises it by one, which doubles
-  it every round trip; at ``ceiling`` (64) it is lifted. Without it, a client that starts
-  32 workers at once against a level of 3 seats has 29 of its first requests turned
-  away before it has learnt anything; with it, 5, as long as the first answers come
-  within ``probe`` seconds (see below);
-* a ``429`` to a request sent since the last cut sets the limit to half the requests in
-  flight (or half the limit, if lower), rounded up, at least 1; requests turned away
-  together were all sent before that cut, so they cut it once;
-* while requests fill the limit and none has been turned away for the probe period
-  (``probe`` seconds at first), the limit grows by one (probing for a seat freed
-  elsewhere);
-* a ``429`` right after such a growth means the probe found no seat: the limit steps
-  back by one, to what the level took for a whole probe period, instead of halving,
-  and the probe period doubles (at most half of ``recovery``) so that a level that is
-  full is not probed into a rejection every few seconds (TCP's slow start threshold
-  plays the same part). A halving cut resets the probe period;
+* a slow start: ``initial`` (8) in flight, doubling every round trip, lifted at
+  ``ceiling`` (64); no request waits for it more than ``probe`` seconds;
+* a ``429`` halves the limit (once for the requests turned away together);
+* while the limit is full and nothing is turned away for a probe period, it grows by
+  one; a ``429`` right after such a growth steps back by one and doubles the period,
+  so a full level is not probed into a rejection every few seconds;
 * after ``recovery`` seconds without a ``429`` the limit is lifted.
 
-No request waits for the slow start more than ``probe`` seconds: one that has waited
-that long (behind requests that take long, such as large lists) raises the limit by one
-and goes.
-
-A request waiting here is not sent, so it cannot be turned away either; its worker
-waits as it would have waited out the ``Retry-After``.
+A request waiting here is not sent, so it cannot be turned away: its worker waits as it
+would have waited out the ``Retry-After``.
 """
 
 from __future__ import annotations

@@ -1,27 +1,14 @@
 """Incremental decoding of a Kubernetes list response, one item at a time.
 
-This module owns :func:`decode_list`, which turns the byte chunks of a JSON document of
-the shape the API server sends for a LIST (``{"kind": ..., "apiVersion": ...,
-"metadata": {...}, "items": [{...}, ...]}``, members in any order) into the same dict
-``json.loads`` would return, except that each element of ``items`` is handed to a
-callback as soon as it is complete and the callback's return value is kept instead.
-
-Why: a 10,000-object list is ~17 MB of JSON. Decoding it in one ``json.loads`` needs the
-whole body in memory next to every decoded object, and cannot start before the last byte
-has arrived. Decoding item by item while the body streams in overlaps decoding with the
-server's transfer, lets a transform (e.g. dropping ``metadata.managedFields``) shrink each
-object before the next is decoded, and never holds more than one read chunk of raw text.
-The per-item work is done by the C scanner of the standard ``json`` module
-(``JSONDecoder.raw_decode``); only the top-level structure is walked here.
-
-Items are decoded in batches by ``orjson`` (``orjson.loads`` of a run of complete items,
-about 1.6x faster than ``json.loads`` on a list of ConfigBundles). ``orjson`` keeps a cache
-of the key strings it has decoded (keys up to 64 bytes), so the ~20 keys every object
-repeats (``metadata``, ``name``, ``resourceVersion``, ...) are mostly one shared string
-each; a key that collides with another in that cache is stored per object (about 170
-bytes per ConfigBundle measured, against 7-10 us per object that interning every key
-would cost; ``bench.listdecode``). Items decoded one at a time by the standard ``json``
-scanner, which has no such cache, get their keys interned (``sys.intern``).
+This module owns :func:`decode_list`: the byte chunks of a LIST answer become the dict
+``json.loads`` would return, except that each element of ``items`` goes to a callback
+as soon as it is complete, and the callback's result is kept. Why: a list of ten
+thousand objects is tens of megabytes of JSON; decoding it while it streams in overlaps
+decoding with the transfer, lets a transform (dropping ``managedFields``) shrink each
+object before the next, and never holds more than one chunk of raw text. Runs of
+complete items are decoded by ``orjson``, whose cache of key strings shares the keys
+every object repeats; items decoded by the standard ``json`` scanner get theirs interned
+(bench/listdecode.py measures both).
 """
 
 from __future__ import annotations

@@ -1,41 +1,19 @@
 """The transport under :class:`cbop.kube.KubeClient`: one request, sent carefully.
 
 This module owns :class:`Transport`, what happens between a verb and the wire, as
-client-go's ``rest.Request`` with its ``flowcontrol`` rate limiter and ``rest`` metrics
-hooks. It is used by :class:`cbop.kube.KubeClient` (one per client) and puts together:
+client-go's ``rest.Request`` with its rate limiter and metrics hooks; each client has
+one. A request passes, in order: an optional token bucket (``qps``/``burst``, off by
+default as in controller-runtime), the cap on requests in flight
+(:mod:`cbop.kube.inflight`), the write fence (:meth:`Transport.with_fence`, checked
+right before a write goes on the wire, after any wait), the exchange itself, then
+``Retry-After`` retries of a 429 or 5xx (:mod:`cbop.kube.retryafter`) and one resend
+after a 401 with a re-read token (:mod:`cbop.kube.credentials`); every exchange is
+counted (:mod:`cbop.kube.accounting`). Watches skip the bucket and the cap.
 
-* optional client-side rate limiting with a token bucket (``qps``/``burst``; off by
-  default as in controller-runtime since v0.21, ``qps <= 0`` disables it; ``burst <= 0``
-  means one second's worth, ``qps`` rounded up), applied to every request except watch
-  streams;
-* a 429 or 5xx answer that carries ``Retry-After`` is retried, at most ``max_retries``
-  (10) times, for every verb, with jitter (:mod:`cbop.kube.retryafter`: the delays, the
-  throttled window after a 429, the log lines);
-* at most 8 requests in flight at first, doubling every round trip up to 64 and then
-  unlimited; after a ``429``, at most as many as the server has lately been taking
-  (:class:`cbop.kube.inflight.InflightLimit`; watches excepted), lifted again 30 s
-  after the last ``429``: not in client-go, whose workers each come back after their
-  own ``Retry-After`` and keep a small priority level overloaded;
-* a 401 makes a watched token file be re-read and the request sent once more
-  (:mod:`cbop.kube.credentials`);
-* responses may be gzip-compressed (``Accept-Encoding: gzip``, as Go's HTTP transport
-  asks for by default; the API server compresses bodies over 128 KiB), except watches;
-* a write fence (:meth:`Transport.with_fence`) checked immediately before each create,
-  update, patch or delete goes on the wire (after any client-side throttling or
-  Retry-After wait);
-* every exchange is counted by (verb, resource plural), reported to an optional
-  ``on_request(verb, resource, status_code, seconds)`` hook and to a
-  :class:`cbop.kube.metrics.RestClientMetrics` (:mod:`cbop.kube.accounting`).
-
-Bodies are plain JSON (:mod:`cbop.kube.codec`); list bodies are decoded item by item
-while they arrive (:mod:`cbop.kube.jsonstream`); a request that gets no answer raises
-:class:`cbop.kube.errors.ConnectionFailed`.
-
-Requests whose answer is read whole (every verb but watches and lists decoded while
-they stream) go through libcurl (:mod:`cbop.kube.curl`), for a fifth of the client CPU
-urllib3 costs per request, whenever the configuration is one libcurl can serve (no
-proxy, no TLS server name override); the others, and every request of a configuration
-it cannot serve, through the ``ApiClient``'s urllib3 pool.
+Answers read whole go through libcurl (:mod:`cbop.kube.curl`, a fraction of urllib3's
+client CPU per request) whenever the configuration allows; watches, lists decoded while
+they stream (:mod:`cbop.kube.jsonstream`) and the rest through the ``ApiClient``'s
+urllib3 pool, gzip accepted except on watches.
 """
 
 from __future__ import annotations

@@ -1,41 +1,26 @@
 """Lease-based leader election, after client-go's ``tools/leaderelection`` with a LeaseLock.
 
 This module owns :class:`LeaderElector`: one candidate's acquire and renew loops, its
-leadership state and its write fence. The manager builds one when ``--leader-elect`` is
-given and runs it in its own thread (the shard coordinator, one per shard); the elector
-calls the manager back when this process starts and stops leading, and reports to a
-:class:`cbop.leaderelection.metrics.LeaderMetrics` (Prometheus is plugged in from
-``cbop.metrics``, which this package never imports). Its reads and writes of the Lease
-go through :class:`cbop.leaderelection.lock.LeaseLock`; its timings follow
-:mod:`cbop.leaderelection.timing`.
+leadership state and its write fence. The manager runs one with ``--leader-elect`` (the
+shard coordinator, one per shard); it calls back when this process starts and stops
+leading. Its Lease reads and writes are :class:`cbop.leaderelection.lock.LeaseLock`'s.
 
-Fencing: :meth:`LeaderElector.holds_lease` says whether this candidate may still write,
-by its own monotonic clock: it leads and the last successful acquire or renewal *began*
-less than ``renew_deadline`` seconds ago. Every other candidate waits ``lease_duration``
-from the moment it saw that renewal land, which is later, so the gap between the two
-(5 s by default) is the margin for clock rates and requests in flight. A process that
-was paused (SIGSTOP, a stalled VM) wakes with the check failing, whatever its threads
-were about to do; the manager hands it to the API client as a write fence.
+The fence, :meth:`LeaderElector.holds_lease`: this candidate leads and its last
+successful renewal *began* less than ``renew_deadline`` ago, by its own monotonic
+clock. Others wait ``lease_duration`` from when they saw that renewal land, so the
+difference is the margin for clock rates and requests in flight, and a process that was
+paused wakes with the fence closed. Where it departs from client-go, and why:
 
-Where cbop departs from client-go, and why (the Lease lock's own departure is
-described in :mod:`cbop.leaderelection.lock`):
-
-* Acquire attempts are jittered by up to ``ACQUIRE_JITTER_FACTOR`` (0.5), not 1.2, of
-  the retry period, so a successor takes a released lease within 1.5 retry periods.
-* ``on_stopped_leading`` is called only if this process was leading (client-go defers it
-  unconditionally); a candidate that never led has nothing to stop.
-* While leading, a renewal that finds another holder (or none) in the Lease ends the
-  leadership at once instead of polling until the renew deadline: someone else has
-  provably taken over, so this process must stop working now.
-* The Lease is released (``release_on_cancel``) only when ``stop`` is set, not after a
-  lost renewal: the time left on a lost lease is the grace this process gets to stop
-  its work before a successor starts.
-* ``on_new_leader`` is not called for an empty holder (a released lease has no leader).
-* The first renewal comes one retry period after acquiring, not immediately.
-* The renew deadline counts from the start of the last successful renewal, not from the
-  start of the current round of attempts, so that leading ends exactly when the write
-  fence (:meth:`LeaderElector.holds_lease`) closes.
-* The Lease is released only after the write fence was closed.
+* acquire attempts are jittered by at most half a retry period, so a successor takes a
+  released Lease within 1.5 retry periods;
+* a renewal that finds another holder ends leadership at once: someone has provably
+  taken over;
+* the renew deadline counts from the start of the last successful renewal, so leading
+  ends exactly when the fence closes, and the Lease is released only after that, and
+  only on ``stop``, never after a lost renewal: the time left is this process's grace
+  to stop its work;
+* ``on_stopped_leading`` only after leading; ``on_new_leader`` never for an empty holder;
+  the first renewal one retry period after acquiring.
 """
 
 from __future__ import annotations
@@ -49,7 +34,7 @@ import structlog
 
 from cbop import defaults
 from cbop.clock import Clock, RealClock, wait_for
-from cbop.kube import KubeClient
+from cbop.kube import KubeInterface
 from cbop.leaderelection.lock import Attempt, LeaseLock
 from cbop.leaderelection.metrics import NO_METRICS, LeaderMetrics
 from cbop.leaderelection.record import RELEASED_LEASE_DURATION_SECONDS, int_field, micro_time
@@ -126,7 +111,7 @@ class LeaderElector:
 
     def __init__(
         self,
-        client: KubeClient,
+        client: KubeInterface,
         *,
         lease_name: str,
         namespace: str,

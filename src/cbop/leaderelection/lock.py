@@ -31,7 +31,7 @@ from typing import Any
 import structlog
 
 from cbop.clock import Clock
-from cbop.kube import LEASES, ApiError, KubeClient
+from cbop.kube import LEASES, ApiError, KubeInterface
 from cbop.leaderelection.metrics import LeaderMetrics
 from cbop.leaderelection.observer import LeaseObserver
 from cbop.leaderelection.record import (
@@ -78,7 +78,7 @@ class LeaseLock:
 
     def __init__(
         self,
-        client: KubeClient,
+        client: KubeInterface,
         *,
         lease_name: str,
         namespace: str,

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from cbop.kube import ApiError, ConnectionFailed, KubeClient, Resource
+from cbop.kube import ApiError, ConnectionFailed, KubeInterface, Resource
 
 __all__ = [
     "SUBJECT_ACCESS_REVIEWS",
@@ -95,7 +95,7 @@ class KubeReviewClient:
             (authentication.k8s.io) and ``subjectaccessreviews`` (authorization.k8s.io).
     """
 
-    def __init__(self, client: KubeClient) -> None:
+    def __init__(self, client: KubeInterface) -> None:
         self._client = client
 
     def _create(self, resource: Resource, spec: Mapping[str, Any]) -> dict[str, Any]:

@@ -28,7 +28,7 @@ import structlog
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
-from cbop.kube import KubeClient
+from cbop.kube import KubeInterface
 from cbop.metrics.delegatingauth import (
     DEFAULT_CACHE_SIZE,
     DEFAULT_TTL,
@@ -165,7 +165,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 def start_secure_metrics_server(
     address: tuple[str, int],
     registry: CollectorRegistry,
-    client: KubeClient,
+    client: KubeInterface,
     certs: CertSource,
 ) -> SecureMetricsServer:
     """Serve ``registry`` on ``address`` as ``--metrics-secure`` does; return the server.

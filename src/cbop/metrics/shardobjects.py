@@ -21,7 +21,7 @@ class ShardObjectsCollector(Collector):
 
     Args:
         counts: returns shard index -> resource plural -> objects cached (e.g. from
-            ``cbop.runtime.ShardScope.object_counts`` of every held shard).
+            :meth:`cbop.runtime.Scope.object_counts` of every held shard).
     """
 
     def __init__(self, counts: Callable[[], Mapping[int, Mapping[str, int]]]) -> None:

@@ -1,17 +1,16 @@
-"""Rollout: roll opted-in workloads when the managed ConfigMaps they read change.
+"""The rollout controllers: roll opted-in workloads when the managed ConfigMaps they read change.
 
 A Deployment, StatefulSet or DaemonSet labelled ``cbop.dev/rollout: "true"`` gets the
 pod template annotation ``cbop.dev/config-hash``, a digest of the cbop-managed
-ConfigMaps its pod template references, when their content changes; a new digest
-makes the workload's own controller roll it. The label ``cbop.dev/config-baseline``
-records the content its pods run with (docs/rollout.md). Modules:
-
-- :mod:`.decision`: pure; references, the digest, the decision, the apply body.
-- :mod:`.index`: pure; the workload informer's ConfigMap index.
-- :mod:`.reconcile`: the reconciler (one per kind), the ConfigMap map function and the
-  coalescer of changes made together.
+ConfigMaps it references; a new digest makes the workload's own controller roll it
+(docs/rollout.md). What to do is decided without a client (:mod:`.decision`,
+:mod:`.index`; an import-linter contract keeps them pure), the reconcilers act on it
+through the parts they hold (:mod:`.reconcile`), and
+:data:`cbop.rollout.controller.DEFINITION` registers them. This package exports what
+the command's dry run (:mod:`cbop.cli.plan`) and the tests use.
 """
 
+from cbop.rollout.coalesce import ChangeCoalescer, configmap_mapper
 from cbop.rollout.decision import (
     ANNOTATION_CONFIG_HASH,
     FIELD_MANAGER,
@@ -27,13 +26,8 @@ from cbop.rollout.decision import (
     referenced_configmaps,
 )
 from cbop.rollout.index import CONFIGMAP_INDEX, index_by_configmap
-from cbop.rollout.reconcile import (
-    ChangeCoalescer,
-    RolloutObserver,
-    RolloutReconciler,
-    RolloutResult,
-    configmap_mapper,
-)
+from cbop.rollout.reconcile import RolloutReconciler, RolloutResult
+from cbop.rollout.report import RolloutObserver
 
 __all__ = [
     "ANNOTATION_CONFIG_HASH",

@@ -1,29 +1,18 @@
 """The rollout controllers: one per workload kind, on the generic runtime (docs/rollout.md).
 
 For each of Deployments, StatefulSets and DaemonSets, :func:`setup` adds a controller
-named ``rollout-<kind>`` (``rollout-deployment``, ...) that owns three decisions:
-
-- **its caches**: the workloads of that kind labelled ``cbop.dev/rollout=true``
-  (filtered by the API server, so cbop caches only opted-in workloads), with the
-  :data:`cbop.rollout.CONFIGMAP_INDEX` index from referenced ConfigMap to workload; and
-  the managed ConfigMaps, read through the very informer the ConfigBundle controller
-  uses (same resource, scope and selector: the shared factory hands out one informer);
-- **its key mapping**: a workload event that changes its generation or labels
-  (:data:`WORKLOAD_CHANGED`) enqueues the workload's key (``for_``), a managed
-  ConfigMap event the keys of the workloads of that kind whose pod template
-  references it (``watches`` with :func:`cbop.rollout.configmap_mapper`, which also
-  feeds the controller's :class:`cbop.rollout.ChangeCoalescer`);
-- **its reconciler**: :class:`cbop.rollout.RolloutReconciler`, writing with the
-  manager's (fenced) client.
-
-The same apply that rolls a workload writes the revisions its template reads
-(:mod:`cbop.revisions.template`); nothing else of the workload's history is written.
-
+named ``rollout-<kind>`` with its caches (the workloads labelled
+``cbop.dev/rollout=true``, filtered by the API server so that only opted-in workloads
+are cached, indexed by the ConfigMaps they reference; and the managed ConfigMaps,
+through the very informer the ConfigBundle controller reads), its key mapping (a
+workload's generation or labels changed: its key; a managed ConfigMap changed: the keys
+of the workloads that read it) and its :class:`cbop.rollout.RolloutReconciler`.
 ``cbop --once`` does not run these controllers.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Final
 
 from cbop import defaults
@@ -40,14 +29,23 @@ from cbop.rollout import (
     index_by_configmap,
 )
 from cbop.runtime import Builder, Controller, Scope
-from cbop.runtime.definition import Context, ControllerDefinition, Flag, PolicyRule, SetupFunc
+from cbop.runtime.definition import (
+    Context,
+    ControllerDefinition,
+    Flag,
+    FlagValues,
+    PolicyRule,
+    SetupFunc,
+)
 from cbop.runtime.predicates import GENERATION_CHANGED, LABELS_CHANGED, any_of
 from cbop.runtime.seams import EventSink
 
 __all__ = [
     "DEFINITION",
+    "ROLLOUT_FLAG",
     "WORKLOADS",
     "WORKLOAD_CHANGED",
+    "RolloutSettings",
     "controller_name",
     "install",
     "setup",
@@ -63,37 +61,62 @@ WORKLOAD_CHANGED: Final = any_of(GENERATION_CHANGED, LABELS_CHANGED)
 WORKLOADS: Final = (DEPLOYMENTS, STATEFULSETS, DAEMONSETS)
 
 
+#: ``--rollout``.
+ROLLOUT_FLAG: Final = Flag(
+    "rollout",
+    defaults.ROLLOUT,
+    "roll Deployments, StatefulSets and DaemonSets labelled cbop.dev/rollout=true "
+    "when the managed ConfigMaps they read change (needs get/list/watch/patch on them)",
+)
+
+
+@dataclass(frozen=True)
+class RolloutSettings:
+    """The rollout controllers' settings, from the parsed flags.
+
+    Attributes:
+        enabled: roll the opted-in workloads (``--rollout``).
+    """
+
+    enabled: bool = defaults.ROLLOUT
+
+    @classmethod
+    def from_flags(cls, flags: FlagValues) -> RolloutSettings:
+        """Return the settings of the parsed ``flags``."""
+        return cls(enabled=flags[ROLLOUT_FLAG])
+
+
 def controller_name(resource: Resource) -> str:
     """Return the controller's name for ``resource``: ``rollout-deployment``, ..."""
     return f"rollout-{resource.kind.lower()}"
 
 
 def setup(
-    manager: Scope,
+    scope: Scope,
     *,
     recorder: EventSink | None = None,
     observer: RolloutObserver | None = None,
     workers: int | None = None,
     priority_queue: bool | None = None,
 ) -> list[Controller]:
-    """Add one rollout controller per workload kind to ``manager``; return them.
+    """Add one rollout controller per workload kind to ``scope``; return them.
 
     Args:
-        manager: the runtime manager or a shard's scope (its client, its informers, its
-            metrics).
+        scope: the scope (the process's one, or a shard's): its client, its informers,
+            its metrics.
         recorder: where Events go (None: none).
         observer: ``cbop_rollouts_total`` (None: no metrics).
         workers: worker threads per controller (None: the runtime's default, 4).
         priority_queue: see :meth:`cbop.runtime.Builder.with_options` (None: on).
 
     Raises:
-        ValueError: the manager has a controller of one of these names already.
+        ValueError: the scope has a controller of one of these names already.
     """
-    configmaps = manager.lister(CONFIGMAPS, label_selector=MANAGED_SELECTOR)
+    configmaps = scope.lister(CONFIGMAPS, label_selector=MANAGED_SELECTOR)
     controllers = []
     for resource in WORKLOADS:
         name = controller_name(resource)
-        workloads = manager.lister(
+        workloads = scope.lister(
             resource,
             label_selector=ROLLOUT_SELECTOR,
             indexers={CONFIGMAP_INDEX: index_by_configmap},
@@ -101,7 +124,7 @@ def setup(
         coalescer = ChangeCoalescer()
         reconciler = RolloutReconciler(
             resource=resource,
-            client=manager.client,
+            client=scope.client,
             workloads=workloads,
             configmaps=configmaps,
             recorder=recorder,
@@ -110,7 +133,7 @@ def setup(
             controller_name=name,
         )
         controllers.append(
-            Builder(manager, name)
+            Builder(scope, name)
             .for_(resource, label_selector=ROLLOUT_SELECTOR, predicates=(WORKLOAD_CHANGED,))
             .watches(
                 CONFIGMAPS,
@@ -123,7 +146,7 @@ def setup(
     return controllers
 
 
-def install(context: Context) -> SetupFunc:
+def install(context: Context, settings: RolloutSettings) -> SetupFunc:
     """Install the rollout controllers in a process; return their per-scope setup.
 
     Registers ``cbop_rollouts_total{kind}`` (every kind from 0).
@@ -146,16 +169,10 @@ def install(context: Context) -> SetupFunc:
 DEFINITION: Final = ControllerDefinition(
     name="rollout",
     summary="rolls labelled workloads when the managed ConfigMaps they read change",
+    settings=RolloutSettings.from_flags,
     install=install,
-    flags=(
-        Flag(
-            "rollout",
-            defaults.ROLLOUT,
-            "roll Deployments, StatefulSets and DaemonSets labelled cbop.dev/rollout=true "
-            "when the managed ConfigMaps they read change (needs get/list/watch/patch on them)",
-        ),
-    ),
-    enabled=lambda settings: bool(settings.get("rollout")),
+    flags=(ROLLOUT_FLAG,),
+    enabled=lambda settings: settings.enabled,
     resources=(CONFIGMAPS, *WORKLOADS),
     controllers=len(WORKLOADS),
     rbac=(

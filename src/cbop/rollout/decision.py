@@ -1,39 +1,14 @@
 """The rollout decision: a workload and the managed ConfigMaps it reads -> one action.
 
-Pure functions on parsed-JSON dicts; no client, no threads (an import-linter contract
-says so). The act layer (:mod:`cbop.rollout.reconcile`) performs what they decide.
-
-- :func:`referenced_configmaps`: the ConfigMap names a Deployment, StatefulSet or
-  DaemonSet's pod template reads (volumes, projected volume sources, ``envFrom``,
-  ``env[].valueFrom``; in containers, init containers and ephemeral containers).
-- :func:`is_managed`: whether a ConfigMap is one cbop keeps (its managed-by label and a
-  controller owner reference to a ConfigBundle, as :mod:`cbop.configbundle.desired` writes
-  them). References to other ConfigMaps are ignored.
-- :func:`config_digest`: ``sha256:<hex>`` over the sorted (ConfigMap name, content hash)
-  pairs (:data:`EMPTY_DIGEST` for none), the value of the pod template annotation
-  ``cbop.dev/config-hash``. The content hash is the reconciler's own
-  :func:`cbop.configbundle.desired.content_hash` of the data and binaryData as they are
-  in the cluster (what pods read), so it equals the ConfigMap's
-  ``cbop.dev/content-hash`` annotation whenever the ConfigMap is in sync.
-- :func:`baseline`: the configuration the workload's pods run with, as far as cbop
-  knows: the workload label ``cbop.dev/config-baseline`` (the first 40 hex digits of a
-  digest), which cbop writes when it first sees the workload and with every rollout;
-  for a workload cbop rolled before that label existed, the template annotation.
-  The template annotation alone cannot serve: ``kubectl rollout undo`` brings back an
-  old one while the pods it starts read today's content.
-- :func:`decide`: none, record, skip (paused Deployment) or apply, in that order of
-  checks: not opted in or being deleted -> none; no baseline yet -> none while a
-  required reference (:func:`required_configmaps`) does not exist (the pods wait for
-  it and start with what appears), else record, also when the template reads
-  no managed ConfigMap (then of :data:`EMPTY_DIGEST`: pods that start after the
-  content exists already read it, so opting in is no reason to roll, and content that
-  an optional reference finds later is a change); digest equal to the baseline
-  -> none; no managed reference left -> none (the ConfigMaps went away or stopped
-  being managed; the annotation and the baseline stay: removing them would roll the
-  workload for nothing, and the same content coming back is no change); paused
-  Deployment -> skip; else apply.
-- :func:`apply_body`: the server-side apply body that sets only the baseline label and,
-  to roll, that annotation.
+Pure functions on parsed-JSON dicts; no client, no threads (an import-linter contract).
+The act layer (:mod:`cbop.rollout.reconcile`) performs what they decide, and the dry
+run's plan (:mod:`cbop.cli.plan`) asks them too. :func:`referenced_configmaps` finds
+what a pod template reads, :func:`config_digest` digests the content of the managed ones
+(the value of ``cbop.dev/config-hash``, from the same content hash the ConfigBundle
+controller writes), :func:`baseline` reads what the pods run with, and :func:`decide`
+returns none, record, skip or apply (docs/rollout.md). Why the baseline is a workload
+label and not the template annotation: ``kubectl rollout undo`` brings back an old
+annotation while the pods it starts read today's content.
 """
 
 from __future__ import annotations
@@ -320,7 +295,15 @@ def decide(
             among them holds the baseline back until it appears.
 
     Returns:
-        A :class:`Decision`; see the module docstring for the order of the checks.
+        A :class:`Decision`, by the first check that holds: not opted in or being
+        deleted -> none; no baseline yet -> none while a required reference
+        (:func:`required_configmaps`) does not exist (in ``absent``: the pods wait for
+        it and start with what appears), else record (of :data:`EMPTY_DIGEST` when the
+        template reads no managed ConfigMap: pods that start after the content exists
+        already read it, so opting in is no reason to roll); digest equal to the
+        baseline -> none; no managed reference left -> none (the annotation and the
+        baseline stay: removing them would roll the workload for nothing); a paused
+        Deployment -> skip; else apply.
     """
     meta = workload.get("metadata") or {}
     if (meta.get("labels") or {}).get(LABEL_ROLLOUT) != "true":

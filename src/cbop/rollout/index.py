@@ -3,7 +3,7 @@
 A ConfigMap change must wake exactly the workloads whose pod template reads it. The
 workload informers carry the :data:`CONFIGMAP_INDEX` index (add it with
 ``indexers={CONFIGMAP_INDEX: index_by_configmap}``); the ConfigMap watch's map function
-(:func:`cbop.rollout.reconcile.configmap_mapper`) looks the ConfigMap's
+(:func:`cbop.rollout.coalesce.configmap_mapper`) looks the ConfigMap's
 :func:`configmap_index_value` up in it. Index values carry the namespace, so one
 cluster-wide informer never mixes up two namespaces' ConfigMaps of the same name.
 """

@@ -1,32 +1,14 @@
-"""The controller runtime: a manager that runs controllers assembled by a builder.
+"""The controller runtime, after controller-runtime: a manager runs controllers a builder assembles.
 
-After controller-runtime, in small pieces:
-
-- :mod:`.reconcile`: the :class:`Reconciler` protocol (a key in, a :class:`Result` or an
-  exception out), :class:`Requeue`, :class:`TerminalError`, and the reconcile context
-  (a reconcile id and the key bound to every log line);
-- :mod:`.seams`: the :class:`~cbop.runtime.seams.Lister`, ``Client`` and ``EventSink``
-  protocols every reconciler is built on; :mod:`.events` (with :mod:`.correlator`): the
-  one Event recorder; :mod:`.ownwrites`: :class:`OwnWrites`, a reconciler's own recent
-  writes until its cache shows them;
-- :mod:`.handlers` and :mod:`.predicates`: informer events -> workqueue keys (own key,
-  controller owner's key, any map function), filtered by predicates, with the
-  priority-queue rules;
-- :mod:`.controller`: a :class:`Controller`: a named workqueue, N workers, the outcome
-  policy, liveness;
-- :mod:`.builder`: :class:`Builder`: "for this kind, owns that kind, watches X mapped by
-  fn" plus options, into a controller added to a scope;
-- :mod:`.scope`: :class:`Scope`: caches, a fenced client and controllers with one life
-  (started once each controller's caches synced, drained on release, stopped at once
-  when lost), as controller-runtime's ``cluster.Cluster`` and leader-election group;
-- :mod:`.runnable`: runnables in ordered groups (servers, caches, others, leadership);
-  :mod:`.leadership`: where scopes come from (no election, the single leader, shards);
-- :mod:`.manager`: :class:`Manager`: the process: its groups, its scopes, one shutdown
-  path and the exit code;
-- :mod:`.metrics`: the controller's metrics seam (no Prometheus here).
-
-This package knows nothing of ConfigBundles (see ``cbop.configbundle``) nor of Prometheus
-(see ``cbop.metrics``); import-linter enforces both.
+A reconciler (:mod:`.reconcile`) is built on the seams of :mod:`.seams` and wired by a
+:class:`Builder` into a :class:`Controller` (a workqueue, its workers, the outcome
+policy) inside a :class:`Scope` (caches, a fenced client, one life, serving what its
+:class:`ScopeSpec` says); the :class:`Manager` runs the process: its runnables, the
+scopes its leadership source (:mod:`.leadership`) hands it, one shutdown path. A
+controller package declares itself with a
+:class:`~cbop.runtime.definition.ControllerDefinition`. The runtime knows nothing of
+ConfigBundles nor of Prometheus (import-linter contracts); see
+docs/writing-a-controller.md.
 """
 
 from cbop.runtime.builder import Builder
@@ -38,7 +20,8 @@ from cbop.runtime.handlers import (
     enqueue_controller_owner,
     enqueue_object,
 )
-from cbop.runtime.manager import Coordinator, LeaderElection, Manager, Sharding
+from cbop.runtime.leadership import Coordinator, LeaderElection, Sharding
+from cbop.runtime.manager import Manager
 from cbop.runtime.metrics import (
     ControllerMetrics,
     ControllerMetricsProvider,
@@ -54,11 +37,12 @@ from cbop.runtime.reconcile import (
     reconcile_context,
 )
 from cbop.runtime.runnable import Hooks, Runnable, RunnableGroup
-from cbop.runtime.scope import Scope, ScopeState
+from cbop.runtime.scope import EVERYTHING, Reads, Scope, ScopeSpec, ScopeState
 
 __all__ = [
     "DEFAULT_WEDGED_AFTER",
     "DEFAULT_WORKERS",
+    "EVERYTHING",
     "Builder",
     "Controller",
     "ControllerMetrics",
@@ -72,12 +56,14 @@ __all__ = [
     "MapFunc",
     "NoopControllerMetrics",
     "OwnWrites",
+    "Reads",
     "Reconciler",
     "Requeue",
     "Result",
     "Runnable",
     "RunnableGroup",
     "Scope",
+    "ScopeSpec",
     "ScopeState",
     "Sharding",
     "TerminalError",

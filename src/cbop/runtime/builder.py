@@ -2,7 +2,7 @@
 
 A second controller takes a few lines::
 
-    Builder(manager, "rollout")
+    Builder(scope, "rollout")
         .for_(DEPLOYMENTS)                                  # its own objects -> their keys
         .owns(CONFIGMAPS, label_selector="app=x")           # dependents -> owner's key
         .watches(CONFIGBUNDLES, map_bundle_to_deployments)  # anything else -> keys
@@ -10,18 +10,17 @@ A second controller takes a few lines::
         .complete(reconciler)
 
 :meth:`Builder.complete` creates the controller's workqueue (named after the controller,
-with the manager's workqueue metrics), its metric hooks, one event handler per watched
-informer (informers come from the manager's shared factory, so a resource watched by two
-controllers is listed and watched once), and adds the controller to the manager, which
-starts its workers while it leads. The reconciler is built beforehand from the
-manager's client and the factory's listers (:meth:`Manager.lister`).
+with the scope's workqueue metrics), its metric hooks, one event handler per watched
+informer (informers come from the scope's shared factory, so a resource watched by two
+controllers is listed and watched once), and adds the controller to the scope, which
+starts its workers while its lease is held. The reconciler is built beforehand from the
+scope's client and listers (:meth:`cbop.runtime.Scope.lister`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from cbop.kube import Resource
 from cbop.runtime.controller import DEFAULT_WEDGED_AFTER, DEFAULT_WORKERS, Controller
@@ -33,10 +32,8 @@ from cbop.runtime.handlers import (
 )
 from cbop.runtime.predicates import Predicate
 from cbop.runtime.reconcile import Reconciler
+from cbop.runtime.scope import Reads, Scope
 from cbop.workqueue import PriorityQueue, RateLimiter, RateLimitingQueue
-
-if TYPE_CHECKING:
-    from cbop.runtime.scope import Scope
 
 __all__ = ["Builder"]
 
@@ -48,8 +45,7 @@ class _Watch:
     label_selector: str | None
     converged: ConvergedFunc | None = None
     predicates: tuple[Predicate, ...] = ()
-    whole: bool = False
-    by_name: bool = False
+    reads: Reads = Reads.SHARD
     cache: bool = True
 
 
@@ -63,11 +59,11 @@ class _Options:
 
 
 class Builder:
-    """Builds one controller and adds it to a manager.
+    """Builds one controller and adds it to a scope.
 
     Args:
-        manager: the manager, or any :class:`cbop.runtime.scope.Scope` (a shard's),
-            that supplies the client, informers and metrics and runs the controller.
+        scope: the :class:`cbop.runtime.scope.Scope` that supplies the client, the
+            informers and the metrics, and runs the controller while its lease is held.
         name: the controller's name, unique in the scope (logs, metrics labels, the
             workqueue's name); the scope's ``name_suffix`` is appended
             (``configbundle-shard-1``).
@@ -75,9 +71,9 @@ class Builder:
     Every method but :meth:`complete` returns the builder, for chaining.
     """
 
-    def __init__(self, manager: Scope, name: str) -> None:
-        self._manager = manager
-        self._name = name + manager.name_suffix
+    def __init__(self, scope: Scope, name: str) -> None:
+        self._scope = scope
+        self._name = name + scope.name_suffix
         self._for: Resource | None = None
         self._options = _Options()
 
@@ -88,7 +84,7 @@ class Builder:
         label_selector: str | None = None,
         converged: ConvergedFunc | None = None,
         predicates: Sequence[Predicate] = (),
-        whole: bool = False,
+        reads: Reads = Reads.SHARD,
     ) -> Builder:
         """Reconcile objects of ``resource``: each event enqueues the object's own key.
 
@@ -100,8 +96,8 @@ class Builder:
                 instead of low (see :mod:`cbop.runtime.handlers`). None: all low.
             predicates: events they refuse enqueue nothing
                 (:mod:`cbop.runtime.predicates`).
-            whole: in a shard's scope, watch the whole collection, not the shard's
-                (see :meth:`cbop.informers.SharedInformerFactory.informers_for`).
+            reads: which of its objects the controller watches (:class:`Reads`: the
+                scope's, by default).
 
         Raises:
             ValueError: called twice.
@@ -116,7 +112,7 @@ class Builder:
                 label_selector,
                 converged=converged,
                 predicates=tuple(predicates),
-                whole=whole,
+                reads=reads,
             )
         )
         return self
@@ -153,14 +149,12 @@ class Builder:
         *,
         label_selector: str | None = None,
         predicates: Sequence[Predicate] = (),
-        whole: bool = False,
-        by_name: bool = False,
+        reads: Reads = Reads.SHARD,
         cache: bool = True,
     ) -> Builder:
         """Watch ``resource``: each event ``predicates`` pass enqueues ``map_func``'s keys.
 
-        In a shard's scope, ``whole``: the whole collection, not the shard's;
-        ``by_name``: the objects whose own name hashes into the shard (its Namespaces).
+        ``reads``: which of its objects (:class:`Reads`: the scope's, by default).
         ``cache=False``: the controller starts without waiting for this informer to
         sync (see :meth:`cbop.runtime.Controller.watch`).
         """
@@ -170,8 +164,7 @@ class Builder:
                 map_func,
                 label_selector,
                 predicates=tuple(predicates),
-                whole=whole,
-                by_name=by_name,
+                reads=reads,
                 cache=cache,
             )
         )
@@ -208,28 +201,28 @@ class Builder:
         return self
 
     def complete(self, reconciler: Reconciler) -> Controller:
-        """Create the controller, wire its sources, and add it to the manager.
+        """Create the controller, wire its sources, and add it to the scope.
 
         Returns:
-            The controller (its workers start when the manager runs and leads).
+            The controller (its workers start once the scope's lease is held).
 
         Raises:
             ValueError: no :meth:`for_`, or a controller of that name already exists.
         """
         if self._for is None:
             raise ValueError(f"controller {self._name}: for_ is required")
-        manager = self._manager
-        if self._name in manager.controllers:
+        scope = self._scope
+        if self._name in scope.controllers:
             raise ValueError(f"a controller named {self._name} already exists")
         opts = self._options
-        queue_metrics = manager.queue_metrics
+        queue_metrics = scope.queue_metrics
         queue_type = PriorityQueue if opts.priority_queue else RateLimitingQueue
         queue: RateLimitingQueue[str] = queue_type(
             opts.rate_limiter,
             name=self._name if queue_metrics is not None else None,
             metrics_provider=queue_metrics,
         )
-        provider = manager.controller_metrics
+        provider = scope.controller_metrics
         controller = Controller(
             self._name,
             reconciler,
@@ -239,11 +232,11 @@ class Builder:
             wedged_after=opts.wedged_after,
         )
         for watch in opts.watches:
-            informers = manager.informers.informers_for(
+            informers = scope.informers.informers_for(
                 watch.resource,
                 label_selector=watch.label_selector,
-                whole=watch.whole,
-                by_name=watch.by_name,
+                whole=watch.reads.whole,
+                by_name=watch.reads.by_name,
             )
             for informer in informers.values():
                 controller.watch(
@@ -253,5 +246,5 @@ class Builder:
                     predicates=watch.predicates,
                     cache=watch.cache,
                 )
-        manager.add(controller)
+        scope.add(controller)
         return controller

@@ -1,32 +1,17 @@
 """A controller: a named workqueue, N workers, and a reconciler.
 
 As sample-controller and controller-runtime's controller: event sources (informer
-handlers, see :mod:`cbop.runtime.handlers`) put object keys on the rate-limited
-workqueue, which deduplicates them and guarantees one worker per key, and N worker
-threads hand each key to :meth:`cbop.runtime.reconcile.Reconciler.reconcile`. The
-controller builds nothing itself: the queue, the reconciler and the metrics come in
-(:class:`cbop.runtime.builder.Builder` assembles them), and it never starts informers.
+handlers, :mod:`cbop.runtime.handlers`) put object keys on the rate-limited workqueue,
+and N workers hand each key to the reconciler. Why a queue at all: events come in
+bursts (a relist, a resync) and only the latest state matters; the queue collapses a
+burst for one key into one reconcile, never runs a key on two workers, and spaces out
+retries. The controller builds nothing (the :class:`cbop.runtime.builder.Builder` hands
+it the queue, the reconciler and the metrics) and starts no informer.
 
-Why a queue at all: events arrive in bursts (a relist, a resync, a flapping client), and
-only the latest state matters; the queue collapses a burst for one key into one
-reconcile, never runs the same key on two workers, and spaces out retries.
-
-The worker's outcome policy is controller-runtime's: an error -> ``add_rate_limited``; a
-terminal error (:class:`cbop.runtime.reconcile.TerminalError`) -> ``forget``, counted,
-not retried; a requeue after a delay -> ``forget`` then ``add_after``; success ->
-``forget``. Each reconcile runs in :func:`cbop.runtime.reconcile.reconcile_context`, so
-its log lines carry the controller, the key and a reconcile id. Retries on
-a priority queue keep the priority the key was handed out with. An unexpected exception
-(a bug) is logged with its traceback, counted as a panic, and retried like an error: it
-never kills the worker. An :class:`~cbop.kube.ApiError` is retried without a traceback
-(the reconciler reports it). A write refused by the client's write fence
-(:class:`cbop.kube.LeaseNotHeld`: the leader lease is not held) stops the workers
-instead: the key is not retried, the manager ends the process.
-
-Stopping (:meth:`Controller.stop_workers`, :meth:`Controller.shutdown`) drops the keys
-still queued rather than working through them, as controller-runtime's workers stop
-taking keys once their context is cancelled; a successor (or the next start) lists
-every object anew, so nothing queued is lost.
+The outcome policy is controller-runtime's (:meth:`Controller.process_next_work_item`),
+with one addition: a write refused by the lease's fence
+(:class:`cbop.kube.LeaseNotHeld`) stops the workers instead of retrying. Stopping drops
+the queued keys: a successor lists every object anew.
 """
 
 from __future__ import annotations
@@ -117,9 +102,9 @@ class Controller:
         unchanged updates go in at low priority (see :mod:`cbop.runtime.handlers`),
         except listed objects that ``converged`` (when given) says are not. Events the
         ``predicates`` refuse enqueue nothing. The controller's caches are the informers
-        it watches: it starts once they all synced (:meth:`cache_synced`); with
-        ``cache=False`` the informer's events enqueue keys but the controller does not
-        wait for it (its reconciler tells a cache that has not synced from an empty one).
+        it watches: its scope starts it once they all synced (:meth:`cbop.runtime.Scope.start`);
+        with ``cache=False`` the informer's events enqueue keys but the controller does
+        not wait for it (its reconciler tells a cache that has not synced from an empty one).
         """
         informer.add_event_handler(
             EnqueueHandler(

@@ -1,32 +1,13 @@
 """Kubernetes Events: what a controller did and why, for ``kubectl describe``.
 
-This module owns :class:`EventRecorder`, the one Event recorder of a cbop process: the
-manager creates it and every controller records through it (the
-:class:`cbop.runtime.seams.EventSink` seam). It writes core/v1 Events, as client-go's
-``record.EventRecorder``, correlated first as client-go's ``EventCorrelator`` does
-(:mod:`cbop.runtime.correlator`: repeats counted, similar messages combined, a spam
-filter).
-
-Like client-go's broadcaster, events are correlated and written by a background thread
-from a bounded queue (1,000 events; more are dropped and logged), so a reconcile never
-waits for an Event write. While the API server throttles the client (a 429 whose
-retries are not all due yet, see :meth:`cbop.kube.KubeClient.wait_while_throttled`),
-the sink writes nothing, leaving the seats API Priority and Fairness grants cbop to the
-reconcile writes; the queued Events follow once the throttling stops. Failures to record
-are logged and never fail a reconcile.
-The sink thread survives any exception (logged and counted in
-:attr:`EventRecorder.failed`), and :meth:`EventRecorder.close` returns within its timeout
-however full the queue or slow the API server.
-
-Which Events are written is the recorder's ``level`` (the ``--events`` flag):
-
-* ``notable`` (the default): what a user must look at in ``kubectl describe``: changes
-  made out of band and undone or worked around (for a ConfigBundle: drift corrected,
-  ConfigMap replaced, adopted, deleted, orphaned) and every Warning. Routine Events (a
-  change the spec asked for, such as a ConfigMap created or updated) are not written:
-  the object's status already records them, and an Event would be one more API write.
-* ``all``: routine Events too.
-* ``none``: no Events at all.
+This module owns :class:`EventRecorder`, the one Event recorder of a process: the
+manager makes it and every controller records through it (the
+:class:`cbop.runtime.seams.EventSink` seam). As client-go's recorder and broadcaster,
+Events are correlated (:mod:`cbop.runtime.correlator`) and written by a background
+thread from a bounded queue, so a reconcile never waits for an Event write and a failed
+one never fails a reconcile. While the API server throttles the client the thread writes
+nothing, leaving API Priority and Fairness' seats to the reconcile writes. Which Events
+are written is the ``--events`` level (:data:`EventLevel`, :meth:`EventRecorder.wants`).
 """
 
 from __future__ import annotations

@@ -1,62 +1,39 @@
-"""The runtime manager: one process lifecycle for controllers, caches, probes and leases.
+"""The runtime manager: one process lifecycle for scopes, caches, probes and leases.
 
-As controller-runtime's Manager, it owns the life of a set of controllers. Everything it
-runs is a runnable in one of four ordered groups (:mod:`cbop.runtime.runnable`): the
-HTTP servers (probes; ``/metrics`` added by ``cbop.manager``), the shared informers
-(:attr:`Manager.informers`, one informer per resource and scope for every controller;
-started at once, so a standby keeps warm caches), the others (the Event sink's close,
-:meth:`Manager.add_cleanup`), and the leadership source
-(:mod:`cbop.runtime.leadership`). They start in that order; on a stop request they
-stop in reverse, on one shutdown path, and :meth:`Manager.run` returns the exit code.
-
-Controllers run in scopes (:class:`cbop.runtime.Scope`), fenced by a lease and started
-once their own caches synced. The manager is the scope of an unsharded process (its
-controllers are built at once with :meth:`Manager.add_setup`); with sharding
-(:class:`Sharding`, ``--shards N`` with N > 1) every acquired shard gets a scope of its
-own (its own informers holding only that shard, its own client fenced by that shard's
-Lease, its own controllers named ``<name>-shard-<i>``). Either way the leadership source
-calls the same three methods, :meth:`Manager.acquired`, :meth:`Manager.release` and
-:meth:`Manager.lost`, so fencing, starting once synced, draining and losing are written
-once:
-
-- a graceful stop releases every held scope (intake stopped, queued keys dropped: the
-  successor lists everything anew; in-flight reconciles finish, bounded by
-  ``shutdown_timeout``; the Event sink flushed while the lease is still held), then the
-  lease is handed back so a successor takes over at once, and :meth:`Manager.run`
-  returns 0;
-- a lost lease, or a write finding a fence closed, stops that scope's workers at once
-  (nothing drained or released: the lease may be someone else's). Unsharded that ends
-  the process with exit code 1, so a restarted pod rejoins as a clean candidate (as
-  controller-runtime skips its graceful shutdown when the lease is lost); sharded the
-  process carries on with its other shards, and a shard whose fence reopens (a late
-  renewal, no other holder) is started anew;
-- caches that never sync (not refused: a refusal is waited out) and a failed shard
-  coordinator end the process with exit code 1.
-
-Under leader election every write goes through a fenced client
-(``KubeClient.with_fence``): a create, update, patch or delete is sent only while the
-scope's lease is held by this process's clock. Metrics come in through seams
-(:mod:`cbop.runtime.metrics`, the workqueue's ``MetricsProvider``); this package never
-imports Prometheus.
+As controller-runtime's Manager, it owns the life of a process's controllers. What it
+runs is a runnable in one of four ordered groups (:mod:`cbop.runtime.runnable`):
+servers (probes), caches (the informers of the scopes prepared while wiring), others
+(cleanups), and the leadership source (:mod:`cbop.runtime.leadership`), which hands
+the manager the :class:`cbop.runtime.scope.ScopeSpec` of each lease it acquires,
+releases or loses. The manager has scopes; it is not one: an unsharded process has one
+scope of every namespace, fenced by its elector, and a sharded one a scope per shard
+held. Acquiring, releasing, losing, health and readiness are one loop over them, and a
+spec's ``restartable`` says whether a loss ends the process. See
+docs/leader-election.md and docs/sharding.md.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 
 import structlog
 
 from cbop import defaults
-from cbop.clock import RealClock
 from cbop.gcpolicy import FRESH_START_SECONDS, freeze_caches, freeze_startup
 from cbop.health import ProbeServer
 from cbop.informers import SharedInformerFactory
-from cbop.kube import KubeClient
-from cbop.leaderelection import NO_METRICS, LeaderElector, LeaderMetrics
-from cbop.runtime.leadership import Coordinated, Coordinator, SingleLeader, Unelected
+from cbop.kube import KubeInterface
+from cbop.leaderelection import LeaderElector, LeaderMetrics
+from cbop.runtime.definition import Setup, SetupFunc
+from cbop.runtime.leadership import (
+    LeaderElection,
+    LeadershipSource,
+    Sharding,
+    SingleLeader,
+    leadership_source,
+)
 from cbop.runtime.metrics import ControllerMetricsProvider
 from cbop.runtime.runnable import (
     CACHES,
@@ -68,60 +45,24 @@ from cbop.runtime.runnable import (
     Runnable,
     RunnableGroup,
 )
-from cbop.runtime.scope import Scope
-from cbop.sharding import ShardedGroupCheck
+from cbop.runtime.scope import Scope, ScopeSpec, ScopeState
 from cbop.shardrange import ShardRange
 from cbop.stop import StopSignal
 from cbop.workqueue import MetricsProvider
 
-__all__ = ["Coordinator", "LeaderElection", "Manager", "Sharding"]
+__all__ = ["Manager"]
 
 log = structlog.get_logger("cbop.manager")
 
 
-@dataclass(frozen=True)
-class LeaderElection:
-    """Leader election on a Lease (client-go's ``LeaderElectionConfig``).
-
-    Attributes:
-        lease_name: the Lease's name.
-        namespace: the Lease's namespace.
-        lease_duration, renew_deadline, retry_period: seconds (controller-runtime's
-            15 / 10 / 2); lease duration > renew deadline > 1.2 x retry period.
-    """
-
-    lease_name: str
-    namespace: str
-    lease_duration: float = 15.0
-    renew_deadline: float = 10.0
-    retry_period: float = 2.0
-
-
-@dataclass(frozen=True)
-class Sharding:
-    """Sharded operation (``--shards N``, N > 1): a shard coordinator and per-shard informers.
-
-    Attributes:
-        shards: the number of shards (N >= 2).
-        informers: returns a new informer factory that lists and watches only the given
-            shard's objects (``SharedInformerFactory(..., shard=shard)``).
-        coordinator: returns the coordinator that calls the given handler (the manager)
-            as it acquires, releases and loses shards; its ``run`` is called once.
-    """
-
-    shards: int
-    informers: Callable[[ShardRange], SharedInformerFactory]
-    coordinator: Callable[[Manager], Coordinator]
-
-
-class Manager(Scope):
-    """Runs controllers until stopped.
+class Manager:
+    """Runs controllers in scopes until stopped.
 
     Args:
-        client: the API client; reconcilers write through :attr:`client` (fenced by
-            the lease under leader election).
-        informers: the shared informer factory every controller's informers come from
-            (its scope is the manager's); the manager starts and stops it.
+        client: the API client; each scope writes through it, fenced by its lease
+            under leader election.
+        informers: ``fn(shard) -> factory``: the informers of a scope serving
+            ``shard`` (every namespace's for ``ShardRange.of(0, 1)``).
         identity: this process's identity (the Lease holder).
         leader_election: take part in leader election (None: lead at once).
         leader_metrics: ``leader_election_master_status`` hooks (optional).
@@ -132,20 +73,19 @@ class Manager(Scope):
         controller_metrics: creates each controller's metric hooks (optional).
         queue_metrics: the workqueues' metrics provider (optional; unnamed queues
             without it).
-        sharding: run shards instead of the single leader (None: the single leader);
-            needs ``leader_election`` (whose timings the caller passes to the
-            coordinator).
+        sharding: the shard coordinator supplies the scopes (None: one scope of every
+            namespace); needs ``leader_election`` (whose timings the caller passes to
+            the coordinator).
 
     Raises:
-        ValueError: leader-election timings that break lease duration > renew deadline
-            > 1.2 x retry period; sharding without leader election.
+        ValueError: sharding without leader election.
     """
 
     def __init__(
         self,
-        client: KubeClient,
+        client: KubeInterface,
         *,
-        informers: SharedInformerFactory,
+        informers: Callable[[ShardRange], SharedInformerFactory],
         identity: str,
         leader_election: LeaderElection | None = None,
         leader_metrics: LeaderMetrics | None = None,
@@ -155,113 +95,91 @@ class Manager(Scope):
         queue_metrics: MetricsProvider | None = None,
         sharding: Sharding | None = None,
     ) -> None:
-        if sharding is not None and leader_election is None:
-            raise ValueError("sharding needs leader election")
-        super().__init__(
-            client,
-            informers=informers,
-            controller_metrics=controller_metrics,
-            queue_metrics=queue_metrics,
-            # Sharded, only the Events go through the manager's own client (each shard's
-            # writes go through its scope's client, fenced by the shard's Lease).
-            fenced=leader_election is not None and sharding is None,
-            cache_sync_timeout=cache_sync_timeout,
-            on_failed=self._scope_failed,
-            on_fenced_off=self._fenced_off,
-            on_running=self._freeze_caches,
-        )
         self.identity = identity
         self.shutdown_timeout = shutdown_timeout
+        self.cache_sync_timeout = cache_sync_timeout
+        self.controller_metrics = controller_metrics
+        self.queue_metrics = queue_metrics
         self.stop_event = StopSignal()
-        self.sharding = sharding
-        self._base_client = client
-        self._setups: list[Callable[[Scope], object]] = []
-        self._shards: dict[int, Scope] = {}
-        self._shards_lock = threading.Lock()
         self.probes: ProbeServer | None = None
+        self.elector: LeaderElector | None = None
+        self._client = client
+        #: ``fn(shard) -> factory``: the informers of a scope serving ``shard``.
+        self.informers = informers
+        self._setups: list[Setup] = []
         self._drain_hooks: list[Callable[[float], object]] = []
         self._started_at: float | None = None  # time.monotonic() when run() began
         self._exit_code = 0
         self._lost = False
         self._retry_period = leader_election.retry_period if leader_election else 2.0
         self._groups = {name: RunnableGroup(name) for name in GROUP_ORDER}
-        self._groups[CACHES].add(
-            Hooks("shared informers", informers.start, lambda _: informers.shutdown())
+        self._source: LeadershipSource = leadership_source(
+            self,
+            client,
+            identity=identity,
+            election=leader_election,
+            metrics=leader_metrics,
+            sharding=sharding,
+            shutdown_timeout=shutdown_timeout,
+            on_failed=self._fail,
         )
-        self.elector: LeaderElector | None = None
-        self._coordinated: Coordinated | None = None
-        # Stopped after the leadership source (the group stops in reverse): a shard the
-        # coordinator did not release in time is stopped at once.
+        if isinstance(self._source, SingleLeader):
+            self.elector = self._source.elector
+        # Scopes built while wiring (their informers run with the process), by index;
+        # and the scope that holds each acquired lease now, by index.
+        self._prepared: dict[int, Scope] = {}
+        self._held: dict[int, Scope] = {}
+        self._lock = threading.Lock()
+        for spec in self._source.prepared:
+            scope = self._new_scope(spec, prepared=True)
+            self._prepared[spec.index] = scope
+            self._groups[CACHES].add(_informers_of(scope))
+        # Stopped after the leadership source (the group stops in reverse): a scope the
+        # source did not release in time is stopped at once.
         self._groups[LEADER_ELECTION].add(
-            Hooks("shards left over", on_stop=lambda _: self._lose_leftover_shards())
+            Hooks("scopes left over", on_stop=lambda _: self._lose_leftover_scopes())
         )
-        leadership: Runnable
-        if sharding is not None and leader_election is not None:
-            self._coordinated = Coordinated(
-                sharding.coordinator(self),
-                on_failed=self._fail,
-                # Each held shard: its drain, then its elector's Lease release (bounded
-                # by the coordinator to a lease duration).
-                join_timeout=(shutdown_timeout + leader_election.lease_duration) * sharding.shards,
-            )
-            leadership = self._coordinated
-        elif leader_election is not None:
-            single = SingleLeader(
-                self,
-                lambda started, stopped: self._elector(
-                    client, leader_election, leader_metrics, started, stopped
-                ),
-                join_timeout=leader_election.renew_deadline,
-            )
-            self.elector = single.elector
-            leadership = single
-        else:
-            leadership = Unelected(self)
-        self._groups[LEADER_ELECTION].add(leadership)
+        self._groups[LEADER_ELECTION].add(self._source)
 
-    def _elector(
-        self,
-        client: KubeClient,
-        election: LeaderElection,
-        metrics: LeaderMetrics | None,
-        started: Callable[[], None],
-        stopped: Callable[[], None],
-    ) -> LeaderElector:
-        # Lease writes are never throttled, retried or fenced.
-        lease_client = client.with_limits(qps=0, burst=0, max_retries=0)
-        return LeaderElector(
-            lease_client,
-            lease_name=election.lease_name,
-            namespace=election.namespace,
-            identity=self.identity,
-            lease_duration=election.lease_duration,
-            renew_deadline=election.renew_deadline,
-            retry_period=election.retry_period,
-            on_started_leading=started,
-            on_stopped_leading=stopped,
-            metrics=metrics if metrics is not None else NO_METRICS,
-            # Wait while a sharded group of the same id is at work (docs/sharding.md).
-            may_acquire=ShardedGroupCheck(
-                lease_client,
-                group=election.lease_name,
-                namespace=election.namespace,
-                request_timeout=election.renew_deadline / 2,
-                clock=RealClock(),
-            ),
+    def _new_scope(self, spec: ScopeSpec, *, prepared: bool) -> Scope:
+        """Build the scope of ``spec`` and run every setup against it.
+
+        A prepared scope's informers belong to the process (the caches group starts
+        them); any other scope owns its own. Only a prepared scope's caches are frozen
+        for the collector once its controllers run: a scope refers to itself (its
+        client's fence), and a frozen cycle is never collected, so every scope handed
+        over would keep its caches alive.
+        """
+        scope = Scope(
+            self._client,
+            informers=self.informers(spec.shard),
+            spec=spec,
+            controller_metrics=self.controller_metrics,
+            queue_metrics=self.queue_metrics,
+            fenced=True,
+            owns_informers=not prepared,
+            cache_sync_timeout=self.cache_sync_timeout,
+            on_failed=self._scope_failed,
+            on_fenced_off=self._fenced_off,
+            on_running=self._freeze_caches if prepared else None,
         )
+        for setup in self._setups:
+            setup.set_up(scope)
+        return scope
 
     # ------------------------------------------------------------------ wiring
 
-    def add_setup(self, setup: Callable[[Scope], object]) -> None:
-        """Build controllers with ``setup(scope)`` in every scope the manager runs.
+    def add_setup(self, setup: Setup | SetupFunc) -> None:
+        """Build controllers with ``setup`` in every scope the manager runs.
 
-        Without sharding ``setup(self)`` runs at once (the manager is the only scope);
-        with sharding it runs against each shard's scope when the shard is acquired
-        (again after a shard was lost and acquired anew).
+        A plain function is a :class:`Setup` of ``each_scope`` only. The scopes prepared
+        while wiring (the process's one scope) get it at once; any other scope (a
+        shard's) when it is built, as its lease is acquired (again after a loss).
         """
-        self._setups.append(setup)
-        if self.sharding is None:
-            setup(self)
+        made = setup if isinstance(setup, Setup) else Setup(setup)
+        self._setups.append(made)
+        for scope in self._prepared.values():
+            made.set_up(scope)
 
     def add_runnable(self, runnable: Runnable, group: str) -> None:
         """Run ``runnable`` with the process, in ``group`` (:data:`GROUP_ORDER`).
@@ -288,61 +206,67 @@ class Manager(Scope):
         """
         self._drain_hooks.append(hook)
 
-    def scopes(self) -> list[Scope]:
-        """Return the scopes whose caches serve the process now.
+    @property
+    def event_client(self) -> KubeInterface:
+        """The client for per-process writes (Events).
 
-        The manager itself without sharding; with sharding the held shards' scopes
-        (syncing or running), by shard index. For per-process readers (metrics).
+        The client of the prepared scope where one covers the process (the single
+        leader's Events are fenced by its lease); else the process's own: shards come
+        and go, and an Event is not state, so one recorded just before a shard was lost
+        may still be written.
         """
-        if self.sharding is None:
-            return [self]
-        return list(self.shard_scopes())
+        for scope in self._prepared.values():
+            return scope.client
+        return self._client
 
-    def shard_scopes(self) -> Iterator[Scope]:
-        """Yield the active (syncing or running) shard scopes, by shard index."""
-        with self._shards_lock:
-            scopes = sorted(self._shards.values(), key=lambda scope: scope.index)
-        return (scope for scope in scopes if scope.active)
+    def prepared_scopes(self) -> list[Scope]:
+        """Return the scopes built while wiring, by index (none when sharded)."""
+        return [self._prepared[index] for index in sorted(self._prepared)]
+
+    def scopes(self) -> list[Scope]:
+        """Return the scopes whose caches serve the process now, by index.
+
+        The prepared scopes (their caches run with the process, a standby's too) and
+        the active (syncing or running) scopes of the leases held. For per-process
+        readers (metrics, probes).
+        """
+        with self._lock:
+            found = {id(s): s for s in self._prepared.values()}
+            found.update({id(s): s for s in self._held.values() if s.active})
+        return sorted(found.values(), key=lambda scope: scope.index)
+
+    def held_scopes(self) -> list[Scope]:
+        """Return the active (syncing or running) scopes of the leases held, by index."""
+        with self._lock:
+            held = sorted(self._held.values(), key=lambda scope: scope.index)
+        return [scope for scope in held if scope.active]
 
     # ------------------------------------------------------------------ health
 
     def healthy(self) -> bool:
-        """Liveness: every controller's workers and every informer's threads run.
+        """Liveness: the leadership source and every scope's workers and informers run.
 
         Never false for an API server outage (restarting would not end it);
-        :meth:`connected` reports that. With sharding: the coordinator's thread runs
-        and every held shard's workers and informers run.
+        :meth:`connected` reports that.
         """
-        if self._coordinated is not None:
-            coordinating = self._coordinated.running() or self.stop_event.is_set()
-            return coordinating and all(scope.healthy() for scope in self.shard_scopes())
-        workers = all(c.healthy() for c in self.controllers.values())
-        return workers and self.informers.alive()
+        source = self._source.healthy() or self.stop_event.is_set()
+        return source and all(scope.healthy() for scope in self.scopes())
 
     def connected(self) -> bool:
         """Readiness: every informer's watch of every scope is up (or down only briefly)."""
         return all(scope.informers.connected() for scope in self.scopes())
 
     def connection_states(self) -> dict[str, bool]:
-        """Return informer name -> connected, for metrics (``<name>@shard-<i>`` if sharded)."""
-        if self.sharding is None:
-            return self.informers.connection_states()
+        """Return informer name -> connected, for metrics (``<name>@shard-<i>`` in a shard)."""
         return {
-            f"{name}@shard-{scope.index}": up
-            for scope in self.shard_scopes()
+            f"{name}{scope.spec.informer_suffix}": up
+            for scope in self.scopes()
             for name, up in scope.informers.connection_states().items()
         }
 
-    def _shards_ready(self) -> str | None:
-        """Return why a sharded replica is not ready (``/readyz``), or None.
-
-        Ready: the coordinator runs and every held shard's caches synced. A replica
-        that holds no shard is ready (a standby).
-        """
-        coordinated = self._coordinated
-        if coordinated is None or coordinated.thread is None or not coordinated.running():
-            return "the shard coordinator is not running"
-        for scope in self.shard_scopes():
+    def _held_ready(self) -> str | None:
+        """Return why a held scope is not ready (``/readyz``): the first one's reason."""
+        for scope in self.held_scopes():
             why = scope.not_ready()
             if why is not None:
                 return why
@@ -352,18 +276,18 @@ class Manager(Scope):
         """Bind the ``/healthz`` and ``/readyz`` server (served while :meth:`run` runs).
 
         Call it once every controller is added: ``/readyz`` gets one check per informer
-        handed out so far (sharded: ``shards``, every held shard's caches synced) plus
-        ``informers-connected``; ``/healthz`` checks ``informers-and-workers``
-        (:meth:`healthy`). The server is the first runnable of the ``servers`` group.
+        of the prepared scopes, the leadership source's own (sharded: ``shards``, every
+        held shard's caches synced), and ``informers-connected``; ``/healthz`` checks
+        ``informers-and-workers`` (:meth:`healthy`). The server is the first runnable
+        of the ``servers`` group.
 
         Raises:
             OSError: the address cannot be bound.
         """
-        readiness = (
-            {"shards": self._shards_ready}
-            if self.sharding is not None
-            else self.informers.readiness_checks()
-        )
+        readiness: dict[str, Callable[[], str | None]] = {}
+        for scope in self.prepared_scopes():
+            readiness.update(scope.informers.readiness_checks())
+        readiness.update(self._source.readiness_checks(self._held_ready))
         probes = ProbeServer(
             address,
             liveness={"informers-and-workers": self.healthy},
@@ -377,81 +301,122 @@ class Manager(Scope):
 
     # ------------------------------------------------------------------ scopes
 
-    def acquired(self, shard: ShardRange | None, fence: Callable[[], bool] | None) -> None:
-        """Start the scope of ``shard`` (None: the process's own); return at once.
+    def acquired(self, spec: ScopeSpec, fence: Callable[[], bool] | None) -> None:
+        """Start the scope of ``spec``, fenced by ``fence`` (None: open); return at once.
 
-        Unsharded, that is the manager itself: its controllers start as their caches
-        sync. Sharded, a new scope is built (informers of :attr:`Sharding.informers`,
-        a client fenced by ``fence``, every setup of :meth:`add_setup` run against it)
-        and started. The coordinator's ``ShardHandler``; also called by the single
-        leader and by a process without leader election.
-
-        Raises:
-            RuntimeError: a shard for an unsharded manager, or None for a sharded one.
+        The prepared scope of ``spec`` if it was never started; else a new one (its own
+        informers, every setup run against it). The leadership source's call.
         """
-        if shard is None:
-            if self.sharding is not None:
-                raise RuntimeError("a sharded manager has no scope of its own to start")
-            self.start(fence)
-            return
-        self._start_shard(shard, fence, replacing=None)
+        self._start(spec, fence, replacing=None)
 
-    def release(self, shard: ShardRange | None) -> None:
-        """Hand the scope of ``shard`` over gracefully; blocks while it drains.
+    def release(self, spec: ScopeSpec) -> None:
+        """Hand the scope of ``spec`` over gracefully; blocks while it drains.
 
         Stops intake, lets in-flight reconciles finish (at most ``shutdown_timeout``
-        seconds), runs the drain hooks (the Event sink's flush), stops the scope's own
-        informers, then returns: the leadership source hands the lease back after that.
+        seconds), runs the drain hooks (the Event sink's flush), stops the informers
+        the scope owns, then returns: the leadership source hands the lease back after.
         """
-        if shard is None:
-            self.stop(self.shutdown_timeout, self._drained)
-            return
-        with self._shards_lock:
-            scope = self._shards.get(shard.index)
+        with self._lock:
+            scope = self._held.get(spec.index)
         if scope is None:
             return
         scope.stop(self.shutdown_timeout, self._drained)
-        with self._shards_lock:
-            if self._shards.get(shard.index) is scope:
-                del self._shards[shard.index]
+        with self._lock:
+            if self._held.get(spec.index) is scope:
+                del self._held[spec.index]
 
-    def lost(self, shard: ShardRange | None) -> None:
-        """Stop the scope of ``shard`` at once (no drain).
+    def lost(self, spec: ScopeSpec) -> None:
+        """Stop the scope of ``spec`` at once (no drain).
 
-        Unsharded, the process then stops with exit code 1; sharded it carries on.
+        The process carries on when ``spec`` is restartable, and stops with exit code 1
+        otherwise.
         """
-        if shard is None:
-            self._lose_process("lost the leader lease")
-            return
-        with self._shards_lock:
-            scope = self._shards.pop(shard.index, None)
+        with self._lock:
+            scope = self._held.pop(spec.index, None)
+        why = f"lost the lease of {spec.describe()}"
         if scope is not None:
-            scope.lose("lost the shard lease")
+            scope.lose(why)
+        if not spec.restartable:
+            self._end_lost(why)
 
-    def _lose_leftover_shards(self) -> None:
-        with self._shards_lock:
-            leftover = list(self._shards.values())
-            self._shards.clear()
+    def _start(
+        self, spec: ScopeSpec, fence: Callable[[], bool] | None, *, replacing: Scope | None
+    ) -> bool:
+        """Start a scope for ``spec``; return whether it started.
+
+        With ``replacing``, only while that scope is still the one holding the lease.
+        """
+        prepared = self._prepared.get(spec.index)
+        if prepared is not None and prepared.spec == spec and prepared.state is ScopeState.IDLE:
+            scope = prepared
+        else:
+            scope = self._new_scope(spec, prepared=False)
+        with self._lock:
+            if replacing is not None and self._held.get(spec.index) is not replacing:
+                return False
+            stale = self._held.pop(spec.index, None)
+            self._held[spec.index] = scope
+        if stale is not None:
+            stale.lose("the lease was acquired anew")
+        log.info("lease acquired; starting", scope=spec.describe())
+        scope.start(fence)
+        return True
+
+    def _lose_leftover_scopes(self) -> None:
+        with self._lock:
+            leftover = list(self._held.values())
+            self._held.clear()
         for scope in leftover:
-            scope.lose("stopping with the shard still held")
+            scope.lose("stopping with the lease still held")
 
     def _drained(self, seconds: float) -> None:
         for hook in self._drain_hooks:
             hook(seconds)
 
-    def _lose_process(self, why: str) -> None:
-        """Stop the process's scope at once and end the process with exit code 1."""
-        self.lose(why)
-        self._lost = True
-        self._fail(why)
-
     def _fenced_off(self, scope: Scope) -> None:
-        """End the process (exit 1): a write found the process's fence closed."""
-        self._lost = True
-        self._fail("a write found the leader lease no longer valid")
+        """Act on a write that found ``scope``'s fence closed (the scope is lost already).
+
+        A restartable scope starts anew once its fence reopens; otherwise the process
+        ends with exit code 1.
+        """
+        if scope.spec.restartable:
+            self._restart_when_fence_reopens(scope)
+        else:
+            self._end_lost("a write found the leader lease no longer valid")
+
+    def _restart_when_fence_reopens(self, lost: Scope) -> None:
+        """Start the scope anew once its fence is open again, after a write found it closed.
+
+        Not when the leadership source lost, released or re-acquired the lease
+        meanwhile (then ``lost`` no longer holds it). A closed fence does not mean the
+        Lease is gone: a renewal that came late (a slow API server) closes it until the
+        elector renews again. The elector renews with the resourceVersion it read, so
+        an open fence afterwards means no other replica held the Lease in between; a
+        Lease taken by another makes the elector stop, and the source then calls
+        :meth:`lost`. Checks every retry period on a daemon thread until one of those
+        happens or the manager stops.
+        """
+        spec, fence = lost.spec, lost.lease_fence
+
+        def watch() -> None:
+            while not self.stop_event.wait(self._retry_period):
+                with self._lock:
+                    if self._held.get(spec.index) is not lost:
+                        return
+                if fence():
+                    if self._start(spec, fence, replacing=lost):
+                        log.info("the lease is held again; restarted", scope=spec.describe())
+                    return
+
+        threading.Thread(target=watch, name=f"cbop-{spec.name}-refence", daemon=True).start()
 
     def _scope_failed(self, scope: Scope, why: str) -> None:
         """Stop the process (exit 1): a controller's caches never synced."""
+        self._fail(why)
+
+    def _end_lost(self, why: str) -> None:
+        """End the process with exit code 1, without a drain: its lease may be another's."""
+        self._lost = True
         self._fail(why)
 
     def _fail(self, why: str) -> None:
@@ -462,84 +427,15 @@ class Manager(Scope):
         self.stop_event.set()
 
     def _freeze_caches(self, scope: Scope) -> None:
-        """Freeze the synced caches once every controller of the process's scope runs.
+        """Freeze the synced caches once every controller of a prepared scope runs.
 
         Full collections then stop rescanning them. Right after the start (no wait for
         leadership) nothing worth a collection was made since ``freeze_startup()``, and
-        skipping it brings the first reconcile closer. Not for shard scopes: a scope
-        refers to itself (its client's fence), and a frozen cycle is never collected,
-        so every shard handed over would keep its caches alive.
+        skipping it brings the first reconcile closer.
         """
         started = self._started_at
         fresh = started is not None and time.monotonic() - started < FRESH_START_SECONDS
         freeze_caches(collect=not fresh)
-
-    def _start_shard(
-        self, shard: ShardRange, fence: Callable[[], bool] | None, *, replacing: Scope | None
-    ) -> bool:
-        """Build and start a scope for ``shard``; return whether it started.
-
-        With ``replacing``, only while that scope is still the shard's current one.
-        """
-        sharding = self.sharding
-        if sharding is None:
-            raise RuntimeError("acquired() needs a sharded manager")
-        scope = Scope(
-            self._base_client,
-            informers=sharding.informers(shard),
-            controller_metrics=self.controller_metrics,
-            queue_metrics=self.queue_metrics,
-            name_suffix=f"-shard-{shard.index}",
-            shard=shard,
-            fenced=True,
-            owns_informers=True,
-            cache_sync_timeout=self.cache_sync_timeout,
-            on_failed=self._scope_failed,
-            # A shard whose write found its fence closed is started anew once it reopens.
-            on_fenced_off=lambda lost: self._restart_when_fence_reopens(lost, fence),
-        )
-        for setup in self._setups:
-            setup(scope)
-        with self._shards_lock:
-            if replacing is not None and self._shards.get(shard.index) is not replacing:
-                return False
-            stale = self._shards.pop(shard.index, None)
-            self._shards[shard.index] = scope
-        if stale is not None:
-            stale.lose("the shard was acquired anew")
-        log.info("shard acquired; starting its informers", shard=str(shard))
-        scope.start(fence)
-        return True
-
-    def _restart_when_fence_reopens(self, lost: Scope, fence: Callable[[], bool] | None) -> None:
-        """Start the shard anew once its fence is open again, after a write found it closed.
-
-        Not when the coordinator lost, released or re-acquired the shard meanwhile (then
-        ``lost`` is no longer the shard's scope). A closed fence does not mean the Lease
-        is gone: a renewal that came late (a slow API server) closes it until the shard's
-        elector renews again. The elector renews with the resourceVersion it read, so an
-        open fence afterwards means no other replica held the Lease in between; a Lease
-        taken by another makes the elector stop, and the coordinator then calls
-        :meth:`lost`. Checks every retry period on a daemon thread until one of those
-        happens or the manager stops.
-        """
-        shard = lost.shard
-        if shard is None or fence is None:
-            return
-
-        def watch() -> None:
-            while not self.stop_event.wait(self._retry_period):
-                with self._shards_lock:
-                    if self._shards.get(shard.index) is not lost:
-                        return
-                if fence():
-                    if self._start_shard(shard, fence, replacing=lost):
-                        log.info("the shard lease is held again; shard restarted", shard=str(shard))
-                    return
-
-        threading.Thread(
-            target=watch, name=f"cbop-shard-{shard.index}-refence", daemon=True
-        ).start()
 
     # ------------------------------------------------------------------ run
 
@@ -550,9 +446,9 @@ class Manager(Scope):
         stop request, and stops them in reverse.
 
         Returns:
-            0 after a graceful stop; 1 when the lease was lost (or a write found the
-            fence closed), caches never synced, or the shard coordinator failed.
-            Sharded, a lost shard does not end the process.
+            0 after a graceful stop; 1 when a lease that is not restartable was lost (or
+            a write found its fence closed), caches never synced, or the shard
+            coordinator failed. A lost shard does not end the process.
 
         Raises:
             Exception: a runnable failed to start (an address that cannot be bound);
@@ -560,10 +456,10 @@ class Manager(Scope):
         """
         log.info(
             "starting",
-            namespaces=[ns for ns in self.informers.scopes if ns] or "all",
-            controllers={name: c.workers for name, c in self.controllers.items()},
-            shards=self.sharding.shards if self.sharding else 1,
-            leader_elect=self.elector is not None or self.sharding is not None,
+            leadership=self._source.name,
+            controllers={
+                name: c.workers for s in self.prepared_scopes() for name, c in s.controllers.items()
+            },
             identity=self.identity,
         )
         freeze_startup()
@@ -593,3 +489,9 @@ class Manager(Scope):
             log.info("shutting down", timeout=self.shutdown_timeout)
         for group in reversed(groups):
             group.stop(0.0 if self._lost else min(1.0, self.shutdown_timeout))
+
+
+def _informers_of(scope: Scope) -> Hooks:
+    """Return the runnable of a prepared scope's informers (the ``caches`` group)."""
+    informers = scope.informers
+    return Hooks("shared informers", informers.start, lambda _: informers.shutdown())

@@ -1,37 +1,16 @@
 """A scope: one set of caches and controllers, fenced by one lease, with one life.
 
 As controller-runtime's ``cluster.Cluster`` plus its leader-election runnable group: a
-setup function (``cbop.configbundle.controller.setup``, ...) and the
-:class:`cbop.runtime.Builder` need a client to write with, a shared informer factory to
-read from, the metrics providers, and somewhere to add the controllers they build; a
-:class:`Scope` holds exactly that, and runs those controllers while its lease is held.
+:class:`Scope` holds what a setup function and the :class:`cbop.runtime.Builder` need (a
+client to write with, a shared informer factory, the metrics providers) and runs the
+controllers they add while its lease is held. What it serves is its :class:`ScopeSpec`
+(every namespace for an unsharded process, a shard's slice under ``--shards``), so
+fencing, starting, draining and losing are written once (:class:`ScopeState`).
 
-The same class serves every way cbop runs, so fencing, starting once synced, draining
-and losing exist once:
-
-- the single leader (and a process without leader election) is one scope covering
-  everything: the :class:`cbop.runtime.Manager` itself, whose informers start with the
-  process (a standby keeps warm caches) and outlive the scope's leadership;
-- with ``--shards`` every held shard gets a scope of its own, built when the shard is
-  acquired, whose informers hold only that shard's objects and belong to it.
-
-A scope's life (:class:`ScopeState`):
-
-- :meth:`Scope.start` (its lease acquired): start the informers it owns; then each
-  controller starts its workers as soon as **its own** informers have synced, as in
-  controller-runtime, so a controller whose list is refused (a 403, a missing CRD)
-  holds back no other: it waits, and ``/readyz`` names the refused list;
-- :meth:`Scope.stop` (a graceful hand-over): stop intake, drop the queued keys, let
-  in-flight reconciles finish (bounded), run the ``on_drained`` hook (the manager
-  flushes the Event sink there, before the lease is handed back), stop the informers it
-  owns, and only then return;
-- :meth:`Scope.lose` (the lease lost, or a write found the fence closed): stop the
-  workers at once, drop the queues, discard the informers it owns (in the
-  background); nothing is drained: the lease may be someone else's already.
-
-Controller names are unique within a scope; :attr:`Scope.name_suffix` keeps them (and
-so the workqueue ``name`` and ``controller`` metric labels) unique in the process when
-several scopes run at once (``configbundle-shard-1``).
+Why each controller starts as soon as **its own** informers synced: a controller whose
+list is refused (a 403, a missing CRD) then holds back no other. :meth:`Scope.stop`
+drains (in-flight reconciles finish, the ``on_drained`` hook flushes Events before the
+lease goes back); :meth:`Scope.lose` does not: the lease may be someone else's already.
 """
 
 from __future__ import annotations
@@ -39,8 +18,9 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, Final
 
 import structlog
 
@@ -51,16 +31,104 @@ from cbop.informers import (
     Transform,
     strip_managed_fields,
 )
-from cbop.kube import KubeClient, Resource
+from cbop.kube import KubeInterface, Resource
 from cbop.runtime.controller import Controller
 from cbop.runtime.metrics import ControllerMetricsProvider
 from cbop.shardrange import ShardRange
 from cbop.stop import StopSignal
 from cbop.workqueue import MetricsProvider
 
-__all__ = ["Scope", "ScopeState"]
+__all__ = ["EVERYTHING", "Reads", "Scope", "ScopeSpec", "ScopeState"]
 
 log = structlog.get_logger("cbop.manager")
+
+
+class Reads(Enum):
+    """Which objects of a resource a controller reads in a scope, declared with the resource.
+
+    The same declaration holds in every scope: in the scope of every namespace all
+    three read the whole collection.
+    """
+
+    #: The objects in the namespaces the scope serves (a shard's only, listed and
+    #: watched with the API server's ``shardSelector``).
+    SHARD = "shard"
+    #: The objects whose own *name* hashes into the scope's range (a shard's Namespace
+    #: objects; filtered client-side).
+    SHARD_BY_NAME = "shard-by-name"
+    #: The whole collection, whatever the scope serves (the ClusterConfigBundles, what
+    #: the status writer must see of every shard); not counted as the scope's objects.
+    CLUSTER = "cluster"
+
+    @property
+    def whole(self) -> bool:
+        """``whole`` of :meth:`cbop.informers.SharedInformerFactory.informers_for`."""
+        return self is Reads.CLUSTER
+
+    @property
+    def by_name(self) -> bool:
+        """``by_name`` of :meth:`cbop.informers.SharedInformerFactory.informers_for`."""
+        return self is Reads.SHARD_BY_NAME
+
+
+@dataclass(frozen=True)
+class ScopeSpec:
+    """What a scope serves, as a leadership source hands it to the manager.
+
+    Attributes:
+        shard: the range of the namespace hash space it serves (``ShardRange.of(0, 1)``:
+            every namespace); its informers hold that range only.
+        name: ``""`` for the process's one scope; ``shard-<i>`` for a shard's, appended
+            to its controllers' names (``configbundle-shard-1``) and to its informers'
+            names in metrics (``configbundles/*@shard-1``), so several scopes can run at
+            once in one process.
+        restartable: a lost scope leaves the process running, and one lost because a
+            write found its fence closed starts anew once the fence reopens (a shard:
+            its coordinator acquires it again later). False: a loss ends the process
+            with exit code 1 (the single leader, whose elector campaigns once: a
+            restarted pod is a candidate again).
+    """
+
+    shard: ShardRange
+    name: str = ""
+    restartable: bool = False
+
+    @classmethod
+    def of_shard(cls, shard: ShardRange) -> ScopeSpec:
+        """Return the spec of a shard held through a shard coordinator."""
+        return cls(shard, name=f"shard-{shard.index}", restartable=True)
+
+    @property
+    def index(self) -> int:
+        """The shard's index in its group (0 for the process's one scope)."""
+        return self.shard.index
+
+    @property
+    def hosts_once(self) -> bool:
+        """Whether the controllers a group runs once (one status writer) run here.
+
+        They run in the scope of the group's first shard, fenced by its lease: the
+        process's one scope unsharded, shard 0's under ``--shards``.
+        """
+        return self.shard.index == 0
+
+    @property
+    def controller_suffix(self) -> str:
+        """What the scope's controller names end in: ``-shard-1``, or nothing."""
+        return f"-{self.name}" if self.name else ""
+
+    @property
+    def informer_suffix(self) -> str:
+        """What its informers' names end in in metrics: ``@shard-1``, or nothing."""
+        return f"@{self.name}" if self.name else ""
+
+    def describe(self) -> str:
+        """Return how logs name the scope: ``shard <range>`` or ``the leader``."""
+        return f"shard {self.shard}" if self.name else "the leader"
+
+
+#: The scope of an unsharded process: every namespace, and a loss ends the process.
+EVERYTHING: Final = ScopeSpec(ShardRange.of(0, 1))
 
 
 class ScopeState(Enum):
@@ -90,14 +158,14 @@ class Scope:
         controller_metrics: creates each controller's metric hooks (optional).
         queue_metrics: the workqueues' metrics provider (optional; unnamed queues
             without it).
-        name_suffix: appended to every controller name built in this scope (``""``
-            for the process's only scope).
-        shard: the shard the scope serves (None: everything).
+        spec: what the scope serves (default: every namespace, :data:`EVERYTHING`).
         fenced: writes go through the fence handed to :meth:`start` (leader
             election); a write before the scope was started, or once it stopped, is
             refused.
         owns_informers: :meth:`start` starts the informers and :meth:`stop` /
-            :meth:`lose` stop them (a shard's scope); False: they belong to the caller.
+            :meth:`lose` stop them (a scope built when its lease was acquired); False:
+            they belong to the caller (the process's, started with it so that a
+            standby keeps warm caches).
         cache_sync_timeout: seconds a controller waits for its informers' first lists;
             time while a list is refused (CRD not installed, 403) does not count: that
             is waited out.
@@ -110,13 +178,12 @@ class Scope:
 
     def __init__(
         self,
-        client: KubeClient,
+        client: KubeInterface,
         *,
         informers: SharedInformerFactory,
         controller_metrics: ControllerMetricsProvider | None = None,
         queue_metrics: MetricsProvider | None = None,
-        name_suffix: str = "",
-        shard: ShardRange | None = None,
+        spec: ScopeSpec = EVERYTHING,
         fenced: bool = False,
         owns_informers: bool = False,
         cache_sync_timeout: float = 120.0,
@@ -129,8 +196,7 @@ class Scope:
         self.informers = informers
         self.controller_metrics = controller_metrics
         self.queue_metrics = queue_metrics
-        self.name_suffix = name_suffix
-        self.shard = shard
+        self.spec = spec
         self.controllers: dict[str, Controller] = {}
         self.cache_sync_timeout = cache_sync_timeout
         self._owns_informers = owns_informers
@@ -150,25 +216,24 @@ class Scope:
         self,
         resource: Resource,
         *,
+        reads: Reads = Reads.SHARD,
         label_selector: str | None = None,
         indexers: dict[str, IndexFunc] | None = None,
-        whole: bool = False,
-        by_name: bool = False,
         transform: Transform = strip_managed_fields,
     ) -> MultiNamespaceLister:
         """Return a lister over the scope's shared informers of ``resource``.
 
-        See :meth:`cbop.informers.SharedInformerFactory.lister` (``whole``: the whole
-        collection even in a shard's scope; ``by_name``: the objects whose own name
-        hashes into the shard; ``transform``: what objects go through before they are
-        cached, set by the first caller).
+        ``reads``: which of its objects (:class:`Reads`); see
+        :meth:`cbop.informers.SharedInformerFactory.lister` for the rest
+        (``transform``: what objects go through before they are cached, set by the
+        first caller).
         """
         return self.informers.lister(
             resource,
             label_selector=label_selector,
             indexers=indexers,
-            whole=whole,
-            by_name=by_name,
+            whole=reads.whole,
+            by_name=reads.by_name,
             transform=transform,
         )
 
@@ -193,6 +258,11 @@ class Scope:
     def active(self) -> bool:
         """Whether the scope is syncing or running (neither stopping nor stopped)."""
         return self._state in (ScopeState.SYNCING, ScopeState.RUNNING)
+
+    @property
+    def lease_fence(self) -> Callable[[], bool]:
+        """The lease check handed to :meth:`start` (closed before it; open if None)."""
+        return self._lease_fence
 
     def synced(self) -> bool:
         """Whether every controller's workers run (each one's caches synced)."""
@@ -349,8 +419,12 @@ class Scope:
     # ------------------------------------------------------------------ health
 
     def healthy(self) -> bool:
-        """Liveness of an active scope: its started workers and its informer threads run."""
-        if not self.active:
+        """Liveness: its started workers and its informer threads run.
+
+        Informers the scope owns count only while it is active (it stops them when it
+        stops); the process's informers count always: they run with the process.
+        """
+        if self._owns_informers and not self.active:
             return True
         return all(c.healthy() for c in self.controllers.values()) and self.informers.alive()
 
@@ -365,13 +439,28 @@ class Scope:
         return f"{self.describe()}: caches not synced yet"
 
     @property
+    def shard(self) -> ShardRange:
+        """The range of the namespace hash space the scope serves (:attr:`ScopeSpec.shard`)."""
+        return self.spec.shard
+
+    @property
     def index(self) -> int:
         """The shard's index (0 for the process's one scope)."""
-        return self.shard.index if self.shard is not None else 0
+        return self.spec.index
+
+    @property
+    def name_suffix(self) -> str:
+        """What the names of the controllers built in this scope end in (``-shard-1``)."""
+        return self.spec.controller_suffix
+
+    @property
+    def owns_informers(self) -> bool:
+        """Whether the scope starts and stops its informers (else the process does)."""
+        return self._owns_informers
 
     def describe(self) -> str:
         """Return how logs name the scope: ``shard <range>`` or ``the leader``."""
-        return f"shard {self.shard}" if self.shard is not None else "the leader"
+        return self.spec.describe()
 
     # ------------------------------------------------------------------ readers
 

@@ -2,26 +2,12 @@
 
 This module owns :func:`decide`, a pure function of what one replica observed in one
 tick of :class:`cbop.sharding.ShardCoordinator` (no client, no threads, no clock: an
-import-linter contract). The coordinator performs the decision: it runs a
-``LeaderElector`` for every shard in :attr:`Decision.acquire` and releases
-:attr:`Decision.release` gracefully.
-
-The rules (docs/sharding.md):
-
-* Live members, this replica always among them, are sorted by identity; the member at
-  rank ``r`` of ``M`` targets ``N // M + (1 if r < N % M else 0)`` of the ``N`` shards,
-  so the targets add up to ``N`` and differ by at most one. With more members than
-  shards the last ones target 0 and wait.
-* Below target, a replica goes for free shards, lowest index first. A shard is free
-  when its Lease names no holder (missing or released) or its record has not changed
-  for a lease duration by the local clock. A shard whose Lease is valid is never free,
-  whoever holds it: a replica whose membership Lease went stale keeps its shards until
-  their Leases expire, because writes are fenced by the shard Lease, not by membership.
-* Above target, it releases its highest-index shard, one per tick, so a joining
-  replica does not make every other one drop work at once.
-* Which shards this replica holds is what its own electors say, not what the Leases
-  said when listed: a Lease that still names it but that it lost is not its (and not
-  free until it expires either).
+import-linter contract), which performs it. The rules are docs/sharding.md's: members
+sorted by identity share the ``N`` shards as evenly as integers allow; below target a
+replica takes free shards, lowest index first; above it, it releases its highest, one
+per tick. A shard whose Lease is valid is never free, whoever holds it, because writes
+are fenced by the shard's Lease, not by membership; and what this replica holds is
+what its own electors say, not what the listed Leases said.
 """
 
 from __future__ import annotations

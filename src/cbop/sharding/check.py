@@ -14,7 +14,7 @@ from typing import Final
 import structlog
 
 from cbop.clock import Clock
-from cbop.kube import LEASES, ApiError, KubeClient
+from cbop.kube import LEASES, ApiError, KubeInterface
 from cbop.leaderelection import LeaseObserver
 from cbop.sharding.leases import lease_holder, shard_lease_name
 
@@ -47,7 +47,7 @@ class ShardedGroupCheck:
 
     def __init__(
         self,
-        client: KubeClient,
+        client: KubeInterface,
         *,
         group: str,
         namespace: str,

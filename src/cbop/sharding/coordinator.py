@@ -1,44 +1,21 @@
 """The shard coordinator: balances ``N`` shard Leases over the live replicas of a group.
 
 This module owns :class:`ShardCoordinator` and the :class:`ShardHandler` protocol it
-calls. The runtime runs one coordinator per process instead of the single leader
-elector when ``--shards N`` is above 1, and implements the handler by starting and
-stopping one shard's informers and controllers.
+calls; the runtime runs one instead of the single leader elector when ``--shards`` is
+above 1. Every tick (a jittered retry period) it renews its membership Lease, lists the
+group's Leases once, asks :func:`cbop.sharding.assign.decide` what to go for and what
+to let go, runs a :class:`cbop.leaderelection.LeaderElector` per shard it goes for
+(on ``<group>-shard-<i>``, created with the group's labels; one seen unrenewed for its
+duration is first emptied, so the elector need not wait a duration of its own), and
+releases at most one shard: ``handler.release`` drains first, and only then is the
+elector stopped, so the Lease goes back after the shard's last write. While the group
+shows another shard count at work (:attr:`cbop.sharding.view.GroupView.conflict`) it
+holds nothing: newcomers wait for the incumbents.
 
-Every tick (one retry period, jittered by up to ``ACQUIRE_JITTER_FACTOR`` of it, as the
-elector's acquire attempts; the first tick only announces the replica) the coordinator:
-
-1. renews its membership Lease (:class:`cbop.sharding.membership.Membership`);
-2. lists the group's Leases once, with a label selector;
-3. asks :func:`cbop.sharding.assign.decide` which shards to go for and which to let go;
-4. runs one :class:`cbop.leaderelection.LeaderElector` per shard it goes for, on the
-   Lease ``<group>-shard-<i>`` (created first with the group's labels, since the
-   elector creates Leases without labels; a Lease this process has seen unrenewed
-   for its duration is first overwritten with an empty holder, with the listed
-   resourceVersion, so that the new elector need not wait a lease duration of its
-   own), stops electors still trying for shards that are no longer free, and
-   releases at most one shard gracefully:
-   ``handler.release`` (stop intake, drain in-flight work) first, and only then the
-   elector is stopped so it hands the Lease back;
-5. but while the LIST shows another shard count at work in the group (an older live
-   member announcing a different ``--shards``, or the single-leader Lease ``<group>``
-   held: ``GroupView.conflict``), it releases every shard it holds, the same
-   graceful way, and goes for none, so a newcomer with another count waits for the
-   incumbents to leave instead of writing over their shards.
-
-An elector that starts leading leads to ``handler.acquired(shard, fence)``, where
-``fence`` is that elector's ``holds_lease``; one whose leadership ends without being
-asked to (renewal failed, another holder appeared) leads to ``handler.lost(shard)``.
-Each elector calls back from its own threads; the coordinator only records the change
-and wakes up, and every handler call is made from the thread running :meth:`run`.
-While ``handler.release`` drains a shard, other changes wait for it (a lost shard is
-reported late; its fence has closed on time regardless), except the membership Lease,
-which a helper thread keeps renewing every retry period, so a long drain does not make
-the other replicas count this one as dead.
-
-When the ``stop`` event passed to :meth:`run` is set, every held shard is released
-gracefully (highest index first), electors still trying are stopped, and the
-membership Lease is deleted, so the remaining replicas rebalance at their next tick.
+Electors call back from their own threads; the coordinator only records the change,
+and every handler call is made from the thread running :meth:`ShardCoordinator.run`. A
+helper thread keeps the membership Lease renewed while a shard drains, so a long drain
+does not make this replica look dead.
 """
 
 from __future__ import annotations
@@ -53,7 +30,7 @@ from typing import Final, Protocol
 import structlog
 
 from cbop.clock import Clock, RealClock, wait_for
-from cbop.kube import ApiError, KubeClient
+from cbop.kube import ApiError, KubeInterface
 from cbop.leaderelection import ACQUIRE_JITTER_FACTOR, JITTER_FACTOR, LeaderElector
 from cbop.sharding.assign import decide
 from cbop.sharding.leases import shard_lease_name
@@ -146,7 +123,7 @@ class ShardCoordinator:
 
     def __init__(
         self,
-        client: KubeClient,
+        client: KubeInterface,
         *,
         group: str,
         namespace: str,

@@ -19,7 +19,7 @@ from typing import Any
 import structlog
 
 from cbop.clock import Clock
-from cbop.kube import LEASES, ApiError, KubeClient
+from cbop.kube import LEASES, ApiError, KubeInterface
 from cbop.leaderelection import RELEASED_LEASE_DURATION_SECONDS, micro_time
 from cbop.sharding.check import ShardedGroupCheck
 from cbop.sharding.leases import (
@@ -77,7 +77,7 @@ class Membership:
 
     def __init__(
         self,
-        client: KubeClient,
+        client: KubeInterface,
         *,
         group: str,
         namespace: str,

@@ -3,25 +3,14 @@
 This module owns :class:`GroupView`, what a replica knows of its group at one tick
 (live members, each shard's holder, a conflict that must keep it idle), and
 :class:`GroupReader`, which makes it from one label-selected LIST of the group's Leases
-and a GET of the single-leader Lease. :class:`cbop.sharding.membership.Membership`
-reads the group through it once per tick of the shard coordinator.
+and a GET of the single-leader Lease, for :class:`cbop.sharding.membership.Membership`.
 
-Liveness is judged by the local clock with the leader elector's own rule
-(:class:`cbop.leaderelection.LeaseObserver`, client-go's): a Lease is live while less
-than its ``leaseDurationSeconds`` have passed since this process last saw its record
-(its spec; every renewal changes ``renewTime``) change. A write to its metadata alone
-(a label) keeps no dead member alive; a Lease without a duration has expired. The
-server's ``renewTime`` is never compared with the local wall clock, so clock skew
-between nodes does not matter. A Lease first seen is given a full duration, as
-client-go does.
-
-Replicas with different shard counts cut the namespaces differently and their shard
-Leases do not exclude each other, so a replica that sees a live member announcing
-another count, whose membership Lease is older than its own (created earlier; the
-Lease name breaks ties), or sees the single-leader Lease ``<group>`` held (a
-``--shards 1`` replica of the same id), reports a conflict (:attr:`GroupView.conflict`),
-and the coordinator holds no shard until it clears: the incumbents keep working, the
-newcomers wait.
+Liveness uses the leader elector's rule (:class:`cbop.leaderelection.LeaseObserver`,
+client-go's): a Lease is live while less than its duration has passed since this
+process saw its record change, so clock skew between nodes does not matter. Why a
+conflict: replicas with different shard counts cut the namespaces differently and their
+shard Leases do not exclude each other, so a replica that sees an older member with
+another count, or the single-leader Lease held, holds no shard until that clears.
 """
 
 from __future__ import annotations
@@ -32,7 +21,7 @@ from typing import Any
 import structlog
 
 from cbop.clock import Clock
-from cbop.kube import LEASES, ApiError, KubeClient
+from cbop.kube import LEASES, ApiError, KubeInterface
 from cbop.leaderelection import LeaseObserver
 from cbop.sharding.assign import ShardState
 from cbop.sharding.leases import (
@@ -90,7 +79,7 @@ class GroupReader:
 
     def __init__(
         self,
-        client: KubeClient,
+        client: KubeInterface,
         *,
         group: str,
         namespace: str,

@@ -1,28 +1,12 @@
 """The workqueue's metrics seam: hook protocols, providers, and per-queue bookkeeping.
 
-This module owns *what* a queue measures and *when*, but not how values are exported: it
-never imports Prometheus. A ``MetricsProvider`` (as client-go's
-``workqueue.MetricsProvider``) creates small per-queue hook objects; cbop's Prometheus
-implementation lives in ``cbop.metrics.workqueue``. A process-wide default provider,
-set with ``set_provider`` (client-go's ``workqueue.SetProvider``), is used by queues
-constructed without an explicit ``metrics_provider``; it starts as the no-op provider.
-
-What is measured (client-go's ``defaultQueueMetrics``; controller-runtime's names):
-
-- depth (gauge): +1 on an add that creates a new dirty entry, -1 on ``get``. A priority
-  queue keeps it by priority when the provider offers ``new_depth_with_priority_metric``
-  (controller-runtime's ``MetricsProviderWithPriority``): an item counts under the
-  priority it has, and moves when an add raises it.
-- adds (counter): +1 on an add that creates a new dirty entry.
-- latency (histogram, seconds): from the first such add to the ``get`` that hands the
-  item out.
-- work duration (histogram, seconds): from ``get`` to ``done``.
-- unfinished work (gauge, seconds): sum of the ages of all items being processed.
-- longest running processor (gauge, seconds): age of the oldest item being processed.
-- retries (counter): +1 per delayed add (see ``cbop.workqueue.delaying``).
-
-The two "unfinished" gauges are refreshed periodically by the queue (every
-``UNFINISHED_WORK_UPDATE_PERIOD`` seconds) and on demand.
+This module owns *what* a queue measures and *when* (client-go's
+``defaultQueueMetrics``, under controller-runtime's names: depth, adds, latency, work
+duration, unfinished work, longest running processor, retries), not how it is exported:
+it never imports Prometheus. A ``MetricsProvider`` (client-go's
+``workqueue.MetricsProvider``) makes the hooks of each named queue; the Prometheus one is
+``cbop.metrics.workqueue``. Queues made without one use the process-wide default
+(``set_provider``, client-go's ``SetProvider``), the no-op provider at first.
 """
 
 from __future__ import annotations

@@ -1,31 +1,17 @@
 """The priority queue: a rate-limiting queue whose adds carry a priority.
 
-This module owns ``PriorityQueue``, after controller-runtime's ``priorityqueue`` (since
-v0.20, its default since v0.23): an informer's initial list and resyncs add keys at
-``LOW_PRIORITY``, real changes at ``NORMAL_PRIORITY``, so that after a restart a bundle
-someone just changed is reconciled before ten thousand bundles that only need a look.
+This module owns ``PriorityQueue``, after controller-runtime's ``priorityqueue``: an
+informer's initial list and resyncs add keys at ``LOW_PRIORITY``, real changes at
+``NORMAL_PRIORITY``, so that after a restart a bundle someone just changed is reconciled
+before ten thousand that only need a look. Ready items wait in one FIFO per priority; a
+key waits at most once, with the highest priority and the earliest ready time of its
+adds.
 
-Ordering. Ready items wait in one FIFO per priority; ``get`` serves the highest priority
-first and, within a priority, the item that became ready first. A key waits at most once
-and keeps the highest priority and the earliest ready time of all its adds; an add that
-raises its priority moves it to the back of the higher FIFO (controller-runtime does the
-same, to stay FIFO within each priority), keeping the time it has waited so far.
-
-No starvation (ageing). Strict priority starves low keys while normal ones keep coming
-faster than the workers finish them (controller-runtime issue #3496: initial-list keys
-never reconciled under a busy queue). Here, when the head of a lower FIFO has been ready
-for at least ``max_wait`` seconds, every other hand-out goes to the longest-waiting such
-head instead of the top priority. A low key therefore waits at most ``max_wait`` plus two
-hand-outs per key ahead of it in its FIFO, however busy the normal keys are, while a
-normal key is delayed by at most one aged hand-out per hand-out of its own.
-
-Structure: each FIFO is a deque of ``(item, ready_since)`` entries plus a count of its live
-entries; a raised priority leaves a stale entry behind, skipped (by identity against
-``_entries``) when it reaches the head, and a FIFO with no live entry is dropped whole.
-The single-FIFO case (every add at one priority) takes a short path: no clock read in
-``get``, no ageing check.
-Delayed adds reuse ``DelayingQueue``'s heap and waiting loop, with the priority of each
-waiting key kept beside it. Everything shares the base queue's single mutex.
+Why ageing: strict priority starves low keys while normal ones keep coming faster than
+the workers finish them (controller-runtime issue #3496). Here, once the head of a lower
+FIFO has been ready for ``max_wait`` seconds, every other hand-out goes to the
+longest-waiting such head, so a low key waits at most ``max_wait`` plus two hand-outs
+per key ahead of it. Everything shares the base queue's single mutex.
 """
 
 from __future__ import annotations

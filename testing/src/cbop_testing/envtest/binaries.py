@@ -1,6 +1,7 @@
-"""Locating the control-plane binaries (etcd, kube-apiserver, kube-controller-manager, kubectl).
+"""Locating the binaries: the control plane's, and the node's.
 
-The lookup follows controller-runtime's envtest: an explicit path per binary in a
+The control plane's (etcd, kube-apiserver, kube-controller-manager, kubectl) are looked
+up as controller-runtime's envtest does: an explicit path per binary in a
 ``TEST_ASSET_<NAME>`` environment variable wins, then the directory named by
 ``KUBEBUILDER_ASSETS``. Anything not found that way comes from cbop's own build cache,
 ``${XDG_CACHE_HOME:-~/.cache}/cbop/bin/k8s-<version>-etcd-<version>/``, which
@@ -9,6 +10,9 @@ The lookup follows controller-runtime's envtest: an explicit path per binary in 
 
 ``setup-envtest`` does not ship kube-controller-manager, so a ``KUBEBUILDER_ASSETS``
 directory from it is completed from the cache (or ``TEST_ASSET_KUBE_CONTROLLER_MANAGER``).
+
+The node's (:data:`NODE_BINARY_NAMES`) come from ``hack/build-node.sh``'s cache only
+(:func:`find_node_binaries`).
 """
 
 from __future__ import annotations
@@ -24,10 +28,13 @@ from cbop_testing.envtest.errors import BinariesUnavailableError
 
 __all__ = [
     "BINARY_NAMES",
+    "NODE_BINARY_NAMES",
     "Binaries",
+    "NodeBinaries",
     "build_script",
     "cache_dir",
     "find_binaries",
+    "find_node_binaries",
     "pinned_versions",
 ]
 
@@ -235,3 +242,51 @@ def find_binaries(*, build: bool = True) -> Binaries:
         kubectl=found["kubectl"],
         origins=tuple((name, origins[name]) for name in BINARY_NAMES),
     )
+
+
+#: Executables built by ``hack/build-node.sh``.
+NODE_BINARY_NAMES: Final[tuple[str, ...]] = (
+    "containerd",
+    "containerd-shim-runc-v2",
+    "ctr",
+    "kube-scheduler",
+    "kubelet",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeBinaries:
+    """The directory holding :data:`NODE_BINARY_NAMES` (``hack/build-node.sh``'s cache)."""
+
+    directory: Path
+
+    def path(self, name: str) -> Path:
+        """Return the absolute path of one executable, e.g. ``path("kubelet")``."""
+        return self.directory / name
+
+
+def find_node_binaries() -> NodeBinaries:
+    """Build (if missing) and return the node binaries with ``hack/build-node.sh``.
+
+    A cold build takes about 8 minutes on two cores (containerd and its shim, ctr,
+    kube-scheduler, kubelet; the kubelet reuses most of the control plane's build).
+
+    Raises:
+        BinariesUnavailableError: Not a source checkout, or the build failed.
+    """
+    root = repo_root()
+    if root is None:
+        raise BinariesUnavailableError("hack/build-node.sh not found (not a source checkout)")
+    result = subprocess.run(
+        ["bash", str(root / "hack" / "build-node.sh")],
+        stdout=subprocess.PIPE,
+        text=True,
+        check=False,
+    )
+    directory = Path(result.stdout.strip().splitlines()[-1]) if result.stdout.strip() else None
+    if result.returncode != 0 or directory is None:
+        raise BinariesUnavailableError(f"hack/build-node.sh failed (exit {result.returncode})")
+    missing = [n for n in NODE_BINARY_NAMES if not os.access(directory / n, os.X_OK)]
+    if missing:
+        raise BinariesUnavailableError(f"{', '.join(missing)} missing from {directory}")
+    return NodeBinaries(directory)

@@ -23,8 +23,9 @@ Layout of the work directory (all components log there)::
     kubeconfigs/    kubeconfigs issued by kubeconfig_for_user / _for_service_account
 
 What each component runs (flags, certificates, probes) is in
-:mod:`cbop_testing.envtest.components`; this module owns the lifecycle. Fault hooks for
-tests: :meth:`ControlPlane.compact_etcd`,
+:mod:`cbop_testing.envtest.components`, and the processes are run by a
+:class:`~cbop_testing.envtest.supervisor.Supervisor`; this module owns the lifecycle.
+Fault hooks for tests: :meth:`ControlPlane.compact_etcd`,
 :meth:`ControlPlane.restart_apiserver`, :meth:`ControlPlane.pause_apiserver` /
 :meth:`ControlPlane.resume_apiserver`.
 """
@@ -32,9 +33,6 @@ tests: :meth:`ControlPlane.compact_etcd`,
 from __future__ import annotations
 
 import base64
-import contextlib
-import hashlib
-import re
 import shutil
 import signal
 import ssl
@@ -45,7 +43,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, Final, Self
+from typing import Any, Final, Self
 
 from cbop_testing.envtest import process
 from cbop_testing.envtest.binaries import Binaries, find_binaries
@@ -73,8 +71,13 @@ from cbop_testing.envtest.errors import (
     ControlPlaneNotRunningError,
     ControlPlaneStartError,
 )
-from cbop_testing.envtest.kubeconfig import request_service_account_token, write_kubeconfig
+from cbop_testing.envtest.kubeconfig import (
+    service_account_kubeconfig,
+    user_kubeconfig,
+    write_kubeconfig,
+)
 from cbop_testing.envtest.pki import CertificateAuthority, KeyPair
+from cbop_testing.envtest.supervisor import Exited, Restart, Supervisor
 
 __all__ = ["ControlPlane"]
 
@@ -93,6 +96,7 @@ _KCM_APISERVER_DOWN: Final = (
 )
 #: How often kube-controller-manager is restarted after giving up that way.
 _KCM_STARTUP_RESPAWNS: Final = 3
+_KCM_RESTART: Final = Restart(code=1, log_signs=_KCM_APISERVER_DOWN, limit=_KCM_STARTUP_RESPAWNS)
 
 
 class _PortInUseError(ControlPlaneStartError):
@@ -178,10 +182,8 @@ class ControlPlane:
         self._lock = threading.RLock()
         self._workdir: Path | None = None
         self._own_workdir = False
-        self._children: dict[str, subprocess.Popen[bytes]] = {}
-        self._commands: dict[str, list[str]] = {}
-        self._logs: dict[str, IO[bytes]] = {}
-        self._spawned: list[int] = []
+        self._procs: Supervisor | None = None
+        self._spawned_before: list[int] = []
         self._ca: CertificateAuthority | None = None
         self._etcd_port = 0
         self._apiserver_port = 0
@@ -191,8 +193,6 @@ class ControlPlane:
         """Seconds the last :meth:`start` took from spawning etcd to all components ready."""
         self.startup_phases: dict[str, float] = {}
         """Seconds each component took to become ready in the last :meth:`start`, by name."""
-        self.respawns: dict[str, int] = {}
-        """How often each component was started again after exiting on its own, by name."""
 
     # ----------------------------------------------------------------- properties
 
@@ -200,6 +200,10 @@ class ControlPlane:
         if self._workdir is None or not self._children:
             raise ControlPlaneNotRunningError(f"{self!r} is not running")
         return self._workdir
+
+    @property
+    def _children(self) -> dict[str, subprocess.Popen[bytes]]:
+        return self._procs.children if self._procs is not None else {}
 
     @property
     def running(self) -> bool:
@@ -287,13 +291,13 @@ class ControlPlane:
     def pids(self) -> dict[str, int]:
         """Process ids of the components currently running, by component name."""
         with self._lock:
-            return {name: p.pid for name, p in self._children.items() if p.poll() is None}
+            return self._procs.pids() if self._procs is not None else {}
 
     def check(self) -> None:
         """Raise unless every component is still running.
 
         A kube-controller-manager that gave up waiting for a restarting apiserver is
-        started again instead (see :meth:`_respawn_controller_manager`).
+        started again instead (see :attr:`respawns`).
 
         Raises:
             ControlPlaneNotRunningError: Not started.
@@ -301,20 +305,30 @@ class ControlPlane:
         """
         with self._lock:
             self._require_running()
-            for name, popen in list(self._children.items()):
-                code = popen.poll()
-                if code is not None:
-                    tail = process.tail_file(self.log_paths()[name], 40)
-                    if self._respawn_controller_manager(name, code, tail):
-                        continue
-                    raise ControlPlaneError(
-                        f"{name} (pid {popen.pid}) exited with status {code}; log tail:\n{tail}"
-                    )
+            assert self._procs is not None
+            for exited in self._procs.exited():
+                raise ControlPlaneError(
+                    f"{exited.name} (pid {exited.pid}) exited with status {exited.code}; "
+                    f"log tail:\n{exited.log_tail}"
+                )
+
+    @property
+    def respawns(self) -> dict[str, int]:
+        """How often each component was started again since :meth:`start`, by name.
+
+        Only kube-controller-manager is: when it exited with status 1 for want of an
+        apiserver at start-up (it waits only 10 s for kube-apiserver's ``/healthz``
+        while it builds its controllers; 1.36's namespace controller exits when the
+        port is closed), as a kubelet restarts a static pod, at most
+        ``_KCM_STARTUP_RESPAWNS`` times. Killed by a signal, it is reported, not restarted.
+        """
+        return dict(self._procs.respawns) if self._procs is not None else {}
 
     @property
     def spawned_pids(self) -> tuple[int, ...]:
         """Every process id this control plane ever started (restarts included)."""
-        return tuple(self._spawned)
+        current = self._procs.spawned if self._procs is not None else []
+        return (*self._spawned_before, *current)
 
     def __repr__(self) -> str:
         where = self._workdir or self._requested_workdir or "(not started)"
@@ -401,6 +415,7 @@ class ControlPlane:
         binaries = self.binaries
         workdir = self._prepare_workdir()
         self._workdir = workdir
+        self._procs = procs = Supervisor(workdir, poll=_POLL_INTERVAL, grace=_STOP_GRACE)
         self._ca = ca = write_pki(workdir)
         pki = workdir / "pki"
         ports = Ports(*process.free_ports(4))
@@ -409,13 +424,12 @@ class ControlPlane:
         process.register(self)
         began = time.monotonic()
 
-        self._commands["etcd"] = etcd_command(binaries, workdir, ports, self._extra_etcd_flags)
-        self._spawn("etcd")
+        procs.spawn("etcd", etcd_command(binaries, workdir, ports, self._extra_etcd_flags))
         self._wait("etcd", deadline, self._etcd_ready)
 
         if self.for_nodes:
             write_egress_selector_config(workdir)
-        self._commands["kube-apiserver"] = apiserver_command(
+        command = apiserver_command(
             binaries,
             workdir,
             ports,
@@ -424,7 +438,7 @@ class ControlPlane:
             feature_gates={"ShardedListAndWatch": self.sharded_list_and_watch},
             extra=self._extra_apiserver_flags,
         )
-        self._spawn("kube-apiserver")
+        procs.spawn("kube-apiserver", command)
         write_kubeconfig(
             workdir / "kubeconfig",
             server=f"https://127.0.0.1:{self._apiserver_port}",
@@ -447,10 +461,10 @@ class ControlPlane:
                     f"granting kube-apiserver access to kubelets failed: {exc}"
                 ) from exc
 
-        self._commands["kube-controller-manager"] = controller_manager_command(
+        command = controller_manager_command(
             binaries, workdir, ports, self.controllers, self._extra_kcm_flags
         )
-        self._spawn("kube-controller-manager")
+        procs.spawn("kube-controller-manager", command, restart=_KCM_RESTART)
         self._wait("kube-controller-manager", deadline, self._kcm_ready)
         self.startup_seconds = time.monotonic() - began
 
@@ -467,73 +481,25 @@ class ControlPlane:
             raise ControlPlaneError(f"{self!r} was started without an audit policy")
         return workdir / "logs" / "audit.log"
 
-    def _spawn(self, name: str) -> None:
-        workdir = self._workdir
-        assert workdir is not None
-        log = self._logs.get(name)
-        if log is None or log.closed:
-            log = (workdir / "logs" / f"{name}.log").open("ab")
-            self._logs[name] = log
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        log.write(f"=== cbop_testing.envtest: starting {name} at {stamp}\n".encode())
-        log.write(("=== " + " ".join(self._commands[name]) + "\n").encode())
-        log.flush()
-        popen = process.spawn(self._commands[name], log, cwd=workdir)
-        self._children[name] = popen
-        self._spawned.append(popen.pid)
-
     def _wait(self, name: str, deadline: float, probe: Callable[[], bool]) -> None:
-        last_error = "no answer yet"
-        began = time.monotonic()
-        while True:
-            # Any component dying (not only the awaited one) ends the wait, except
-            # kube-controller-manager giving up on an apiserver that is still (re)starting.
-            for component, popen in list(self._children.items()):
-                code = popen.poll()
-                if code is None:
-                    continue
-                tail = process.tail_file(self.log_paths()[component], 40)
-                if self._respawn_controller_manager(component, code, tail):
-                    continue
-                message = f"{component} exited with status {code} during start-up"
-                if "address already in use" in tail:
-                    raise _PortInUseError(f"{message}:\n{tail}")
-                raise ControlPlaneStartError(f"{message}; log tail:\n{tail}")
-            try:
-                if probe():
-                    self.startup_phases[name] = time.monotonic() - began
-                    return
-            except (OSError, ssl.SSLError, ValueError) as exc:
-                last_error = str(exc)
-            if time.monotonic() >= deadline:
-                raise ControlPlaneStartError(
-                    f"{name} was not ready in time (last probe: {last_error}); "
-                    f"logs:\n{self.tail_logs(40)}"
-                )
-            time.sleep(_POLL_INTERVAL)
+        assert self._procs is not None
+        try:
+            self.startup_phases[name] = self._procs.wait(
+                name,
+                deadline,
+                probe,
+                on_exit=self._exited_while_starting,
+                not_yet=(OSError, ssl.SSLError, ValueError),
+            )
+        except TimeoutError as exc:
+            raise ControlPlaneStartError(f"{exc}; logs:\n{self.tail_logs(40)}") from None
 
-    def _respawn_controller_manager(self, component: str, code: int, log_tail: str) -> bool:
-        """Start kube-controller-manager again if it exited for want of the apiserver.
-
-        kube-controller-manager waits only 10 s for kube-apiserver's ``/healthz`` while it
-        builds its controllers, then exits 1; its namespace controller also exits 1 at
-        start-up when the apiserver's port is closed. On a loaded machine, an apiserver
-        that is restarted right after :meth:`start` can take longer, so the controller manager is
-        restarted, as a kubelet restarts a static pod, at most
-        ``_KCM_STARTUP_RESPAWNS`` times per control plane. Only an exit with status 1
-        counts: a controller manager killed by a signal (status -9) is reported, not
-        restarted. Returns whether it was.
-        """
-        if (
-            component != "kube-controller-manager"
-            or code != 1
-            or not any(sign in log_tail for sign in _KCM_APISERVER_DOWN)
-            or self.respawns.get(component, 0) >= _KCM_STARTUP_RESPAWNS
-        ):
-            return False
-        self.respawns[component] = self.respawns.get(component, 0) + 1
-        self._spawn(component)
-        return True
+    def _exited_while_starting(self, exited: Exited) -> None:
+        """Raise for a component that exited during start-up (any, not only the awaited one)."""
+        message = f"{exited.name} exited with status {exited.code} during start-up"
+        if "address already in use" in exited.log_tail:
+            raise _PortInUseError(f"{message}:\n{exited.log_tail}")
+        raise ControlPlaneStartError(f"{message}; log tail:\n{exited.log_tail}")
 
     def stop(self) -> None:
         """Stop every component (SIGTERM to its process group, SIGKILL after 10 s) and reap it.
@@ -542,16 +508,11 @@ class ControlPlane:
         a signal handler or ``atexit``.
         """
         with self._lock:
-            for name in reversed(COMPONENTS):
-                popen = self._children.pop(name, None)
-                if popen is not None:
-                    process.terminate(popen, _STOP_GRACE)
-            self._children.clear()
+            if self._procs is not None:
+                self._procs.stop_all(reversed(COMPONENTS))
+                self._spawned_before.extend(self._procs.spawned)
+                self._procs = None
             self._paused = False
-            for log in self._logs.values():
-                with contextlib.suppress(OSError):
-                    log.close()
-            self._logs.clear()
             process.unregister(self)
             if self._workdir is not None and self._own_workdir:
                 shutil.rmtree(self._workdir, ignore_errors=True)
@@ -627,10 +588,10 @@ class ControlPlane:
         """
         with self._lock:
             self._require_running()
-            popen = self._children.pop("kube-apiserver")
-            process.terminate(popen, _STOP_GRACE)
+            assert self._procs is not None
+            self._procs.stop("kube-apiserver")
             self._paused = False
-            self._spawn("kube-apiserver")
+            self._procs.spawn("kube-apiserver")
             self._wait("kube-apiserver", time.monotonic() + timeout, self._apiserver_ready)
 
     def pause_apiserver(self) -> None:
@@ -682,18 +643,9 @@ class ControlPlane:
             ControlPlaneNotRunningError: Not started.
         """
         workdir = self._require_running()
-        ca = self._ca
-        assert ca is not None
-        pair = ca.issue(user, tuple(groups))
-        digest = hashlib.sha256("\0".join((user, *groups)).encode()).hexdigest()[:8]
-        slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", user)[:40]
-        return write_kubeconfig(
-            workdir / "kubeconfigs" / f"user-{slug}-{digest}.kubeconfig",
-            server=self.api_url,
-            ca_pem=ca.cert_pem,
-            user=user,
-            client_cert_pem=pair.cert_pem,
-            client_key_pem=pair.key_pem,
+        assert self._ca is not None
+        return user_kubeconfig(
+            workdir / "kubeconfigs", server=self.api_url, ca=self._ca, user=user, groups=groups
         )
 
     def issue_certificate(
@@ -765,22 +717,16 @@ class ControlPlane:
             kubernetes.client.exceptions.ApiException: The API server refused.
         """
         workdir = self._require_running()
-        ca = self._ca
-        assert ca is not None
-        token = request_service_account_token(
+        assert self._ca is not None
+        return service_account_kubeconfig(
+            workdir / "kubeconfigs",
             self.kubeconfig_path,
-            namespace,
-            name,
+            server=self.api_url,
+            ca_pem=self._ca.cert_pem,
+            namespace=namespace,
+            name=name,
             expiration_seconds=expiration_seconds,
             bound_object=bound_object,
-        )
-        return write_kubeconfig(
-            workdir / "kubeconfigs" / f"sa-{namespace}-{name}.kubeconfig",
-            server=self.api_url,
-            ca_pem=ca.cert_pem,
-            user=f"system:serviceaccount:{namespace}:{name}",
-            token=token,
-            namespace=namespace,
         )
 
     # ------------------------------------------------------------------- logs

@@ -1,4 +1,4 @@
-"""Writing kubeconfig files for the local control plane, and service-account tokens for them.
+"""Writing kubeconfig files for the local control plane: the admin's, a user's, a ServiceAccount's.
 
 The files are self-contained: the CA, client certificate and key are embedded
 (``*-data`` fields, base64), so a kubeconfig can be copied elsewhere (as the dev
@@ -9,16 +9,24 @@ cluster's fixed path) and read by kubectl and by the Python client's
 from __future__ import annotations
 
 import base64
+import hashlib
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from cbop_testing.envtest.errors import ControlPlaneError
+from cbop_testing.envtest.pki import CertificateAuthority
 
-__all__ = ["request_service_account_token", "write_kubeconfig"]
+__all__ = [
+    "request_service_account_token",
+    "service_account_kubeconfig",
+    "user_kubeconfig",
+    "write_kubeconfig",
+]
 
 #: Name used for the cluster entry in every kubeconfig written here.
 CLUSTER_NAME = "cbop-envtest"
@@ -156,3 +164,61 @@ def request_service_account_token(
         raise ControlPlaneError(f"TokenRequest for {namespace}/{name} returned no token")
     token: str = answer.status.token
     return token
+
+
+def user_kubeconfig(
+    directory: Path, *, server: str, ca: CertificateAuthority, user: str, groups: Sequence[str]
+) -> Path:
+    """Write a kubeconfig for ``user`` in ``groups`` with a certificate ``ca`` signs.
+
+    The certificate has CN=user and one O per group, so the API server authenticates it
+    as that user; the file is ``user-<name>-<digest>.kubeconfig`` in ``directory``.
+    """
+    pair = ca.issue(user, tuple(groups))
+    digest = hashlib.sha256("\0".join((user, *groups)).encode()).hexdigest()[:8]
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", user)[:40]
+    return write_kubeconfig(
+        directory / f"user-{slug}-{digest}.kubeconfig",
+        server=server,
+        ca_pem=ca.cert_pem,
+        user=user,
+        client_cert_pem=pair.cert_pem,
+        client_key_pem=pair.key_pem,
+    )
+
+
+def service_account_kubeconfig(
+    directory: Path,
+    admin_kubeconfig: Path,
+    *,
+    server: str,
+    ca_pem: bytes,
+    namespace: str,
+    name: str,
+    expiration_seconds: int,
+    bound_object: Mapping[str, Any] | None,
+) -> Path:
+    """Write a kubeconfig with a ServiceAccount's token (:func:`request_service_account_token`).
+
+    The file is ``sa-<namespace>-<name>.kubeconfig`` in ``directory``; its context's
+    namespace is ``namespace``.
+
+    Raises:
+        kubernetes.client.exceptions.ApiException: The API server refused.
+        ControlPlaneError: The answer carried no token.
+    """
+    token = request_service_account_token(
+        admin_kubeconfig,
+        namespace,
+        name,
+        expiration_seconds=expiration_seconds,
+        bound_object=bound_object,
+    )
+    return write_kubeconfig(
+        directory / f"sa-{namespace}-{name}.kubeconfig",
+        server=server,
+        ca_pem=ca_pem,
+        user=f"system:serviceaccount:{namespace}:{name}",
+        token=token,
+        namespace=namespace,
+    )

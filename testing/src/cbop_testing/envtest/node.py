@@ -36,7 +36,8 @@ under a cgroup root of the node's own name, removed at stop.
 
 This module owns the node's lifecycle, relays, images and logs; the configuration files
 are written by :mod:`~cbop_testing.envtest.nodeconfig`, the cgroups, network namespace
-and mounts made and removed by :mod:`~cbop_testing.envtest.nodehost`.
+and mounts made and removed by :mod:`~cbop_testing.envtest.nodehost`, the processes
+run by a :class:`~cbop_testing.envtest.supervisor.Supervisor`, as the control plane's.
 
 Needs root, ``ip`` (iproute2), ``socat``, ``runc``, the CNI plugins and ``podman`` (to
 hand images to containerd without a registry: ``podman save | ctr images import``);
@@ -65,17 +66,16 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Final, Self
+from typing import Final, Self
 
 from cbop_testing.envtest import process
-from cbop_testing.envtest.binaries import repo_root
+from cbop_testing.envtest.binaries import NodeBinaries, find_node_binaries, repo_root
 from cbop_testing.envtest.components import KUBERNETES_SERVICE_IP
 from cbop_testing.envtest.controlplane import ControlPlane
-from cbop_testing.envtest.errors import BinariesUnavailableError, NodeError
+from cbop_testing.envtest.errors import NodeError
 from cbop_testing.envtest.kernelsettings import KernelSettings
 from cbop_testing.envtest.nodeconfig import (
     NODE_IP,
@@ -92,59 +92,14 @@ from cbop_testing.envtest.nodehost import (
     run,
     unmount_under,
 )
+from cbop_testing.envtest.supervisor import Exited, Supervisor
 
-__all__ = ["NODE_BINARY_NAMES", "Node", "NodeBinaries", "NodeError", "find_node_binaries"]
+__all__ = ["Node", "NodeError"]
 
-#: Executables built by ``hack/build-node.sh``.
-NODE_BINARY_NAMES: Final[tuple[str, ...]] = (
-    "containerd",
-    "containerd-shim-runc-v2",
-    "ctr",
-    "kube-scheduler",
-    "kubelet",
-)
 #: Seconds between readiness polls.
 _POLL: Final = 0.5
 #: Seconds a component gets to exit after SIGTERM before SIGKILL.
 _STOP_GRACE: Final = 15.0
-
-
-@dataclass(frozen=True, slots=True)
-class NodeBinaries:
-    """The directory holding :data:`NODE_BINARY_NAMES` (``hack/build-node.sh``'s cache)."""
-
-    directory: Path
-
-    def path(self, name: str) -> Path:
-        """Return the absolute path of one executable, e.g. ``path("kubelet")``."""
-        return self.directory / name
-
-
-def find_node_binaries() -> NodeBinaries:
-    """Build (if missing) and return the node binaries with ``hack/build-node.sh``.
-
-    A cold build takes about 8 minutes on two cores (containerd and its shim, ctr,
-    kube-scheduler, kubelet; the kubelet reuses most of the control plane's build).
-
-    Raises:
-        BinariesUnavailableError: Not a source checkout, or the build failed.
-    """
-    root = repo_root()
-    if root is None:
-        raise BinariesUnavailableError("hack/build-node.sh not found (not a source checkout)")
-    result = subprocess.run(
-        ["bash", str(root / "hack" / "build-node.sh")],
-        stdout=subprocess.PIPE,
-        text=True,
-        check=False,
-    )
-    directory = Path(result.stdout.strip().splitlines()[-1]) if result.stdout.strip() else None
-    if result.returncode != 0 or directory is None:
-        raise BinariesUnavailableError(f"hack/build-node.sh failed (exit {result.returncode})")
-    missing = [n for n in NODE_BINARY_NAMES if not os.access(directory / n, os.X_OK)]
-    if missing:
-        raise BinariesUnavailableError(f"{', '.join(missing)} missing from {directory}")
-    return NodeBinaries(directory)
 
 
 class Node:
@@ -190,8 +145,7 @@ class Node:
         self._lock = threading.RLock()
         self._workdir: Path | None = None
         self._own_workdir = False
-        self._children: dict[str, subprocess.Popen[bytes]] = {}
-        self._logs: dict[str, IO[bytes]] = {}
+        self._procs: Supervisor | None = None
         self._kernel_settings = KernelSettings()
         self._netns_made = False
         self.startup_phases: dict[str, float] = {}
@@ -276,7 +230,7 @@ class Node:
             BinariesUnavailableError: The node binaries cannot be built.
         """
         with self._lock:
-            if self._children:
+            if self._procs is not None and self._procs.children:
                 raise NodeError(f"{self!r} is already running")
             binaries = self._require_binaries()
             try:
@@ -293,6 +247,7 @@ class Node:
             workdir = Path(tempfile.mkdtemp(prefix="cbop-node-"))
             self._own_workdir = True
         self._workdir = workdir
+        self._procs = Supervisor(workdir, poll=_POLL, grace=_STOP_GRACE)
         for sub in ("containerd/cni", "kubelet", "pod-logs", "logs"):
             (workdir / sub).mkdir(parents=True, exist_ok=True)
         process.register(self)
@@ -369,12 +324,12 @@ class Node:
         directory deleted. Idempotent; safe from a signal handler or ``atexit``.
         """
         with self._lock:
-            popen = self._children.pop("kubelet", None)
-            if popen is not None:
-                process.terminate(popen, _STOP_GRACE)
+            procs = self._procs
+            if procs is not None:
+                procs.stop("kubelet")
             kill_cgroup_tree(self.name)
-            for name in list(self._children):
-                process.terminate(self._children.pop(name), _STOP_GRACE)
+            if procs is not None:
+                procs.stop_all(list(procs.children))
             workdir = self._workdir
             if workdir is not None:
                 # Shims and relays outlive containerd (they run in their own sessions).
@@ -387,10 +342,7 @@ class Node:
                 subprocess.run(["ip", "netns", "delete", self.netns], check=False)
                 self._netns_made = False
             self._kernel_settings.release()
-            for log in self._logs.values():
-                with contextlib.suppress(OSError):
-                    log.close()
-            self._logs.clear()
+            self._procs = None
             process.unregister(self)
             if workdir is not None and self._own_workdir:
                 shutil.rmtree(workdir, ignore_errors=True)
@@ -399,33 +351,24 @@ class Node:
     # ------------------------------------------------------------- components
 
     def _spawn(self, name: str, args: Sequence[str]) -> None:
-        workdir = self.workdir
-        log = (workdir / "logs" / f"{name}.log").open("ab")
-        self._logs[name] = log
-        log.write(("=== " + " ".join(args) + "\n").encode())
-        log.flush()
-        self._children[name] = process.spawn(args, log, cwd=workdir)
+        assert self._procs is not None
+        self._procs.spawn(name, args)
 
-    def _wait(self, name: str, deadline: float, probe: object) -> None:
-        assert callable(probe)
-        last = "no answer yet"
-        while True:
-            for component, popen in self._children.items():
-                if popen.poll() is not None:
-                    raise NodeError(
-                        f"{component} exited with status {popen.returncode} while waiting "
-                        f"for {name}; logs:\n{self.tail_logs(40)}"
-                    )
-            try:
-                if probe():
-                    return
-            except (NodeError, OSError, ValueError) as exc:
-                last = str(exc)
-            if time.monotonic() >= deadline:
-                raise NodeError(
-                    f"{name} was not ready in time (last: {last}); logs:\n{self.tail_logs(40)}"
-                )
-            time.sleep(_POLL)
+    def _wait(self, name: str, deadline: float, probe: Callable[[], bool]) -> None:
+        assert self._procs is not None
+
+        def exited(gone: Exited) -> None:
+            raise NodeError(
+                f"{gone.name} exited with status {gone.code} while waiting for "
+                f"{name}; logs:\n{self.tail_logs(40)}"
+            )
+
+        try:
+            self._procs.wait(
+                name, deadline, probe, on_exit=exited, not_yet=(NodeError, OSError, ValueError)
+            )
+        except TimeoutError as exc:
+            raise NodeError(f"{exc}; logs:\n{self.tail_logs(40)}") from None
 
     def _containerd_ready(self) -> bool:
         self.ctr("version")

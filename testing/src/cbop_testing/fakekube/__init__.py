@@ -1,10 +1,12 @@
 """A fake API server for unit tests, as client-go's fake clientset and ObjectTracker.
 
-* :class:`FakeKube` (:mod:`.client`): a :class:`cbop.kube.KubeClient` that records every
+* :class:`FakeKube` (:mod:`.client`): a :class:`cbop.kube.KubeInterface` that records every
   call as an :class:`Action`, offers it to scripted reactions, and serves the rest
   from an :class:`ObjectTracker`;
 * :class:`ObjectTracker` (:mod:`.tracker`): objects with resourceVersion and generation,
   list and watch with selectors, bookmarks, compaction (410), finalizers, dry runs;
+  kept in a :class:`~.storage.Storage` (:mod:`.storage`), with the rules of a write's
+  body in :mod:`.strategy`;
 * reactions (:mod:`.reactions`): :func:`fail`, :func:`conflict_on`, :func:`delay`,
   :class:`Stall`, :class:`Script`;
 * :class:`FakeWatch` (:mod:`.watch`), API errors worded as apimachinery words them

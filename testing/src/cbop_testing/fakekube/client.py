@@ -1,4 +1,4 @@
-"""The fake API server's client: a :class:`cbop.kube.KubeClient` that never sends anything.
+"""The fake API server's client: a :class:`cbop.kube.KubeInterface` that never sends anything.
 
 This module owns :class:`FakeKube`, what unit tests hand to the code under test wherever
 it takes a client (as client-go's fake clientset): every call is recorded as an
@@ -13,9 +13,9 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from cbop.kube import KubeClient, LeaseNotHeld, Resource, RestClientMetrics
+from cbop.kube import KubeInterface, LeaseNotHeld, Resource, RestClientMetrics
 from cbop.kube.accounting import infer_verb_resource
 from cbop.kube.client import WriteFence
 from cbop.kube.jsonstream import ItemHook
@@ -39,12 +39,16 @@ class _Shared:
         self.refused: list[Action] = []
 
 
-class FakeKube(KubeClient):
-    """A :class:`KubeClient` over an in-memory :class:`ObjectTracker`.
+class FakeKube:
+    """A :class:`~cbop.kube.KubeInterface` over an in-memory :class:`ObjectTracker`.
+
+    It implements the protocol, as client-go's fakes implement ``kubernetes.Interface``,
+    rather than inheriting :class:`~cbop.kube.KubeClient`: a client method it lacks is a
+    type error, not a real request at run time.
 
     Args:
         tracker: the objects served (default: a new, empty tracker).
-        fence: a write fence, as :meth:`KubeClient.with_fence`.
+        fence: a write fence, as :meth:`cbop.kube.KubeClient.with_fence`.
 
     Thread-safe. Views made by :meth:`with_fence` and :meth:`with_limits` share the
     tracker, the recorded actions and the reactions.
@@ -56,10 +60,15 @@ class FakeKube(KubeClient):
     def __init__(
         self, tracker: ObjectTracker | None = None, *, fence: WriteFence | None = None
     ) -> None:
-        # KubeClient.__init__ would build a transport; a fake has none.
         self._shared = _Shared(tracker if tracker is not None else ObjectTracker())
         self._fence = fence
         self.tracker = self._shared.tracker
+
+    def _view(self, fence: WriteFence | None) -> FakeKube:
+        """Return a client over the same fake server with ``fence`` as its write fence."""
+        view = FakeKube(self.tracker, fence=fence)
+        view._shared = self._shared
+        return view
 
     # ------------------------------------------------------------------ test helpers
 
@@ -190,28 +199,20 @@ class FakeKube(KubeClient):
                 return answer
         return serve()
 
-    # ------------------------------------------------------------------ KubeClient
+    # ------------------------------------------------------------------ KubeInterface
 
     def with_fence(self, fence: WriteFence) -> FakeKube:
         """Return a view whose writes raise :class:`LeaseNotHeld` once ``fence()`` is False.
 
-        As :meth:`KubeClient.with_fence`: checked before every write; reads are never
-        fenced; refused writes are not recorded as actions (they never went out) but
-        listed in :attr:`refused`.
+        As :meth:`cbop.kube.KubeClient.with_fence`: checked before every write; reads are
+        never fenced; refused writes are not recorded as actions (they never went out)
+        but listed in :attr:`refused`.
         """
-        view = FakeKube.__new__(FakeKube)
-        view._shared = self._shared
-        view._fence = fence
-        view.tracker = self.tracker
-        return view
+        return self._view(fence)
 
     def with_limits(self, *, qps: float, burst: int, max_retries: int) -> FakeKube:
         """Return an unfenced view (a fake has no rate limits)."""
-        view = FakeKube.__new__(FakeKube)
-        view._shared = self._shared
-        view._fence = None
-        view.tracker = self.tracker
-        return view
+        return self._view(None)
 
     def throttled_for(self) -> float:
         """Return 0.0: the fake never answers 429 by itself."""
@@ -500,3 +501,7 @@ class FakeKube(KubeClient):
                 ),
             ),
         )
+
+
+if TYPE_CHECKING:  # FakeKube implements the client's protocol, member by member
+    _CLIENT: type[KubeInterface] = FakeKube

@@ -1,6 +1,6 @@
 """Label and field selectors as the API server parses and matches them.
 
-This module owns :func:`parse_labels` / :class:`LabelSelector` (the string syntax of
+This module owns :class:`LabelSelector` (the string syntax of
 apimachinery's ``labels.Parse``: ``k=v``, ``k==v``, ``k!=v``, ``k in (a,b)``,
 ``k notin (a)``, ``k``, ``!k``) and :class:`FieldSelector` (``metadata.name`` and
 ``metadata.namespace`` with ``=``, ``==`` and ``!=``, the fields every resource

@@ -1,7 +1,10 @@
-"""The fake API server's storage: objects, resourceVersions, list and watch.
+"""The fake API server: the rules of its writes, over its storage.
 
 This module owns :class:`ObjectTracker`, modelled on client-go's ``testing.ObjectTracker``
-but closer to a real API server where cbop depends on it:
+but closer to a real API server where cbop depends on it: the verbs, their
+preconditions, finalizers, admission and apply. What it stores, and the lists and
+watches it serves, are :mod:`~cbop_testing.fakekube.storage`'s; what a write's body may
+set is :mod:`~cbop_testing.fakekube.strategy`'s. Together:
 
 * one resourceVersion counter across every resource (as etcd's revision); a write that
   changes nothing (no field, and no field's owner) gets no new resourceVersion and
@@ -30,14 +33,9 @@ another controller) with :meth:`ObjectTracker.put`.
 
 from __future__ import annotations
 
-import base64
 import copy
-import json
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Final
 
 from cbop.kube import (
@@ -52,7 +50,16 @@ from cbop.kube import (
 from cbop_testing.fakekube import errors
 from cbop_testing.fakekube.fields import FieldOwnership, remove_path
 from cbop_testing.fakekube.patch import JsonPatchError, apply_patch, merge_patch
-from cbop_testing.fakekube.selectors import FieldSelector, LabelSelector
+from cbop_testing.fakekube.storage import Key, Storage, group_plural
+from cbop_testing.fakekube.strategy import (
+    deleted_status,
+    next_generation,
+    prepare_create,
+    prepare_update,
+    rfc3339,
+    same_object,
+    validate_create,
+)
 from cbop_testing.fakekube.watch import FakeWatch
 
 __all__ = ["STATUS_SUBRESOURCES", "ObjectTracker"]
@@ -63,54 +70,12 @@ STATUS_SUBRESOURCES: Final[frozenset[tuple[str, str]]] = frozenset(
     for r in (CONFIGBUNDLES, CLUSTERCONFIGBUNDLES, DEPLOYMENTS, STATEFULSETS, DAEMONSETS)
 )
 
-_GroupPlural = tuple[str, str]
-_Key = tuple[str, str]  # (namespace or "", name)
-
-
-def _gp(res: Resource) -> _GroupPlural:
-    return (res.group, res.plural)
-
-
-def _rfc3339(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _comparable(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """Return the object without the fields a write sets by itself."""
-    out = copy.deepcopy(dict(obj))
-    meta = out.get("metadata") or {}
-    for key in ("resourceVersion", "managedFields", "generation"):
-        meta.pop(key, None)
-    return out
-
-
-def _spec_of(obj: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in obj.items() if k not in ("metadata", "status")}
-
-
-@dataclass
-class _Watch:
-    gp: _GroupPlural
-    namespace: str | None
-    labels: LabelSelector
-    fields: FieldSelector
-    stream: FakeWatch
-
-
-@dataclass
-class _Event:
-    rv: int
-    gp: _GroupPlural
-    type: str
-    obj: dict[str, Any]
-    old: dict[str, Any] | None = field(default=None)
-
 
 class ObjectTracker:
     """Objects by resource, namespace and name, with one resourceVersion counter.
 
-    Thread-safe: one lock guards the objects, the history and the watches; watch
-    streams are fed under it, so every watch sees events in resourceVersion order.
+    Thread-safe: each write holds the lock of its :class:`Storage` from its checks to
+    its stored outcome, so every watch sees events in resourceVersion order.
 
     Args:
         status_subresources: ``(group, plural)`` of resources with a ``status``
@@ -133,33 +98,24 @@ class ObjectTracker:
         write_managed_fields: bool = False,
         namespace_lifecycle: bool = False,
     ) -> None:
-        self._lock = threading.RLock()
+        self._storage = Storage()
+        self._lock = self._storage.lock
         self._namespace_lifecycle = namespace_lifecycle
         self._status = frozenset(status_subresources)
         self._now = now
         self._write_managed_fields = write_managed_fields
-        self._rv = 0
-        self._floor = 0
         self._uids = 0
-        self._objects: dict[_GroupPlural, dict[_Key, dict[str, Any]]] = {}
-        self._fields: dict[tuple[_GroupPlural, _Key], FieldOwnership] = {}
-        self._history: list[_Event] = []
-        self._watches: list[_Watch] = []
 
     # ------------------------------------------------------------------ reading
 
     @property
     def resource_version(self) -> str:
         """The newest resourceVersion handed out (``"0"`` before the first write)."""
-        with self._lock:
-            return str(self._rv)
+        return self._storage.resource_version
 
     def has_status_subresource(self, res: Resource) -> bool:
         """Whether ``res`` has a ``status`` subresource here."""
-        return _gp(res) in self._status
-
-    def _key(self, res: Resource, namespace: str | None, name: str) -> _Key:
-        return ((namespace or "") if res.namespaced else "", name)
+        return group_plural(res) in self._status
 
     def get(self, res: Resource, namespace: str | None, name: str) -> dict[str, Any]:
         """Return a copy of the object.
@@ -167,20 +123,11 @@ class ObjectTracker:
         Raises:
             ApiError: 404 NotFound.
         """
-        with self._lock:
-            obj = self._objects.get(_gp(res), {}).get(self._key(res, namespace, name))
-            if obj is None:
-                raise errors.not_found(res, name)
-            return copy.deepcopy(obj)
+        return self._storage.get(res, namespace, name)
 
     def objects(self, res: Resource, namespace: str | None = None) -> list[dict[str, Any]]:
         """Return copies of the objects of ``res`` (in ``namespace``), by namespace and name."""
-        with self._lock:
-            return [
-                copy.deepcopy(obj)
-                for key, obj in sorted(self._objects.get(_gp(res), {}).items())
-                if namespace is None or key[0] == namespace
-            ]
+        return self._storage.objects(res, namespace)
 
     def list(
         self,
@@ -192,66 +139,20 @@ class ObjectTracker:
         limit: int | None = None,
         continue_: str | None = None,
     ) -> dict[str, Any]:
-        """Return a list object (``items`` sorted by namespace and name), one page of it.
-
-        ``continue`` tokens carry the list's resourceVersion and the last key served;
-        a later page shows the objects as they are then (a real server shows the
-        snapshot), and a token older than the last :meth:`compact` is ``410 Expired``.
+        """Return one page of a list object, as :meth:`Storage.list`.
 
         Raises:
             ApiError: 400 for a selector that does not parse; 410 Expired for a
                 compacted continue token.
         """
-        labels, fields = self._selectors(label_selector, field_selector)
-        with self._lock:
-            list_rv = self._rv
-            start = ""
-            if continue_:
-                try:
-                    token = json.loads(base64.urlsafe_b64decode(continue_.encode()))
-                    list_rv, start = int(token["rv"]), str(token["start"])
-                except (ValueError, KeyError, TypeError):
-                    raise errors.bad_request(f"invalid continue token {continue_!r}") from None
-                if list_rv < self._floor:
-                    raise errors.status_error(
-                        410,
-                        "Expired",
-                        "The provided continue parameter is too old to display a consistent "
-                        "list result. You can start a new list without the continue "
-                        "parameter, or use the continue token in this response to retrieve "
-                        "the remainder of the results.",
-                    )
-            items = [
-                obj
-                for key, obj in sorted(self._objects.get(_gp(res), {}).items())
-                if (namespace is None or key[0] == namespace)
-                and "/".join(key) > start
-                and labels.matches(obj)
-                and fields.matches(obj)
-            ]
-            meta: dict[str, Any] = {"resourceVersion": str(list_rv)}
-            if limit and len(items) > limit:
-                last = items[limit - 1]["metadata"]
-                key = self._key(res, last.get("namespace"), last["name"])
-                token_text = json.dumps({"rv": list_rv, "start": "/".join(key)})
-                meta["continue"] = base64.urlsafe_b64encode(token_text.encode()).decode()
-                meta["remainingItemCount"] = len(items) - limit
-                items = items[:limit]
-            return {
-                "apiVersion": res.api_version,
-                "kind": f"{res.kind}List",
-                "metadata": meta,
-                "items": copy.deepcopy(items),
-            }
-
-    @staticmethod
-    def _selectors(
-        label_selector: str | None, field_selector: str | None
-    ) -> tuple[LabelSelector, FieldSelector]:
-        try:
-            return LabelSelector.parse(label_selector), FieldSelector.parse(field_selector)
-        except ValueError as exc:
-            raise errors.bad_request(str(exc)) from None
+        return self._storage.list(
+            res,
+            namespace,
+            label_selector=label_selector,
+            field_selector=field_selector,
+            limit=limit,
+            continue_=continue_,
+        )
 
     # ------------------------------------------------------------------ watch
 
@@ -277,130 +178,41 @@ class ObjectTracker:
         Raises:
             ApiError: 400 for a selector that does not parse.
         """
-        labels, fields = self._selectors(label_selector, field_selector)
-        with self._lock:
-            stream = FakeWatch(allow_bookmarks=allow_bookmarks)
-            watch = _Watch(_gp(res), namespace if res.namespaced else None, labels, fields, stream)
-            stream.on_close(lambda: self._unwatch(watch))
-            if resource_version in (None, "", "0"):
-                for obj in self.objects(res, watch.namespace):
-                    if labels.matches(obj) and fields.matches(obj):
-                        stream.push({"type": "ADDED", "object": obj})
-            else:
-                since = int(resource_version)
-                if since < self._floor:
-                    stream.push(self._expired_event(since))
-                    stream.end()
-                    return stream
-                for event in self._history:
-                    if event.rv > since:
-                        self._send(watch, event)
-            self._watches.append(watch)
-            return stream
-
-    def _expired_event(self, since: int) -> dict[str, Any]:
-        err = errors.expired(since, self._floor)
-        return {"type": "ERROR", "object": err.body}
-
-    def _unwatch(self, watch: _Watch) -> None:
-        with self._lock:
-            if watch in self._watches:
-                self._watches.remove(watch)
+        return self._storage.watch(
+            res,
+            namespace,
+            resource_version=resource_version,
+            label_selector=label_selector,
+            field_selector=field_selector,
+            allow_bookmarks=allow_bookmarks,
+        )
 
     def watch_count(self, res: Resource | None = None) -> int:
         """How many watches are open (of ``res``, or of any resource)."""
-        with self._lock:
-            return sum(1 for w in self._watches if res is None or w.gp == _gp(res))
-
-    def _send(self, watch: _Watch, event: _Event) -> None:
-        if watch.gp != event.gp:
-            return
-        meta = event.obj.get("metadata") or {}
-        if watch.namespace is not None and meta.get("namespace") != watch.namespace:
-            return
-
-        def match(obj: Mapping[str, Any] | None) -> bool:
-            return obj is not None and watch.labels.matches(obj) and watch.fields.matches(obj)
-
-        now, before = match(event.obj), match(event.old)
-        kind = event.type
-        if kind == "MODIFIED":
-            if now and not before:
-                kind = "ADDED"
-            elif before and not now:
-                kind = "DELETED"
-            elif not now:
-                return
-        elif not now:
-            return
-        watch.stream.push({"type": kind, "object": copy.deepcopy(event.obj)})
-
-    def _emit(
-        self, res: Resource, kind: str, obj: dict[str, Any], old: dict[str, Any] | None = None
-    ) -> None:
-        event = _Event(self._rv, _gp(res), kind, copy.deepcopy(obj), copy.deepcopy(old))
-        self._history.append(event)
-        for watch in list(self._watches):
-            self._send(watch, event)
+        return self._storage.watch_count(res)
 
     def bookmark(self, res: Resource | None = None) -> str:
-        """Send a BOOKMARK with the current resourceVersion to the watches that asked.
-
-        Returns the resourceVersion sent.
-        """
-        with self._lock:
-            rv = str(self._rv)
-            for watch in list(self._watches):
-                if (res is None or watch.gp == _gp(res)) and watch.stream.allow_bookmarks:
-                    watch.stream.push(
-                        {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": rv}}}
-                    )
-            return rv
+        """Send a BOOKMARK to the watches that asked; return its resourceVersion."""
+        return self._storage.bookmark(res)
 
     def compact(self, *, expire_watches: bool = True) -> str:
-        """Forget the history up to now, as etcd compaction with the watch cache behind it.
-
-        A watch or a continue token from an older resourceVersion then gets ``410
-        Expired``. With ``expire_watches`` every open watch also receives that ERROR
-        event and ends (as a watch that fell behind the cache), which sends an
-        informer to relist. Returns the new oldest resourceVersion.
-        """
-        with self._lock:
-            self._floor = self._rv
-            self._history.clear()
-            if expire_watches:
-                for watch in list(self._watches):
-                    watch.stream.push(self._expired_event(max(self._floor - 1, 0)))
-                    watch.stream.end()
-                self._watches.clear()
-            return str(self._floor)
+        """Forget the history up to now, as :meth:`Storage.compact`; return the oldest RV."""
+        return self._storage.compact(expire_watches=expire_watches)
 
     def end_watches(self, res: Resource | None = None) -> int:
         """End open watches as the server does at ``timeoutSeconds``; return how many."""
-        with self._lock:
-            ended = [w for w in self._watches if res is None or w.gp == _gp(res)]
-            for watch in ended:
-                watch.stream.end()
-                self._watches.remove(watch)
-            return len(ended)
+        return self._storage.end_watches(res)
 
     # ------------------------------------------------------------------ writes
-
-    def _next_rv(self) -> str:
-        self._rv += 1
-        return str(self._rv)
 
     def _new_uid(self) -> str:
         self._uids += 1
         return f"{self._uids:08x}-fa6e-4000-8000-{self._uids:012x}"
 
-    def _ownership(self, res: Resource, key: _Key) -> FieldOwnership:
-        return self._fields.setdefault((_gp(res), key), FieldOwnership())
-
     def _finish(
         self,
         res: Resource,
-        key: _Key,
+        key: Key,
         obj: dict[str, Any],
         ownership: FieldOwnership,
     ) -> None:
@@ -424,16 +236,15 @@ class ObjectTracker:
         new.setdefault("kind", res.kind)
         meta = new.setdefault("metadata", {})
         with self._lock:
-            key = self._key(res, meta.get("namespace"), meta["name"])
-            old = self._objects.get(_gp(res), {}).get(key)
+            key = self._storage.key(res, meta.get("namespace"), meta["name"])
+            old = self._storage.stored(res, key)
             meta.setdefault("uid", self._new_uid())
             if "creationTimestamp" not in meta:
-                meta["creationTimestamp"] = _rfc3339(self._now())
+                meta["creationTimestamp"] = rfc3339(self._now())
             if self.has_status_subresource(res):
                 meta.setdefault("generation", 1)
-            meta["resourceVersion"] = self._next_rv()
-            self._objects.setdefault(_gp(res), {})[key] = new
-            self._emit(res, "MODIFIED" if old is not None else "ADDED", new, old)
+            meta["resourceVersion"] = self._storage.next_rv()
+            self._storage.store(res, key, new, old)
             return copy.deepcopy(new)
 
     def put(
@@ -451,8 +262,8 @@ class ObjectTracker:
         obj = written
         meta = written["metadata"]
         with self._lock:
-            key = self._key(res, meta.get("namespace"), meta["name"])
-            current = self._objects.get(_gp(res), {}).get(key)
+            key = self._storage.key(res, meta.get("namespace"), meta["name"])
+            current = self._storage.stored(res, key)
             if current is None:
                 body = copy.deepcopy(dict(obj))
                 body["metadata"].pop("resourceVersion", None)
@@ -505,49 +316,32 @@ class ObjectTracker:
         with self._lock:
             if not meta.get("name") and meta.get("generateName"):
                 meta["name"] = f"{meta['generateName']}{self._uids + 1:05x}"
-            if not meta.get("name"):
-                raise errors.invalid(
-                    res.kind,
-                    "",
-                    [("metadata.name", "Required value: name or generateName is required")],
-                )
-            if res.namespaced:
-                if meta.get("namespace") not in (None, "", namespace):
-                    raise errors.bad_request(
-                        "the namespace of the provided object does not match the namespace "
-                        "sent on the request"
-                    )
-                meta["namespace"] = namespace
-            if meta.get("resourceVersion"):
-                raise errors.bad_request(
-                    "resourceVersion should not be set on objects to be created"
-                )
+            validate_create(res, namespace, meta)
             if res.namespaced and self._namespace_lifecycle:
                 self._admit_namespace(str(namespace))
-            key = self._key(res, namespace, meta["name"])
-            if key in self._objects.get(_gp(res), {}):
+            key = self._storage.key(res, namespace, meta["name"])
+            if self._storage.stored(res, key) is not None:
                 raise errors.already_exists(res, meta["name"])
-            meta["uid"] = self._new_uid()
-            meta["creationTimestamp"] = _rfc3339(self._now())
-            for transient in ("deletionTimestamp", "deletionGracePeriodSeconds"):
-                meta.pop(transient, None)
-            if self.has_status_subresource(res):
-                meta["generation"] = 1
-                new.pop("status", None)
+            prepare_create(
+                res,
+                namespace,
+                new,
+                uid=self._new_uid(),
+                created=self._now(),
+                has_status=self.has_status_subresource(res),
+            )
             ownership = FieldOwnership()
             ownership.record_update(field_manager or "unknown", None, new)
             if dry_run:
                 return copy.deepcopy(new)
-            meta["resourceVersion"] = self._next_rv()
-            self._fields[(_gp(res), key)] = ownership
+            meta["resourceVersion"] = self._storage.next_rv()
             self._finish(res, key, new, ownership)
-            self._objects.setdefault(_gp(res), {})[key] = new
-            self._emit(res, "ADDED", new)
+            self._storage.store(res, key, new, ownership=ownership)
             return copy.deepcopy(new)
 
     def _admit_namespace(self, namespace: str) -> None:
         """Refuse a create in ``namespace`` as NamespaceLifecycle admission does."""
-        stored = self._objects.get(_gp(NAMESPACES), {}).get(("", namespace))
+        stored = self._storage.stored(NAMESPACES, ("", namespace))
         if stored is None:
             raise errors.not_found(NAMESPACES, namespace)
         if stored["metadata"].get("deletionTimestamp"):
@@ -608,23 +402,23 @@ class ObjectTracker:
         """
         manager = field_manager or "unknown"
         with self._lock:
-            key = self._key(res, namespace, name)
-            if patch_type == "apply" and key not in self._objects.get(_gp(res), {}):
+            key = self._storage.key(res, namespace, name)
+            if patch_type == "apply" and self._storage.stored(res, key) is None:
                 applied = copy.deepcopy(dict(body))
                 applied.setdefault("metadata", {})["name"] = name
                 created = self.create(
                     res, namespace, applied, field_manager=manager, dry_run=dry_run
                 )
                 if not dry_run:
-                    ownership = self._ownership(res, key)
+                    ownership = self._storage.ownership(res, key)
                     ownership.owners.clear()
                     ownership.record_apply(manager, applied, subresource=subresource)
-                    stored = self._objects[_gp(res)][key]
+                    stored = self._current(res, namespace, name)
                     self._finish(res, key, stored, ownership)
                     created = copy.deepcopy(stored)
                 return created
             current = self._current(res, namespace, name)
-            ownership = self._ownership(res, key).copy()
+            ownership = self._storage.ownership(res, key).copy()
             if patch_type == "apply":
                 found = ownership.conflicts(manager, current, body, subresource=subresource)
                 if found and not force:
@@ -655,7 +449,7 @@ class ObjectTracker:
             )
 
     def _current(self, res: Resource, namespace: str | None, name: str) -> dict[str, Any]:
-        obj = self._objects.get(_gp(res), {}).get(self._key(res, namespace, name))
+        obj = self._storage.stored(res, self._storage.key(res, namespace, name))
         if obj is None:
             raise errors.not_found(res, name)
         return obj
@@ -674,61 +468,26 @@ class ObjectTracker:
     ) -> dict[str, Any]:
         """Store ``body`` over ``current`` under the rules of the module docstring."""
         meta_now = current["metadata"]
-        if subresource == "status":
-            new = copy.deepcopy(current)
-            if "status" in body:
-                new["status"] = body["status"]
-            else:
-                new.pop("status", None)
-        else:
-            new = body
-            new.setdefault("apiVersion", current.get("apiVersion"))
-            new.setdefault("kind", current.get("kind"))
-            meta = new.setdefault("metadata", {})
-            for fixed in (
-                "name",
-                "namespace",
-                "uid",
-                "creationTimestamp",
-                "deletionTimestamp",
-                "deletionGracePeriodSeconds",
-                "generation",
-            ):
-                if fixed in meta_now:
-                    meta[fixed] = meta_now[fixed]
-                else:
-                    meta.pop(fixed, None)
-            if self.has_status_subresource(res):
-                if "status" in current:
-                    new["status"] = copy.deepcopy(current["status"])
-                else:
-                    new.pop("status", None)
-        key = self._key(res, meta_now.get("namespace"), meta_now["name"])
-        owners = ownership if ownership is not None else self._ownership(res, key).copy()
+        has_status = self.has_status_subresource(res)
+        new = prepare_update(current, body, subresource, has_status=has_status)
+        key = self._storage.key(res, meta_now.get("namespace"), meta_now["name"])
+        owners = ownership if ownership is not None else self._storage.ownership(res, key).copy()
         if record_fields:
             owners.record_update(field_manager or "unknown", current, new, subresource=subresource)
         # A write that changes nothing, not even who owns which field (an apply of the
         # values already there does: its manager takes them), is no write.
-        if (
-            _comparable(new) == _comparable(current)
-            and owners.owners == self._ownership(res, key).owners
-        ):
+        if same_object(new, current) and owners.owners == self._storage.ownership(res, key).owners:
             return copy.deepcopy(current)
-        if self.has_status_subresource(res) and _spec_of(new) != _spec_of(current):
-            new["metadata"]["generation"] = int(meta_now.get("generation", 1)) + 1
+        next_generation(new, current, has_status=has_status)
         if dry_run:
             new["metadata"]["resourceVersion"] = meta_now["resourceVersion"]
             return copy.deepcopy(new)
-        new["metadata"]["resourceVersion"] = self._next_rv()
-        self._fields[(_gp(res), key)] = owners
+        new["metadata"]["resourceVersion"] = self._storage.next_rv()
         self._finish(res, key, new, owners)
         if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
-            del self._objects[_gp(res)][key]
-            self._fields.pop((_gp(res), key), None)
-            self._emit(res, "DELETED", new)
+            self._storage.drop(res, key, new)
             return copy.deepcopy(new)
-        self._objects[_gp(res)][key] = new
-        self._emit(res, "MODIFIED", new, current)
+        self._storage.store(res, key, new, current, ownership=owners)
         return copy.deepcopy(new)
 
     def delete(
@@ -757,36 +516,22 @@ class ObjectTracker:
                     raise errors.precondition_failed(
                         res, name, field_name, want, str(meta.get(field_name))
                     )
-            key = self._key(res, namespace, name)
+            key = self._storage.key(res, namespace, name)
             if meta.get("finalizers"):
                 if meta.get("deletionTimestamp") or dry_run:
                     return copy.deepcopy(current)
                 new = copy.deepcopy(current)
-                new["metadata"]["deletionTimestamp"] = _rfc3339(self._now())
+                new["metadata"]["deletionTimestamp"] = rfc3339(self._now())
                 new["metadata"]["deletionGracePeriodSeconds"] = 0
-                new["metadata"]["resourceVersion"] = self._next_rv()
-                self._objects[_gp(res)][key] = new
-                self._emit(res, "MODIFIED", new, current)
+                new["metadata"]["resourceVersion"] = self._storage.next_rv()
+                self._storage.store(res, key, new, current)
                 return copy.deepcopy(new)
-            status = {
-                "kind": "Status",
-                "apiVersion": "v1",
-                "metadata": {},
-                "status": "Success",
-                "details": {
-                    "name": name,
-                    "group": res.group,
-                    "kind": res.plural,
-                    "uid": meta.get("uid"),
-                },
-            }
+            status = deleted_status(res, name, meta.get("uid"))
             if dry_run:
                 return status
             gone = copy.deepcopy(current)
-            gone["metadata"]["resourceVersion"] = self._next_rv()
-            del self._objects[_gp(res)][key]
-            self._fields.pop((_gp(res), key), None)
-            self._emit(res, "DELETED", gone)
+            gone["metadata"]["resourceVersion"] = self._storage.next_rv()
+            self._storage.drop(res, key, gone)
             return status
 
     def remove(self, res: Resource, namespace: str | None, name: str) -> None:
@@ -798,8 +543,6 @@ class ObjectTracker:
         with self._lock:
             current = self._current(res, namespace, name)
             gone = copy.deepcopy(current)
-            gone["metadata"]["resourceVersion"] = self._next_rv()
-            key = self._key(res, namespace, name)
-            del self._objects[_gp(res)][key]
-            self._fields.pop((_gp(res), key), None)
-            self._emit(res, "DELETED", gone)
+            gone["metadata"]["resourceVersion"] = self._storage.next_rv()
+            key = self._storage.key(res, namespace, name)
+            self._storage.drop(res, key, gone)

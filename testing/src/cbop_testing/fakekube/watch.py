@@ -11,17 +11,17 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cbop.kube import ApiError, WatchStream
+from cbop.kube import ApiError, WatchInterface
 
 __all__ = ["FakeWatch"]
 
 _END = object()
 
 
-class FakeWatch(WatchStream):
-    """A watch stream the tracker or the test feeds, read like a :class:`WatchStream`.
+class FakeWatch:
+    """A watch stream the tracker or the test feeds: a :class:`~cbop.kube.WatchInterface`.
 
     Items pushed are event dicts (``{"type": ..., "object": ...}``), exceptions (raised to
     the reader in turn, e.g. a :class:`~cbop.kube.ConnectionFailed`), or the end of the
@@ -111,3 +111,7 @@ class FakeWatch(WatchStream):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+if TYPE_CHECKING:  # FakeWatch implements the watch protocol, member by member
+    _WATCH: type[WatchInterface] = FakeWatch
