@@ -45,8 +45,11 @@ COUNTS = [
         rf"|modified_per_secret\..*|requests\.(?!WATCH)\w+\|{_MINE}\|.*))"
         r"|cbop\.(idle\.(writes|by_kind\..*)|unlabelled))$",
         r"^s11\.variants\.\w+\.(rounds\.\d+\.(complete|cbop\..*)|rollouts|census(_single)?\..*"
-        r"|idle_\w+\.cbop\..*|fresh\.writes\..*|single\.cbop\..*|converge\.complete"
-        r"|pins_after_rounds\.(entries|bytes|stale)\..*)$",
+        r"|idle_\w+\.cbop\..*|fresh\.writes\..*|singles\.\d+\.(cbop|kcm)\..*|converge\.complete"
+        r"|converge\.deployments_(cbop|kcm)\..*|after_rounds\.cbop\..*|kcm_all\..*)$",
+        r"^s12\.variants\.\w+\.(setup\.(complete|cbop\..*|kcm\..*)|rounds\.\d+\.(complete"
+        r"|cbop\..*|kcm\..*)|after_rounds\.(cbop|kcm)\..*|idle_\w+\.cbop\..*|census\..*"
+        r"|audit\..*|pods_marked_ready)$",
         r"^apf\[.*\]\.(bundles|patches|complete|converged)$",
     )
 ]
@@ -68,7 +71,9 @@ TIMINGS = [
         r"|cbop\.(rss_mib|rss_before_unlabelled_mib|rss_unlabelled_mib))$",
         r"^s13\.((raw|(peer|cbop)\.change|(peer|cbop)\.converge)\.seconds"
         r"|(peer|cbop)\.change\.cpu_seconds|cbop\.rss(_converged|_unlabelled)?_mib)$",
-        r"^s11\.variants\.\w+\.(rounds\.\d+\.ready_seconds|rss\.steady_mib)$",
+        r"^s11\.variants\.\w+\.(rounds\.\d+\.ready_seconds|(rss|fresh)\.steady_mib)$",
+        r"^s12\.variants\.\w+\.(rounds\.\d+\.(converge|complete|bundle)_seconds"
+        r"|setup\.seconds|rss\.steady_mib)$",
         r"^apf\[.*\]\.(seconds|apf\.rejected)$",
     )
 ]

@@ -16,6 +16,7 @@ from bench.operators.scenarios.burst import BURST
 from bench.operators.scenarios.clusterbundles import CLUSTER_BUNDLES
 from bench.operators.scenarios.heal import HEAL
 from bench.operators.scenarios.revisions import REVISIONS
+from bench.operators.scenarios.revisions_fanout import FANOUT
 from bench.operators.scenarios.scale import SCALE
 from bench.operators.scenarios.secret_renewal import SECRET_RENEWAL
 from bench.operators.scenarios.sharded import SHARDING
@@ -24,7 +25,9 @@ from bench.operators.scenarios.sources import SOURCES
 __all__ = ["DEFAULT", "SCENARIOS"]
 
 #: Every scenario, in the order they run: per implementation first (S1 with S4 and S5,
-#: S6/S7, S2 with S3), then those run once for the whole run.
+#: S6/S7, S2 with S3), then those run once for the whole run. S12 comes before S11: the
+#: audit policy takes the scenarios' rules in this order, and the first rule that
+#: matches a request decides its level (S12's log its namespaces' writes in full).
 SCENARIOS: Final[tuple[Scenario, ...]] = (
     BURST,
     SCALE,
@@ -33,6 +36,7 @@ SCENARIOS: Final[tuple[Scenario, ...]] = (
     CLUSTER_BUNDLES,
     SOURCES,
     SECRET_RENEWAL,
+    FANOUT,
     REVISIONS,
     APF,
 )

@@ -246,7 +246,7 @@ def test_history_keeps_what_it_names_until_its_limit_drops_it(
 
 
 def test_a_new_pod_of_a_pinned_template_reads_its_revision_everywhere(
-    kube: KubeClient, cbop: Operator
+    plane: ControlPlane, kube: KubeClient, cbop: Operator
 ) -> None:
     d1 = {"v": "1"}
     revision = revision_of("api-conf", d1)
@@ -277,6 +277,10 @@ def test_a_new_pod_of_a_pinned_template_reads_its_revision_everywhere(
         WAIT,
         message="Pinned=True naming Deployment/api",
     )
+    # `kubectl get` shows the condition in a column of its own.
+    header, row = kubectl(plane, "get", "configbundle", "api").splitlines()
+    columns = dict(zip(header.split(), row.split(), strict=True))
+    assert (columns["READY"], columns["PINNED"]) == ("True", "True"), columns
 
 
 def test_one_change_of_one_bundle_costs_at_most_six_writes_and_none_of_the_collector(

@@ -21,7 +21,7 @@ from bench.operators.scenarios.scale import SCALE
 def test_every_scenario_name_selects_one_scenario() -> None:
     names = [n for sc in SCENARIOS for n in sc.names]
     assert len(names) == len(set(names))
-    assert {f"s{i}" for i in range(1, 12)} | {"s13", "apf"} == set(names)
+    assert {f"s{i}" for i in range(1, 14)} | {"apf"} == set(names)
     assert set(DEFAULT) <= set(names)
 
 
@@ -37,8 +37,16 @@ def test_quick_overrides_are_options_of_their_scenario() -> None:
 
 def test_chosen_keeps_registry_order_and_refuses_unknown_names() -> None:
     assert scenario.chosen(SCENARIOS, ["s9", "s4", "s7"]) == [BURST, SCALE, CLUSTER_BUNDLES]
-    with pytest.raises(ValueError, match="unknown scenarios: s12"):
-        scenario.chosen(SCENARIOS, ["s1", "s12"])
+    with pytest.raises(ValueError, match="unknown scenarios: s14"):
+        scenario.chosen(SCENARIOS, ["s1", "s14"])
+
+
+def test_s12_audits_its_namespaces_in_full_before_s11s_rules_apply() -> None:
+    # The first audit rule that matches a request decides its level.
+    rules = "".join(sc.needs.audit_rules for sc in scenario.chosen(SCENARIOS, ["s11", "s12"]))
+    full = rules.index("level: RequestResponse")
+    assert full < rules.index("level: Metadata")
+    assert '"s12-off", "s12-on"' in rules[full : rules.index("level: Metadata")]
 
 
 def test_options_are_defaults_then_quick_then_settings_by_any_name() -> None:

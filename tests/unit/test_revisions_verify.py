@@ -19,6 +19,7 @@ from cbop.kube import (
     PODS,
     REPLICASETS,
 )
+from cbop.revisions import model
 from cbop.revisions.bundle import POLICY_RECHECK
 from cbop.revisions.policy import POLICY_LABEL
 from cbop_testing.fakekube.errors import forbidden, not_found
@@ -222,3 +223,32 @@ def test_before_the_history_has_listed_nothing_is_verified_nor_collected_past_ke
     w.settle()
     assert pinned(w)[:2] == ("True", "NothingToPin")
     assert rev(A1) not in w.configmap_names()
+
+
+def test_a_reconcile_reads_a_mapping_the_history_repeats_once_not_once_per_replicaset(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Every ReplicaSet and pod of a template carries the same mapping, and each of their
+    # events wakes every bundle the mapping names: a long history must not make each of
+    # those reconciles validate the same pairs again for every ReplicaSet.
+    w = World({"data": A1, "revisions": ON})
+    w.settle()
+    mapping = {"app": rev(A1)}
+    w.kube.tracker.add(DEPLOYMENTS, deployment(mapping))
+    for i in range(200):
+        w.kube.tracker.add(REPLICASETS, replicaset(f"web-{i}", mapping))
+    w.kube.tracker.add(PODS, pod("web-199-a", "web-199", mapping, reads=rev(A1)))
+    w.settle()
+    assert pinned(w)[:2] == ("True", "Pinned")
+    checked: list[str] = []
+    real = model.valid_pair
+
+    def counted(plain: str, revision: str) -> bool:
+        checked.append(revision)
+        return real(plain, revision)
+
+    monkeypatch.setattr(model, "valid_pair", counted)
+    assert w.reconcile() == []
+    assert pinned(w)[:2] == ("True", "Pinned")
+    # One distinct mapping of one pair: validated at most once.
+    assert len(checked) <= 1, f"{len(checked)} validations of {len(set(checked))} pairs"

@@ -31,7 +31,7 @@ from cbop.kube import (
 from cbop.manager import Manager as CbopManager
 from cbop.manager import Options
 from cbop.revisions.caches import PLAIN_INDEX, READS_INDEX, REVISION_INDEX
-from cbop.revisions.model import PINNED_SELECTOR
+from cbop.revisions.model import LABEL_PINNED, PINNED_SELECTOR
 from cbop.rollout import CONFIGMAP_INDEX, ROLLOUT_SELECTOR, SECRET_INDEX
 from cbop.rollout import controller as rollout
 from cbop.runtime import Scope
@@ -163,3 +163,56 @@ def test_with_secrets_off_the_rollout_watches_no_secret(scope: Scope) -> None:
     configbundle.setup(scope)
     rollout.setup(scope, workers=1, secrets=SecretsScope())
     assert [k for k in scope.informers._informers if k[0] == SECRETS] == []
+
+
+def _history_object(name: str, *, pinned: bool) -> dict[str, object]:
+    labels = {"app": "web", **({LABEL_PINNED: "true"} if pinned else {})}
+    template = {"metadata": {"labels": labels}, "spec": {"containers": [{"name": "c"}]}}
+    return {
+        "metadata": {"name": name, "namespace": "a", "labels": labels},
+        "spec": {"template": template},
+    }
+
+
+@pytest.mark.parametrize("enabled", [True, False], ids=["rollout", "no-rollout"])
+def test_the_history_and_pods_of_unpinned_templates_are_never_listed_nor_cached(
+    enabled: bool,
+) -> None:
+    """The server filters the ReplicaSets, ControllerRevisions and pods cbop caches: every
+    LIST and WATCH of them carries the pinned selector, so a workload that does not use
+    revisions costs cbop no memory for its history."""
+    kube = FakeKube()
+    for name, pinned in (("pinned", True), ("other", False)):
+        kube.tracker.add(REPLICASETS, _history_object(name, pinned=pinned))
+        kube.tracker.add(CONTROLLERREVISIONS, _history_object(name, pinned=pinned))
+        pod = _history_object(name, pinned=pinned)
+        kube.tracker.add(PODS, {**pod, "spec": {"containers": [{"name": "c"}]}})
+    made = CbopManager(
+        kube,
+        Options(
+            namespaces=("a",),
+            metrics_bind_address="0",
+            health_probe_bind_address="0",
+            settings={"rollout": enabled},
+        ),
+    )
+    (scope,) = made.prepared_scopes()
+    scope.informers.start()
+    try:
+        assert scope.informers.wait_for_cache_sync(timeout=10)
+        history = {r.plural for r in (REPLICASETS, CONTROLLERREVISIONS, PODS)}
+        requests = [a for a in kube.actions if a.verb in ("list", "watch")]
+        selectors = {
+            (a.resource, a.options.get("label_selector")) for a in requests if a.resource in history
+        }
+        assert selectors == {(plural, PINNED_SELECTOR) for plural in history}
+        for resource in (REPLICASETS, CONTROLLERREVISIONS, PODS):
+            cached = [
+                o["metadata"]["name"]
+                for informer in scope.informers.informers
+                if informer.name.startswith(f"{resource.plural}/")
+                for o in informer.indexer().list()
+            ]
+            assert cached == ["pinned"], resource.plural
+    finally:
+        scope.informers.shutdown()

@@ -2,9 +2,10 @@
 
 In one run on one control plane whose kube-controller-manager also runs the deployment
 and replicaset controllers (so Deployments get ReplicaSets and a history; no scheduler
-and no kubelet: each Deployment's one pod stays Pending), the same scenario twice, once
-per variant, each in namespaces of its own and with a cbop process of its own
-(``--rollout --no-cluster-bundles``, ``--namespace`` for each of them):
+and no kubelet), with the shipped pin policy installed (``manifests/revisions/``), the
+same scenario twice, once per variant, each in namespaces of its own and with a cbop
+process of its own (``--rollout --no-cluster-bundles --revision-grace grace``,
+``--namespace`` for each of them):
 
 - ``off``: bundles without revisions; ``on``: ``spec.revisions: {enabled: true, keep}``.
 - ``namespaces`` (10) namespaces with ``bundles`` (1,000) bundles and ``deployments``
@@ -14,20 +15,30 @@ per variant, each in namespaces of its own and with a cbop process of its own
   Deployment prunes its history (``revisionHistoryLimit``) only once its rollout is
   complete, every replica updated and available; a pod that no node runs stays
   Pending and never becomes available, so with ``replicas: 1`` and no kubelet the old
-  ReplicaSets would never be deleted, and no revision collected by the history.
-- **converge**: bundles created and Ready, Deployments created and given their baseline.
+  ReplicaSets would never be deleted, and no revision collected by the history (S12
+  marks its pods Ready instead).
+- **converge**: bundles created and Ready, then the Deployments created, given their
+  baseline and (``on``) pinned: opting in with revisions rolls each once. cbop's and
+  kube-controller-manager's writes meanwhile.
 - **steady state** (``idle`` s, 30): every write by cbop, from kube-apiserver's audit log
   (the goal: zero). Once converged, and again after the rounds (with the history).
 - **rounds**: ``changes`` (10) times, every bundle's content changes (all at once, so
   each Deployment's 10 changes coalesce into one rollout or a few); seconds until all
   bundles are Ready with the new content and the API server is quiet, and cbop's writes
-  by verb and resource.
-- **revisions at the end** (``on``): per bundle, the revisions that exist against
-  ``keep`` plus those the history references (the pins entries of the template
-  digests of the ReplicaSets that exist); revisions nothing holds (the goal: none),
-  revisions referenced and missing (the goal: none).
-- **one content change** of one bundle (read by one Deployment), made after the rounds
-  so that its collection writes happen too: every write by client, verb and resource.
+  by verb and object. Then (``on``) the grace passes and the last collections follow.
+- **revisions at the end** (``on``): per ConfigMap, the revisions that exist against
+  ``keep`` plus those the templates of the Deployments, ReplicaSets and pods that exist
+  name; revisions collection should have deleted, revisions named and missing, owner
+  references (the goal: none but the bundle's).
+- **single changes**: ``singles`` (5) content changes of one bundle, one after the
+  other, each followed by the grace (``on``) so that its collection happens too: every
+  write of each, by client, verb and object. The Deployment reads 10 bundles that all
+  changed in every round: while the ReplicaSets of those rounds leave the history
+  (the first ``history - keep + 1`` changes), each also collects the revision of every
+  other bundle that only the ReplicaSet leaving named; after that, a change is the one
+  bundle's own.
+- **garbage collector**: kube-controller-manager's writes over the whole variant, by
+  controller (the goal: no ConfigMap write by its garbage collector).
 - **RSS**: cbop's steady VmRSS (mean over ``steady_seconds``) after the rounds, and of a
   fresh cbop started on the end state (and what that restart writes).
 
@@ -55,13 +66,15 @@ from bench.operators.scenarios import revisions_report as report
 from bench.operators.scenarios.revisions_census import (
     audit_write_rules,
     by_client,
+    by_controller,
     census,
     deployments_baselined,
+    deployments_pinned,
     generations,
+    install_pin_policy,
     list_all,
-    pins_state,
-    wait_pins_settled,
     wait_writes_quiet,
+    write_list,
     writes_since,
 )
 from cbop.api import content_hash
@@ -76,6 +89,8 @@ BENCH_AGENT = "cbop-bench/s11"
 PER_DEPLOYMENT = report.PER_DEPLOYMENT
 FILLER = "".join(f"setting-{i:02d}=value-{i:02d}\n" for i in range(20))
 VARIANTS = ("off", "on")
+#: Seconds past the grace before the bench counts a collection as done.
+GRACE_MARGIN = 5.0
 
 
 @dataclass(frozen=True)
@@ -91,6 +106,8 @@ class Options:
         history: the Deployments' ``revisionHistoryLimit``.
         idle: seconds of each steady-state window.
         replicas: the Deployments' ``replicas`` (their pods stay Pending).
+        singles: content changes of one bundle after the rounds, each counted alone.
+        grace: cbop's ``--revision-grace`` (seconds).
         variants: the variants in the order they run.
     """
 
@@ -101,6 +118,8 @@ class Options:
     history: int = 3
     idle: float = 30.0
     replicas: int = 0
+    singles: int = 5
+    grace: float = 60.0
     variants: tuple[str, ...] = VARIANTS
 
     @property
@@ -180,12 +199,21 @@ def deployment_body(d: int, sizes: Options) -> dict[str, Any]:
 # ------------------------------------------------------------------------- observing
 
 
-def bundles_done(kube: KubeClient, namespaces: list[str], round_: int, revisions: bool) -> int:
-    """How many bundles are Ready for their generation with round ``round_``'s content
-    (and, with revisions, ``status.revision`` naming that content's revision)."""
+def bundles_done(
+    kube: KubeClient,
+    namespaces: list[str],
+    round_: int,
+    revisions: bool,
+    only: frozenset[str] | None = None,
+) -> int:
+    """How many bundles (of ``only`` names, or all) are Ready for their generation with
+    round ``round_``'s content (and, with revisions, ``status.revision`` naming that
+    content's revision)."""
     done = 0
     for b in list_all(kube, CONFIGBUNDLES, namespaces):
         name = b["metadata"]["name"]
+        if only is not None and name not in only:
+            continue
         status = b.get("status") or {}
         want = content_hash(data_of(name, round_), {})
         if not cluster.bundle_ready(b) or status.get("contentHash") != want:
@@ -199,26 +227,34 @@ def bundles_done(kube: KubeClient, namespaces: list[str], round_: int, revisions
 
 
 def wait_bundles(
-    kube: KubeClient, namespaces: list[str], round_: int, revisions: bool, total: int
+    kube: KubeClient,
+    namespaces: list[str],
+    round_: int,
+    revisions: bool,
+    total: int,
+    *,
+    only: frozenset[str] | None = None,
+    poll: float = 2.0,
 ) -> bool:
     deadline = time.monotonic() + 900
     while time.monotonic() < deadline:
-        if bundles_done(kube, namespaces, round_, revisions) >= total:
+        if bundles_done(kube, namespaces, round_, revisions, only) >= total:
             return True
-        time.sleep(2.0)
+        time.sleep(poll)
     return False
 
 
 # ------------------------------------------------------------------------------- run
 
 
-def _start(bench: Bench, namespaces: list[str], tag: str) -> Operator:
+def _start(bench: Bench, namespaces: list[str], tag: str, sizes: Options) -> Operator:
     return bench.start(
         "cbop",
         f"s11-{tag}",
         extra_args=[
             "--rollout",
             "--no-cluster-bundles",
+            f"--revision-grace={sizes.grace:g}",
             *(f"--namespace={ns}" for ns in namespaces),
         ],
     )
@@ -240,6 +276,7 @@ def run(bench: Bench, sizes: Options) -> dict[str, Any]:
         "variants": variants,
     }
     try:
+        rec["policy_seconds"] = install_pin_policy(kube, "s11-policy-probe")
         for variant in sizes.variants:
             log(f"=== S11 variant {variant}")
             variants[variant] = _variant(bench, kube, sizes, variant)
@@ -256,6 +293,7 @@ def run(bench: Bench, sizes: Options) -> dict[str, Any]:
 def _variant(bench: Bench, kube: KubeClient, sizes: Options, variant: str) -> dict[str, Any]:
     assert bench.s.audit is not None
     audit = AuditLog(bench.s.audit)
+    whole = AuditLog(bench.s.audit)
     revisions = {"enabled": True, "keep": sizes.keep} if variant == "on" else None
     with_revisions = revisions is not None
     nss = namespace_names(variant, sizes)
@@ -266,7 +304,8 @@ def _variant(bench: Bench, kube: KubeClient, sizes: Options, variant: str) -> di
 
     run_parallel(lambda ns: cluster.create_namespace(kube, ns), nss, 4)
     wait_writes_quiet(kube, quiet=2.0)
-    op = _start(bench, nss, f"{variant}-run")
+    whole.mark()
+    op = _start(bench, nss, f"{variant}-run", sizes)
     try:
         # ---- converge
         rec["load"]["converge"] = load_average()
@@ -278,25 +317,42 @@ def _variant(bench: Bench, kube: KubeClient, sizes: Options, variant: str) -> di
         )
         ok = wait_bundles(kube, nss, 0, with_revisions, len(bundles))
         t_bundles = time.monotonic() - t0
+        wait_writes_quiet(kube, quiet=2.0)
+        audit.mark()
+        t1 = time.monotonic()
         run_parallel(
             lambda p: kube.create(DEPLOYMENTS, p[0], deployment_body(p[1], sizes)),
             deployments,
             threads,
         )
+
+        def settled() -> bool:
+            if deployments_baselined(kube, nss) < len(deployments):
+                return False
+            return not with_revisions or (
+                deployments_pinned(kube, nss, PER_DEPLOYMENT) == len(deployments)
+            )
+
         deadline = time.monotonic() + 300
-        while deployments_baselined(kube, nss) < len(deployments) and time.monotonic() < deadline:
+        while not settled() and time.monotonic() < deadline:
             time.sleep(1.0)
+        done = settled()
+        t_deployments = time.monotonic() - t1
+        wait_writes_quiet(kube)
+        writes = writes_since(audit, nss)
         rec["converge"] = {
-            "complete": ok and deployments_baselined(kube, nss) == len(deployments),
+            "complete": ok and done,
             "bundles_seconds": t_bundles,
+            "deployments_seconds": t_deployments,
             "seconds": time.monotonic() - t0,
+            "deployments_cbop": by_client(writes, "cbop"),
+            "deployments_kcm": by_controller(writes),
         }
         log(
             f"S11 {variant}: {len(bundles)} bundles Ready in {t_bundles:.1f} s, "
-            f"{len(deployments)} Deployments baselined at {rec['converge']['seconds']:.1f} s"
+            f"{len(deployments)} Deployments baselined{' and pinned' if with_revisions else ''} "
+            f"in {t_deployments:.1f} s"
         )
-        wait_writes_quiet(kube)
-        rec["settle_converged"] = _settle(kube, audit, nss)
         rec["idle_converged"] = _idle(bench, op, audit, nss, sizes.idle)
 
         # ---- rounds
@@ -309,14 +365,14 @@ def _variant(bench: Bench, kube: KubeClient, sizes: Options, variant: str) -> di
             t0 = time.monotonic()
             patch = functools.partial(_change, kube, r)
             run_parallel(patch, bundles, threads)
-            done = wait_bundles(kube, nss, r, with_revisions, len(bundles))
+            complete = wait_bundles(kube, nss, r, with_revisions, len(bundles))
             t_ready = time.monotonic() - t0
             wait_writes_quiet(kube)
             seconds = time.monotonic() - t0
             writes = writes_since(audit, nss)
             rounds.append(
                 {
-                    "complete": done,
+                    "complete": complete,
                     "ready_seconds": t_ready,
                     "seconds": seconds,
                     "cpu_share": share.stop(),
@@ -331,49 +387,44 @@ def _variant(bench: Bench, kube: KubeClient, sizes: Options, variant: str) -> di
         rec["rounds"] = rounds
         gen1 = generations(kube, nss)
         rec["rollouts"] = sum(gen1[k] - gen0.get(k, gen1[k]) for k in gen1)
-        # Let the garbage collector finish, then count.
-        wait_writes_quiet(kube, quiet=6.0)
-        rec["pins_after_rounds"] = pins_state(kube, nss)
-        rec["settle_history"] = _settle(kube, audit, nss)
+        # The revisions the last rounds' rollouts left unnamed go once the grace has passed.
+        rec["after_rounds"] = _after_grace(
+            kube, audit, nss, sizes, with_revisions=with_revisions, since=time.monotonic()
+        )
         rec["census"] = census(kube, nss, sizes.keep if with_revisions else 0)
         log(f"S11 {variant}: census {rec['census']}")
         rec["idle_history"] = _idle(bench, op, audit, nss, sizes.idle)
         rec["rss"] = bench.steady(op)
         log(f"S11 {variant}: steady RSS {rec['rss']['steady_mib']:.1f} MiB")
 
-        # ---- one content change of one bundle, read by one Deployment
+        # ---- content changes of one bundle, read by one Deployment, one at a time
         ns, name = bundles[0]
-        wait_writes_quiet(kube)
-        rec["load"]["single"] = load_average()
-        audit.mark()
-        t0 = time.monotonic()
-        kube.patch(CONFIGBUNDLES, ns, name, {"spec": {"data": data_of(name, sizes.changes + 1)}})
-        # The rollout waits 1 s after the change; then the Deployment's controllers and
-        # the garbage collector follow.
-        time.sleep(2.0)
-        wait_writes_quiet(kube, quiet=6.0)
-        writes = writes_since(audit, nss)
-        rec["single"] = {
-            "seconds": time.monotonic() - t0,
-            "cbop": by_client(writes, "cbop"),
-            "kcm": by_client(writes, "kube-controller-manager"),
-            "all": writes,
-        }
-        log(f"S11 {variant} one change: cbop {rec['single']['cbop']}")
-        # Then the entry of the ReplicaSet the history dropped goes after the grace,
-        # and with it the revision it alone held.
-        rec["single_later"] = _settle(kube, audit, nss)
-        rec["single_later"]["kcm"] = by_client(writes_since(audit, nss), "kube-controller-manager")
-        rec["single_later"]["seconds_after_change"] = time.monotonic() - t0
+        singles = []
+        for i in range(1, sizes.singles + 1):
+            rec["load"][f"single {i}"] = load_average()
+            singles.append(
+                _single(
+                    kube,
+                    audit,
+                    nss,
+                    sizes,
+                    bundle=(ns, name),
+                    i=i,
+                    with_revisions=with_revisions,
+                )
+            )
+        rec["singles"] = singles
         rec["census_single"] = census(kube, nss, sizes.keep if with_revisions else 0)
     finally:
         bench.stop()
+    everything = writes_since(whole, nss)
+    rec["kcm_all"] = by_controller(everything)
 
     # ---- a fresh cbop on the end state
     wait_writes_quiet(kube)
     rec["load"]["fresh"] = load_average()
     audit.mark()
-    op = _start(bench, nss, f"{variant}-fresh")
+    op = _start(bench, nss, f"{variant}-fresh", sizes)
     try:
         rec["fresh"] = bench.steady(op)
     finally:
@@ -392,19 +443,65 @@ def _change(kube: KubeClient, round_: int, bundle: tuple[str, str]) -> None:
     kube.patch(CONFIGBUNDLES, ns, name, {"spec": {"data": data_of(name, round_)}})
 
 
-def _settle(kube: KubeClient, audit: AuditLog, nss: list[str]) -> dict[str, Any]:
-    """Wait for the pins to settle (:func:`wait_pins_settled`); the record has cbop's
-    writes meanwhile too."""
+def _after_grace(
+    kube: KubeClient,
+    audit: AuditLog,
+    nss: list[str],
+    sizes: Options,
+    *,
+    with_revisions: bool,
+    since: float,
+) -> dict[str, Any]:
+    """With revisions, wait until ``grace`` (plus :data:`GRACE_MARGIN`) has passed since
+    ``since`` (monotonic), then for the writes to stop; cbop's writes meanwhile."""
     audit.mark()
-    out = wait_pins_settled(kube, nss)
-    out["cbop"] = by_client(writes_since(audit, nss), "cbop")
-    out["pins"] = pins_state(kube, nss)
-    log(
-        f"S11 pins settled={out['settled']} in {out['seconds']:.1f} s "
-        f"(stale {out['stale_at_start']} -> {out['stale_at_end']}), "
-        f"cbop writes {sum(out['cbop'].values())}"
-    )
-    return out
+    t0 = time.monotonic()
+    if with_revisions:
+        time.sleep(max(0.0, since + sizes.grace + GRACE_MARGIN - time.monotonic()))
+    wait_writes_quiet(kube, quiet=6.0)
+    writes = writes_since(audit, nss)
+    cbop = by_client(writes, "cbop")
+    log(f"S11 after the grace: cbop writes {sum(cbop.values())}")
+    return {"seconds": time.monotonic() - t0, "cbop": cbop}
+
+
+def _single(
+    kube: KubeClient,
+    audit: AuditLog,
+    nss: list[str],
+    sizes: Options,
+    *,
+    bundle: tuple[str, str],
+    i: int,
+    with_revisions: bool,
+) -> dict[str, Any]:
+    """Change ``bundle``'s content once (the ``i``-th time after the rounds) and count
+    every write until the grace has passed and the API server is quiet."""
+    ns, name = bundle
+    round_ = sizes.changes + i
+    wait_writes_quiet(kube)
+    audit.mark()
+    t0 = time.monotonic()
+    kube.patch(CONFIGBUNDLES, ns, name, {"spec": {"data": data_of(name, round_)}})
+    wait_bundles(kube, [ns], round_, with_revisions, 1, only=frozenset({name}), poll=0.2)
+    ready = time.monotonic() - t0
+    # The rollout waits 1 s after the change; then the Deployment's controllers follow,
+    # and, once the grace has passed, the collection of what the history dropped.
+    time.sleep(2.0)
+    wait_writes_quiet(kube, quiet=6.0)
+    if with_revisions:
+        time.sleep(max(0.0, t0 + sizes.grace + GRACE_MARGIN - time.monotonic()))
+        wait_writes_quiet(kube, quiet=6.0)
+    writes = writes_since(audit, nss)
+    cbop = by_client(writes, "cbop")
+    log(f"S11 one change {i}: cbop {sum(cbop.values())} writes: {cbop}")
+    return {
+        "ready_seconds": ready,
+        "seconds": time.monotonic() - t0,
+        "cbop": cbop,
+        "kcm": by_controller(writes),
+        "cbop_list": write_list(audit, nss, "cbop"),
+    }
 
 
 def _idle(
@@ -436,6 +533,9 @@ class Revisions(Defaults):
 
     def markdown(self, results: Mapping[str, Any]) -> list[str]:
         return report.markdown(results)
+
+    def goals(self, results: Mapping[str, Any]) -> list[str]:
+        return report.goals(results)
 
 
 REVISIONS = Revisions()

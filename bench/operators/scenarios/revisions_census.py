@@ -1,35 +1,63 @@
-"""S11's counts: cbop's writes from the audit log, and the revisions against what holds them.
+"""The revisions scenarios' counts: writes from the audit log, the pin policy, the census.
 
 Writes are counted per client from kube-apiserver's audit log (the policy rules of
-:func:`audit_write_rules`). The census reads the cluster as it is: the revisions of each
-bundle, the ReplicaSets that exist and the ``cbop.dev/revisions`` mapping of their
-templates, and (cbop 0.2.0) each namespace's pins ConfigMap (``cbop-revisions``), whose
-entries say which revisions a template digest reads.
+:func:`audit_write_rules`), and each ConfigMap write is told apart by the name it
+writes: a revision (``<plain>-<10 hex digits>``) or a plain ConfigMap. The census reads
+the cluster as it is: each bundle's revisions against ``keep`` plus the revisions the
+templates that may still create a pod name (the ``cbop.dev/revisions`` mapping of the
+Deployments, ReplicaSets and pods that exist), and the owner references the revisions
+carry.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from bench.operators.apiserver import WRITE_VERBS, AuditLog, wait_api_quiet
-from cbop.api.revisions import LABEL_REVISION_OF
-from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, DEPLOYMENTS, REPLICASETS, KubeClient
-from cbop.revisions.legacy import PARAMS_NAME, owner_pins_key, parse_pins, pins_key
-from cbop.revisions.model import mapping_of
-from cbop.rollout import ANNOTATION_CONFIG_HASH
+import yaml
 
-#: Resources whose writes the audit log records for S11 and the quiet waits watch.
+from bench.operators.apiserver import WRITE_VERBS, AuditLog, wait_api_quiet
+from bench.operators.cluster import REPO
+from cbop.api.revisions import LABEL_REVISION_OF
+from cbop.kube import (
+    CONFIGBUNDLES,
+    CONFIGMAPS,
+    DEPLOYMENTS,
+    NAMESPACES,
+    PODS,
+    REPLICASETS,
+    ApiError,
+    KubeClient,
+    Resource,
+)
+from cbop.revisions.model import ANNOTATION_REVISIONS, LABEL_PINNED, mapping_of, pod_unpinned
+
+#: Resources whose writes the audit log records and the quiet waits watch.
 WATCHED = frozenset({"configbundles", "configmaps", "events", "deployments", "replicasets", "pods"})
-#: The resource name the write counts give the pins ConfigMaps (``cbop-revisions``),
-#: apart from the bundles' ConfigMaps and revisions.
-PINS_RESOURCE = "configmaps(pins)"
-#: Seconds the bench waits at most for the pins to settle (cbop's ``--pins-grace`` is 60).
-PINS_SETTLE_TIMEOUT = 300.0
+#: The resource name the write counts give revisions, apart from plain ConfigMaps.
+REVISION_RESOURCE = "configmaps(revision)"
 #: Audit verbs that are writes (the audit log also records some GETs, for S5).
 AUDIT_WRITES = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+#: The shipped pin policy and its binding (docs/revisions.md).
+PIN_POLICY = REPO / "manifests" / "revisions" / "pin_pods.yaml"
+POLICIES = Resource(
+    "admissionregistration.k8s.io",
+    "v1",
+    "mutatingadmissionpolicies",
+    "MutatingAdmissionPolicy",
+    namespaced=False,
+)
+BINDINGS = Resource(
+    "admissionregistration.k8s.io",
+    "v1",
+    "mutatingadmissionpolicybindings",
+    "MutatingAdmissionPolicyBinding",
+    namespaced=False,
+)
+_REVISION_NAME = re.compile(r"-[0-9a-f]{10}$")
 
 
 def audit_write_rules() -> str:
@@ -59,38 +87,88 @@ def client_of(agent: str) -> str:
     return first or "?"
 
 
-def writes_since(audit: AuditLog, namespaces: Iterable[str] | None = None) -> dict[str, int]:
-    """``client|verb|resource[/subresource]|code`` -> count of what the audit log recorded
-    since its mark on :data:`WATCHED`, for objects in ``namespaces`` (all when None)."""
+def is_revision_name(name: str) -> bool:
+    """Whether ``name`` has the shape of a revision's (``<plain>-<10 hex digits>``)."""
+    return bool(_REVISION_NAME.search(name))
+
+
+def object_of(ref: Mapping[str, Any]) -> str:
+    """``resource[/subresource]`` of an audit event's ``objectRef``, a revision's
+    ConfigMap as :data:`REVISION_RESOURCE`."""
+    resource = str(ref.get("resource", "?"))
+    if resource == "configmaps" and is_revision_name(str(ref.get("name", ""))):
+        resource = REVISION_RESOURCE
+    sub = ref.get("subresource")
+    return f"{resource}/{sub}" if sub else resource
+
+
+def write_events(
+    audit: AuditLog, namespaces: Iterable[str] | None = None
+) -> Iterable[dict[str, Any]]:
+    """The audit events since the mark that completed a write on :data:`WATCHED` in
+    ``namespaces`` (all when None)."""
     keep = set(namespaces) if namespaces is not None else None
-
-    def key(event: dict[str, Any]) -> str | None:
-        if event.get("stage") != "ResponseComplete":
-            return None
+    for event in audit.events():
+        if event.get("stage") != "ResponseComplete" or event.get("verb") not in AUDIT_WRITES:
+            continue
         ref = event.get("objectRef") or {}
-        resource = ref.get("resource", "?")
-        if resource not in WATCHED or (keep is not None and ref.get("namespace") not in keep):
-            return None
-        sub = ref.get("subresource")
-        what = f"{resource}/{sub}" if sub else resource
-        if resource == "configmaps" and ref.get("name") == PARAMS_NAME:
-            what = PINS_RESOURCE
-        code = (event.get("responseStatus") or {}).get("code", 0)
-        return "|".join(
-            (client_of(str(event.get("userAgent", "?"))), event["verb"], what, str(code))
-        )
+        if ref.get("resource") not in WATCHED:
+            continue
+        if keep is not None and ref.get("namespace") not in keep:
+            continue
+        yield event
 
-    return audit.count(key)
+
+def writes_since(audit: AuditLog, namespaces: Iterable[str] | None = None) -> dict[str, int]:
+    """``client|verb|object|code`` -> count of the writes the audit log recorded since its
+    mark on :data:`WATCHED`, for objects in ``namespaces`` (all when None); the object is
+    :func:`object_of`."""
+    out: dict[str, int] = {}
+    for event in write_events(audit, namespaces):
+        code = (event.get("responseStatus") or {}).get("code", 0)
+        key = "|".join(
+            (
+                client_of(str(event.get("userAgent", "?"))),
+                event["verb"],
+                object_of(event.get("objectRef") or {}),
+                str(code),
+            )
+        )
+        out[key] = out.get(key, 0) + 1
+    return out
+
+
+def write_list(audit: AuditLog, namespaces: Iterable[str], client: str) -> list[str]:
+    """Every write of ``client`` since the mark, in order: ``verb object name code``."""
+    out = []
+    for event in write_events(audit, namespaces):
+        if client_of(str(event.get("userAgent", "?"))) != client:
+            continue
+        ref = event.get("objectRef") or {}
+        code = (event.get("responseStatus") or {}).get("code", 0)
+        out.append(f"{event['verb']} {object_of(ref)} {ref.get('name', '')} {code}")
+    return out
 
 
 def by_client(writes: Mapping[str, int], client: str) -> dict[str, int]:
     """The writes of ``client`` (``cbop``, or a prefix such as ``kube-controller-manager``)
-    as ``verb resource code`` -> count."""
+    as ``verb object code`` -> count."""
     out: dict[str, int] = {}
     for key, n in writes.items():
         who, verb, what, code = key.split("|")
         if verb in AUDIT_WRITES and (who == client or who.startswith(client + "/")):
             k = f"{verb} {what} {code}"
+            out[k] = out.get(k, 0) + n
+    return dict(sorted(out.items()))
+
+
+def by_controller(writes: Mapping[str, int]) -> dict[str, int]:
+    """kube-controller-manager's writes as ``controller verb object code`` -> count."""
+    out: dict[str, int] = {}
+    for key, n in writes.items():
+        who, verb, what, code = key.split("|")
+        if who.startswith("kube-controller-manager/") and verb in AUDIT_WRITES:
+            k = f"{who.split('/', 1)[1]} {verb} {what} {code}"
             out[k] = out.get(k, 0) + n
     return dict(sorted(out.items()))
 
@@ -115,6 +193,11 @@ def deployments_baselined(kube: KubeClient, namespaces: list[str]) -> int:
     )
 
 
+def deployments_pinned(kube: KubeClient, namespaces: list[str], plains: int) -> int:
+    """How many Deployments' templates name a revision of ``plains`` ConfigMaps."""
+    return sum(1 for d in list_all(kube, DEPLOYMENTS, namespaces) if len(mapping_of(d)) >= plains)
+
+
 def generations(kube: KubeClient, namespaces: list[str]) -> dict[str, int]:
     return {
         f"{d['metadata']['namespace']}/{d['metadata']['name']}": int(d["metadata"]["generation"])
@@ -122,171 +205,142 @@ def generations(kube: KubeClient, namespaces: list[str]) -> dict[str, int]:
     }
 
 
-def _digest_of(obj: Mapping[str, Any]) -> str:
-    template = (obj.get("spec") or {}).get("template") or {}
-    return str(
-        ((template.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_CONFIG_HASH, "")
-    )
+# ---------------------------------------------------------------------- the policy
 
 
-def held_pins_keys(kube: KubeClient, ns: str) -> set[str]:
-    """The pins keys something in ``ns`` still carries: the template digest of every
-    ReplicaSet and Deployment (:func:`pins_key`), and ``Deployment.<name>``
-    (:func:`owner_pins_key`) of a Deployment whose template or one of whose ReplicaSets
-    carries no digest."""
-    keys: set[str] = set()
-    for d in kube.list(DEPLOYMENTS, ns)["items"]:
-        digest = _digest_of(d)
-        if digest:
-            keys.add(pins_key(digest))
-        else:
-            keys.add(owner_pins_key("Deployment", d["metadata"]["name"]))
-    for rs in kube.list(REPLICASETS, ns)["items"]:
-        digest = _digest_of(rs)
-        if digest:
-            keys.add(pins_key(digest))
-            continue
-        for ref in rs["metadata"].get("ownerReferences") or ():
-            if ref.get("kind") == "Deployment" and ref.get("controller"):
-                keys.add(owner_pins_key("Deployment", ref["name"]))
-    return keys
+def install_pin_policy(kube: KubeClient, probe_namespace: str, timeout: float = 120.0) -> float:
+    """Create the shipped pin policy and binding (:data:`PIN_POLICY`) unless there, and
+    wait until it pins a probe pod (created with ``dryRun`` in ``probe_namespace``, made
+    here and deleted after); return the seconds waited.
 
-
-def pins_state(kube: KubeClient, namespaces: list[str]) -> dict[str, Any]:
-    """Per namespace, the pins ConfigMap's entries, size (bytes of its data as compact
-    JSON) and stale entries (keys nothing in :func:`held_pins_keys` carries)."""
-    entries: dict[str, int] = {}
-    size: dict[str, int] = {}
-    stale: dict[str, int] = {}
-    versions: dict[str, str] = {}
-    for ns in namespaces:
-        cm = _pins_cm(kube, ns)
-        data = dict(cm.get("data") or {})
-        entries[ns] = len(data)
-        size[ns] = len(json.dumps(data, separators=(",", ":")))
-        versions[ns] = str((cm.get("metadata") or {}).get("resourceVersion", ""))
-        stale[ns] = len(set(data) - held_pins_keys(kube, ns)) if data else 0
-    return {"entries": entries, "bytes": size, "stale": stale, "versions": versions}
-
-
-def wait_pins_settled(
-    kube: KubeClient, namespaces: list[str], timeout: float = PINS_SETTLE_TIMEOUT
-) -> dict[str, Any]:
-    """Wait until every pins ConfigMap of ``namespaces`` holds no stale entry
-    (:func:`pins_state`), then for the writes that follow (revisions released) to stop.
-
-    Returns:
-        ``settled`` (bool), ``seconds`` waited in all, ``stale_at_start`` (entries),
-        ``seconds_to_no_stale``.
+    Raises:
+        TimeoutError: no probe pod was pinned within ``timeout`` seconds.
     """
-    t0 = time.monotonic()
-    first = pins_state(kube, namespaces)
-    state = first
-    while sum(state["stale"].values()) and time.monotonic() - t0 < timeout:
-        time.sleep(2.0)
-        state = pins_state(kube, namespaces)
-    to_clean = time.monotonic() - t0
-    wait_writes_quiet(kube, quiet=6.0)
-    return {
-        "settled": not sum(state["stale"].values()),
-        "seconds": time.monotonic() - t0,
-        "seconds_to_no_stale": to_clean,
-        "stale_at_start": sum(first["stale"].values()),
-        "stale_at_end": sum(state["stale"].values()),
+    for doc in yaml.safe_load_all(PIN_POLICY.read_text()):
+        res = POLICIES if doc["kind"] == "MutatingAdmissionPolicy" else BINDINGS
+        try:
+            kube.create(res, None, doc)
+        except ApiError as err:
+            if not err.is_already_exists:
+                raise
+    kube.create(NAMESPACES, None, {"metadata": {"name": probe_namespace}})
+    probe = {
+        "metadata": {
+            "generateName": "probe-",
+            "labels": {LABEL_PINNED: "true"},
+            "annotations": {ANNOTATION_REVISIONS: "probe=probe-0123456789"},
+        },
+        "spec": {
+            "containers": [{"name": "c", "image": "registry.invalid/probe:1"}],
+            "volumes": [{"name": "probe", "configMap": {"name": "probe"}}],
+        },
     }
+    t0 = time.monotonic()
+    try:
+        while time.monotonic() - t0 < timeout:
+            pod = kube.create(PODS, probe_namespace, probe, dry_run=True)
+            if pod["spec"]["volumes"][0]["configMap"]["name"] == "probe-0123456789":
+                return time.monotonic() - t0
+            time.sleep(0.5)
+    finally:
+        kube.delete(NAMESPACES, None, probe_namespace)
+    raise TimeoutError(f"the pin policy did not pin a pod within {timeout:.0f} s")
+
+
+# ----------------------------------------------------------------------- census
+
+
+def _plain_of(revision: str) -> str:
+    return revision[: -(1 + 10)]
 
 
 def census(kube: KubeClient, namespaces: list[str], keep: int) -> dict[str, Any]:
-    """The revisions that exist against what holds them (see the module docstring)."""
+    """The revisions that exist against what names them (see the module docstring).
+
+    Per plain ConfigMap: its revisions, the current one (the bundle's
+    ``status.revision``), the ones named by a Deployment's, ReplicaSet's or pod's
+    mapping. ``over_bound``: revisions beyond ``keep`` plus the named ones;
+    ``unnamed_past_keep``: revisions neither current, nor among the newest ``keep``
+    (creation time, then name), nor named (what collection deletes once the grace has
+    passed); ``referenced_missing``: named and gone.
+    """
     revisions = list_all(kube, CONFIGMAPS, namespaces, label_selector=LABEL_REVISION_OF)
     replicasets = list_all(kube, REPLICASETS, namespaces)
-    live_rs = {rs["metadata"]["uid"] for rs in replicasets}
-    referenced: dict[str, set[str]] = {}  # bundle key -> revision names the history reads
-    rs_per_deployment: dict[str, int] = {}
-    rs_with_pods = 0
-    for ns in namespaces:
-        pins = _pins_data(kube, ns)
-        for key in held_pins_keys(kube, ns):
-            for plain, revision in parse_pins(pins.get(key, "")).items():
-                referenced.setdefault(f"{ns}/{plain}", set()).add(revision)
-        for rs in (r for r in replicasets if r["metadata"]["namespace"] == ns):
-            owners: list[dict[str, Any]] = rs["metadata"].get("ownerReferences") or [{}]
-            owner = owners[0].get("name", "?")
-            rs_per_deployment[f"{ns}/{owner}"] = rs_per_deployment.get(f"{ns}/{owner}", 0) + 1
-            if int((rs.get("spec") or {}).get("replicas") or 0) > 0:
-                rs_with_pods += 1
-            template = (rs.get("spec") or {}).get("template") or {}
-            digest = ((template.get("metadata") or {}).get("annotations") or {}).get(
-                ANNOTATION_CONFIG_HASH, ""
-            )
-            # The template's own mapping (cbop 0.3.0), then 0.2.0's pins entry.
-            for plain, revision in mapping_of(rs).items():
-                referenced.setdefault(f"{ns}/{plain}", set()).add(revision)
-            entry = pins.get(pins_key(digest)) if digest else None
-            if entry is None:
-                continue
-            for plain, revision in parse_pins(entry).items():
-                referenced.setdefault(f"{ns}/{plain}", set()).add(revision)
-    existing: dict[str, set[str]] = {}
-    held_by_bundle: dict[str, set[str]] = {}
-    orphans = ownerless = held_by_history_only = 0
+    deployments = list_all(kube, DEPLOYMENTS, namespaces)
+    pods = list_all(kube, PODS, namespaces)
+    bundles = list_all(kube, CONFIGBUNDLES, namespaces)
+    named: dict[str, set[str]] = {}  # ns/plain -> revisions some template names
+    for obj in (*deployments, *replicasets, *pods):
+        ns = obj["metadata"]["namespace"]
+        for plain, revision in mapping_of(obj).items():
+            named.setdefault(f"{ns}/{plain}", set()).add(revision)
+    current: dict[str, str] = {}
+    for b in bundles:
+        rev = (b.get("status") or {}).get("revision")
+        if isinstance(rev, str):
+            current[f"{b['metadata']['namespace']}/{_plain_of(rev)}"] = rev
+    existing: dict[str, list[dict[str, Any]]] = {}
+    owners_max = ownerless = other_owners = 0
+    size_max = 0
     for cm in revisions:
         meta = cm["metadata"]
-        key = f"{meta['namespace']}/{meta['labels'][LABEL_REVISION_OF]}"
-        existing.setdefault(key, set()).add(meta["name"])
+        existing.setdefault(f"{meta['namespace']}/{_plain_of(meta['name'])}", []).append(cm)
         refs = meta.get("ownerReferences") or ()
-        bundle = any(r.get("kind") == CONFIGBUNDLES.kind for r in refs)
-        history = any(r.get("kind") == "ReplicaSet" and r.get("uid") in live_rs for r in refs)
-        if bundle:
-            held_by_bundle.setdefault(key, set()).add(meta["name"])
-        elif history:
-            held_by_history_only += 1
-        else:
-            orphans += 1
-            ownerless += not refs
-    over_bound = missing = 0
-    bound_total = 0
-    for key in set(existing) | set(referenced):
-        have = existing.get(key, set())
-        refs_ = referenced.get(key, set())
+        owners_max = max(owners_max, len(refs))
+        ownerless += not refs
+        other_owners += any(r.get("kind") != CONFIGBUNDLES.kind for r in refs)
+        size_max = max(size_max, len(json.dumps(cm, separators=(",", ":"))))
+    over_bound = missing = unnamed_past_keep = bound_total = 0
+    for key in set(existing) | set(named):
+        have = existing.get(key, [])
+        names = {cm["metadata"]["name"] for cm in have}
+        refs_ = named.get(key, set())
         bound = keep + len(refs_)
         bound_total += bound
         over_bound += max(0, len(have) - bound)
-        missing += len(refs_ - have)
-    per_bundle = [len(v) for v in existing.values()]
-    pins = pins_state(kube, namespaces)
+        missing += len(refs_ - names)
+        newest = sorted(
+            (cm for cm in have if cm["metadata"]["name"] != current.get(key)),
+            key=lambda cm: (cm["metadata"].get("creationTimestamp", ""), cm["metadata"]["name"]),
+            reverse=True,
+        )[: max(keep - 1, 0)]
+        kept = {cm["metadata"]["name"] for cm in newest} | {current.get(key, "")} | refs_
+        unnamed_past_keep += len(names - kept)
+    per_deployment: dict[str, int] = {}
+    for rs in replicasets:
+        owners: list[dict[str, Any]] = rs["metadata"].get("ownerReferences") or [{}]
+        key = f"{rs['metadata']['namespace']}/{owners[0].get('name', '?')}"
+        per_deployment[key] = per_deployment.get(key, 0) + 1
+    pinned = [p for p in pods if (p["metadata"].get("labels") or {}).get(LABEL_PINNED) == "true"]
     return {
         "revisions": len(revisions),
-        "bundles_with_revisions": len(existing),
-        "max_per_bundle": max(per_bundle, default=0),
-        "held_by_bundle": sum(len(v) for v in held_by_bundle.values()),
-        "max_held_by_bundle": max((len(v) for v in held_by_bundle.values()), default=0),
-        # Held by the bundle past its newest keep though the history names none of them.
-        "held_unreferenced_over_keep": sum(
-            max(0, len(v - referenced.get(k, set())) - keep) for k, v in held_by_bundle.items()
-        ),
-        "held_by_history_only": held_by_history_only,
-        "orphans": orphans,
-        "ownerless": ownerless,
-        "referenced": sum(len(v) for v in referenced.values()),
-        "referenced_missing": missing,
+        "configmaps_with_revisions": len(existing),
+        "max_per_configmap": max((len(v) for v in existing.values()), default=0),
+        "named": sum(len(v) for v in named.values()),
         "bound": bound_total,
         "over_bound": over_bound,
+        "unnamed_past_keep": unnamed_past_keep,
+        "referenced_missing": missing,
+        "max_owner_references": owners_max,
+        "ownerless": ownerless,
+        "owned_by_others": other_owners,
+        "max_revision_bytes": size_max,
         "replicasets": len(replicasets),
-        "max_replicasets_per_deployment": max(rs_per_deployment.values(), default=0),
-        "replicasets_with_replicas": rs_with_pods,
-        "pins_bytes": pins["bytes"],
-        "pins_entries": pins["entries"],
-        "pins_stale": pins["stale"],
+        "max_replicasets_per_deployment": max(per_deployment.values(), default=0),
+        "replicasets_pinned": sum(
+            1
+            for rs in replicasets
+            if ((rs["spec"].get("template") or {}).get("metadata") or {})
+            .get("labels", {})
+            .get(LABEL_PINNED)
+            == "true"
+        ),
+        "pods": len(pods),
+        "pods_pinned_label": len(pinned),
+        "pods_reading_plain": sum(1 for p in pinned if pod_unpinned(p)),
     }
 
 
-def _pins_cm(kube: KubeClient, ns: str) -> dict[str, Any]:
-    try:
-        return dict(kube.get(CONFIGMAPS, ns, PARAMS_NAME))
-    except Exception:  # noqa: BLE001 - none there
-        return {}
-
-
-def _pins_data(kube: KubeClient, ns: str) -> dict[str, Any]:
-    return dict(_pins_cm(kube, ns).get("data") or {})
+def write_json_size(obj: Any) -> int:
+    """Bytes of ``obj`` as compact JSON (what a write sends or stores, near enough)."""
+    return len(json.dumps(obj, separators=(",", ":")))

@@ -21,6 +21,7 @@ read the caches, call these and write.
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -75,6 +76,8 @@ LABEL_PINNED_BASELINE: Final = "cbop.dev/pinned-baseline"
 CONDITION_PINNED: Final = "Pinned"
 
 _HEX: Final = frozenset("0123456789abcdef")
+#: Distinct mapping values whose parse is kept (a few per template in use).
+_PARSES_KEPT: Final = 4096
 _CONTAINER_LISTS: Final = ("initContainers", "containers")
 
 
@@ -116,12 +119,23 @@ def parse_mapping(value: object) -> dict[str, str]:
     """
     if not isinstance(value, str):
         return {}
+    return dict(_parsed(value))
+
+
+@functools.lru_cache(maxsize=_PARSES_KEPT)
+def _parsed(value: str) -> tuple[tuple[str, str], ...]:
+    """Return the pairs :func:`parse_mapping` keeps of ``value``, parsed once per value.
+
+    Every ReplicaSet, ControllerRevision and pod of a template carries its template's
+    value, and a bundle's reconcile reads it from every holder: a few distinct values,
+    each read once per holder per reconcile. Kept as a tuple so no caller can change it.
+    """
     last: dict[str, str] = {}
     for pair in value.split(","):
         plain, sep, revision = pair.strip().partition("=")
         if sep and plain:
             last[plain] = revision
-    return {plain: revision for plain, revision in last.items() if valid_pair(plain, revision)}
+    return tuple((plain, rev) for plain, rev in last.items() if valid_pair(plain, rev))
 
 
 def template_metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:

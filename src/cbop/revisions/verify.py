@@ -124,9 +124,13 @@ class Verifier:
             if meta.get("deletionTimestamp"):
                 continue
             revision = mapping_of(holder)[plain]
+            missing = revision not in exists and self._configmaps.get(namespace, revision) is None
+            unpinned = [r for r in pod_unpinned(holder) if r.name == plain] if kind == "Pod" else []
+            if not (missing or unpinned):
+                continue
             owner_kind, owner = history.workload_of(kind, holder)
             named_by = f"{owner_kind}/{owner['metadata']['name']}"
-            if revision not in exists and self._configmaps.get(namespace, revision) is None:
+            if missing:
                 objects[named_by] = _with_kind(owner_kind, owner)
                 findings.append(
                     Finding(
@@ -136,18 +140,16 @@ class Verifier:
                         "and whose content cbop no longer has: its new pods cannot start",
                     )
                 )
-            if kind == "Pod":
-                for ref in pod_unpinned(holder):
-                    if ref.name == plain:
-                        objects[named_by] = _with_kind(owner_kind, owner)
-                        findings.append(
-                            Finding(
-                                PinnedReason.POD_NOT_PINNED,
-                                named_by,
-                                f"pod {meta['name']} reads ConfigMap {plain} in {ref.where}, "
-                                f"not revision {revision}",
-                            )
-                        )
+            for ref in unpinned:
+                objects[named_by] = _with_kind(owner_kind, owner)
+                findings.append(
+                    Finding(
+                        PinnedReason.POD_NOT_PINNED,
+                        named_by,
+                        f"pod {meta['name']} reads ConfigMap {plain} in {ref.where}, "
+                        f"not revision {revision}",
+                    )
+                )
         state = self._policy.state() if self._policy is not None else None
         verdict = pinned_verdict(
             plain,
