@@ -11,6 +11,11 @@ maps the source to its readers and each reader is reconciled three times: the pa
 writes its ConfigMap, the pass its ConfigMap's watch event brings, that writes its status,
 and the pass the status's own watch event brings, that writes nothing.
 
+With ``--secrets``, S13's shape instead: the source is a ``kubernetes.io/tls`` Secret
+(about 3 KiB: ``tls.crt``, ``tls.key``, ``ca.crt``), each bundle keeps a Secret
+(``target.kind: Secret``) from it alone, and the change renews ``tls.crt`` and
+``tls.key``; the writes are one Secret update and one status patch per bundle.
+
 With ``--thin``, the change's writes are answered by a stand-in that only bumps the
 resourceVersion (no copies, no field tracking) and their watch events are the written
 objects put in the caches between passes: the figure is then cbop's own reconcile code.
@@ -24,11 +29,13 @@ HTTP and watch never are.
 
     PYTHONPATH=src .venv/bin/python -m bench.sourcechange
     PYTHONPATH=src .venv/bin/python -m bench.sourcechange --merge --profile /tmp/s.prof
+    PYTHONPATH=src .venv/bin/python -m bench.sourcechange --secrets --profile /tmp/s.prof
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import cProfile
 import datetime
 import os
@@ -39,10 +46,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cbop.configbundle import Reconciler
-from cbop.configbundle.controller import SOURCE_INDEX, bundles_reading, index_by_source
+from cbop.configbundle.controller import (
+    SECRET_SOURCE_PREFIX,
+    SOURCE_INDEX,
+    bundles_reading,
+    index_by_source,
+)
 from cbop.informers import CONTROLLER_UID_INDEX, index_by_controller_uid
-from cbop.kube import CONFIGBUNDLES, CONFIGMAPS
+from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, SECRETS, Resource
 from cbop.logconfig import configure_logging
+from cbop.secretaccess import DigestKey, SecretsScope
 from cbop_testing.fakekube import CacheLister, FakeKube
 
 NOW = datetime.datetime(2026, 12, 1, tzinfo=datetime.UTC)
@@ -58,6 +71,41 @@ def source_body(value: str) -> dict[str, Any]:
             "labels": {"cbop.dev/source": "true"},
         },
         "data": {"v": value, "common.yaml": COMMON},
+    }
+
+
+def _pem(kind: str, value: str, size: int) -> str:
+    body = base64.b64encode((value * size).encode()[:size]).decode()
+    return f"-----BEGIN {kind}-----\n{body}\n-----END {kind}-----\n"
+
+
+def secret_source_body(value: str) -> dict[str, Any]:
+    """S13's source: a TLS Secret whose certificate and key change with ``value``."""
+    plain = {
+        "tls.crt": _pem("CERTIFICATE", value, 900),
+        "tls.key": _pem("PRIVATE KEY", value, 1200),
+        "ca.crt": _pem("CERTIFICATE", "ca", 900),
+    }
+    return {
+        "metadata": {
+            "name": "s10-source",
+            "namespace": SOURCE_NS,
+            "labels": {"cbop.dev/source": "true"},
+        },
+        "type": "kubernetes.io/tls",
+        "data": {k: base64.b64encode(v.encode()).decode() for k, v in plain.items()},
+    }
+
+
+def secret_bundle_body(i: int) -> dict[str, Any]:
+    return {
+        "apiVersion": CONFIGBUNDLES.api_version,
+        "kind": CONFIGBUNDLES.kind,
+        "metadata": {"name": f"r-{i:04d}", "namespace": SOURCE_NS, "generation": 1},
+        "spec": {
+            "target": {"kind": "Secret", "type": "kubernetes.io/tls"},
+            "sources": [{"secret": {"name": "s10-source"}}],
+        },
     }
 
 
@@ -81,23 +129,42 @@ def bundle_body(i: int, merge: bool) -> dict[str, Any]:
 class World:
     """The fake API server, the informer caches synced from it, and one reconciler."""
 
-    def __init__(self, bundles: int, merge: bool) -> None:
+    def __init__(self, bundles: int, merge: bool, secrets: bool = False) -> None:
         self.kube = FakeKube()
-        self.kube.tracker.add(CONFIGMAPS, source_body("1"))
+        #: The source's kind, and what each bundle keeps.
+        self.kind: Resource = SECRETS if secrets else CONFIGMAPS
+        self.kube.tracker.add(self.kind, secret_source_body("1") if secrets else source_body("1"))
         for i in range(bundles):
-            self.kube.tracker.add(CONFIGBUNDLES, bundle_body(i, merge))
+            body = secret_bundle_body(i) if secrets else bundle_body(i, merge)
+            self.kube.tracker.add(CONFIGBUNDLES, body)
         self.bundles = CacheLister(indexers={SOURCE_INDEX: index_by_source})
         self.configmaps = CacheLister(indexers={CONTROLLER_UID_INDEX: index_by_controller_uid})
         self.sources = CacheLister()
+        self.secret_targets = CacheLister(indexers={CONTROLLER_UID_INDEX: index_by_controller_uid})
+        self.secret_sources = CacheLister()
         self.sync()
+        extra: dict[str, Any] = {}
+        if secrets:
+            extra = {
+                "secrets": SecretsScope(enabled=True),
+                "secret_targets": self.secret_targets,
+                "secret_sources": self.secret_sources,
+                "digest_key": DigestKey(self.kube, SOURCE_NS, "cbop-digest-key"),
+            }
         self.reconciler = Reconciler(
             client=self.kube,
             bundles=self.bundles,
             configmaps=self.configmaps,
             sources=self.sources,
             now=lambda: NOW,
+            **extra,
         )
         self.readers = bundles_reading(self.bundles)  # type: ignore[arg-type]
+        #: By "the source is a Secret": its readers.
+        self.readers_of = {
+            False: self.readers,
+            True: bundles_reading(self.bundles, SECRET_SOURCE_PREFIX),  # type: ignore[arg-type]
+        }
 
     def sync(self) -> None:
         tracker = self.kube.tracker
@@ -109,6 +176,19 @@ class World:
             if (o["metadata"].get("labels") or {}).get("cbop.dev/source") == "true"
         ]
         self.sources.indexer.replace(labelled, tracker.resource_version)
+        secrets = tracker.objects(SECRETS)
+        managed = [
+            o
+            for o in secrets
+            if (o["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by") == "cbop"
+        ]
+        self.secret_targets.indexer.replace(managed, tracker.resource_version)
+        sources = [
+            o
+            for o in secrets
+            if (o["metadata"].get("labels") or {}).get("cbop.dev/source") == "true"
+        ]
+        self.secret_sources.indexer.replace(sources, tracker.resource_version)
 
     def writes(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -129,20 +209,25 @@ class World:
             self.sync()
 
     def change(self, value: str, thin: bool = False) -> tuple[list[float], dict[str, int]]:
-        """Change the source's ``v``; reconcile its readers three times (the ConfigMaps,
-        the statuses, the statuses' own events). Returns CPU s of each pass, writes."""
-        current = self.kube.tracker.get(CONFIGMAPS, SOURCE_NS, "s10-source")
-        body = {**current, "data": {**current["data"], "v": value}}
-        self.kube.update(CONFIGMAPS, SOURCE_NS, "s10-source", body)
+        """Change the source's ``v`` (a Secret: renew it); reconcile its readers three
+        times (the targets, the statuses, the statuses' own events). Returns CPU s of each
+        pass, writes."""
+        current = self.kube.tracker.get(self.kind, SOURCE_NS, "s10-source")
+        if self.kind is SECRETS:
+            body = {**current, "data": secret_source_body(value)["data"]}
+        else:
+            body = {**current, "data": {**current["data"], "v": value}}
+        self.kube.update(self.kind, SOURCE_NS, "s10-source", body)
         self.sync()
         self.kube.clear_actions()
         stand_in = Thin(self) if thin else None
         passes = []
         for _ in range(3):  # the ConfigMap writes, the statuses, then nothing
             started = time.process_time()
-            changed = self.sources.get(SOURCE_NS, "s10-source")
+            cache = self.secret_sources if self.kind is SECRETS else self.sources
+            changed = cache.get(SOURCE_NS, "s10-source")
             assert changed is not None
-            for key in self.readers(changed):
+            for key in self.readers_of[self.kind is SECRETS](changed):
                 self.reconciler.reconcile(key)
             passes.append(time.process_time() - started)
             if stand_in is not None:
@@ -193,7 +278,8 @@ class Thin:
     def deliver(self) -> None:
         """The watch events of the pass's writes: the written objects into the caches."""
         for kind, obj in self._written:
-            cache = self.world.configmaps if kind == "configmaps" else self.world.bundles
+            caches = {"configmaps": self.world.configmaps, "secrets": self.world.secret_targets}
+            cache = caches.get(kind, self.world.bundles)
             cache.indexer.update(obj)
         self._written = []
 
@@ -202,6 +288,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.sourcechange", description=__doc__)
     parser.add_argument("--bundles", type=int, default=1000, help="readers of the source")
     parser.add_argument("--merge", action="store_true", help="each merges common.yaml")
+    parser.add_argument("--secrets", action="store_true", help="S13's shape: Secrets")
     parser.add_argument("--repeat", type=int, default=3, help="changes; the best counts")
     parser.add_argument("--profile", help="write a cProfile of one change to this file")
     parser.add_argument("--thin", action="store_true", help="writes answered by a stand-in")
@@ -211,12 +298,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         configure_logging("info", "json")
     finally:
         sys.stderr = stderr
-    world = World(args.bundles, args.merge)
+    world = World(args.bundles, args.merge, args.secrets)
     world.converge()
     runs, by_pass = [], []
     for n in range(args.repeat):
         passes, writes = world.change(str(n + 2), thin=args.thin)
-        expected = {"update configmaps": args.bundles, "patch/status configbundles": args.bundles}
+        target = "secrets" if args.secrets else "configmaps"
+        expected = {f"update {target}": args.bundles, "patch/status configbundles": args.bundles}
         assert writes == expected, writes
         runs.append(sum(passes))
         by_pass.append(passes)
@@ -238,13 +326,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         pstats.Stats(args.profile, stream=sys.stderr).sort_stats("tottime").print_stats(30)
     print(f"Python {sys.version.split()[0]}, load average {os.getloadavg()[0]:.2f}")
     shape = "merging common.yaml" if args.merge else "no merge"
+    if args.secrets:
+        shape = "Secret targets from a renewed TLS Secret"
     shape += ", writes answered by a stand-in" if args.thin else ""
     best = by_pass[runs.index(min(runs))]
     print(
         f"{args.bundles} readers, {shape}: CPU s per change "
         + " / ".join(f"{r:.3f}" for r in runs)
         + f" (best {min(runs):.3f}; {1000 * min(runs) / args.bundles:.3f} ms per reader; "
-        + "ConfigMaps / statuses / their events "
+        + ("Secrets" if args.secrets else "ConfigMaps")
+        + " / statuses / their events "
         + " / ".join(f"{p:.3f}" for p in best)
         + f"){share}"
     )

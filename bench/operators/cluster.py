@@ -34,9 +34,16 @@ CANARY = "canary"
 CANARY_INDEX = 1_000_000
 
 
+#: The bench's own User-Agent: an audit log tells its requests (the /metrics reads of
+#: the request counts among them) from cbop's, whose agent is ``cbop/<version>``.
+BENCH_AGENT = "cbop-bench/operators"
+
+
 def client(kubeconfig: Path) -> KubeClient:
     """A client without client-side rate limiting, with a pool large enough for the loader."""
-    return KubeClient.from_config(kubeconfig=str(kubeconfig), qps=0, pool_size=32)
+    return KubeClient.from_config(
+        kubeconfig=str(kubeconfig), qps=0, pool_size=32, user_agent=BENCH_AGENT
+    )
 
 
 def install_crd(kubectl: Path, kubeconfig: Path, path: Path = CRD) -> None:

@@ -21,7 +21,7 @@ Doc = Mapping[str, Any]
 
 #: Fields that identify a record in a list of records.
 _IDENTITY = ("setup", "impl", "label", "n", "round", "workers")
-_MINE = r"(configbundles|configmaps|events|clusterconfigbundles)"
+_MINE = r"(configbundles|configmaps|events|clusterconfigbundles|secrets)"
 #: Leaves that are counts, by path (a record in a list is ``key[identity]``).
 COUNTS = [
     re.compile(p)
@@ -39,6 +39,11 @@ COUNTS = [
         rf"|reported|configmap_gets|configmap_writes|status_writes|writes_by_code\..*"
         rf"|modified_per_configmap\..*|requests\.(?!WATCH)\w+\|{_MINE}\|.*))"
         r"|cbop\.(idle\.(writes|by_kind\..*)|unlabelled|merge\.\w+\.update\.complete))$",
+        rf"^s13\.(bundles|raw\.(complete|writes_by_code\..*)|(peer|cbop)\.(converge\.complete"
+        rf"|change\.(complete|secret_gets|operator_gets|gets_by_client\..*|secret_writes"
+        rf"|status_writes|writes_by_code\..*"
+        rf"|modified_per_secret\..*|requests\.(?!WATCH)\w+\|{_MINE}\|.*))"
+        r"|cbop\.(idle\.(writes|by_kind\..*)|unlabelled))$",
         r"^s11\.variants\.\w+\.(rounds\.\d+\.(complete|cbop\..*)|rollouts|census(_single)?\..*"
         r"|idle_\w+\.cbop\..*|fresh\.writes\..*|singles\.\d+\.(cbop|kcm)\..*|converge\.complete"
         r"|converge\.deployments_(cbop|kcm)\..*|after_rounds\.cbop\..*|kcm_all\..*)$",
@@ -64,6 +69,8 @@ TIMINGS = [
         r"^s10\.((raw|(peer|cbop)\.converge|cbop\.merge\.\w+\.update)\.seconds"
         r"|(peer|cbop|cbop\.merge\.\w+)\.change\.(seconds|status_seconds|cpu_seconds|cpu_seconds_status)"
         r"|cbop\.(rss_mib|rss_before_unlabelled_mib|rss_unlabelled_mib))$",
+        r"^s13\.((raw|(peer|cbop)\.change|(peer|cbop)\.converge)\.seconds"
+        r"|(peer|cbop)\.change\.cpu_seconds|cbop\.rss(_converged|_unlabelled)?_mib)$",
         r"^s11\.variants\.\w+\.(rounds\.\d+\.ready_seconds|(rss|fresh)\.steady_mib)$",
         r"^s12\.variants\.\w+\.(rounds\.\d+\.(converge|complete|bundle)_seconds"
         r"|setup\.seconds|rss\.steady_mib)$",

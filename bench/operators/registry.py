@@ -18,6 +18,7 @@ from bench.operators.scenarios.heal import HEAL
 from bench.operators.scenarios.revisions import REVISIONS
 from bench.operators.scenarios.revisions_fanout import FANOUT
 from bench.operators.scenarios.scale import SCALE
+from bench.operators.scenarios.secret_renewal import SECRET_RENEWAL
 from bench.operators.scenarios.sharded import SHARDING
 from bench.operators.scenarios.sources import SOURCES
 
@@ -34,6 +35,7 @@ SCENARIOS: Final[tuple[Scenario, ...]] = (
     SHARDING,
     CLUSTER_BUNDLES,
     SOURCES,
+    SECRET_RENEWAL,
     FANOUT,
     REVISIONS,
     APF,

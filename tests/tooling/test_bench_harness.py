@@ -21,7 +21,7 @@ from bench.operators.scenarios.scale import SCALE
 def test_every_scenario_name_selects_one_scenario() -> None:
     names = [n for sc in SCENARIOS for n in sc.names]
     assert len(names) == len(set(names))
-    assert {f"s{i}" for i in range(1, 13)} | {"apf"} == set(names)
+    assert {f"s{i}" for i in range(1, 14)} | {"apf"} == set(names)
     assert set(DEFAULT) <= set(names)
 
 
@@ -37,8 +37,8 @@ def test_quick_overrides_are_options_of_their_scenario() -> None:
 
 def test_chosen_keeps_registry_order_and_refuses_unknown_names() -> None:
     assert scenario.chosen(SCENARIOS, ["s9", "s4", "s7"]) == [BURST, SCALE, CLUSTER_BUNDLES]
-    with pytest.raises(ValueError, match="unknown scenarios: s13"):
-        scenario.chosen(SCENARIOS, ["s1", "s13"])
+    with pytest.raises(ValueError, match="unknown scenarios: s14"):
+        scenario.chosen(SCENARIOS, ["s1", "s14"])
 
 
 def test_s12_audits_its_namespaces_in_full_before_s11s_rules_apply() -> None:

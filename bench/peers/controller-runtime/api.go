@@ -23,11 +23,21 @@ type ConfigBundleSpec struct {
 	Immutable     bool              `json:"immutable,omitempty"`
 	Suspend       bool              `json:"suspend,omitempty"`
 	Sources       []BundleSource    `json:"sources,omitempty"`
+	Target        *BundleTarget     `json:"target,omitempty"`
 }
 
-// BundleSource is one entry of spec.sources (only configMap, without items or merge).
+// BundleTarget is spec.target: a Secret target (kind Secret, with --secrets) or the
+// default ConfigMap.
+type BundleTarget struct {
+	Kind string `json:"kind,omitempty"`
+	Name string `json:"name,omitempty"`
+	Type string `json:"type,omitempty"`
+}
+
+// BundleSource is one entry of spec.sources (configMap or secret, without items or merge).
 type BundleSource struct {
 	ConfigMap *ConfigMapSource `json:"configMap,omitempty"`
+	Secret    *ConfigMapSource `json:"secret,omitempty"`
 }
 
 // ConfigMapSource names a labelled source ConfigMap.
@@ -48,6 +58,7 @@ type SourceStatus struct {
 type ConfigBundleStatus struct {
 	ObservedGeneration int64              `json:"observedGeneration,omitempty"`
 	ConfigMapName      string             `json:"configMapName,omitempty"`
+	SecretName         string             `json:"secretName,omitempty"`
 	ContentHash        string             `json:"contentHash,omitempty"`
 	KeyCount           int                `json:"keyCount,omitempty"`
 	Sources            []SourceStatus     `json:"sources,omitempty"`
@@ -105,7 +116,15 @@ func (in *ConfigBundleSpec) DeepCopyInto(out *ConfigBundleSpec) {
 				ref := *src.ConfigMap
 				out.Sources[i].ConfigMap = &ref
 			}
+			if src.Secret != nil {
+				ref := *src.Secret
+				out.Sources[i].Secret = &ref
+			}
 		}
+	}
+	if in.Target != nil {
+		target := *in.Target
+		out.Target = &target
 	}
 }
 

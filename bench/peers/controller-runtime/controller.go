@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"hash"
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
@@ -40,12 +41,19 @@ type BundleReconciler struct {
 	Scheme *runtime.Scheme
 	// Sources reads the label-selected source cache (nil: no bundle's source is found).
 	Sources client.Reader
+	// Secrets serves Secret targets and sources (--secrets); DigestKey keys their digest.
+	Secrets   bool
+	DigestKey []byte
 }
 
 // contentHash frames every entry as a tag byte, then the big-endian length and bytes
 // of the key and of the value, in key order: the same digest cbop writes.
 func contentHash(data map[string]string, binaryData map[string][]byte) string {
-	h := sha256.New()
+	return "sha256:" + hex.EncodeToString(frameDigest(sha256.New(), data, binaryData))
+}
+
+// frameDigest writes contentHash's framing of the content into h and returns its sum.
+func frameDigest(h hash.Hash, data map[string]string, binaryData map[string][]byte) []byte {
 	var size [8]byte
 	frame := func(tag byte, key string, value []byte) {
 		h.Write([]byte{tag})
@@ -67,7 +75,7 @@ func contentHash(data map[string]string, binaryData map[string][]byte) string {
 	for _, k := range keys {
 		frame('b', k, binaryData[k])
 	}
-	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+	return h.Sum(nil)
 }
 
 func sortedKeys(m map[string]string) []string {
@@ -94,6 +102,9 @@ func (r *BundleReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	}
 	if !bundle.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
+	}
+	if isSecretTarget(&bundle) {
+		return r.reconcileSecret(ctx, &bundle)
 	}
 	name := configMapName(&bundle)
 	content := &composed{data: bundle.Spec.Data, binaryData: bundle.Spec.BinaryData}
@@ -184,7 +195,11 @@ func (r *BundleReconciler) syncConfigMap(ctx context.Context, b *ConfigBundle, n
 func (r *BundleReconciler) writeStatus(ctx context.Context, b *ConfigBundle, cond metav1.Condition, name, hash string, content *composed) error {
 	before := b.Status.DeepCopyStatus()
 	b.Status.ObservedGeneration = b.Generation
-	b.Status.ConfigMapName = name
+	if isSecretTarget(b) {
+		b.Status.SecretName = name
+	} else {
+		b.Status.ConfigMapName = name
+	}
 	if content != nil {
 		b.Status.ContentHash = hash
 		b.Status.KeyCount = len(content.data) + len(content.binaryData)
@@ -219,6 +234,10 @@ func (r *BundleReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manage
 		}
 		b = b.WatchesRawSource(source.Kind(sourceCache, &corev1.ConfigMap{},
 			handler.TypedEnqueueRequestsFromMapFunc(r.readersOf)))
+		if r.Secrets {
+			b = b.Owns(&corev1.Secret{}).WatchesRawSource(source.Kind(sourceCache, &corev1.Secret{},
+				handler.TypedEnqueueRequestsFromMapFunc(r.readersOfSecret)))
+		}
 	}
 	return b.Complete(r)
 }

@@ -33,7 +33,7 @@ func main() {
 	var namespace, metricsAddr, probeAddr string
 	var workers, burst int
 	var qps float64
-	var sources, clusterBundles bool
+	var sources, secrets, clusterBundles bool
 	var resync time.Duration
 	flag.StringVar(&namespace, "namespace", "", "namespace to watch (default: all)")
 	flag.IntVar(&workers, "workers", 4, "MaxConcurrentReconciles")
@@ -45,12 +45,18 @@ func main() {
 	flag.BoolVar(&sources, "sources", false,
 		"serve spec.sources: cache ConfigMaps labelled cbop.dev/source=true (a cache of their own) and "+
 			"only the managed ConfigMaps (label app.kubernetes.io/managed-by=cbop) in the manager's cache, as cbop does")
+	flag.BoolVar(&secrets, "secrets", false,
+		"serve Secret targets (spec.target.kind: Secret) and spec.sources[].secret (implies --sources): "+
+			"source Secrets in the label-selected source cache, only the managed Secrets in the manager's cache")
 	flag.BoolVar(&clusterBundles, "cluster-bundles", false,
 		"serve ClusterConfigBundles instead of ConfigBundles: write each selected namespace's ConfigMap "+
 			"directly (no ConfigBundle per namespace), caching only the ConfigMaps labelled "+labelClusterBundle)
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
+	if secrets {
+		sources = true
+	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("peer")
 
@@ -75,6 +81,11 @@ func main() {
 	if sources {
 		cacheOpts.ByObject = map[client.Object]cache.ByObject{
 			&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{labelManagedBy: managedByValue})},
+		}
+		if secrets {
+			cacheOpts.ByObject[&corev1.Secret{}] = cache.ByObject{
+				Label: labels.SelectorFromSet(labels.Set{labelManagedBy: managedByValue}),
+			}
 		}
 	}
 	if clusterBundles {
@@ -102,7 +113,7 @@ func main() {
 			log.Error(err, "setting up the distributor")
 			os.Exit(1)
 		}
-	} else if sourceCache, err = setupBundles(mgr, cacheOpts, sources, resync, workers); err != nil {
+	} else if sourceCache, err = setupBundles(mgr, cacheOpts, sources, secrets, resync, workers); err != nil {
 		log.Error(err, "setting up the controller")
 		os.Exit(1)
 	}
@@ -123,7 +134,7 @@ func main() {
 	if err := mgr.AddReadyzCheck("informers-synced", synced); err != nil {
 		panic(err)
 	}
-	log.Info("starting", "namespace", namespace, "sources", sources, "clusterBundles", clusterBundles,
+	log.Info("starting", "namespace", namespace, "sources", sources, "secrets", secrets, "clusterBundles", clusterBundles,
 		"workers", workers, "qps", cfg.QPS, "burst", cfg.Burst)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		log.Error(err, "manager exited")
@@ -132,9 +143,12 @@ func main() {
 }
 
 // setupBundles adds the ConfigBundle controller; with sources, also the label-selected
-// cache of source ConfigMaps (returned, for the readiness check).
-func setupBundles(mgr ctrl.Manager, cacheOpts cache.Options, sources bool, resync time.Duration, workers int) (cache.Cache, error) {
-	r := &BundleReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme()}
+// cache of source ConfigMaps and (with secrets) Secrets (returned, for the readiness check).
+func setupBundles(mgr ctrl.Manager, cacheOpts cache.Options, sources, secrets bool, resync time.Duration, workers int) (cache.Cache, error) {
+	r := &BundleReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Secrets: secrets}
+	if secrets {
+		r.DigestKey = newDigestKey()
+	}
 	var sourceCache cache.Cache
 	if sources {
 		sourceOpts := cache.Options{

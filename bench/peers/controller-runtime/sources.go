@@ -33,14 +33,18 @@ const (
 func sourceKeys(b *ConfigBundle) []string {
 	var out []string
 	for _, src := range b.Spec.Sources {
-		if src.ConfigMap == nil || src.ConfigMap.Name == "" {
+		ref, prefix := src.ConfigMap, ""
+		if src.Secret != nil {
+			ref, prefix = src.Secret, secretKeyPrefix
+		}
+		if ref == nil || ref.Name == "" {
 			continue
 		}
-		ns := src.ConfigMap.Namespace
+		ns := ref.Namespace
 		if ns == "" {
 			ns = b.Namespace
 		}
-		out = append(out, ns+"/"+src.ConfigMap.Name)
+		out = append(out, prefix+ns+"/"+ref.Name)
 	}
 	return out
 }
@@ -57,8 +61,12 @@ func indexSources(obj client.Object) []string {
 // readersOf maps a source ConfigMap's event to its readers' reconcile requests, through
 // the index (no request to the API server).
 func (r *BundleReconciler) readersOf(ctx context.Context, cm *corev1.ConfigMap) []reconcile.Request {
+	return r.readersByKey(ctx, cm.Namespace+"/"+cm.Name)
+}
+
+// readersByKey lists the bundles the SourceIndex maps key to, as reconcile requests.
+func (r *BundleReconciler) readersByKey(ctx context.Context, key string) []reconcile.Request {
 	var bundles ConfigBundleList
-	key := cm.Namespace + "/" + cm.Name
 	if err := r.List(ctx, &bundles, client.MatchingFields{SourceIndex: key}); err != nil {
 		return nil
 	}
@@ -72,11 +80,11 @@ func (r *BundleReconciler) readersOf(ctx context.Context, cm *corev1.ConfigMap) 
 }
 
 // sharedWith reports whether a source's share-with annotation names ns (or "*").
-func sharedWith(cm *corev1.ConfigMap, ns string) bool {
-	if cm.Namespace == ns {
+func sharedWith(cm client.Object, ns string) bool {
+	if cm.GetNamespace() == ns {
 		return true
 	}
-	for _, item := range strings.Split(cm.Annotations[annotationShareWith], ",") {
+	for _, item := range strings.Split(cm.GetAnnotations()[annotationShareWith], ",") {
 		item = strings.TrimSpace(item)
 		if item == "*" || item == ns {
 			return true
@@ -108,6 +116,12 @@ func (r *BundleReconciler) compose(ctx context.Context, b *ConfigBundle) (*compo
 		out.keySources = map[string]string{}
 	}
 	for _, src := range b.Spec.Sources {
+		if src.Secret != nil {
+			if err := r.composeSecret(ctx, b, src.Secret, out); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		ref := src.ConfigMap
 		if ref == nil {
 			continue
