@@ -135,7 +135,7 @@ KUBECTL ?= $$(hack/build-control-plane.sh)/kubectl
 # until the API server serves them, so `kubectl apply -f manifests/samples/` works next.
 install: ## apply every CRD cbop serves to the current kubeconfig's cluster
 	$(KUBECTL) apply -f manifests/crd/
-	$(KUBECTL) wait --for condition=established --timeout=60s -f manifests/crd/
+	hack/wait-crds.sh $(KUBECTL)
 
 # Deletes the CRDs and with them every ConfigBundle. Bundles with deletionPolicy Orphan
 # carry cbop's finalizer: a running cbop releases them; if it does not within 5 s, the

@@ -68,8 +68,7 @@ fi
 export KUBECONFIG="$state/kubeconfig"
 
 "$kubectl" apply -f manifests/crd/
-"$kubectl" wait --for condition=established --timeout=60s crd/configbundles.cbop.dev \
-  crd/clusterconfigbundles.cbop.dev
+hack/wait-crds.sh "$kubectl"
 "$kubectl" apply -f manifests/samples/
 if [[ -n "${WITH_NODE:-}" ]]; then
   KUBECTL="$kubectl" IMG=cbop:dev hack/deploy.sh

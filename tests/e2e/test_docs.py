@@ -116,8 +116,7 @@ def docs_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str
         for command in (
             f"kubectl create namespace {NAMESPACE}",
             "kubectl apply -f manifests/crd/",
-            "kubectl wait --for condition=established --timeout=60s crd/configbundles.cbop.dev"
-            " crd/clusterconfigbundles.cbop.dev",
+            "hack/wait-crds.sh",
         ):
             _run(command, env)
         yield env
