@@ -158,3 +158,42 @@ class Tracker:
                     return False
                 self._cond.wait(min(left, 1.0))
         return True
+
+
+class ChangeTracker(Tracker):
+    """A :class:`Tracker` of objects that change to an expected value: per object key
+    (``namespace/name``), when it first showed the value (``seen``, monotonic seconds) and
+    its MODIFIED events since the expectation began (``modified``). A subclass fills both
+    in :meth:`handle`."""
+
+    def __init__(self, kube: KubeClient, streams: Sequence[Stream]) -> None:
+        super().__init__(kube, streams)
+        self.seen: dict[str, float] = {}
+        self.modified: dict[str, int] = {}
+
+    def wait_all(self, keys: list[str], timeout: float) -> bool:
+        """Wait until every one of ``keys`` has shown the expected value; False on timeout."""
+        return self.wait_until(lambda: all(k in self.seen for k in keys), timeout)
+
+    def last_seen(self, keys: list[str]) -> float | None:
+        """When the last of ``keys`` showed the expected value (None: none has)."""
+        with self._lock:
+            times = [self.seen[k] for k in keys if k in self.seen]
+        return max(times) if times else None
+
+    def spread(self, keys: list[str], t0: float) -> list[float]:
+        """Seconds after ``t0`` when the first, the median and the last of ``keys`` changed."""
+        with self._lock:
+            times = sorted(self.seen[k] - t0 for k in keys if k in self.seen)
+        if not times:
+            return []
+        return [round(times[0], 3), round(times[len(times) // 2], 3), round(times[-1], 3)]
+
+    def modified_histogram(self, keys: list[str]) -> dict[int, int]:
+        """k -> how many of ``keys`` saw k MODIFIED events since the expectation began."""
+        with self._lock:
+            out: dict[int, int] = {}
+            for k in keys:
+                n = self.modified.get(k, 0)
+                out[n] = out.get(n, 0) + 1
+            return out

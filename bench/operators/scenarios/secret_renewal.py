@@ -59,7 +59,7 @@ from bench.operators.sampling import load_average
 from bench.operators.scenario import Defaults, Needs, Run
 from bench.operators.scenarios import secret_renewal_report as report
 from bench.operators.scenarios.revisions_census import client_of
-from bench.operators.watch import Stream, Tracker
+from bench.operators.watch import ChangeTracker, Stream
 from cbop.api import ANNOTATION_SHARE_WITH, SOURCE_SELECTOR
 from cbop.kube import CONFIGBUNDLES, SECRETS, ApiError, KubeClient, Resource
 
@@ -174,7 +174,7 @@ def raw_body(name: str, version: int) -> dict[str, Any]:
     }
 
 
-class Watcher(Tracker):
+class Watcher(ChangeTracker):
     """A cluster-wide watch on the Secrets labelled :data:`OUT_LABEL`: per Secret, its
     ``data[KEY]`` (base64, as the API server sends it), when it first showed the expected
     value, and its MODIFIED events."""
@@ -183,8 +183,6 @@ class Watcher(Tracker):
         super().__init__(kube, [Stream(SECRETS, None, label_selector=f"{OUT_LABEL}=1")])
         self._want = ""
         self.value: dict[str, str | None] = {}
-        self.seen: dict[str, float] = {}
-        self.modified: dict[str, int] = {}
 
     def expect(self, value: str) -> None:
         """Expect ``data[KEY] == value`` from now on; the times and MODIFIED counts start
@@ -207,31 +205,6 @@ class Watcher(Tracker):
         if value == self._want and key not in self.seen:
             self.seen[key] = now
             self.changed()
-
-    def wait_all(self, keys: list[str], timeout: float) -> bool:
-        return self.wait_until(lambda: all(k in self.seen for k in keys), timeout)
-
-    def last_seen(self, keys: list[str]) -> float | None:
-        with self._lock:
-            times = [self.seen[k] for k in keys if k in self.seen]
-        return max(times) if times else None
-
-    def spread(self, keys: list[str], t0: float) -> list[float]:
-        """Seconds after ``t0`` when the first, the median and the last of ``keys`` changed."""
-        with self._lock:
-            times = sorted(self.seen[k] - t0 for k in keys if k in self.seen)
-        if not times:
-            return []
-        return [round(times[0], 3), round(times[len(times) // 2], 3), round(times[-1], 3)]
-
-    def modified_histogram(self, keys: list[str]) -> dict[int, int]:
-        """k -> how many of ``keys`` saw k MODIFIED events since :meth:`expect`."""
-        with self._lock:
-            out: dict[int, int] = {}
-            for k in keys:
-                n = self.modified.get(k, 0)
-                out[n] = out.get(n, 0) + 1
-            return out
 
 
 def _keys(pairs: list[tuple[str, str]]) -> list[str]:

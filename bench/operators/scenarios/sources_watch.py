@@ -8,14 +8,14 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from bench.operators.watch import Stream, Tracker
+from bench.operators.watch import ChangeTracker, Stream
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, KubeClient, Resource
 
 #: Label on every ConfigMap the watch follows (the bundles' and the raw floor's).
 OUT_LABEL = "bench.cbop.dev/s10-out"
 
 
-class Watcher(Tracker):
+class Watcher(ChangeTracker):
     """Cluster-wide watches on the ConfigMaps labelled :data:`OUT_LABEL` and on the
     ConfigBundles: per ConfigMap, its value of ``v``, when it first showed what is
     expected, and its MODIFIED events; per bundle, when its status first told of a new
@@ -34,8 +34,6 @@ class Watcher(Tracker):
         self._done: Callable[[str, Mapping[str, Any]], bool] | None = None
         self.value: dict[str, str | None] = {}
         self.data: dict[str, Mapping[str, Any]] = {}
-        self.seen: dict[str, float] = {}
-        self.modified: dict[str, int] = {}
         self.hashes: dict[str, str | None] = {}
         self._base_hashes: dict[str, str | None] = {}
         self.reported: dict[str, float] = {}
@@ -104,28 +102,3 @@ class Watcher(Tracker):
         with self._lock:
             times = [self.reported[k] for k in keys if k in self.reported]
         return max(times) if times else None
-
-    def wait_all(self, keys: list[str], timeout: float) -> bool:
-        return self.wait_until(lambda: all(k in self.seen for k in keys), timeout)
-
-    def last_seen(self, keys: list[str]) -> float | None:
-        with self._lock:
-            times = [self.seen[k] for k in keys if k in self.seen]
-        return max(times) if times else None
-
-    def spread(self, keys: list[str], t0: float) -> list[float]:
-        """Seconds after ``t0`` when the first, the median and the last of ``keys`` changed."""
-        with self._lock:
-            times = sorted(self.seen[k] - t0 for k in keys if k in self.seen)
-        if not times:
-            return []
-        return [round(times[0], 3), round(times[len(times) // 2], 3), round(times[-1], 3)]
-
-    def modified_histogram(self, keys: list[str]) -> dict[int, int]:
-        """k -> how many of ``keys`` saw k MODIFIED events since :meth:`expect`."""
-        with self._lock:
-            out: dict[int, int] = {}
-            for k in keys:
-                n = self.modified.get(k, 0)
-                out[n] = out.get(n, 0) + 1
-            return out
