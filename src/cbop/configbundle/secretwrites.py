@@ -18,8 +18,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-import cachetools
-
 from cbop.api import BundleSpec, Kind, Reason, SpecError, target_of
 from cbop.configbundle import secret
 from cbop.configbundle.decision import SECRET, Action, Decision, decide
@@ -33,8 +31,8 @@ from cbop.configbundle.interfaces import (
     Reporting,
     Requeue,
 )
+from cbop.configbundle.taken import TakenNames
 from cbop.kube import SECRETS, ApiError
-from cbop.locks import YieldingLock, absent
 from cbop.secretaccess.digestkey import DigestKey
 
 __all__ = ["SecretWriter"]
@@ -78,10 +76,7 @@ class SecretWriter:
         self._reports = reports
         self._field_manager = field_manager
         self._dry_run = dry_run
-        self._taken: cachetools.TTLCache[str, bool] = cachetools.TTLCache(
-            maxsize=100_000, ttl=4 * conflict_recheck
-        )
-        self._taken_lock = YieldingLock()
+        self._taken = TakenNames(client, SECRETS, ttl=4 * conflict_recheck)
 
     def key(self) -> bytes:
         """Return the scope's digest key, read (or made) on the first call.
@@ -117,27 +112,11 @@ class SecretWriter:
         Raises:
             ApiError, ConnectionFailed: the GET failed (but for 404).
         """
-        if absent(self._taken, key):
-            return None
-        return self._fresh(namespace, name)
+        return self._taken.recheck(key, namespace, name)
 
     def remember(self, key: str, *, taken: bool) -> None:
         """Note whether this reconcile of ``key`` found its name taken (for :meth:`recheck`)."""
-        if not taken and absent(self._taken, key):
-            return
-        with self._taken_lock:
-            if taken:
-                self._taken[key] = True
-            else:
-                self._taken.pop(key, None)
-
-    def _fresh(self, namespace: str, name: str) -> Mapping[str, Any] | None:
-        try:
-            return self._client.get(SECRETS, namespace, name)
-        except ApiError as err:
-            if err.is_not_found:
-                return None
-            raise
+        self._taken.remember(key, taken=taken)
 
     # -- writes ----------------------------------------------------------------------
 
@@ -221,9 +200,9 @@ class SecretWriter:
         if err.is_conflict:
             raise Requeue(f"Secret {namespace}/{name} changed while being written") from None
         if err.is_already_exists or err.is_not_found:
-            return self._fresh(namespace, name)
+            return self._taken.fresh(namespace, name)
         if err.is_invalid and decision.action is Action.UPDATE and "immutable" in err.message:
-            return self._fresh(namespace, name)
+            return self._taken.fresh(namespace, name)
         if err.is_invalid:
             raise RejectedError(err.message) from None
         if err.is_request_entity_too_large:

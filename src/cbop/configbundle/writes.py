@@ -18,8 +18,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-import cachetools
-
 from cbop.api import BundleSpec, Reason, SpecError, config_map_name_of
 from cbop.configbundle.decision import Action, Decision, decide
 from cbop.configbundle.interfaces import (
@@ -31,8 +29,8 @@ from cbop.configbundle.interfaces import (
     Reporting,
     Requeue,
 )
+from cbop.configbundle.taken import TakenNames
 from cbop.kube import CONFIGMAPS, ApiError
-from cbop.locks import YieldingLock, absent
 
 __all__ = ["ConfigMapWriter"]
 
@@ -71,13 +69,7 @@ class ConfigMapWriter:
         self._reports = reports
         self._field_manager = field_manager
         self._dry_run = dry_run
-        # Bundles whose ConfigMap name is taken by a ConfigMap cbop does not watch (it
-        # carries no managed-by label): their rechecks read it first instead of trying
-        # a create that is bound to fail. Entries expire on their own.
-        self._taken: cachetools.TTLCache[str, bool] = cachetools.TTLCache(
-            maxsize=100_000, ttl=4 * conflict_recheck
-        )
-        self._taken_lock = YieldingLock()
+        self._taken = TakenNames(client, CONFIGMAPS, ttl=4 * conflict_recheck)
 
     # -- reads -----------------------------------------------------------------------
 
@@ -104,28 +96,11 @@ class ConfigMapWriter:
         Raises:
             ApiError, ConnectionFailed: the GET failed (but for 404).
         """
-        if absent(self._taken, key):  # a containment test needs no lock (see locks.absent)
-            return None
-        return self._fresh(namespace, name)
+        return self._taken.recheck(key, namespace, name)
 
     def remember(self, key: str, *, taken: bool) -> None:
         """Note whether this reconcile of ``key`` found its name taken (for :meth:`recheck`)."""
-        if not taken and absent(self._taken, key):
-            return
-        with self._taken_lock:
-            if taken:
-                self._taken[key] = True
-            else:
-                self._taken.pop(key, None)
-
-    def _fresh(self, namespace: str, name: str) -> Mapping[str, Any] | None:
-        """GET the ConfigMap from the API server, bypassing a cache that may be stale."""
-        try:
-            return self._client.get(CONFIGMAPS, namespace, name)
-        except ApiError as err:
-            if err.is_not_found:
-                return None
-            raise
+        self._taken.remember(key, taken=taken)
 
     # -- writes ----------------------------------------------------------------------
 
@@ -215,10 +190,10 @@ class ConfigMapWriter:
             raise Requeue(f"ConfigMap {namespace}/{name} changed while being written") from err
         if err.is_already_exists or err.is_not_found:
             # The cache was stale: a ConfigMap appeared (ours or someone's) or vanished.
-            return self._fresh(namespace, name)
+            return self._taken.fresh(namespace, name)
         if err.is_invalid and decision.action is Action.UPDATE and "immutable" in err.message:
             # Someone made the ConfigMap immutable after our cache saw it.
-            return self._fresh(namespace, name)
+            return self._taken.fresh(namespace, name)
         if err.is_invalid:
             raise RejectedError(err.message) from err
         if err.is_request_entity_too_large:
