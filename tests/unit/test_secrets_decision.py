@@ -6,6 +6,7 @@ cases of ConfigMaps that apply to Secrets are named where they are covered."""
 from __future__ import annotations
 
 import base64
+import copy
 from typing import Any
 
 import pytest
@@ -149,6 +150,28 @@ def test_drift_of_a_value_and_an_extra_key_is_healed_and_foreign_metadata_kept()
     assert decision.body["data"]["tls.key"] == b64(TLS_KEY)
     assert decision.body["metadata"]["labels"]["reloader.example/match"] == "true"
     assert decision.body["metadata"]["resourceVersion"] == "7"
+
+
+def test_an_update_body_shares_nothing_it_may_change_with_the_cached_secret() -> None:
+    """The metadata is copied one level, as the ConfigMap's: the cache stays as it was."""
+    b = bundle(SPEC)
+    current = written_secret(b)
+    current["metadata"]["finalizers"] = ["other.example/keep"]
+    current["metadata"]["labels"]["team"] = "web"
+    current["metadata"]["managedFields"] = [{"manager": "kubectl", "fieldsV1": {"f:data": {}}}]
+    current["data"]["tls.key"] = b64(b"tampered")
+    before = copy.deepcopy(current)
+    decision = decide_secret(b, current)
+    assert decision.action is Action.UPDATE
+    meta = decision.body["metadata"]
+    assert "managedFields" not in meta
+    assert (meta["resourceVersion"], meta["finalizers"]) == ("7", ["other.example/keep"])
+    meta["finalizers"].append("mine")
+    meta["labels"]["x"] = "y"
+    meta["annotations"]["x"] = "y"
+    meta["ownerReferences"][0]["name"] = "other"
+    decision.body["data"]["tls.key"] = b64(b"other")
+    assert current == before
 
 
 def test_a_source_change_updates_and_an_immutable_secret_is_replaced() -> None:

@@ -126,10 +126,13 @@ def render(desired: DesiredConfigMap, current: Mapping[str, Any] | None) -> JSON
     keeps cbop from writing one of another type), else the desired one.
     """
     cur_meta: Mapping[str, Any] = (current or {}).get("metadata", {})
-    meta: JSON = {}
-    if current is not None:
-        meta = copy.deepcopy(dict(cur_meta))
-        meta.pop("managedFields", None)
+    # As the ConfigMap's render: every container of the metadata is copied one level
+    # (labels, annotations and owner references are rebuilt below), managedFields left out.
+    meta: JSON = {
+        k: copy.copy(v) if isinstance(v, dict | list) else v
+        for k, v in cur_meta.items()
+        if k != "managedFields"
+    }
     meta["name"] = desired.name
     meta["namespace"] = desired.namespace
     meta["labels"], meta["annotations"], meta["ownerReferences"] = managed_metadata(
