@@ -18,6 +18,7 @@ from cbop.configbundle.decision import CONFIGMAP, SECRET, decide, release_body
 from cbop.configbundle.diff import SECRET_VALUES_HIDDEN, secret_diff
 from cbop.configbundle.release import ConfigMapOutcome, Release, release_deleted
 from cbop.configbundle.secret import (
+    content_matches,
     desired_secret,
     in_sync,
     redact,
@@ -172,6 +173,21 @@ def test_an_update_body_shares_nothing_it_may_change_with_the_cached_secret() ->
     meta["ownerReferences"][0]["name"] = "other"
     decision.body["data"]["tls.key"] = b64(b"other")
     assert current == before
+
+
+def test_the_content_compares_as_bytes_whatever_base64_text_carries_it() -> None:
+    """The base64 cbop writes matches without a decode; other text of the same bytes
+    (non-zero padding bits) matches too, and other bytes never do."""
+    b = bundle(SPEC)
+    desired = desired_secret(b, composed(b, data={"tls.crt": b"A", "tls.key": b"B"}), KEY)
+    assert desired.encoded == {"ca.crt": b64(b"CA"), "tls.crt": "QQ==", "tls.key": "Qg=="}
+    current = render(desired, None)
+    assert current["data"] == desired.encoded
+    assert content_matches(desired, current)
+    assert content_matches(desired, {**current, "data": {**current["data"], "tls.crt": "QR=="}})
+    assert not content_matches(desired, {**current, "data": {**current["data"], "tls.crt": "Qg=="}})
+    assert not content_matches(desired, {**current, "data": {"tls.crt": "QQ==", "tls.key": "Qg=="}})
+    assert not content_matches(desired, {**current, "data": {**current["data"], "x": "QQ=="}})
 
 
 def test_a_source_change_updates_and_an_immutable_secret_is_replaced() -> None:

@@ -28,6 +28,7 @@ from cbop.api import (
     Kind,
     SpecError,
     decode_binary,
+    encode_binary,
     keyed_content_hash,
 )
 from cbop.api.target import secret_type_error
@@ -114,6 +115,7 @@ def desired_secret(bundle: Mapping[str, Any], spec: BundleSpec, key: bytes) -> D
         content_hash=digest,
         kind=Kind.SECRET,
         secret_type=spec.target.type or DEFAULT_SECRET_TYPE,
+        encoded=encode_binary(content),
     )
 
 
@@ -141,9 +143,7 @@ def render(desired: DesiredConfigMap, current: Mapping[str, Any] | None) -> JSON
     kept_type = (current or {}).get("type") or desired.secret_type or DEFAULT_SECRET_TYPE
     body: JSON = {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "type": kept_type}
     if desired.binary_data:
-        body["data"] = {
-            k: base64.b64encode(v).decode("ascii") for k, v in desired.binary_data.items()
-        }
+        body["data"] = dict(_encoded(desired))
     if desired.immutable:
         body["immutable"] = True
     return body
@@ -154,9 +154,24 @@ def decode_data(obj: Mapping[str, Any]) -> dict[str, bytes]:
     return decode_binary(obj.get("data")) or {}
 
 
+def _encoded(desired: DesiredConfigMap) -> Mapping[str, str]:
+    """``desired``'s bytes as a Secret's ``data`` carries them (standard base64)."""
+    if desired.encoded is not None:
+        return desired.encoded
+    return encode_binary(desired.binary_data)
+
+
 def content_matches(desired: DesiredConfigMap, current: Mapping[str, Any]) -> bool:
-    """Whether ``current``'s ``data`` holds exactly the desired bytes (no more keys)."""
-    return decode_binary(current.get("data")) == dict(desired.binary_data)
+    """Whether ``current``'s ``data`` holds exactly the desired bytes (no more keys).
+
+    The same base64 text is the same bytes, so ``data`` as cbop wrote it (the API
+    server keeps it canonical) matches without a decode; any other text is decoded and
+    compared as bytes.
+    """
+    data = current.get("data")
+    if data == _encoded(desired):
+        return True
+    return decode_binary(data) == dict(desired.binary_data)
 
 
 def type_conflict(desired: DesiredConfigMap, current: Mapping[str, Any]) -> str | None:
