@@ -19,6 +19,7 @@ revision checks. ``--profile FILE`` writes a cProfile of one series.
 
     PYTHONPATH=src .venv/bin/python -m bench.revisioncheck
     PYTHONPATH=src .venv/bin/python -m bench.revisioncheck --profile /tmp/r.prof
+    PYTHONPATH=/tmp/old/src .venv/bin/python -m bench.revisioncheck  # an older tree
 """
 
 from __future__ import annotations
@@ -58,8 +59,20 @@ NOW = datetime.datetime(2026, 12, 1, tzinfo=datetime.UTC)
 NS = "s12"
 
 
+#: The history caches' indexes (a tree before HISTORY_INDEXERS: the two it had), so
+#: that the same script runs on an older ``src`` (``PYTHONPATH``).
+_INDEXERS: Mapping[str, Callable[[Mapping[str, Any]], list[str]]] = getattr(
+    caches,
+    "HISTORY_INDEXERS",
+    {caches.REVISION_INDEX: caches.index_by_revision, caches.PLAIN_INDEX: caches.index_by_plain},
+)
+_POD_INDEXERS: Mapping[str, Callable[[Mapping[str, Any]], list[str]]] = getattr(
+    caches, "POD_INDEXERS", {}
+)
+
+
 def _pinned_lister(**extra: Callable[[Mapping[str, Any]], list[str]]) -> CacheLister:
-    return CacheLister((), indexers={**caches.HISTORY_INDEXERS, **extra})
+    return CacheLister((), indexers={**_INDEXERS, **extra})
 
 
 def _template(mapping: dict[str, str]) -> dict[str, Any]:
@@ -110,9 +123,9 @@ class S12World:
         )
         self.replicasets = _pinned_lister()
         self.controllerrevisions = _pinned_lister()
-        self.pods = _pinned_lister(**caches.POD_INDEXERS)
+        self.pods = _pinned_lister(**_POD_INDEXERS)
         self.deployments = CacheLister(
-            (), indexers={**caches.HISTORY_INDEXERS, READS_INDEX: caches.index_by_reads}
+            (), indexers={**_INDEXERS, READS_INDEX: caches.index_by_reads}
         )
         history = History(
             replicasets=self.replicasets,
