@@ -30,7 +30,7 @@ waits it out again). The default, 60 s, is far above a healthy watch's delay.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from types import EllipsisType
 from typing import Any, Final, Literal
@@ -248,7 +248,9 @@ class BundleRevisions:
         verdict: PinnedVerdict | None = None
         if self._verifier is not None:
             exists = {*made, *([status] if status else [])}
-            verdict, objects = self._verifier.verdict(bundle, desired.name, exists=exists)
+            verdict, objects = self._verifier.verdict(
+                bundle, desired.name, exists=exists, cached=self._cached(namespace, label)
+            )
             self._verifier.warn(bundle, verdict, objects)
         recheck = wait
         if verdict is not None and verdict.reason in (
@@ -325,12 +327,14 @@ class BundleRevisions:
             return False
         if plan.adopt or (self._history is not None and (plan.delete or plan.wait is not None)):
             return False
-        for missing in self._missing(namespace, plain):
+        cached = self._cached(namespace, label)
+        for missing in self._missing(namespace, plain, cached):
             if self._source_of(namespace, missing[len(plain) + 1 :]) is not None:
                 return False
         if self._verifier is None:
             return True
-        return same(condition_of(status), self._verifier.verdict(bundle, plain)[0])
+        verdict = self._verifier.verdict(bundle, plain, cached=cached)[0]
+        return same(condition_of(status), verdict)
 
     # -- collection ------------------------------------------------------------------
 
@@ -472,11 +476,25 @@ class BundleRevisions:
         )
         return True
 
-    def _missing(self, namespace: str, plain: str) -> list[str]:
-        """Return the revisions of ``plain`` a cached template names that are gone, sorted."""
+    def _cached(self, namespace: str, label: str) -> list[str]:
+        """Return the names of the revisions labelled ``label`` in the managed-ConfigMap cache."""
+        return [
+            str(cm["metadata"]["name"])
+            for cm in self._configmaps.by_index(REVISION_OF_INDEX, key_of(namespace, label))
+        ]
+
+    def _missing(self, namespace: str, plain: str, cached: Collection[str]) -> list[str]:
+        """Return the revisions of ``plain`` a cached template names that are gone, sorted.
+
+        The holders of the ``cached`` revisions (which exist) are counted, not read
+        (:meth:`History.naming_other`).
+        """
         if self._history is None:
             return []
-        names = {mapping_of(holder)[plain] for _, holder in self._history.naming(namespace, plain)}
+        names = {
+            mapping_of(holder)[plain]
+            for _, holder in self._history.naming_other(namespace, plain, cached)
+        }
         return sorted(n for n in names if self._configmaps.get(namespace, n) is None)
 
     def _make_missing(self, bundle: Mapping[str, Any], desired: Content, label: str) -> list[str]:
@@ -487,7 +505,7 @@ class BundleRevisions:
         """
         made: list[str] = []
         namespace = desired.namespace
-        for name in self._missing(namespace, desired.name):
+        for name in self._missing(namespace, desired.name, self._cached(namespace, label)):
             source = self._source_of(namespace, name[len(desired.name) + 1 :])
             if source is None:
                 continue
