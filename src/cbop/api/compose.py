@@ -286,9 +286,9 @@ class SourceDecodes:
     """
 
     def __init__(self, size: int = 256) -> None:
-        self._entries: cachetools.LRUCache[
-            tuple[str, str], tuple[str, dict[str, bytes] | None]
-        ] = cachetools.LRUCache(maxsize=size)
+        self._entries: cachetools.LRUCache[tuple[str, str], tuple[str, dict[str, bytes] | None]] = (
+            cachetools.LRUCache(maxsize=size)
+        )
         self._lock = threading.Lock()
 
     def decode(self, found: Mapping[str, Any], field: str) -> dict[str, bytes] | None:
