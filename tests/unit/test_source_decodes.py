@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from cbop.api import compose as compose_module
 from cbop.api.compose import SourceDecodes
+from cbop.api.content import decode_binary
 
 
 def b64(raw: bytes) -> str:
@@ -28,13 +28,12 @@ def secret(data: dict[str, bytes], *, uid: str | None = "u1", rv: str | None = "
 def decoded(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """Every decode that SourceDecodes makes (the argument it decodes)."""
     calls: list[Any] = []
-    real = compose_module.decode_binary
 
     def counting(raw: Any) -> Any:
         calls.append(raw)
-        return real(raw)
+        return decode_binary(raw)
 
-    monkeypatch.setattr(compose_module, "decode_binary", counting)
+    monkeypatch.setattr("cbop.api.compose.decode_binary", counting)
     return calls
 
 
