@@ -190,6 +190,25 @@ def test_the_content_compares_as_bytes_whatever_base64_text_carries_it() -> None
     assert not content_matches(desired, {**current, "data": {**current["data"], "x": "QQ=="}})
 
 
+def test_desired_secrets_of_the_same_bytes_share_their_base64_text() -> None:
+    """The memo keeps a desired Secret per bundle: readers of one source hold one text
+    of each small value; a large value is encoded as it is, and never wrong."""
+    big = b"\x00\xff" * 40_000
+    data = {"tls.crt": TLS_CERT, "tls.key": TLS_KEY, "big": big}
+    one = desired_secret(bundle(SPEC, name="one"), composed(bundle(SPEC), data=data), KEY)
+    two = desired_secret(bundle(SPEC, name="two"), composed(bundle(SPEC), data=data), KEY)
+    assert one.encoded is not None
+    assert two.encoded is not None
+    assert one.encoded == two.encoded == {k: b64(v) for k, v in one.binary_data.items()}
+    assert one.encoded["tls.key"] is two.encoded["tls.key"]
+    assert one.encoded["big"] == b64(big)
+    renewed = desired_secret(
+        bundle(SPEC, name="one"), composed(bundle(SPEC), data={**data, "tls.key": b"new"}), KEY
+    )
+    assert renewed.encoded is not None
+    assert renewed.encoded["tls.key"] == b64(b"new")
+
+
 def test_a_source_change_updates_and_an_immutable_secret_is_replaced() -> None:
     """Case 4: immutable (by the spec or by hand) means delete with preconditions, create."""
     b = bundle({**SPEC, "immutable": True})

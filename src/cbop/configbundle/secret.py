@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -115,8 +116,30 @@ def desired_secret(bundle: Mapping[str, Any], spec: BundleSpec, key: bytes) -> D
         content_hash=digest,
         kind=Kind.SECRET,
         secret_type=spec.target.type or DEFAULT_SECRET_TYPE,
-        encoded=encode_binary(content),
+        encoded={k: _base64(v) for k, v in content.items()},
     )
+
+
+#: Values up to this many bytes have their base64 text kept and shared (:func:`_base64`).
+_SHARED_BASE64_BYTES = 64 * 1024
+
+
+def _base64(value: bytes) -> str:
+    """Return the standard base64 of ``value``; one shared text for a small value.
+
+    Every reader of a source Secret holds the same bytes (decoded once per source
+    version), so their desired Secrets, kept by the memo, share one text of each value
+    instead of a copy each: at most 256 values of up to 64 KiB are kept, the least
+    recently used out first.
+    """
+    if len(value) > _SHARED_BASE64_BYTES:
+        return base64.b64encode(value).decode("ascii")
+    return _shared_base64(value)
+
+
+@functools.lru_cache(maxsize=256)
+def _shared_base64(value: bytes) -> str:
+    return base64.b64encode(value).decode("ascii")
 
 
 def render(desired: DesiredConfigMap, current: Mapping[str, Any] | None) -> JSON:
