@@ -108,6 +108,38 @@ def test_a_secret_target_defaults_its_name_and_type_and_keeps_no_configmap() -> 
 
 
 @pytest.mark.parametrize(
+    ("spec", "want"),
+    [
+        ({}, Target(Kind.CONFIGMAP, "b")),
+        ({"target": {"kind": ""}}, Target(Kind.CONFIGMAP, "b")),
+        ({"configMapName": "conf"}, Target(Kind.CONFIGMAP, "conf")),
+        ({"configMapName": "Not_A_Name"}, None),
+        ({"configMapName": ["conf"]}, None),
+        ({"target": {"kind": "Secret", "name": "tls"}}, Target(Kind.SECRET, "tls", "Opaque")),
+        ({"target": {"kind": "Secret", "name": {"a": 1}}}, None),
+        ({"target": {"kind": "Secret", "name": "tls", "type": 7}}, None),
+        ({"target": {"kind": 7}}, None),
+        ({"target": {"kind": ["Secret"]}}, None),
+        ({"target": "Secret"}, None),
+    ],
+)
+def test_target_of_is_the_same_whether_asked_once_or_again(
+    spec: dict[str, Any], want: Target | None
+) -> None:
+    """target_of keeps one Target per (kind, name, type): asking again, or for a bundle
+    of the same target, gives the same answer, and a changed spec its new one."""
+    first = bundle(spec, name="b")
+    assert target_of(first) == want
+    assert target_of(bundle(spec, name="b")) == want
+    assert target_of(first) == want
+    renamed = bundle({**spec, "configMapName": "other"}, name="b")
+    if want is not None and not want.is_secret:
+        assert target_of(renamed) == Target(Kind.CONFIGMAP, "other")
+    first["spec"] = {"target": {"kind": "Secret", "name": "changed"}}
+    assert target_of(first) == Target(Kind.SECRET, "changed", "Opaque")
+
+
+@pytest.mark.parametrize(
     ("spec", "words"),
     [
         ({"target": TLS, "data": {"tls.key": "x"}}, "spec.data is not allowed"),

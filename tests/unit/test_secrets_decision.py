@@ -6,6 +6,7 @@ cases of ConfigMaps that apply to Secrets are named where they are covered."""
 from __future__ import annotations
 
 import base64
+import copy
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from cbop.configbundle.decision import CONFIGMAP, SECRET, decide, release_body
 from cbop.configbundle.diff import SECRET_VALUES_HIDDEN, secret_diff
 from cbop.configbundle.release import ConfigMapOutcome, Release, release_deleted
 from cbop.configbundle.secret import (
+    content_matches,
     desired_secret,
     in_sync,
     redact,
@@ -149,6 +151,62 @@ def test_drift_of_a_value_and_an_extra_key_is_healed_and_foreign_metadata_kept()
     assert decision.body["data"]["tls.key"] == b64(TLS_KEY)
     assert decision.body["metadata"]["labels"]["reloader.example/match"] == "true"
     assert decision.body["metadata"]["resourceVersion"] == "7"
+
+
+def test_an_update_body_shares_nothing_it_may_change_with_the_cached_secret() -> None:
+    """The metadata is copied one level, as the ConfigMap's: the cache stays as it was."""
+    b = bundle(SPEC)
+    current = written_secret(b)
+    current["metadata"]["finalizers"] = ["other.example/keep"]
+    current["metadata"]["labels"]["team"] = "web"
+    current["metadata"]["managedFields"] = [{"manager": "kubectl", "fieldsV1": {"f:data": {}}}]
+    current["data"]["tls.key"] = b64(b"tampered")
+    before = copy.deepcopy(current)
+    decision = decide_secret(b, current)
+    assert decision.action is Action.UPDATE
+    meta = decision.body["metadata"]
+    assert "managedFields" not in meta
+    assert (meta["resourceVersion"], meta["finalizers"]) == ("7", ["other.example/keep"])
+    meta["finalizers"].append("mine")
+    meta["labels"]["x"] = "y"
+    meta["annotations"]["x"] = "y"
+    meta["ownerReferences"][0]["name"] = "other"
+    decision.body["data"]["tls.key"] = b64(b"other")
+    assert current == before
+
+
+def test_the_content_compares_as_bytes_whatever_base64_text_carries_it() -> None:
+    """The base64 cbop writes matches without a decode; other text of the same bytes
+    (non-zero padding bits) matches too, and other bytes never do."""
+    b = bundle(SPEC)
+    desired = desired_secret(b, composed(b, data={"tls.crt": b"A", "tls.key": b"B"}), KEY)
+    assert desired.encoded == {"ca.crt": b64(b"CA"), "tls.crt": "QQ==", "tls.key": "Qg=="}
+    current = render(desired, None)
+    assert current["data"] == desired.encoded
+    assert content_matches(desired, current)
+    assert content_matches(desired, {**current, "data": {**current["data"], "tls.crt": "QR=="}})
+    assert not content_matches(desired, {**current, "data": {**current["data"], "tls.crt": "Qg=="}})
+    assert not content_matches(desired, {**current, "data": {"tls.crt": "QQ==", "tls.key": "Qg=="}})
+    assert not content_matches(desired, {**current, "data": {**current["data"], "x": "QQ=="}})
+
+
+def test_desired_secrets_of_the_same_bytes_share_their_base64_text() -> None:
+    """The memo keeps a desired Secret per bundle: readers of one source hold one text
+    of each small value; a large value is encoded as it is, and never wrong."""
+    big = b"\x00\xff" * 40_000
+    data = {"tls.crt": TLS_CERT, "tls.key": TLS_KEY, "big": big}
+    one = desired_secret(bundle(SPEC, name="one"), composed(bundle(SPEC), data=data), KEY)
+    two = desired_secret(bundle(SPEC, name="two"), composed(bundle(SPEC), data=data), KEY)
+    assert one.encoded is not None
+    assert two.encoded is not None
+    assert one.encoded == two.encoded == {k: b64(v) for k, v in one.binary_data.items()}
+    assert one.encoded["tls.key"] is two.encoded["tls.key"]
+    assert one.encoded["big"] == b64(big)
+    renewed = desired_secret(
+        bundle(SPEC, name="one"), composed(bundle(SPEC), data={**data, "tls.key": b"new"}), KEY
+    )
+    assert renewed.encoded is not None
+    assert renewed.encoded["tls.key"] == b64(b"new")
 
 
 def test_a_source_change_updates_and_an_immutable_secret_is_replaced() -> None:

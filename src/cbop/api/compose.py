@@ -272,7 +272,53 @@ def _whole_digest(configmap: Mapping[str, Any]) -> str:
 SOURCE_DIGESTS: Final = SourceDigests()
 
 
-def _layer(source: SourceRef, found: Mapping[str, Any]) -> dict[str, str | bytes]:
+class SourceDecodes:
+    """The bytes of each source's base64 field, decoded once per source version.
+
+    A Secret's ``data`` (a ConfigMap's ``binaryData``) is decoded once for all the
+    readers of a version, not once per reader and reconcile. Keyed by the object's uid
+    and the field, an entry holds the decoded bytes of one resourceVersion: the next
+    version replaces it, so no stale content is kept, and a lookup of another version
+    decodes again. At most ``size`` sources, the least recently used out first (a
+    ``cachetools.LRUCache``). An object without uid and resourceVersion (built by hand)
+    is decoded every time. The mappings returned are shared: never mutate them. Safe to
+    share between threads.
+    """
+
+    def __init__(self, size: int = 256) -> None:
+        self._entries: cachetools.LRUCache[tuple[str, str], tuple[str, dict[str, bytes] | None]] = (
+            cachetools.LRUCache(maxsize=size)
+        )
+        self._lock = threading.Lock()
+
+    def decode(self, found: Mapping[str, Any], field: str) -> dict[str, bytes] | None:
+        """Return :func:`cbop.api.content.decode_binary` of ``found[field]``.
+
+        None when a value is not valid base64, as that function.
+        """
+        raw = found.get(field)
+        meta = found.get("metadata") or {}
+        uid, version = meta.get("uid"), meta.get("resourceVersion")
+        if not raw or not (isinstance(uid, str) and uid and isinstance(version, str) and version):
+            return decode_binary(raw)
+        key = (uid, field)
+        with self._lock:
+            hit = self._entries.get(key)
+        if hit is not None and hit[0] == version:
+            return hit[1]
+        value = decode_binary(raw)
+        with self._lock:
+            self._entries[key] = (version, value)
+        return value
+
+
+#: The decodes :func:`compose` uses unless given its own.
+SOURCE_DECODES: Final = SourceDecodes()
+
+
+def _layer(
+    source: SourceRef, found: Mapping[str, Any], decodes: SourceDecodes = SOURCE_DECODES
+) -> dict[str, str | bytes]:
     """Return the keys ``source`` contributes: every key, or its ``items`` renamed.
 
     A ConfigMap's ``data`` gives text and its ``binaryData`` bytes; a Secret's ``data``
@@ -280,7 +326,7 @@ def _layer(source: SourceRef, found: Mapping[str, Any]) -> dict[str, str | bytes
     """
     secret = source.kind is Kind.SECRET
     data: Mapping[str, str] = {} if secret else (found.get("data") or {})
-    binary = decode_binary(found.get("data" if secret else "binaryData"))
+    binary = decodes.decode(found, "data" if secret else "binaryData")
     if binary is None:
         field = "data" if secret else "binaryData"
         raise SourceError(
@@ -374,6 +420,7 @@ def compose(
     *,
     scope: Sequence[str] | None = None,
     digests: SourceDigests = SOURCE_DIGESTS,
+    decodes: SourceDecodes = SOURCE_DECODES,
     documents: Documents = DOCUMENTS,
     secrets: SecretReads | None = None,
     secret_scope: Sequence[str] | None = None,
@@ -387,6 +434,7 @@ def compose(
         lookup: the cached source ConfigMaps (never mutated).
         scope: the namespaces cbop watches (``--namespace``), or None for all.
         digests: where each source version's content hash is computed once.
+        decodes: where each source version's base64 content is decoded once.
         documents: where the values of merge keys are parsed once
             (:mod:`cbop.api.structured`).
         secrets: how Secret sources are read and digested; None: cbop reads no Secret,
@@ -423,7 +471,7 @@ def compose(
             digest = digests.digest
         if found is None:
             continue
-        picked = _layer(source, found)
+        picked = _layer(source, found, decodes)
         read.append(SourceStatus(source.namespace, source.name, digest(found), source.kind))
         layers.append((source.key, picked))
     layers.append((SPEC_LAYER, spec_layer))

@@ -12,6 +12,7 @@ type, so a bundle says so before a write is refused. Pure functions on parsed JS
 from __future__ import annotations
 
 import enum
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -89,6 +90,10 @@ class Target:
         return f"{self.kind.value} {self.name}"
 
 
+#: ``spec.target.kind`` -> its :class:`Kind` (a dict lookup: ``Kind(value)`` costs more).
+_KINDS: Final[Mapping[str, Kind]] = MappingProxyType({k.value: k for k in Kind})
+
+
 def _raw_target(raw_spec: Mapping[str, Any]) -> Mapping[str, Any]:
     raw = raw_spec.get("target")
     if raw is None:
@@ -100,10 +105,10 @@ def _raw_target(raw_spec: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def _kind(raw: Mapping[str, Any]) -> Kind:
     value = raw.get("kind") or Kind.CONFIGMAP.value
-    try:
-        return Kind(value)
-    except ValueError:
-        raise TargetError(f"spec.target.kind {value!r} must be 'ConfigMap' or 'Secret'") from None
+    kind = _KINDS.get(value) if isinstance(value, str) else None
+    if kind is None:
+        raise TargetError(f"spec.target.kind {value!r} must be 'ConfigMap' or 'Secret'")
+    return kind
 
 
 def _valid_name(name: Any) -> bool:
@@ -131,11 +136,21 @@ def target_of(bundle: Mapping[str, Any]) -> Target | None:
     if kind is Kind.SECRET:
         name = raw.get("name") or own
         kind_type = raw.get("type") or DEFAULT_SECRET_TYPE
-        if not _valid_name(name) or not isinstance(kind_type, str):
+        if not isinstance(name, str) or not isinstance(kind_type, str):
             return None
-        return Target(kind, name, kind_type)
+        return _named(kind, name, kind_type)
     name = raw_spec.get("configMapName") or own
-    return Target(kind, name) if _valid_name(name) else None
+    return _named(kind, name, None) if isinstance(name, str) else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _named(kind: Kind, name: str, secret_type: str | None) -> Target | None:
+    """Return the :class:`Target` of ``kind``, ``name`` and ``secret_type`` (None: bad name).
+
+    A pure function of its arguments, so one (immutable) Target per name is kept and
+    shared: every reconcile asks for its bundle's target several times.
+    """
+    return Target(kind, name, secret_type) if _valid_name(name) else None
 
 
 def parse_target(raw_spec: Mapping[str, Any], bundle_name: str) -> Target:

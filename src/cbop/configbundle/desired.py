@@ -76,6 +76,8 @@ class DesiredConfigMap:
             (:func:`cbop.api.keyed_content_hash`).
         kind: ConfigMap, or Secret (:mod:`cbop.configbundle.secret` makes those).
         secret_type: the Secret's ``type``; None for a ConfigMap.
+        encoded: a Secret's ``binary_data`` as its ``data`` carries it (key -> standard
+            base64), encoded once for every comparison and write; None for a ConfigMap.
     """
 
     namespace: str
@@ -89,6 +91,7 @@ class DesiredConfigMap:
     content_hash: str
     kind: Kind = Kind.CONFIGMAP
     secret_type: str | None = None
+    encoded: Mapping[str, str] | None = None
 
     @property
     def key_count(self) -> int:

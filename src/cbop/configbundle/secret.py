@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,6 +29,7 @@ from cbop.api import (
     Kind,
     SpecError,
     decode_binary,
+    encode_binary,
     keyed_content_hash,
 )
 from cbop.api.target import secret_type_error
@@ -114,7 +116,30 @@ def desired_secret(bundle: Mapping[str, Any], spec: BundleSpec, key: bytes) -> D
         content_hash=digest,
         kind=Kind.SECRET,
         secret_type=spec.target.type or DEFAULT_SECRET_TYPE,
+        encoded={k: _base64(v) for k, v in content.items()},
     )
+
+
+#: Values up to this many bytes have their base64 text kept and shared (:func:`_base64`).
+_SHARED_BASE64_BYTES = 64 * 1024
+
+
+def _base64(value: bytes) -> str:
+    """Return the standard base64 of ``value``; one shared text for a small value.
+
+    Every reader of a source Secret holds the same bytes (decoded once per source
+    version), so their desired Secrets, kept by the memo, share one text of each value
+    instead of a copy each: at most 256 values of up to 64 KiB are kept, the least
+    recently used out first.
+    """
+    if len(value) > _SHARED_BASE64_BYTES:
+        return base64.b64encode(value).decode("ascii")
+    return _shared_base64(value)
+
+
+@functools.lru_cache(maxsize=256)
+def _shared_base64(value: bytes) -> str:
+    return base64.b64encode(value).decode("ascii")
 
 
 def render(desired: DesiredConfigMap, current: Mapping[str, Any] | None) -> JSON:
@@ -126,10 +151,13 @@ def render(desired: DesiredConfigMap, current: Mapping[str, Any] | None) -> JSON
     keeps cbop from writing one of another type), else the desired one.
     """
     cur_meta: Mapping[str, Any] = (current or {}).get("metadata", {})
-    meta: JSON = {}
-    if current is not None:
-        meta = copy.deepcopy(dict(cur_meta))
-        meta.pop("managedFields", None)
+    # As the ConfigMap's render: every container of the metadata is copied one level
+    # (labels, annotations and owner references are rebuilt below), managedFields left out.
+    meta: JSON = {
+        k: copy.copy(v) if isinstance(v, dict | list) else v
+        for k, v in cur_meta.items()
+        if k != "managedFields"
+    }
     meta["name"] = desired.name
     meta["namespace"] = desired.namespace
     meta["labels"], meta["annotations"], meta["ownerReferences"] = managed_metadata(
@@ -138,9 +166,7 @@ def render(desired: DesiredConfigMap, current: Mapping[str, Any] | None) -> JSON
     kept_type = (current or {}).get("type") or desired.secret_type or DEFAULT_SECRET_TYPE
     body: JSON = {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "type": kept_type}
     if desired.binary_data:
-        body["data"] = {
-            k: base64.b64encode(v).decode("ascii") for k, v in desired.binary_data.items()
-        }
+        body["data"] = dict(_encoded(desired))
     if desired.immutable:
         body["immutable"] = True
     return body
@@ -151,9 +177,24 @@ def decode_data(obj: Mapping[str, Any]) -> dict[str, bytes]:
     return decode_binary(obj.get("data")) or {}
 
 
+def _encoded(desired: DesiredConfigMap) -> Mapping[str, str]:
+    """``desired``'s bytes as a Secret's ``data`` carries them (standard base64)."""
+    if desired.encoded is not None:
+        return desired.encoded
+    return encode_binary(desired.binary_data)
+
+
 def content_matches(desired: DesiredConfigMap, current: Mapping[str, Any]) -> bool:
-    """Whether ``current``'s ``data`` holds exactly the desired bytes (no more keys)."""
-    return decode_binary(current.get("data")) == dict(desired.binary_data)
+    """Whether ``current``'s ``data`` holds exactly the desired bytes (no more keys).
+
+    The same base64 text is the same bytes, so ``data`` as cbop wrote it (the API
+    server keeps it canonical) matches without a decode; any other text is decoded and
+    compared as bytes.
+    """
+    data = current.get("data")
+    if data == _encoded(desired):
+        return True
+    return decode_binary(data) == dict(desired.binary_data)
 
 
 def type_conflict(desired: DesiredConfigMap, current: Mapping[str, Any]) -> str | None:
