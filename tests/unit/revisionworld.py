@@ -4,7 +4,8 @@ As the other act-layer tests: the reconcile is called directly, its caches synce
 the fake server's tracker between reconciles (the watch caught up), and the recorded
 API actions compared with the expected ones. The caches of what names revisions
 (pinned ReplicaSets, ControllerRevisions, pods, opted-in workloads) are filled from the
-tracker too, through the same index functions and transforms cbop's informers use.
+tracker too, through the same index functions and transforms cbop's informers use (the
+managed ConfigMaps' as well: revisions without their content).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from cbop.revisions.caches import (
     strip_pod,
 )
 from cbop.revisions.model import ANNOTATION_REVISIONS, LABEL_PINNED, format_mapping
+from cbop.revisions.objects import strip_revision_content
 from cbop.revisions.policy import PolicyCheck
 from cbop.runtime.events import EventRecorder
 from cbop_testing.clock import FakeClock
@@ -154,7 +156,10 @@ class World:
     def sync(self) -> None:
         """Make every cache hold what the server stores (pinned objects through the transforms)."""
         self.bundles.sync(self.kube.tracker, CONFIGBUNDLES)
-        self.configmaps.sync(self.kube.tracker, CONFIGMAPS)
+        self.configmaps.indexer.replace(
+            [strip_revision_content(dict(o)) for o in self.kube.tracker.objects(CONFIGMAPS)],
+            self.kube.tracker.resource_version,
+        )
         for lister, resource, strip in (
             (self.replicasets, REPLICASETS, strip_history),
             (self.controllerrevisions, CONTROLLERREVISIONS, strip_history),

@@ -62,10 +62,12 @@ from cbop.revisions.objects import (
     Content,
     body_from,
     bundle_label,
+    content_left_out,
     held_by,
     is_revision_of,
     owned_by,
     ownerless_revision,
+    read_back,
     revision_body,
     revision_reference,
     taken_problem,
@@ -205,6 +207,8 @@ class BundleRevisions:
         self._grace = grace
         self._clock: Clock = clock or RealClock()
         self._lock = YieldingLock()
+        #: GETs of a revision's content (:meth:`_content_of`) this object made.
+        self.content_reads = 0
         # namespace/revision -> when this process last saw it current or named.
         self._needed: cachetools.LRUCache[str, float] = cachetools.LRUCache(_REMEMBERED)
 
@@ -483,19 +487,48 @@ class BundleRevisions:
         """Make again each revision a template names that is gone and whose content is at hand.
 
         The content is at hand when a revision of the namespace (any bundle's) or the
-        plain ConfigMap holds the content hash the name carries. Returns the names made.
+        plain ConfigMap holds the content hash the name carries (:meth:`_content_of`).
+        Returns the names made.
+
+        Raises:
+            ApiError, ConnectionFailed: reading a revision's content or a create failed
+                in a way a retry may fix.
         """
         made: list[str] = []
         namespace = desired.namespace
+        current = revision_name(desired.name, desired.content_hash)  # :meth:`keep` makes it
         for name in self._missing(namespace, desired.name):
+            if name == current:
+                continue
             source = self._source_of(namespace, name[len(desired.name) + 1 :])
             if source is None:
                 continue
-            body = body_from(bundle, desired, name, label, source)
+            content = self._content_of(source)
+            if content is None:
+                continue
+            body = body_from(bundle, desired, name, label, content)
             if self._create(bundle, name, body) is True:
                 log.info("revision made again", configmap=name)
                 made.append(name)
         return made
+
+    def _content_of(self, source: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        """Return ``source`` (a cached ConfigMap of cbop's) with its content, or None if gone.
+
+        ``source`` itself when cached whole; a revision, cached without its content,
+        as one GET reads it (:func:`read_back`).
+
+        Raises:
+            ApiError, ConnectionFailed: the GET failed in a way a retry may fix.
+        """
+        if not content_left_out(source):
+            return source
+        meta = source["metadata"]
+        with self._lock:
+            self.content_reads += 1
+        fresh = read_back(source, self._fresh(meta["namespace"], meta["name"]))
+        log.info("revision content read", configmap=meta["name"], found=fresh is not None)
+        return fresh
 
     def _source_of(self, namespace: str, head: str) -> Mapping[str, Any] | None:
         """Return a ConfigMap of cbop's in ``namespace`` whose content hash begins with ``head``."""
@@ -517,19 +550,21 @@ class BundleRevisions:
     def _own_again(self, bundle: Mapping[str, Any], current: Mapping[str, Any]) -> bool:
         """Put the bundle's owner reference back on a revision that lost it.
 
-        One update carrying the revision's resourceVersion; a lost race (409) or a
-        revision deleted meanwhile (404) is left to the next reconcile, which the
-        revision's watch event brings.
+        One JSON merge patch of ``metadata.ownerReferences`` carrying the revision's
+        resourceVersion (a precondition, as an update's): the cached revision has no
+        content (:func:`cbop.revisions.objects.strip_revision_content`), and the whole
+        object is never written back. A lost race (409) or a revision deleted meanwhile
+        (404) is left to the next reconcile, which the revision's watch event brings.
         """
-        meta = dict(current["metadata"])
-        meta.pop("managedFields", None)
-        meta["ownerReferences"] = [*(meta.get("ownerReferences") or ()), revision_reference(bundle)]
+        meta = current["metadata"]
+        refs = [*(meta.get("ownerReferences") or ()), revision_reference(bundle)]
         try:
-            self._client.update(
+            self._client.patch(
                 CONFIGMAPS,
                 meta["namespace"],
                 meta["name"],
-                {**current, "metadata": meta},
+                {"metadata": {"resourceVersion": meta["resourceVersion"], "ownerReferences": refs}},
+                patch_type="merge",
                 field_manager=self._field_manager,
             )
         except ApiError as err:
