@@ -26,6 +26,7 @@ from cbop.kube import (
     PODS,
     REPLICASETS,
 )
+from cbop.metrics.controller import ConfigMapWriteMetrics
 from cbop.revisions.caches import (
     PLAIN_INDEX,
     READS_INDEX,
@@ -88,6 +89,7 @@ class World:
         rollout: whether the rollout runs.
         listed: whether the history's caches have listed their collections (default:
             always).
+        observer: the reconciler's metrics (default: none).
         **kw: the bundle's metadata (:func:`cbop_testing.objects.bundle`).
     """
 
@@ -100,6 +102,7 @@ class World:
         history: bool = True,
         rollout: bool = True,
         listed: Callable[[], bool] = lambda: True,
+        observer: ConfigMapWriteMetrics | None = None,
         **kw: Any,
     ) -> None:
         # The server's clock (creationTimestamp), also the grace's: stepped by changes.
@@ -143,6 +146,7 @@ class World:
             bundles=self.bundles,
             configmaps=self.configmaps,
             recorder=self.recorder,
+            observer=observer,
             now=lambda: NOW,
             dry_run=dry_run,
             history=self.history,

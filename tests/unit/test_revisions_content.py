@@ -14,12 +14,14 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from cbop.api import content_hash
 from cbop.api.revisions import LABEL_REVISION_OF
 from cbop.configbundle import controller as configbundle
 from cbop.informers import FuncHandler, SharedInformerFactory
 from cbop.kube import CONFIGMAPS, REPLICASETS, ApiError
+from cbop.metrics.controller import ConfigMapWriteMetrics
 from cbop.revisions.objects import content_left_out, read_back, strip_revision_content
 from cbop.rollout import controller as rollout
 from cbop.runtime import Scope
@@ -120,11 +122,18 @@ def test_the_transform_drops_content_and_managed_fields_of_a_revision_only() -> 
     assert strip_revision_content(renamed)["data"] == {"a": "1"}
 
 
+def reads(registry: CollectorRegistry) -> float | None:
+    return registry.get_sample_value("cbop_revision_content_reads_total")
+
+
 def test_a_revision_made_again_from_another_revision_reads_its_content_with_one_get() -> None:
-    w = World({"data": {"a": "1"}, "revisions": KEEP2})
+    registry = CollectorRegistry()
+    w = World({"data": {"a": "1"}, "revisions": KEEP2}, observer=ConfigMapWriteMetrics(registry))
     gone, other = lost_revision(w)
+    assert reads(registry) == 0
     assert w.reconcile() == [("create", "configmaps", gone)]
     assert gets(w) == [other]
+    assert reads(registry) == 1
     made = w.configmap(gone)
     assert made["data"] == {"a": "1"}
     assert made["immutable"] is True
@@ -132,6 +141,7 @@ def test_a_revision_made_again_from_another_revision_reads_its_content_with_one_
     assert made["metadata"]["annotations"]["cbop.dev/content-hash"] == content_hash({"a": "1"}, {})
     assert w.reconcile() == []
     assert gets(w) == []
+    assert reads(registry) == 1
 
 
 def test_a_revision_of_the_current_content_is_made_again_without_a_get() -> None:

@@ -161,6 +161,7 @@ class BundleRevisions:
         policy: the pin policy's presence (None: not looked at).
         recorder: where the Events on workloads go (None: none).
         count: ``fn(operation)``, one ConfigMap write counted (create, update, delete).
+        count_read: ``fn()``, one GET of a revision's content counted.
         event: ``fn(bundle, type, reason, message, routine=)``, an Event on the bundle.
         field_manager: the field manager of the writes.
         conflict_recheck: seconds between rechecks of a revision name taken by a
@@ -179,6 +180,7 @@ class BundleRevisions:
         policy: PolicyCheck | None = None,
         recorder: EventSink | None = None,
         count: Callable[[str], None] = lambda operation: None,
+        count_read: Callable[[], None] = lambda: None,
         event: Callable[..., None] = lambda *args, **kwargs: None,
         field_manager: str = "cbop",
         conflict_recheck: float = 15.0,
@@ -201,14 +203,13 @@ class BundleRevisions:
             else None
         )
         self._count = count
+        self._count_read = count_read
         self._event = event
         self._field_manager = field_manager
         self._conflict_recheck = conflict_recheck
         self._grace = grace
         self._clock: Clock = clock or RealClock()
         self._lock = YieldingLock()
-        #: GETs of a revision's content (:meth:`_content_of`) this object made.
-        self.content_reads = 0
         # namespace/revision -> when this process last saw it current or named.
         self._needed: cachetools.LRUCache[str, float] = cachetools.LRUCache(_REMEMBERED)
 
@@ -524,8 +525,7 @@ class BundleRevisions:
         if not content_left_out(source):
             return source
         meta = source["metadata"]
-        with self._lock:
-            self.content_reads += 1
+        self._count_read()
         fresh = read_back(source, self._fresh(meta["namespace"], meta["name"]))
         log.info("revision content read", configmap=meta["name"], found=fresh is not None)
         return fresh

@@ -13,6 +13,7 @@ reads it from the API server. Pure: no client, no I/O.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -144,13 +145,43 @@ def strip_revision_content(obj: dict[str, Any]) -> dict[str, Any]:
     revision (:func:`content_left_out`). A cached revision therefore carries no content
     whatever its content is: its readers look at names, labels, the content hash
     annotation and owner references; the content is read with a GET where a revision
-    is copied (``BundleRevisions``). The managed-ConfigMap informer's transform.
+    is copied (``BundleRevisions``). The strings a bundle's ConfigMaps repeat (the
+    namespace, labels, owner references, creation time, content hash) are interned
+    (``sys.intern``), one object for all of them. The managed-ConfigMap informer's
+    transform.
     """
     strip_managed_fields(obj)
     if content_left_out(obj):
         obj.pop("data", None)
         obj.pop("binaryData", None)
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        _share_strings(meta)
     return obj
+
+
+def _share_strings(meta: dict[str, Any]) -> None:
+    """Intern, in place, the strings of ``meta`` that a bundle's ConfigMaps repeat."""
+    for name in ("namespace", "creationTimestamp"):
+        value = meta.get(name)
+        if isinstance(value, str):
+            meta[name] = sys.intern(value)
+    labels = meta.get("labels")
+    if isinstance(labels, dict):
+        meta["labels"] = {k: _interned(v) for k, v in labels.items()}
+    annotations = meta.get("annotations")
+    if isinstance(annotations, dict) and ANNOTATION_CONTENT_HASH in annotations:
+        annotations[ANNOTATION_CONTENT_HASH] = _interned(annotations[ANNOTATION_CONTENT_HASH])
+    refs = meta.get("ownerReferences")
+    if isinstance(refs, list):
+        meta["ownerReferences"] = [
+            {k: _interned(v) for k, v in ref.items()} if isinstance(ref, dict) else ref
+            for ref in refs
+        ]
+
+
+def _interned(value: Any) -> Any:
+    return sys.intern(value) if type(value) is str else value
 
 
 def read_back(
