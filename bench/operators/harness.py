@@ -7,10 +7,11 @@ bundles from ``loader_threads`` threads, and measures an operator's steady memor
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,7 @@ from bench.operators.apiserver import AuditLog, wait_api_quiet
 from bench.operators.observer import Observer
 from bench.operators.procs import Operator, bench_python, cbop_revision
 from bench.operators.sampling import CpuShare, Sampler, wait_cpu_quiet
-from cbop.kube import CONFIGBUNDLES, KubeClient
+from cbop.kube import CONFIGBUNDLES, ApiError, KubeClient, Resource
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -209,6 +210,37 @@ class Bench:
         finally:
             sampler.stop()
         return {"steady_mib": steady, "peak_mib": sampler.peak_mib(), "settle_seconds": settle}
+
+    def delete_bundles(self, pairs: Sequence[tuple[str, str]], timeout: float = 300.0) -> None:
+        """Delete the bundles ``(namespace, name)`` from ``loader_threads`` threads, then
+        wait (at most ``timeout`` seconds) until no bundle is left in the cluster, so the
+        operator still running can clear its finalizers."""
+        kube = self.kube
+        run_parallel(lambda p: kube.delete(CONFIGBUNDLES, p[0], p[1]), pairs, self.s.loader_threads)
+        deadline = time.monotonic() + timeout
+        while kube.list(CONFIGBUNDLES, None)["items"] and time.monotonic() < deadline:
+            time.sleep(1.0)
+
+    def delete_targets(
+        self,
+        resource: Resource,
+        pairs: Sequence[tuple[str, str]],
+        quiet: Collection[str] | None = None,
+    ) -> None:
+        """Delete the objects ``(namespace, name)`` of ``resource`` from ``loader_threads``
+        threads (one already gone, e.g. taken by the garbage collector, is skipped), then
+        wait until the API server is quiet (on ``quiet``'s resources when given)."""
+        kube = self.kube
+
+        def gone(p: tuple[str, str]) -> None:
+            with contextlib.suppress(ApiError):
+                kube.delete(resource, p[0], p[1])
+
+        run_parallel(gone, pairs, self.s.loader_threads)
+        if quiet is None:
+            wait_api_quiet(kube)
+        else:
+            wait_api_quiet(kube, resources=quiet)
 
     def create_bundles(
         self,

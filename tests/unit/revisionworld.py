@@ -28,14 +28,12 @@ from cbop.kube import (
 )
 from cbop.metrics.controller import ConfigMapWriteMetrics
 from cbop.revisions.caches import (
-    PLAIN_INDEX,
+    HISTORY_INDEXERS,
+    POD_INDEXERS,
     READS_INDEX,
-    REVISION_INDEX,
     REVISION_OF_INDEX,
     History,
-    index_by_plain,
     index_by_reads,
-    index_by_revision,
     index_by_revision_of,
     strip_history,
     strip_pod,
@@ -71,10 +69,8 @@ def rev(data: dict[str, str], name: str = "app") -> str:
     return revision_name(name, content_hash(data, {}))
 
 
-def _pinned_lister() -> CacheLister:
-    return CacheLister(
-        (), indexers={REVISION_INDEX: index_by_revision, PLAIN_INDEX: index_by_plain}
-    )
+def _pinned_lister(*, pods: bool = False) -> CacheLister:
+    return CacheLister((), indexers={**HISTORY_INDEXERS, **(POD_INDEXERS if pods else {})})
 
 
 class World:
@@ -120,14 +116,10 @@ class World:
         )
         self.replicasets = _pinned_lister()
         self.controllerrevisions = _pinned_lister()
-        self.pods = _pinned_lister()
+        self.pods = _pinned_lister(pods=True)
         self.deployments = CacheLister(
             (),
-            indexers={
-                REVISION_INDEX: index_by_revision,
-                PLAIN_INDEX: index_by_plain,
-                READS_INDEX: index_by_reads,
-            },
+            indexers={**HISTORY_INDEXERS, READS_INDEX: index_by_reads},
         )
         self.history = (
             History(

@@ -14,6 +14,7 @@ from cbop.informers import (
     DeletedFinalStateUnknown,
     Indexer,
     Lister,
+    MultiNamespaceLister,
     index_by_controller_uid,
     index_by_label,
     meta_namespace_key,
@@ -270,3 +271,27 @@ def test_staging_survives_indexes_added_meanwhile() -> None:
     assert idx.index_keys(CONTROLLER_UID_INDEX, "u") == ["ns/a"]
     assert idx.index_keys(BY_NAMESPACE, "ns") == ["ns/a"]
     assert idx.resource_version == "5"
+
+
+def test_index_counts_and_keys_follow_the_index_in_every_view() -> None:
+    per_ns = {
+        ns: Indexer({"by-app": index_by_label("app")}, detect_mutations=False)
+        for ns in ("ns1", "ns2")
+    }
+    for i in range(3):
+        per_ns["ns1"].add(obj(f"a{i}", "ns1", labels={"app": "x"}))
+    per_ns["ns2"].add(obj("b", "ns2", labels={"app": "x"}))
+    one = Lister(per_ns["ns1"])
+    assert one.index_count("by-app", "x") == 3
+    assert one.index_keys("by-app", "x") == ["ns1/a0", "ns1/a1", "ns1/a2"]
+    assert one.index_count("by-app", "nothing") == 0
+    # An update that changes the value and a delete leave the count.
+    per_ns["ns1"].update(obj("a0", "ns1", labels={"app": "y"}))
+    per_ns["ns1"].delete("ns1/a1")
+    assert one.index_count("by-app", "x") == 1
+    assert one.index_count("by-app", "y") == 1
+    views = MultiNamespaceLister({ns: Lister(idx) for ns, idx in per_ns.items()})
+    assert views.index_count("by-app", "x") == 2
+    assert sorted(views.index_keys("by-app", "x")) == ["ns1/a2", "ns2/b"]
+    with pytest.raises(KeyError):
+        one.index_count("nope", "x")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import http.client
 import json
 import queue
 import random
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 import structlog.testing
+import urllib3
 from kubernetes import client as k8s_client
 
 from cbop.kube import (
@@ -28,6 +30,7 @@ from cbop.kube import (
 )
 from cbop.kube.codec import decode_body, encode_body, query_value
 from cbop.kube.config import load_in_cluster
+from cbop.kube.transport import closed_before_answer
 from cbop_testing.clock import FakeClock
 from cbop_testing.httpserver import Reply, Responder, ScriptedServer, Seen
 
@@ -986,3 +989,75 @@ def test_request_target_matches_the_generated_clients_serialisation(
     assert ours == theirs[:3]
     assert ours[2]["authorization"] == "Bearer token-one"
     assert ours[2]["User-Agent"] == "cbop-test/1"
+
+
+class ClosingServer:
+    """A loopback HTTP/1.1 server that closes a kept-alive connection unanswered.
+
+    The first request on the first connection is answered (``Content-Length``, kept
+    alive); the next request on that connection is read and the connection closed
+    without a byte of answer, as an idle-connection reaper does in the race with a
+    request going out; every request on a later connection is answered.
+    """
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.requests: list[tuple[int, str]] = []  # (connection number, request line)
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def _read_request(self, reader: Any) -> str | None:
+        line = reader.readline()
+        if not line:
+            return None
+        while reader.readline() not in (b"\r\n", b""):
+            pass
+        return str(line.decode().strip())
+
+    def _serve(self) -> None:
+        for number in range(2):
+            conn, _ = self.sock.accept()
+            reader = conn.makefile("rb")
+            while (line := self._read_request(reader)) is not None:
+                self.requests.append((number, line))
+                if number == 0 and len(self.requests) == 2:
+                    break  # close without answering
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n\r\n%s" % (len(self.body), self.body)
+                )
+            reader.close()
+            conn.close()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_a_get_on_a_connection_closed_unanswered_is_sent_again_once() -> None:
+    body = json.dumps({"metadata": {"resourceVersion": "5"}, "items": [cm("a")]}).encode()
+    srv = ClosingServer(body)
+    try:
+        client = make_client(srv.url)
+        assert client.list(CONFIGMAPS)["metadata"] == {"resourceVersion": "5"}
+        # The second list goes out on the kept-alive connection, which the server
+        # closes unanswered: the GET is sent again on a new connection, once.
+        assert client.list(CONFIGMAPS)["items"][0]["metadata"]["name"] == "a"
+        assert [n for n, _ in srv.requests] == [0, 0, 1]
+        assert client.request_counts() == {("list", "configmaps"): 2}
+    finally:
+        srv.close()
+
+
+def test_closed_before_answer_is_only_a_connection_closed_before_any_byte() -> None:
+    gone = urllib3.exceptions.ProtocolError(
+        "Connection aborted.", http.client.RemoteDisconnected("closed")
+    )
+    assert closed_before_answer(urllib3.exceptions.MaxRetryError(None, "/x", gone))  # type: ignore[arg-type]
+    reset = urllib3.exceptions.ProtocolError("Connection aborted.", ConnectionResetError())
+    assert not closed_before_answer(urllib3.exceptions.MaxRetryError(None, "/x", reset))  # type: ignore[arg-type]
+    assert not closed_before_answer(urllib3.exceptions.ReadTimeoutError(None, "/x", "slow"))  # type: ignore[arg-type]

@@ -36,7 +36,6 @@ records cbop over the renewal (``cbop-s13-renewal-<pid>.collapsed``).
 from __future__ import annotations
 
 import base64
-import contextlib
 import os
 import random
 import time
@@ -61,7 +60,7 @@ from bench.operators.scenarios import secret_renewal_report as report
 from bench.operators.scenarios.revisions_census import client_of
 from bench.operators.watch import ChangeTracker, Stream
 from cbop.api import ANNOTATION_SHARE_WITH, SOURCE_SELECTOR
-from cbop.kube import CONFIGBUNDLES, SECRETS, ApiError, KubeClient, Resource
+from cbop.kube import CONFIGBUNDLES, SECRETS, KubeClient, Resource
 
 #: The Go peer measured against the same floor when it is among the impls.
 PEER = "controller-runtime"
@@ -398,21 +397,10 @@ def _peer(bench: Bench, watcher: Watcher, sizes: Options) -> dict[str, Any]:
         watcher.expect(tls_data(1)[KEY])
         kube.patch(SECRETS, SOURCE_NS, SOURCE, {"data": tls_data(1)})
         watcher.wait_all(keys, 600)
-        run_parallel(
-            lambda p: kube.delete(CONFIGBUNDLES, p[0], p[1]), pairs, bench.s.loader_threads
-        )
-        deadline = time.monotonic() + 300
-        while kube.list(CONFIGBUNDLES, None)["items"] and time.monotonic() < deadline:
-            time.sleep(1.0)
+        bench.delete_bundles(pairs)
     finally:
         bench.stop()
-
-    def gone(p: tuple[str, str]) -> None:
-        with contextlib.suppress(ApiError):  # the garbage collector may be first
-            kube.delete(SECRETS, p[0], p[1])
-
-    run_parallel(gone, pairs, bench.s.loader_threads)
-    wait_api_quiet(kube, resources=WRITTEN)
+    bench.delete_targets(SECRETS, pairs, quiet=WRITTEN)
     return rec
 
 

@@ -48,7 +48,6 @@ DIR``, py-spy records cbop over the source change (``cbop-s10-change-<pid>.colla
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -64,7 +63,7 @@ from bench.operators.scenario import Defaults, Run
 from bench.operators.scenarios import sources_report as report
 from bench.operators.scenarios.sources_watch import OUT_LABEL, Watcher
 from cbop.api import ANNOTATION_SHARE_WITH, SOURCE_SELECTOR
-from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError
+from cbop.kube import CONFIGBUNDLES, CONFIGMAPS
 
 #: The Go peer measured against the same floor when it is among the impls.
 PEER = "controller-runtime"
@@ -399,21 +398,10 @@ def _peer(bench: Bench, watcher: Watcher, sizes: Options) -> dict[str, Any]:
         watcher.expect("1")
         kube.patch(CONFIGMAPS, SOURCE_NS, SOURCE, {"data": {"v": "1", "common.yaml": common("1")}})
         watcher.wait_all(keys, 300)
-        run_parallel(
-            lambda p: kube.delete(CONFIGBUNDLES, p[0], p[1]), pairs, bench.s.loader_threads
-        )
-        deadline = time.monotonic() + 300
-        while kube.list(CONFIGBUNDLES, None)["items"] and time.monotonic() < deadline:
-            time.sleep(1.0)
+        bench.delete_bundles(pairs)
     finally:
         bench.stop()
-
-    def gone(p: tuple[str, str]) -> None:
-        with contextlib.suppress(ApiError):  # the garbage collector may be first
-            kube.delete(CONFIGMAPS, p[0], p[1])
-
-    run_parallel(gone, pairs, bench.s.loader_threads)
-    wait_api_quiet(kube)
+    bench.delete_targets(CONFIGMAPS, pairs)
     return rec
 
 

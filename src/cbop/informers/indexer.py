@@ -265,6 +265,18 @@ class Indexer:
             index = self._index(index_name)
             return sorted(index.get(value, ()))
 
+    def index_count(self, index_name: str, value: str) -> int:
+        """Return how many objects are filed under ``value`` in index ``index_name``.
+
+        The length of :meth:`index_keys`, without copying or sorting them: a count that
+        does not grow with the objects filed.
+
+        Raises:
+            KeyError: no such index.
+        """
+        with self._lock:
+            return len(self._index(index_name).get(value, ()))
+
     def by_index(self, index_name: str, value: str) -> _Objects:
         """Return the objects filed under ``value`` in index ``index_name`` (key order).
 

@@ -70,6 +70,22 @@ class Lister:
         """
         return self._indexer.by_index(index_name, value)
 
+    def index_keys(self, index_name: str, value: str) -> _Strings:
+        """Return the keys (``namespace/name``) filed under ``value`` in ``index_name``, sorted.
+
+        Raises:
+            KeyError: no such index.
+        """
+        return self._indexer.index_keys(index_name, value)
+
+    def index_count(self, index_name: str, value: str) -> int:
+        """Return how many objects are filed under ``value`` in index ``index_name``.
+
+        Raises:
+            KeyError: no such index.
+        """
+        return self._indexer.index_count(index_name, value)
+
     def list_keys(self) -> _Strings:
         """Return all cache keys."""
         return self._indexer.list_keys()
@@ -87,6 +103,14 @@ class NamespaceLister(Protocol):
 
     def by_index(self, index_name: str, value: str) -> list[Mapping[str, Any]]:
         """Return the cached objects filed under ``value`` in index ``index_name``."""
+        ...
+
+    def index_keys(self, index_name: str, value: str) -> list[str]:
+        """Return the keys filed under ``value`` in index ``index_name``."""
+        ...
+
+    def index_count(self, index_name: str, value: str) -> int:
+        """Return how many objects are filed under ``value`` in index ``index_name``."""
         ...
 
     def list(self) -> list[Mapping[str, Any]]:
@@ -122,6 +146,25 @@ class MultiNamespaceLister:
         for lister in self._listers.values():
             out.extend(lister.by_index(index_name, value))
         return out
+
+    def index_keys(self, index_name: str, value: str) -> list[str]:
+        """Return the keys of every namespace filed under ``value`` in index ``index_name``.
+
+        Raises:
+            KeyError: a lister has no index ``index_name``.
+        """
+        out: list[str] = []
+        for lister in self._listers.values():
+            out.extend(lister.index_keys(index_name, value))
+        return out
+
+    def index_count(self, index_name: str, value: str) -> int:
+        """Return how many objects of every namespace are filed under ``value`` in ``index_name``.
+
+        Raises:
+            KeyError: a lister has no index ``index_name``.
+        """
+        return sum(lister.index_count(index_name, value) for lister in self._listers.values())
 
     def list(self) -> list[Mapping[str, Any]]:
         """Return every cached object of every namespace."""

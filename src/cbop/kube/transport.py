@@ -7,7 +7,8 @@ default as in controller-runtime), the cap on requests in flight
 (:mod:`cbop.kube.inflight`), the write fence (:meth:`Transport.with_fence`, checked
 right before a write goes on the wire, after any wait), the exchange itself, then
 ``Retry-After`` retries of a 429 or 5xx (:mod:`cbop.kube.retryafter`) and one resend
-after a 401 with a re-read token (:mod:`cbop.kube.credentials`); every exchange is
+after a 401 with a re-read token (:mod:`cbop.kube.credentials`), and one resend of a
+GET whose kept-alive connection the server closed before answering; every exchange is
 counted (:mod:`cbop.kube.accounting`). Watches skip the bucket and the cap.
 
 Answers read whole go through libcurl (:mod:`cbop.kube.curl`, a fraction of urllib3's
@@ -18,6 +19,7 @@ urllib3 pool, gzip accepted except on watches.
 
 from __future__ import annotations
 
+import http.client
 import math
 import random
 from collections.abc import Callable, Iterator, Mapping
@@ -251,17 +253,27 @@ class Transport:
             m, url, header_params = self._target(method, path, query, headers)
             if self._curl is not None and not stream:
                 return self._curl.request(m, url, header_params, body, timeout)
-            raw = self._api.rest_client.pool_manager.request(
-                m,
-                url,
-                body=body,
-                headers=header_params,
-                timeout=urllib3.Timeout(connect=timeout[0], read=timeout[1])
+            pool = self._api.rest_client.pool_manager
+            deadline = (
+                urllib3.Timeout(connect=timeout[0], read=timeout[1])
                 if timeout is not None
-                else None,
-                preload_content=False,
+                else None
             )
-            return k8s_rest.RESTResponse(raw)
+            for attempt in (1, 2):
+                try:
+                    raw = pool.request(
+                        m,
+                        url,
+                        body=body,
+                        headers=header_params,
+                        timeout=deadline,
+                        preload_content=False,
+                    )
+                    return k8s_rest.RESTResponse(raw)
+                except urllib3.exceptions.HTTPError as exc:
+                    if attempt == 2 or m != "GET" or not closed_before_answer(exc):
+                        raise
+            raise AssertionError("unreachable")  # pragma: no cover
         except (*TRANSPORT_ERRORS, ApiException) as exc:
             self._recorder.record(verb, resource, 0, self._clock.now() - start)
             raise connection_failed(exc, f"{method} {path}") from exc
@@ -490,3 +502,28 @@ class Transport:
                 raise connection_failed(exc, f"watch {path}: reading the error") from exc
             raise ApiError.from_response(status, response.getheaders(), data)
         return response.response
+
+
+def closed_before_answer(exc: BaseException) -> bool:
+    """Whether ``exc`` means the server closed the connection before any byte of an answer.
+
+    True when ``http.client.RemoteDisconnected`` is the reason of a urllib3 error (its
+    ``reason``, the arguments of its ``ProtocolError``, or a cause in the chain): the
+    server, or an idle-connection reaper between, closed a kept-alive connection just as
+    the request went out, so it never answered. Only then is a GET sent again, once, as
+    Go's HTTP transport under client-go does for a request on a reused connection that
+    the server closed (``errServerClosedIdle``). Any other failure is the caller's.
+    """
+    seen: set[int] = set()
+    todo: list[object] = [exc]
+    while todo:
+        item = todo.pop()
+        if not isinstance(item, BaseException) or id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, http.client.RemoteDisconnected):
+            return True
+        todo.extend(item.args)
+        todo.append(getattr(item, "reason", None))
+        todo.extend((item.__cause__, item.__context__))
+    return False

@@ -30,7 +30,7 @@ waits it out again). The default, 60 s, is far above a healthy watch's delay.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from types import EllipsisType
 from typing import Any, Final, Literal
@@ -64,12 +64,12 @@ from cbop.revisions.objects import (
     bundle_label,
     content_left_out,
     held_by,
+    hold_again,
     is_revision_of,
     owned_by,
     ownerless_revision,
     read_back,
     revision_body,
-    revision_reference,
     taken_problem,
 )
 from cbop.revisions.policy import PolicyCheck
@@ -253,7 +253,9 @@ class BundleRevisions:
         verdict: PinnedVerdict | None = None
         if self._verifier is not None:
             exists = {*made, *([status] if status else [])}
-            verdict, objects = self._verifier.verdict(bundle, desired.name, exists=exists)
+            verdict, objects = self._verifier.verdict(
+                bundle, desired.name, exists=exists, cached=self._cached(namespace, label)
+            )
             self._verifier.warn(bundle, verdict, objects)
         recheck = wait
         if verdict is not None and verdict.reason in (
@@ -330,12 +332,14 @@ class BundleRevisions:
             return False
         if plan.adopt or (self._history is not None and (plan.delete or plan.wait is not None)):
             return False
-        for missing in self._missing(namespace, plain):
+        cached = self._cached(namespace, label)
+        for missing in self._missing(namespace, plain, cached):
             if self._source_of(namespace, missing[len(plain) + 1 :]) is not None:
                 return False
         if self._verifier is None:
             return True
-        return same(condition_of(status), self._verifier.verdict(bundle, plain)[0])
+        verdict = self._verifier.verdict(bundle, plain, cached=cached)[0]
+        return same(condition_of(status), verdict)
 
     # -- collection ------------------------------------------------------------------
 
@@ -477,11 +481,25 @@ class BundleRevisions:
         )
         return True
 
-    def _missing(self, namespace: str, plain: str) -> list[str]:
-        """Return the revisions of ``plain`` a cached template names that are gone, sorted."""
+    def _cached(self, namespace: str, label: str) -> list[str]:
+        """Return the names of the revisions labelled ``label`` in the managed-ConfigMap cache."""
+        return [
+            str(cm["metadata"]["name"])
+            for cm in self._configmaps.by_index(REVISION_OF_INDEX, key_of(namespace, label))
+        ]
+
+    def _missing(self, namespace: str, plain: str, cached: Collection[str]) -> list[str]:
+        """Return the revisions of ``plain`` a cached template names that are gone, sorted.
+
+        The holders of the ``cached`` revisions (which exist) are counted, not read
+        (:meth:`History.naming_other`).
+        """
         if self._history is None:
             return []
-        names = {mapping_of(holder)[plain] for _, holder in self._history.naming(namespace, plain)}
+        names = {
+            mapping_of(holder)[plain]
+            for _, holder in self._history.naming_other(namespace, plain, cached)
+        }
         return sorted(n for n in names if self._configmaps.get(namespace, n) is None)
 
     def _make_missing(self, bundle: Mapping[str, Any], desired: Content, label: str) -> list[str]:
@@ -489,22 +507,15 @@ class BundleRevisions:
 
         The content is at hand when a revision of the namespace (any bundle's) or the
         plain ConfigMap holds the content hash the name carries (:meth:`_content_of`).
-        Returns the names made.
-
-        Raises:
-            ApiError, ConnectionFailed: reading a revision's content or a create failed
-                in a way a retry may fix.
+        Returns the names made. Raises ApiError or ConnectionFailed as :meth:`keep`.
         """
         made: list[str] = []
         namespace = desired.namespace
-        current = revision_name(desired.name, desired.content_hash)  # :meth:`keep` makes it
-        for name in self._missing(namespace, desired.name):
-            if name == current:
-                continue
+        for name in self._missing(namespace, desired.name, self._cached(namespace, label)):
+            if name == revision_name(desired.name, desired.content_hash):
+                continue  # the current revision: :meth:`keep` makes it
             source = self._source_of(namespace, name[len(desired.name) + 1 :])
-            if source is None:
-                continue
-            content = self._content_of(source)
+            content = None if source is None else self._content_of(source)
             if content is None:
                 continue
             body = body_from(bundle, desired, name, label, content)
@@ -524,11 +535,9 @@ class BundleRevisions:
         """
         if not content_left_out(source):
             return source
-        meta = source["metadata"]
         self._count_read()
-        fresh = read_back(source, self._fresh(meta["namespace"], meta["name"]))
-        log.info("revision content read", configmap=meta["name"], found=fresh is not None)
-        return fresh
+        meta = source["metadata"]
+        return read_back(source, self._fresh(meta["namespace"], meta["name"]))
 
     def _source_of(self, namespace: str, head: str) -> Mapping[str, Any] | None:
         """Return a ConfigMap of cbop's in ``namespace`` whose content hash begins with ``head``."""
@@ -556,16 +565,10 @@ class BundleRevisions:
         object is never written back. A lost race (409) or a revision deleted meanwhile
         (404) is left to the next reconcile, which the revision's watch event brings.
         """
-        meta = current["metadata"]
-        refs = [*(meta.get("ownerReferences") or ()), revision_reference(bundle)]
+        namespace, name, patch = hold_again(current, bundle)
         try:
             self._client.patch(
-                CONFIGMAPS,
-                meta["namespace"],
-                meta["name"],
-                {"metadata": {"resourceVersion": meta["resourceVersion"], "ownerReferences": refs}},
-                patch_type="merge",
-                field_manager=self._field_manager,
+                CONFIGMAPS, namespace, name, patch, field_manager=self._field_manager
             )
         except ApiError as err:
             if err.is_conflict or err.is_not_found:

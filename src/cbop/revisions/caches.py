@@ -18,9 +18,9 @@ concerned. Lookups only: no API call.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from cbop.api import is_bundle_reference
 from cbop.api.revisions import LABEL_REVISION_OF
@@ -48,6 +48,7 @@ from cbop.revisions.model import (
     mapping_of,
     pod_unpinned,
     template_metadata,
+    valid_pair,
 )
 from cbop.revisions.objects import ownerless_revision
 from cbop.runtime.predicates import UpdatePredicate
@@ -55,14 +56,18 @@ from cbop.runtime.seams import Lister
 
 __all__ = [
     "HISTORY",
+    "HISTORY_INDEXERS",
     "OPTED_IN_SELECTOR",
     "PLAIN_INDEX",
+    "POD_INDEXERS",
     "READS_INDEX",
     "REVISION_INDEX",
     "REVISION_OF_INDEX",
     "TEMPLATE_CHANGED",
+    "UNPINNED_INDEX",
     "WORKLOADS",
     "History",
+    "HistoryLister",
     "bundles_of_legacy_pins",
     "bundles_of_reader",
     "bundles_of_template",
@@ -72,6 +77,7 @@ __all__ = [
     "index_by_reads",
     "index_by_revision",
     "index_by_revision_of",
+    "index_by_unpinned",
     "legacy_namespaces",
     "revision_owners",
     "strip_history",
@@ -91,6 +97,9 @@ PLAIN_INDEX: Final = "cbop.dev/pinned-configmap"
 #: Index of the opted-in workloads: ``namespace/<configmap>`` of each ConfigMap their pod
 #: template reads where a pod can be pinned (:func:`cbop.revisions.model.configmap_references`).
 READS_INDEX: Final = "cbop.dev/reads-configmap"
+#: Index of the pinned-pod cache: ``namespace/<plain>`` of each ConfigMap a pod pins and
+#: still reads by its plain name (:func:`cbop.revisions.model.pod_unpinned`).
+UNPINNED_INDEX: Final = "cbop.dev/unpinned-configmap"
 #: Index of the managed-ConfigMap cache: ``namespace/<bundle label>`` of a revision.
 REVISION_OF_INDEX: Final = "revision-of"
 
@@ -109,6 +118,30 @@ def index_by_plain(obj: Mapping[str, Any]) -> list[str]:
     """Index function: a holder -> ``namespace/<plain>`` of each ConfigMap its template pins."""
     namespace = _namespace(obj)
     return sorted(key_of(namespace, plain) for plain in mapping_of(obj))
+
+
+def index_by_unpinned(pod: Mapping[str, Any]) -> list[str]:
+    """Index function: a pinned pod -> ``namespace/<plain>`` of each pin it reads by name.
+
+    The plain names of its mapping that :func:`cbop.revisions.model.pod_unpinned` finds
+    in its spec (the policy did not rewrite them); ``[]`` for a pod being deleted.
+    """
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return []
+    mapping = mapping_of(pod)
+    namespace = _namespace(pod)
+    return sorted({key_of(namespace, r.name) for r in pod_unpinned(pod) if r.name in mapping})
+
+
+#: The indexes of every cache of what names revisions (the history, pods, workloads).
+HISTORY_INDEXERS: Final[Mapping[str, Callable[[Mapping[str, Any]], list[str]]]] = {
+    REVISION_INDEX: index_by_revision,
+    PLAIN_INDEX: index_by_plain,
+}
+#: The pinned-pod cache's own index, besides :data:`HISTORY_INDEXERS`.
+POD_INDEXERS: Final[Mapping[str, Callable[[Mapping[str, Any]], list[str]]]] = {
+    UNPINNED_INDEX: index_by_unpinned,
+}
 
 
 def index_by_reads(workload: Mapping[str, Any]) -> list[str]:
@@ -232,6 +265,21 @@ TEMPLATE_CHANGED: Final = UpdatePredicate(
 )
 
 
+class HistoryLister(Lister, Protocol):
+    """A lister of a cache of what names revisions: also the keys and counts of an index.
+
+    :class:`cbop.informers.MultiNamespaceLister` satisfies it.
+    """
+
+    def index_keys(self, index_name: str, value: str) -> Sequence[str]:
+        """Return the keys (``namespace/name``) filed under ``value`` in ``index_name``."""
+        ...
+
+    def index_count(self, index_name: str, value: str) -> int:
+        """Return how many objects are filed under ``value`` in ``index_name``."""
+        ...
+
+
 @dataclass(frozen=True)
 class History:
     """The caches of what names revisions, with the questions the bundle asks of them.
@@ -246,13 +294,13 @@ class History:
             refused by RBAC never has: it holds nothing, which says nothing).
     """
 
-    replicasets: Lister
-    controllerrevisions: Lister
-    pods: Lister
-    workloads: Mapping[str, Lister] = field(default_factory=dict)
+    replicasets: HistoryLister
+    controllerrevisions: HistoryLister
+    pods: HistoryLister
+    workloads: Mapping[str, HistoryLister] = field(default_factory=dict)
     synced: Callable[[], bool] = lambda: True
 
-    def _holders(self) -> Iterator[tuple[str, Lister]]:
+    def _holders(self) -> Iterator[tuple[str, HistoryLister]]:
         yield "ReplicaSet", self.replicasets
         yield "ControllerRevision", self.controllerrevisions
         yield "Pod", self.pods
@@ -261,7 +309,7 @@ class History:
     def named(self, namespace: str, revision: str) -> bool:
         """Whether a cached template or pod names revision ``revision``."""
         value = key_of(namespace, revision)
-        return any(lister.by_index(REVISION_INDEX, value) for _, lister in self._holders())
+        return any(lister.index_count(REVISION_INDEX, value) for _, lister in self._holders())
 
     def naming(self, namespace: str, plain: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
         """Yield ``(kind, holder)`` of each cached template or pod that pins ConfigMap ``plain``."""
@@ -269,6 +317,36 @@ class History:
         for kind, lister in self._holders():
             for obj in lister.by_index(PLAIN_INDEX, value):
                 yield kind, obj
+
+    def naming_other(
+        self, namespace: str, plain: str, revisions: Collection[str]
+    ) -> Iterator[tuple[str, Mapping[str, Any]]]:
+        """Yield ``(kind, holder)`` of each holder pinning ``plain`` outside ``revisions``.
+
+        As :meth:`naming`, less the holders of ``revisions``, without visiting them: per
+        cache, when the holders of ``revisions`` (each holder pins ``plain`` to one
+        revision) count as many as the holders of ``plain``, there is nothing to yield,
+        for ``len(revisions) + 1`` index counts; else the holders' keys are told apart
+        and only the others are read. The cost of a reconcile whose revisions are all
+        in ``revisions`` then does not grow with the history.
+        """
+        value = key_of(namespace, plain)
+        values = [key_of(namespace, r) for r in set(revisions) if valid_pair(plain, r)]
+        for kind, lister in self._holders():
+            total = lister.index_count(PLAIN_INDEX, value)
+            if not total or total == sum(lister.index_count(REVISION_INDEX, v) for v in values):
+                continue
+            held = {key for v in values for key in lister.index_keys(REVISION_INDEX, v)}
+            for key in lister.index_keys(PLAIN_INDEX, value):
+                if key not in held:
+                    holder_namespace, _, name = key.partition("/")
+                    obj = lister.get(holder_namespace, name)
+                    if obj is not None:
+                        yield kind, obj
+
+    def unpinned_pods(self, namespace: str, plain: str) -> Sequence[Mapping[str, Any]]:
+        """Return the cached pods, not being deleted, that pin ``plain`` and read it by name."""
+        return self.pods.by_index(UNPINNED_INDEX, key_of(namespace, plain))
 
     def readers(self, namespace: str, plain: str) -> list[tuple[str, Mapping[str, Any]]]:
         """Return ``(kind, workload)`` of the opted-in workloads whose template reads ``plain``."""
@@ -315,15 +393,17 @@ def history_listers(informers: SharedInformerFactory, *, workloads: bool) -> His
         informers: the shared informer factory (a scope's).
         workloads: also the opted-in workloads (the rollout runs).
     """
-    indexers = {REVISION_INDEX: index_by_revision, PLAIN_INDEX: index_by_plain}
+    indexers = dict(HISTORY_INDEXERS)
     caches = [
-        (resource, PINNED_SELECTOR, indexers, strip_pod if resource is PODS else strip_history)
+        (resource, PINNED_SELECTOR, {**indexers, **POD_INDEXERS}, strip_pod)
+        if resource is PODS
+        else (resource, PINNED_SELECTOR, indexers, strip_history)
         for resource in HISTORY
     ] + [
         (resource, OPTED_IN_SELECTOR, {**indexers, READS_INDEX: index_by_reads}, None)
         for resource in (WORKLOADS if workloads else ())
     ]
-    listers: dict[Resource, Lister] = {}
+    listers: dict[Resource, HistoryLister] = {}
     synced: list[Callable[[], bool]] = []
     for resource, selector, indexes, transform in caches:
         kwargs: dict[str, Any] = {"transform": transform} if transform is not None else {}

@@ -41,6 +41,7 @@ __all__ = [
     "bundle_label",
     "content_left_out",
     "held_by",
+    "hold_again",
     "is_revision_of",
     "owned_by",
     "ownerless_revision",
@@ -228,6 +229,23 @@ def held_by(configmap: Mapping[str, Any], bundle: Mapping[str, Any]) -> bool:
     if any(r.get("uid") == uid and r.get("controller") for r in refs):
         return False
     return any(r.get("uid") == uid and is_bundle_reference(r) for r in refs)
+
+
+def hold_again(
+    revision: Mapping[str, Any], bundle: Mapping[str, Any]
+) -> tuple[str, str, dict[str, Any]]:
+    """Return ``(namespace, name, patch)``, the merge patch holding ``revision`` again.
+
+    A JSON merge patch that puts the bundle's reference back: it sets
+    ``metadata.ownerReferences`` to the cached ones plus :func:`revision_reference`,
+    and carries the cached resourceVersion: a precondition,
+    as an update's (409 when the revision changed meanwhile). Only the owner references
+    are written: the cached revision has no content (:func:`strip_revision_content`).
+    """
+    meta = revision["metadata"]
+    refs = [*(meta.get("ownerReferences") or ()), revision_reference(bundle)]
+    patch = {"metadata": {"resourceVersion": meta["resourceVersion"], "ownerReferences": refs}}
+    return meta["namespace"], meta["name"], patch
 
 
 def is_revision_of(configmap: Mapping[str, Any], content_hash: str, label: str) -> bool:

@@ -66,14 +66,25 @@ class Verifier:
         self._rollout = rollout
 
     def verdict(
-        self, bundle: Mapping[str, Any], plain: str, *, exists: Collection[str] = ()
+        self,
+        bundle: Mapping[str, Any],
+        plain: str,
+        *,
+        exists: Collection[str] = (),
+        cached: Collection[str] = (),
     ) -> tuple[PinnedVerdict, dict[str, Mapping[str, Any]]]:
         """Return the ``Pinned`` condition of a bundle whose ConfigMap is ``plain``.
+
+        The holders that name a revision in ``exists`` or ``cached`` are counted, not
+        read (:meth:`History.naming_other`), and the pods that read ``plain`` by name
+        come from an index: the cost grows with the revisions and the readers, not with
+        the history.
 
         Args:
             bundle: the bundle (its namespace is read).
             plain: its ConfigMap's name.
             exists: revisions this reconcile made, which the cache may not show yet.
+            cached: revisions the managed-ConfigMap cache holds (the bundle's own).
 
         Returns:
             The verdict, and by ``Kind/name`` the objects its findings name.
@@ -119,28 +130,34 @@ class Verifier:
                     f"its pod template reads ConfigMap {plain} by name, with no revision",
                 )
             )
-        for kind, holder in history.naming(namespace, plain):
+        for kind, holder in history.naming_other(namespace, plain, {*exists, *cached}):
             meta = holder["metadata"]
             if meta.get("deletionTimestamp"):
                 continue
             revision = mapping_of(holder)[plain]
-            missing = revision not in exists and self._configmaps.get(namespace, revision) is None
-            unpinned = [r for r in pod_unpinned(holder) if r.name == plain] if kind == "Pod" else []
-            if not (missing or unpinned):
+            if revision in exists or self._configmaps.get(namespace, revision) is not None:
                 continue
             owner_kind, owner = history.workload_of(kind, holder)
             named_by = f"{owner_kind}/{owner['metadata']['name']}"
-            if missing:
-                objects[named_by] = _with_kind(owner_kind, owner)
-                findings.append(
-                    Finding(
-                        PinnedReason.REVISION_MISSING,
-                        named_by,
-                        f"{kind} {meta['name']} names revision {revision}, which is gone "
-                        "and whose content cbop no longer has: its new pods cannot start",
-                    )
+            objects[named_by] = _with_kind(owner_kind, owner)
+            findings.append(
+                Finding(
+                    PinnedReason.REVISION_MISSING,
+                    named_by,
+                    f"{kind} {meta['name']} names revision {revision}, which is gone "
+                    "and whose content cbop no longer has: its new pods cannot start",
                 )
-            for ref in unpinned:
+            )
+        for pod in history.unpinned_pods(namespace, plain):
+            meta = pod["metadata"]
+            if meta.get("deletionTimestamp"):
+                continue
+            revision = mapping_of(pod).get(plain, "")
+            owner_kind, owner = history.workload_of("Pod", pod)
+            named_by = f"{owner_kind}/{owner['metadata']['name']}"
+            for ref in pod_unpinned(pod):
+                if ref.name != plain:
+                    continue
                 objects[named_by] = _with_kind(owner_kind, owner)
                 findings.append(
                     Finding(

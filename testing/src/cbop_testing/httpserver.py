@@ -103,9 +103,10 @@ class ScriptedServer:
                     if reply.abort:
                         self.close_connection = True
                         return
+                    # A complete chunked body leaves the connection open for the
+                    # next request, as a real API server does (HTTP/1.1 keep-alive).
                     self.wfile.write(b"0\r\n\r\n")
                     self.wfile.flush()
-                    self.close_connection = True
                     return
                 if reply.raw is not None:
                     data = reply.raw
