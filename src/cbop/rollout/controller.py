@@ -28,6 +28,7 @@ from cbop.kube import (
     Resource,
 )
 from cbop.metrics.rollout import RolloutMetrics
+from cbop.revisions.objects import strip_revision_content
 from cbop.rollout import (
     INDEXERS,
     ROLLOUT_SELECTOR,
@@ -146,7 +147,10 @@ def setup(
     Raises:
         ValueError: the scope has a controller of one of these names already.
     """
-    configmaps = scope.lister(CONFIGMAPS, label_selector=MANAGED_SELECTOR)
+    # The ConfigBundle controller's informer (revisions cached without their content).
+    configmaps = scope.lister(
+        CONFIGMAPS, label_selector=MANAGED_SELECTOR, transform=strip_revision_content
+    )
     served = secrets or SecretsScope()
     namespaces = served.informer_namespaces(scope.informers.scopes)
     reads = None
