@@ -4,9 +4,12 @@ This module owns how a cached object's key is filed into a set of named indexes,
 taken out again, as client-go's ``threadSafeMap`` keeps its ``indices``. The tables are
 plain dicts held by their owner:
 
-* ``indices`` (:data:`Indices`): index name -> index value -> the keys filed under it;
-* ``filed`` (:data:`Filed`): key -> index name -> the values that key was filed under,
-  so that it can be unfiled without the object (which may have changed since).
+* ``indices`` (:data:`Indices`): index name -> index value -> the keys filed under it
+  (a :data:`Bucket`: the one key itself, or a set of two or more: most values of a
+  per-object index name one object, and a set costs several times its key);
+* ``filed`` (:data:`Filed`): key -> index name -> the values that key was filed under
+  (indexes that gave none left out), so that it can be unfiled without the object
+  (which may have changed since).
 
 Used by :class:`cbop.informers.indexer.Indexer` for its live tables and by
 :class:`cbop.informers.staging.IndexStaging` for the tables of a list being built aside.
@@ -15,7 +18,7 @@ Not thread-safe: the owner holds its lock around every call.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import structlog
@@ -23,31 +26,65 @@ import structlog
 from cbop.informers.indexfuncs import IndexFunc
 from cbop.informers.tombstone import meta_namespace_key
 
-__all__ = ["Filed", "Indices", "file_into", "index_values", "unfile_from"]
+__all__ = [
+    "Bucket",
+    "Filed",
+    "Indices",
+    "bucket_keys",
+    "file_into",
+    "file_key",
+    "index_values",
+    "unfile_from",
+]
 
+#: The keys filed under one index value: one key, or a set of two or more.
+Bucket = str | set[str]
 #: index name -> index value -> keys.
-Indices = dict[str, dict[str, set[str]]]
-#: key -> index name -> values the object was filed under.
-Filed = dict[str, dict[str, list[str]]]
+Indices = dict[str, dict[str, Bucket]]
+#: key -> index name -> values the object was filed under (names with no value left out).
+Filed = dict[str, dict[str, tuple[str, ...]]]
 
 log = structlog.get_logger("cbop.informers")
 
 
-def index_values(name: str, fn: IndexFunc, obj: Mapping[str, Any]) -> list[str]:
+def bucket_keys(bucket: Bucket | None) -> Collection[str]:
+    """Return the keys of an index bucket (``()`` for None), as a collection."""
+    if bucket is None:
+        return ()
+    if isinstance(bucket, str):
+        return (bucket,)
+    return bucket
+
+
+def index_values(name: str, fn: IndexFunc, obj: Mapping[str, Any]) -> tuple[str, ...]:
     """Return the values index function ``fn`` (of index ``name``) files ``obj`` under.
 
-    Repeated values are dropped (first occurrence kept). An index function that raises
-    is logged and the object is filed under no value of that index: a broken index must
-    not break the cache.
+    Repeated values are dropped (first occurrence kept); a tuple, smaller than a list.
+    An index function that raises is logged and the object is filed under no value of
+    that index: a broken index must not break the cache.
     """
     try:
         values = fn(obj)
     except Exception:  # a broken index must not break the cache
         log.exception("index function failed", index=name, key=meta_namespace_key(obj))
-        return []
-    if len(values) <= 1:
-        return values if isinstance(values, list) else list(values)
-    return list(dict.fromkeys(values))
+        return ()
+    if not values:
+        return ()
+    if len(values) == 1:
+        return (values[0],)
+    return tuple(dict.fromkeys(values))
+
+
+def file_key(index: dict[str, Bucket], value: str, key: str) -> None:
+    """File ``key`` under ``value`` in ``index`` (one table of :data:`Indices`)."""
+    keys = index.get(value)
+    if keys is None:
+        index[value] = key
+    elif isinstance(keys, str):
+        if keys != key:
+            index[value] = {keys, key}
+    else:
+        keys.add(key)
 
 
 def file_into(
@@ -63,17 +100,15 @@ def file_into(
     otherwise); the values are recorded in ``filed_by_key[key]``, replacing what it
     held (unfile the key first when it was filed already).
     """
-    filed: dict[str, list[str]] = {}
+    filed: dict[str, tuple[str, ...]] = {}
     for name, fn in index_funcs.items():
         values = index_values(name, fn, obj)
+        if not values:
+            continue
         filed[name] = values
         index = indices[name]
         for value in values:
-            keys = index.get(value)
-            if keys is None:
-                index[value] = {key}
-            else:
-                keys.add(key)
+            file_key(index, value, key)
     filed_by_key[key] = filed
 
 
@@ -89,7 +124,14 @@ def unfile_from(indices: Indices, filed_by_key: Filed, key: str) -> None:
         index = indices[name]
         for value in values:
             keys = index.get(value)
-            if keys is not None:
-                keys.discard(key)
-                if not keys:
+            if keys is None:
+                continue
+            if isinstance(keys, str):
+                if keys == key:
                     del index[value]
+                continue
+            keys.discard(key)
+            if len(keys) == 1:
+                index[value] = next(iter(keys))
+            elif not keys:
+                del index[value]
