@@ -331,3 +331,16 @@ def test_an_index_added_later_files_single_and_shared_values() -> None:
     idx.delete("default/a")
     assert idx.list_index_values("app") == ["web"]
     assert idx.index_count("app", "web") == 1
+
+
+def test_keys_filed_under_no_value_are_unfiled_from_an_index_added_later() -> None:
+    idx = Indexer({"tier": index_by_label("tier")})
+    idx.add(obj("a", labels={"app": "web"}))  # no tier: filed under no value of "tier"
+    idx.add(obj("b", labels={"app": "web", "tier": "front"}))
+    idx.add_indexers({"app": index_by_label("app"), "owner": index_by_controller_uid})
+    assert idx.index_keys("app", "web") == ["default/a", "default/b"]
+    idx.delete("default/a")
+    assert idx.index_keys("app", "web") == ["default/b"]
+    idx.add(obj("b", labels={"app": "db"}, rv="2"))
+    assert idx.list_index_values("app") == ["db"]
+    assert idx.list_index_values("tier") == []

@@ -7,9 +7,10 @@ plain dicts held by their owner:
 * ``indices`` (:data:`Indices`): index name -> index value -> the keys filed under it
   (a :data:`Bucket`: the one key itself, or a set of two or more: most values of a
   per-object index name one object, and a set costs several times its key);
-* ``filed`` (:data:`Filed`): key -> index name -> the values that key was filed under
-  (indexes that gave none left out), so that it can be unfiled without the object
-  (which may have changed since).
+* ``filed`` (:data:`Filed`): key -> the values that key was filed under, one entry per
+  index in the order of ``indices`` (:data:`Filing`: None, the one value, or a tuple),
+  so that it can be unfiled without the object (which may have changed since). A
+  tuple, not a dict of lists: every cached object has one.
 
 Used by :class:`cbop.informers.indexer.Indexer` for its live tables and by
 :class:`cbop.informers.staging.IndexStaging` for the tables of a list being built aside.
@@ -29,10 +30,13 @@ from cbop.informers.tombstone import meta_namespace_key
 __all__ = [
     "Bucket",
     "Filed",
+    "Filing",
     "Indices",
     "bucket_keys",
     "file_into",
     "file_key",
+    "filing_of",
+    "filing_values",
     "index_values",
     "unfile_from",
 ]
@@ -41,10 +45,29 @@ __all__ = [
 Bucket = str | set[str]
 #: index name -> index value -> keys.
 Indices = dict[str, dict[str, Bucket]]
-#: key -> index name -> values the object was filed under (names with no value left out).
-Filed = dict[str, dict[str, tuple[str, ...]]]
+#: The values a key was filed under in one index: none, one, or a tuple of two or more.
+Filing = str | tuple[str, ...] | None
+#: key -> per index, in the order of :data:`Indices`, the values it was filed under
+#: (``()`` when it was filed under none).
+Filed = dict[str, tuple[Filing, ...]]
 
 log = structlog.get_logger("cbop.informers")
+
+
+def filing_values(filing: Filing) -> tuple[str, ...]:
+    """Return the values of one index's :data:`Filing` entry, as a tuple."""
+    if filing is None:
+        return ()
+    if isinstance(filing, str):
+        return (filing,)
+    return filing
+
+
+def filing_of(values: tuple[str, ...]) -> Filing:
+    """Return the :data:`Filing` entry of ``values`` (see :func:`filing_values`)."""
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else values
 
 
 def bucket_keys(bucket: Bucket | None) -> Collection[str]:
@@ -96,20 +119,18 @@ def file_into(
 ) -> None:
     """File ``key`` under the values each of ``index_funcs`` gives for ``obj``.
 
-    ``indices`` must have a table for every name of ``index_funcs`` (``KeyError``
-    otherwise); the values are recorded in ``filed_by_key[key]``, replacing what it
-    held (unfile the key first when it was filed already).
+    ``indices`` must have a table for every name of ``index_funcs``, in the same
+    order (``KeyError`` otherwise); the values are recorded in ``filed_by_key[key]``,
+    replacing what it held (unfile the key first when it was filed already).
     """
-    filed: dict[str, tuple[str, ...]] = {}
+    filed: list[Filing] = []
     for name, fn in index_funcs.items():
         values = index_values(name, fn, obj)
-        if not values:
-            continue
-        filed[name] = values
+        filed.append(filing_of(values))
         index = indices[name]
         for value in values:
             file_key(index, value, key)
-    filed_by_key[key] = filed
+    filed_by_key[key] = tuple(filed) if any(v is not None for v in filed) else ()
 
 
 def unfile_from(indices: Indices, filed_by_key: Filed, key: str) -> None:
@@ -120,9 +141,8 @@ def unfile_from(indices: Indices, filed_by_key: Filed, key: str) -> None:
     filed = filed_by_key.pop(key, None)
     if not filed:
         return
-    for name, values in filed.items():
-        index = indices[name]
-        for value in values:
+    for index, filing in zip(indices.values(), filed, strict=False):
+        for value in filing_values(filing):
             keys = index.get(value)
             if keys is None:
                 continue

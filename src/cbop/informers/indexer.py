@@ -27,6 +27,7 @@ from cbop.informers.filing import (
     bucket_keys,
     file_into,
     file_key,
+    filing_of,
     index_values,
     unfile_from,
 )
@@ -111,8 +112,11 @@ class Indexer:
                 self._indices[name] = index
                 for key, obj in self._items.items():
                     values = index_values(name, fn, obj)
-                    if values:
-                        self._filed.setdefault(key, {})[name] = values
+                    filed = self._filed.get(key, ())
+                    # Pad a key filed under no value so far: entries follow the indexes.
+                    filed += (None,) * (len(self._indices) - 1 - len(filed))
+                    if values or filed:
+                        self._filed[key] = (*filed, filing_of(values))
                     for value in values:
                         file_key(index, value, key)
 
