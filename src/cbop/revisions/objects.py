@@ -14,8 +14,11 @@ reads it from the API server. Pure: no client, no I/O.
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
+
+import cachetools
 
 from cbop.api import (
     ANNOTATION_CONTENT_HASH,
@@ -152,13 +155,42 @@ def strip_revision_content(obj: dict[str, Any]) -> dict[str, Any]:
     transform.
     """
     strip_managed_fields(obj)
-    if content_left_out(obj):
+    revision = content_left_out(obj)
+    if revision:
         obj.pop("data", None)
         obj.pop("binaryData", None)
     meta = obj.get("metadata")
     if isinstance(meta, dict):
         _share_strings(meta)
+        if revision:
+            _share_containers(meta)
     return obj
+
+
+#: Distinct label sets and owner reference lists of revisions shared (two per bundle).
+_SHARED_KEPT: Final = 16_384
+_shared: cachetools.LRUCache[tuple[Any, ...], Any] = cachetools.LRUCache(_SHARED_KEPT)
+_shared_lock = threading.Lock()
+
+
+def _share_containers(meta: dict[str, Any]) -> None:
+    """Make, in place, a revision's labels and owner references the objects its siblings hold.
+
+    The revisions of a bundle carry the same labels and (one) owner reference: one
+    dict and one list serve all of them (cached objects are never changed in place).
+    Recently seen sets are kept in a bounded table; anything not hashable is left as is.
+    """
+    labels = meta.get("labels")
+    refs = meta.get("ownerReferences")
+    try:
+        with _shared_lock:
+            if isinstance(labels, dict):
+                meta["labels"] = _shared.setdefault(("labels", *labels.items()), labels)
+            if isinstance(refs, list) and all(isinstance(r, dict) for r in refs):
+                key = ("refs", *(tuple(r.items()) for r in refs))
+                meta["ownerReferences"] = _shared.setdefault(key, refs)
+    except TypeError:  # an unhashable value: keep this object's own
+        return
 
 
 def _share_strings(meta: dict[str, Any]) -> None:
