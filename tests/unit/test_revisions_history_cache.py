@@ -318,3 +318,15 @@ def test_the_pinned_replicaset_informer_strips_listed_and_watched_objects() -> N
         )
     finally:
         informers.shutdown()
+
+
+def test_replicasets_of_a_deployment_share_their_labels_and_owner_list() -> None:
+    new = strip_history(replicaset("web-new", MAPPING, "new"))
+    old = strip_history(replicaset("web-old", OLD, "old"))
+    assert new["metadata"]["ownerReferences"] is old["metadata"]["ownerReferences"]
+    assert new["metadata"]["labels"] is old["metadata"]["labels"]
+    other = replicaset("api-1", MAPPING, "1")
+    other["metadata"]["ownerReferences"][0].update(name="api", uid="uid-api")
+    stripped = strip_history(other)
+    assert stripped["metadata"]["ownerReferences"][0]["name"] == "api"
+    assert new["metadata"]["ownerReferences"][0]["name"] == "web"

@@ -52,7 +52,7 @@ from cbop.revisions.model import (
     template_metadata,
     valid_pair,
 )
-from cbop.revisions.objects import ownerless_revision
+from cbop.revisions.objects import ownerless_revision, shared_labels, shared_owners
 from cbop.runtime.predicates import UpdatePredicate
 from cbop.runtime.seams import Lister
 
@@ -194,7 +194,7 @@ def _meta(meta: Mapping[str, Any]) -> dict[str, Any]:
         if k.startswith(_OUR_LABELS) and isinstance(v, str)
     }
     if labels:
-        out["labels"] = labels
+        out["labels"] = shared_labels(labels)
     annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k in _OURS}
     if annotations:
         out["annotations"] = annotations
@@ -204,7 +204,7 @@ def _meta(meta: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(ref, Mapping) and ref.get("controller")
     ]
     if owners:
-        out["ownerReferences"] = owners
+        out["ownerReferences"] = shared_owners(owners)
     return out
 
 
@@ -217,7 +217,8 @@ def strip_history(obj: dict[str, Any]) -> dict[str, Any]:
     the annotations :data:`ANNOTATION_REVISIONS` and 0.2.0's digest, and the controller
     owner reference (apiVersion, kind, name, uid, controller). Everything else (the pod
     spec, often most of the object, other labels and annotations, times, status) is
-    dropped; the namespace, label and owner kind strings are interned (``sys.intern``).
+    dropped; the namespace, label and owner kind strings are interned (``sys.intern``),
+    and equal label sets and owner lists are one object (:func:`shared_labels`).
     Applied alike to listed items and watch events (the informer's transform).
     """
     template = {"metadata": _meta(template_metadata(obj))}

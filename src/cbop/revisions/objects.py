@@ -51,6 +51,8 @@ __all__ = [
     "read_back",
     "revision_body",
     "revision_reference",
+    "shared_labels",
+    "shared_owners",
     "strip_revision_content",
     "taken_problem",
 ]
@@ -167,30 +169,51 @@ def strip_revision_content(obj: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
-#: Distinct label sets and owner reference lists of revisions shared (two per bundle).
+#: Distinct label sets and owner reference lists shared among cached objects.
 _SHARED_KEPT: Final = 16_384
 _shared: cachetools.LRUCache[tuple[Any, ...], Any] = cachetools.LRUCache(_SHARED_KEPT)
 _shared_lock = threading.Lock()
 
 
+def shared_labels(labels: dict[str, Any]) -> dict[str, Any]:
+    """Return the dict equal to ``labels`` (or annotations) that other cached objects hold.
+
+    For the transforms of caches whose objects repeat a label set: one dict serves all
+    of them (cached objects are never changed in place). The recently seen sets are
+    kept in a bounded table (:data:`_SHARED_KEPT`); a set with a value that cannot be
+    hashed is returned as is.
+    """
+    try:
+        with _shared_lock:
+            return _shared.setdefault(("labels", *labels.items()), labels)  # type: ignore[no-any-return]
+    except TypeError:
+        return labels
+
+
+def shared_owners(refs: list[Any]) -> list[Any]:
+    """Return the owner reference list equal to ``refs`` that other cached objects hold.
+
+    As :func:`shared_labels`, for ``metadata.ownerReferences`` (a list of dicts).
+    """
+    if not all(isinstance(r, dict) for r in refs):
+        return refs
+    try:
+        with _shared_lock:
+            key = ("refs", *(tuple(r.items()) for r in refs))
+            return _shared.setdefault(key, refs)  # type: ignore[no-any-return]
+    except TypeError:
+        return refs
+
+
 def _share_containers(meta: dict[str, Any]) -> None:
     """Make, in place, a revision's labels and owner references the objects its siblings hold.
 
-    The revisions of a bundle carry the same labels and (one) owner reference: one
-    dict and one list serve all of them (cached objects are never changed in place).
-    Recently seen sets are kept in a bounded table; anything not hashable is left as is.
+    The revisions of a bundle carry the same labels and (one) owner reference.
     """
-    labels = meta.get("labels")
-    refs = meta.get("ownerReferences")
-    try:
-        with _shared_lock:
-            if isinstance(labels, dict):
-                meta["labels"] = _shared.setdefault(("labels", *labels.items()), labels)
-            if isinstance(refs, list) and all(isinstance(r, dict) for r in refs):
-                key = ("refs", *(tuple(r.items()) for r in refs))
-                meta["ownerReferences"] = _shared.setdefault(key, refs)
-    except TypeError:  # an unhashable value: keep this object's own
-        return
+    if isinstance(meta.get("labels"), dict):
+        meta["labels"] = shared_labels(meta["labels"])
+    if isinstance(meta.get("ownerReferences"), list):
+        meta["ownerReferences"] = shared_owners(meta["ownerReferences"])
 
 
 def _share_strings(meta: dict[str, Any]) -> None:
