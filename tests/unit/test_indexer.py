@@ -295,3 +295,52 @@ def test_index_counts_and_keys_follow_the_index_in_every_view() -> None:
     assert sorted(views.index_keys("by-app", "x")) == ["ns1/a2", "ns2/b"]
     with pytest.raises(KeyError):
         one.index_count("nope", "x")
+
+
+def test_a_value_filed_by_one_then_two_then_one_key_answers_alike() -> None:
+    """Index buckets hold one key alone or a set; the answers do not depend on which."""
+    idx = Indexer({"app": index_by_label("app")})
+    idx.add(obj("a", labels={"app": "web"}))
+    assert idx.index_keys("app", "web") == ["default/a"]
+    assert idx.index_count("app", "web") == 1
+    idx.add(obj("b", labels={"app": "web"}))
+    assert idx.index_keys("app", "web") == ["default/a", "default/b"]
+    assert idx.index_count("app", "web") == 2
+    idx.add(obj("a", labels={"app": "web"}, rv="2"))  # filed again under the same value
+    assert idx.index_count("app", "web") == 2
+    idx.delete("default/b")
+    assert [o["metadata"]["name"] for o in idx.by_index("app", "web")] == ["a"]
+    assert idx.index_count("app", "web") == 1
+    idx.add(obj("a", labels={"app": "db"}, rv="3"))
+    assert idx.index_count("app", "web") == 0
+    assert idx.index_keys("app", "web") == []
+    assert idx.list_index_values("app") == ["db"]
+    idx.delete("default/a")
+    assert idx.list_index_values("app") == []
+    assert idx.list_index_values(BY_NAMESPACE) == []
+
+
+def test_an_index_added_later_files_single_and_shared_values() -> None:
+    idx = Indexer()
+    for name, app in (("a", "web"), ("b", "web"), ("c", "db")):
+        idx.add(obj(name, labels={"app": app}))
+    idx.add_indexers({"app": index_by_label("app")})
+    assert idx.index_keys("app", "web") == ["default/a", "default/b"]
+    assert idx.index_keys("app", "db") == ["default/c"]
+    idx.delete("default/c")
+    idx.delete("default/a")
+    assert idx.list_index_values("app") == ["web"]
+    assert idx.index_count("app", "web") == 1
+
+
+def test_keys_filed_under_no_value_are_unfiled_from_an_index_added_later() -> None:
+    idx = Indexer({"tier": index_by_label("tier")})
+    idx.add(obj("a", labels={"app": "web"}))  # no tier: filed under no value of "tier"
+    idx.add(obj("b", labels={"app": "web", "tier": "front"}))
+    idx.add_indexers({"app": index_by_label("app"), "owner": index_by_controller_uid})
+    assert idx.index_keys("app", "web") == ["default/a", "default/b"]
+    idx.delete("default/a")
+    assert idx.index_keys("app", "web") == ["default/b"]
+    idx.add(obj("b", labels={"app": "db"}, rv="2"))
+    assert idx.list_index_values("app") == ["db"]
+    assert idx.list_index_values("tier") == []

@@ -20,7 +20,17 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from cbop.informers.filing import Filed, Indices, file_into, index_values, unfile_from
+from cbop.informers.filing import (
+    Bucket,
+    Filed,
+    Indices,
+    bucket_keys,
+    file_into,
+    file_key,
+    filing_of,
+    index_values,
+    unfile_from,
+)
 from cbop.informers.indexfuncs import IndexFunc, index_by_namespace
 from cbop.informers.mutation import MutationDetector
 from cbop.informers.staging import IndexStaging
@@ -98,13 +108,17 @@ class Indexer:
                     raise ValueError(f"index {name!r} is already defined")
             for name, fn in indexers.items():
                 self._index_funcs[name] = fn
-                index: dict[str, set[str]] = {}
+                index: dict[str, Bucket] = {}
                 self._indices[name] = index
                 for key, obj in self._items.items():
                     values = index_values(name, fn, obj)
-                    self._filed.setdefault(key, {})[name] = values
+                    filed = self._filed.get(key, ())
+                    # Pad a key filed under no value so far: entries follow the indexes.
+                    filed += (None,) * (len(self._indices) - 1 - len(filed))
+                    if values or filed:
+                        self._filed[key] = (*filed, filing_of(values))
                     for value in values:
-                        index.setdefault(value, set()).add(key)
+                        file_key(index, value, key)
 
     def update(self, obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
         """Store ``obj`` under its key (add or replace); return the previous object or None.
@@ -244,7 +258,7 @@ class Indexer:
         with self._lock:
             return list(self._index_funcs)
 
-    def _index(self, index_name: str) -> dict[str, set[str]]:
+    def _index(self, index_name: str) -> dict[str, Bucket]:
         """Return the named index (value -> keys); called with the lock held.
 
         Raises:
@@ -263,7 +277,7 @@ class Indexer:
         """
         with self._lock:
             index = self._index(index_name)
-            return sorted(index.get(value, ()))
+            return sorted(bucket_keys(index.get(value)))
 
     def index_count(self, index_name: str, value: str) -> int:
         """Return how many objects are filed under ``value`` in index ``index_name``.
@@ -275,7 +289,7 @@ class Indexer:
             KeyError: no such index.
         """
         with self._lock:
-            return len(self._index(index_name).get(value, ()))
+            return len(bucket_keys(self._index(index_name).get(value)))
 
     def by_index(self, index_name: str, value: str) -> _Objects:
         """Return the objects filed under ``value`` in index ``index_name`` (key order).
@@ -285,7 +299,7 @@ class Indexer:
         """
         with self._lock:
             index = self._index(index_name)
-            return [self._items[k] for k in sorted(index.get(value, ()))]
+            return [self._items[k] for k in sorted(bucket_keys(index.get(value)))]
 
     def list_index_values(self, index_name: str) -> _Strings:
         """Return the values present in index ``index_name``.
