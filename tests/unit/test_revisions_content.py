@@ -9,7 +9,6 @@ back whole (docs/revisions.md).
 
 from __future__ import annotations
 
-import copy
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -247,24 +246,3 @@ def test_the_shared_informer_strips_revisions_listed_and_watched() -> None:
         assert plain["data"] == {"a": "1"}
     finally:
         informers.shutdown()
-
-
-def test_revisions_of_a_bundle_share_their_labels_and_owner_references() -> None:
-    w = World({"data": {"a": "1"}, "revisions": KEEP2})
-    w.settle()
-    w.set_spec({"data": {"a": "2"}, "revisions": KEEP2})
-    w.settle()
-    served = [o for o in w.kube.tracker.objects(CONFIGMAPS) if o["metadata"]["name"] != "app"]
-    assert len(served) == 2
-    first, second = (strip_revision_content(copy.deepcopy(dict(o))) for o in served)
-    for stripped, whole in zip((first, second), served, strict=True):
-        assert stripped["metadata"]["labels"] == whole["metadata"]["labels"]
-        assert stripped["metadata"]["ownerReferences"] == whole["metadata"]["ownerReferences"]
-    assert first["metadata"]["labels"] is second["metadata"]["labels"]
-    assert first["metadata"]["ownerReferences"] is second["metadata"]["ownerReferences"]
-    plain = strip_revision_content(copy.deepcopy(dict(w.configmap("app"))))
-    assert plain["metadata"]["labels"] is not first["metadata"]["labels"]
-    odd = copy.deepcopy(dict(served[0]))
-    odd["metadata"]["ownerReferences"][0]["extra"] = ["unhashable"]
-    kept = strip_revision_content(odd)
-    assert kept["metadata"]["ownerReferences"][0]["extra"] == ["unhashable"]

@@ -20,17 +20,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from cbop.informers.filing import (
-    Bucket,
-    Filed,
-    Indices,
-    bucket_keys,
-    file_into,
-    file_key,
-    filing_of,
-    index_values,
-    unfile_from,
-)
+from cbop.informers.filing import Filed, Indices, file_into, index_values, unfile_from
 from cbop.informers.indexfuncs import IndexFunc, index_by_namespace
 from cbop.informers.mutation import MutationDetector
 from cbop.informers.staging import IndexStaging
@@ -108,17 +98,13 @@ class Indexer:
                     raise ValueError(f"index {name!r} is already defined")
             for name, fn in indexers.items():
                 self._index_funcs[name] = fn
-                index: dict[str, Bucket] = {}
+                index: dict[str, set[str]] = {}
                 self._indices[name] = index
                 for key, obj in self._items.items():
                     values = index_values(name, fn, obj)
-                    filed = self._filed.get(key, ())
-                    # Pad a key filed under no value so far: entries follow the indexes.
-                    filed += (None,) * (len(self._indices) - 1 - len(filed))
-                    if values or filed:
-                        self._filed[key] = (*filed, filing_of(values))
+                    self._filed.setdefault(key, {})[name] = values
                     for value in values:
-                        file_key(index, value, key)
+                        index.setdefault(value, set()).add(key)
 
     def update(self, obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
         """Store ``obj`` under its key (add or replace); return the previous object or None.
@@ -258,7 +244,7 @@ class Indexer:
         with self._lock:
             return list(self._index_funcs)
 
-    def _index(self, index_name: str) -> dict[str, Bucket]:
+    def _index(self, index_name: str) -> dict[str, set[str]]:
         """Return the named index (value -> keys); called with the lock held.
 
         Raises:
@@ -277,7 +263,7 @@ class Indexer:
         """
         with self._lock:
             index = self._index(index_name)
-            return sorted(bucket_keys(index.get(value)))
+            return sorted(index.get(value, ()))
 
     def index_count(self, index_name: str, value: str) -> int:
         """Return how many objects are filed under ``value`` in index ``index_name``.
@@ -289,7 +275,7 @@ class Indexer:
             KeyError: no such index.
         """
         with self._lock:
-            return len(bucket_keys(self._index(index_name).get(value)))
+            return len(self._index(index_name).get(value, ()))
 
     def by_index(self, index_name: str, value: str) -> _Objects:
         """Return the objects filed under ``value`` in index ``index_name`` (key order).
@@ -299,7 +285,7 @@ class Indexer:
         """
         with self._lock:
             index = self._index(index_name)
-            return [self._items[k] for k in sorted(bucket_keys(index.get(value)))]
+            return [self._items[k] for k in sorted(index.get(value, ()))]
 
     def list_index_values(self, index_name: str) -> _Strings:
         """Return the values present in index ``index_name``.

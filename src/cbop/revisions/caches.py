@@ -7,9 +7,8 @@ pod (docs/revisions.md). The rollout labels every template it pins
 label to the ReplicaSets, ControllerRevisions and pods of that template, so their
 informers select them on the server (:data:`cbop.revisions.model.PINNED_SELECTOR`):
 cbop caches none of the others. Each cached object also goes through a transform that
-keeps only what is read here (:func:`strip_history`, :func:`strip_pod`: names, the
-controller owner reference, cbop's labels and annotations of the object and its
-template, the ConfigMap names of a pod spec).
+keeps only what is read here (:func:`strip_history`, :func:`strip_pod`: the
+metadata, the template's labels and annotations, the ConfigMap names of a pod spec).
 
 This module owns those informers' index functions and transforms, :class:`History`
 (the listers, and the questions the bundle asks of them), and the map functions that
@@ -19,7 +18,6 @@ concerned. Lookups only: no API call.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
@@ -52,7 +50,7 @@ from cbop.revisions.model import (
     template_metadata,
     valid_pair,
 )
-from cbop.revisions.objects import ownerless_revision, shared_labels, shared_owners
+from cbop.revisions.objects import ownerless_revision
 from cbop.runtime.predicates import UpdatePredicate
 from cbop.runtime.seams import Lister
 
@@ -167,59 +165,36 @@ def index_by_revision_of(configmap: Mapping[str, Any]) -> list[str]:
     return [key_of(meta.get("namespace"), label)]
 
 
-_META_KEPT: Final = ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp")
+_META_KEPT: Final = (
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "labels",
+    "ownerReferences",
+)
 _OURS: Final = (ANNOTATION_REVISIONS, LEGACY_DIGEST_ANNOTATION)
-#: The prefix of the labels kept (:data:`cbop.revisions.model.LABEL_PINNED`, the
-#: informers' selector, among them).
-_OUR_LABELS: Final = "cbop.dev/"
-_OWNER_KEPT: Final = ("apiVersion", "kind", "name", "uid", "controller")
-
-
-def _owner(ref: Mapping[str, Any]) -> dict[str, Any]:
-    out = {k: ref[k] for k in _OWNER_KEPT if k in ref}
-    for k in ("apiVersion", "kind"):
-        if isinstance(out.get(k), str):
-            out[k] = sys.intern(out[k])
-    return out
 
 
 def _meta(meta: Mapping[str, Any]) -> dict[str, Any]:
-    """Return the metadata a reader of the history uses, shared strings interned."""
     out = {k: meta[k] for k in _META_KEPT if k in meta}
-    if isinstance(out.get("namespace"), str):
-        out["namespace"] = sys.intern(out["namespace"])
-    labels = {
-        sys.intern(k): sys.intern(v)
-        for k, v in (meta.get("labels") or {}).items()
-        if k.startswith(_OUR_LABELS) and isinstance(v, str)
-    }
-    if labels:
-        out["labels"] = shared_labels(labels)
     annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k in _OURS}
     if annotations:
         out["annotations"] = annotations
-    owners = [
-        _owner(ref)
-        for ref in meta.get("ownerReferences") or ()
-        if isinstance(ref, Mapping) and ref.get("controller")
-    ]
-    if owners:
-        out["ownerReferences"] = shared_owners(owners)
     return out
 
 
 def strip_history(obj: dict[str, Any]) -> dict[str, Any]:
     """Transform of the ReplicaSet and ControllerRevision informers: keep what is read.
 
-    Of the object's metadata and of its template's (in the place it has in the object:
-    ``spec.template`` of a ReplicaSet, ``data.spec.template`` of a ControllerRevision):
-    name, namespace, uid, resourceVersion, deletionTimestamp, the ``cbop.dev/`` labels,
-    the annotations :data:`ANNOTATION_REVISIONS` and 0.2.0's digest, and the controller
-    owner reference (apiVersion, kind, name, uid, controller). Everything else (the pod
-    spec, often most of the object, other labels and annotations, times, status) is
-    dropped; the namespace, label and owner kind strings are interned (``sys.intern``),
-    and equal label sets and owner lists are one object (:func:`shared_labels`).
-    Applied alike to listed items and watch events (the informer's transform).
+    The metadata (names, owner references, labels, times) and the template's metadata
+    (its labels, and of its annotations :data:`ANNOTATION_REVISIONS` and
+    ``cbop.dev/config-hash``), in the place it has in the object: ``spec.template`` of
+    a ReplicaSet, ``data.spec.template`` of a ControllerRevision. The pod spec, often
+    most of the object, is dropped.
     """
     template = {"metadata": _meta(template_metadata(obj))}
     out: dict[str, Any] = {"metadata": _meta(obj.get("metadata") or {})}

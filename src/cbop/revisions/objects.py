@@ -14,11 +14,8 @@ reads it from the API server. Pure: no client, no I/O.
 from __future__ import annotations
 
 import sys
-import threading
 from collections.abc import Mapping
-from typing import Any, Final, Protocol
-
-import cachetools
+from typing import Any, Protocol
 
 from cbop.api import (
     ANNOTATION_CONTENT_HASH,
@@ -51,8 +48,6 @@ __all__ = [
     "read_back",
     "revision_body",
     "revision_reference",
-    "shared_labels",
-    "shared_owners",
     "strip_revision_content",
     "taken_problem",
 ]
@@ -157,63 +152,13 @@ def strip_revision_content(obj: dict[str, Any]) -> dict[str, Any]:
     transform.
     """
     strip_managed_fields(obj)
-    revision = content_left_out(obj)
-    if revision:
+    if content_left_out(obj):
         obj.pop("data", None)
         obj.pop("binaryData", None)
     meta = obj.get("metadata")
     if isinstance(meta, dict):
         _share_strings(meta)
-        if revision:
-            _share_containers(meta)
     return obj
-
-
-#: Distinct label sets and owner reference lists shared among cached objects.
-_SHARED_KEPT: Final = 16_384
-_shared: cachetools.LRUCache[tuple[Any, ...], Any] = cachetools.LRUCache(_SHARED_KEPT)
-_shared_lock = threading.Lock()
-
-
-def shared_labels(labels: dict[str, Any]) -> dict[str, Any]:
-    """Return the dict equal to ``labels`` (or annotations) that other cached objects hold.
-
-    For the transforms of caches whose objects repeat a label set: one dict serves all
-    of them (cached objects are never changed in place). The recently seen sets are
-    kept in a bounded table (:data:`_SHARED_KEPT`); a set with a value that cannot be
-    hashed is returned as is.
-    """
-    try:
-        with _shared_lock:
-            return _shared.setdefault(("labels", *labels.items()), labels)  # type: ignore[no-any-return]
-    except TypeError:
-        return labels
-
-
-def shared_owners(refs: list[Any]) -> list[Any]:
-    """Return the owner reference list equal to ``refs`` that other cached objects hold.
-
-    As :func:`shared_labels`, for ``metadata.ownerReferences`` (a list of dicts).
-    """
-    if not all(isinstance(r, dict) for r in refs):
-        return refs
-    try:
-        with _shared_lock:
-            key = ("refs", *(tuple(r.items()) for r in refs))
-            return _shared.setdefault(key, refs)  # type: ignore[no-any-return]
-    except TypeError:
-        return refs
-
-
-def _share_containers(meta: dict[str, Any]) -> None:
-    """Make, in place, a revision's labels and owner references the objects its siblings hold.
-
-    The revisions of a bundle carry the same labels and (one) owner reference.
-    """
-    if isinstance(meta.get("labels"), dict):
-        meta["labels"] = shared_labels(meta["labels"])
-    if isinstance(meta.get("ownerReferences"), list):
-        meta["ownerReferences"] = shared_owners(meta["ownerReferences"])
 
 
 def _share_strings(meta: dict[str, Any]) -> None:
