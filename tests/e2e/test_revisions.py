@@ -8,10 +8,6 @@
   an older one nothing names is deleted by cbop, one that another object also owns
   (as a 0.2.0 ReplicaSet did) keeps the bundle's reference and is deleted by cbop once
   kube-controller-manager's garbage collector has removed that owner's.
-- cbop caches revisions without their content: one that lost its owner references is
-  held again by a patch, its content intact; one a pinned ReplicaSet names and that was
-  deleted by hand is made again from another bundle's revision of the same content,
-  read with one GET (``cbop_revision_content_reads_total``).
 - The CRD refuses ``keep`` outside 1..20 and a ``configMapName`` too long for the
   revision suffix at admission; a bundle whose own name is too long (which a rule on
   ``spec`` cannot see) is reported ``Ready=False``, reason ``InvalidSpec``, naming the
@@ -30,8 +26,7 @@ import pytest
 
 from cbop.api import content_hash
 from cbop.api.revisions import LABEL_REVISION_OF, revision_name
-from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, REPLICASETS, ApiError, KubeClient
-from cbop.revisions.model import ANNOTATION_REVISIONS, LABEL_PINNED, format_mapping
+from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, ApiError, KubeClient
 
 from .harness import Operator, bundle, ready, set_spec, wait_for
 
@@ -278,98 +273,6 @@ def test_a_revision_left_with_no_owner_is_deleted_by_its_bundle(
     )
     wait_for(lambda: _gone(kube, namespace, _revision(c1)), 30, message="c1 collected")
     assert _names(kube, namespace) == {"web-conf", "holder", _revision(c2)}
-
-
-def test_a_revision_that_lost_its_owner_references_is_held_again_with_its_content(
-    kube: KubeClient, namespace: str, cbop: Callable[..., Operator]
-) -> None:
-    cbop("--revision-grace", GRACE)
-    keep2 = {"enabled": True, "keep": 2}
-    c1, c2 = {"v": "1"}, {"v": "2"}
-    spec: dict[str, Any] = {"configMapName": "web-conf", "data": c1, "revisions": keep2}
-    kube.create(CONFIGBUNDLES, namespace, bundle("web", spec))
-    wait_for(lambda: _status_revision(kube, namespace, "web", _revision(c1)), 30, message="c1")
-    set_spec(kube, namespace, "web", {**spec, "data": c2})
-    wait_for(lambda: _status_revision(kube, namespace, "web", _revision(c2)), 30, message="c2")
-    kube.patch(
-        CONFIGMAPS,
-        namespace,
-        _revision(c1),
-        [{"op": "replace", "path": "/metadata/ownerReferences", "value": []}],
-        patch_type="json",
-    )
-
-    def held() -> bool:
-        refs = kube.get(CONFIGMAPS, namespace, _revision(c1))["metadata"].get("ownerReferences")
-        return [r["name"] for r in refs or ()] == ["web"]
-
-    wait_for(held, 30, message="c1 held again")
-    revision = kube.get(CONFIGMAPS, namespace, _revision(c1))
-    assert revision["data"] == c1
-    assert revision["immutable"] is True
-
-
-def _pinned_replicaset(name: str, mapping: dict[str, str]) -> dict[str, Any]:
-    """A ReplicaSet of no pods whose template names ``mapping`` (as the rollout pins it)."""
-    labels = {"app": name, LABEL_PINNED: "true"}
-    return {
-        "metadata": {"name": name, "labels": labels},
-        "spec": {
-            "replicas": 0,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {
-                    "labels": labels,
-                    "annotations": {ANNOTATION_REVISIONS: format_mapping(mapping)},
-                },
-                "spec": {"containers": [{"name": "app", "image": "busybox"}]},
-            },
-        },
-    }
-
-
-def test_a_named_revision_is_made_again_from_another_bundles_revision_read_by_one_get(
-    kube: KubeClient, namespace: str, cbop: Callable[..., Operator]
-) -> None:
-    op = cbop("--revision-grace", GRACE)
-    keep2 = {"enabled": True, "keep": 2}
-    c1, c2, c3 = {"v": "1"}, {"v": "2"}, {"v": "3"}
-    web: dict[str, Any] = {"configMapName": "web-conf", "data": c1, "revisions": keep2}
-    other: dict[str, Any] = {"configMapName": "other-conf", "data": c1, "revisions": keep2}
-    kube.create(CONFIGBUNDLES, namespace, bundle("web", web))
-    kube.create(CONFIGBUNDLES, namespace, bundle("other", other))
-    gone, source = _revision(c1), _revision(c1, "other-conf")
-    wait_for(lambda: _status_revision(kube, namespace, "web", gone), 30, message="web c1")
-    wait_for(lambda: _status_revision(kube, namespace, "other", source), 30, message="other c1")
-    # Only other's older revision holds c1 now: the plain ConfigMaps hold c2 and c3.
-    set_spec(kube, namespace, "web", {**web, "data": c2})
-    set_spec(kube, namespace, "other", {**other, "data": c3})
-    wait_for(lambda: _status_revision(kube, namespace, "web", _revision(c2)), 30, message="c2")
-    wait_for(
-        lambda: _status_revision(kube, namespace, "other", _revision(c3, "other-conf")),
-        30,
-        message="c3",
-    )
-    kube.create(REPLICASETS, namespace, _pinned_replicaset("web-1", {"web-conf": gone}))
-    reads = "cbop_revision_content_reads_total{}"
-    assert op.metrics()[reads] == 0
-    uid = kube.get(CONFIGMAPS, namespace, gone)["metadata"]["uid"]
-    kube.delete(CONFIGMAPS, namespace, gone)
-
-    def made_again() -> bool:
-        try:
-            return bool(kube.get(CONFIGMAPS, namespace, gone)["metadata"]["uid"] != uid)
-        except ApiError as err:
-            if err.is_not_found:
-                return False
-            raise
-
-    wait_for(made_again, 30, message="the revision made again")
-    made = kube.get(CONFIGMAPS, namespace, gone)
-    assert made["data"] == c1
-    assert made["immutable"] is True
-    assert made["metadata"]["labels"][LABEL_REVISION_OF] == "web"
-    assert op.metrics()[reads] == 1
 
 
 @pytest.mark.parametrize("keep", [0, 21], ids=["keep-0", "keep-21"])

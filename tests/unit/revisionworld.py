@@ -4,8 +4,7 @@ As the other act-layer tests: the reconcile is called directly, its caches synce
 the fake server's tracker between reconciles (the watch caught up), and the recorded
 API actions compared with the expected ones. The caches of what names revisions
 (pinned ReplicaSets, ControllerRevisions, pods, opted-in workloads) are filled from the
-tracker too, through the same index functions and transforms cbop's informers use (the
-managed ConfigMaps' as well: revisions without their content).
+tracker too, through the same index functions and transforms cbop's informers use.
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ from cbop.kube import (
     PODS,
     REPLICASETS,
 )
-from cbop.metrics.controller import ConfigMapWriteMetrics
 from cbop.revisions.caches import (
     HISTORY_INDEXERS,
     POD_INDEXERS,
@@ -39,7 +37,6 @@ from cbop.revisions.caches import (
     strip_pod,
 )
 from cbop.revisions.model import ANNOTATION_REVISIONS, LABEL_PINNED, format_mapping
-from cbop.revisions.objects import strip_revision_content
 from cbop.revisions.policy import PolicyCheck
 from cbop.runtime.events import EventRecorder
 from cbop_testing.clock import FakeClock
@@ -85,7 +82,6 @@ class World:
         rollout: whether the rollout runs.
         listed: whether the history's caches have listed their collections (default:
             always).
-        observer: the reconciler's metrics (default: none).
         **kw: the bundle's metadata (:func:`cbop_testing.objects.bundle`).
     """
 
@@ -98,7 +94,6 @@ class World:
         history: bool = True,
         rollout: bool = True,
         listed: Callable[[], bool] = lambda: True,
-        observer: ConfigMapWriteMetrics | None = None,
         **kw: Any,
     ) -> None:
         # The server's clock (creationTimestamp), also the grace's: stepped by changes.
@@ -138,7 +133,6 @@ class World:
             bundles=self.bundles,
             configmaps=self.configmaps,
             recorder=self.recorder,
-            observer=observer,
             now=lambda: NOW,
             dry_run=dry_run,
             history=self.history,
@@ -152,10 +146,7 @@ class World:
     def sync(self) -> None:
         """Make every cache hold what the server stores (pinned objects through the transforms)."""
         self.bundles.sync(self.kube.tracker, CONFIGBUNDLES)
-        self.configmaps.indexer.replace(
-            [strip_revision_content(dict(o)) for o in self.kube.tracker.objects(CONFIGMAPS)],
-            self.kube.tracker.resource_version,
-        )
+        self.configmaps.sync(self.kube.tracker, CONFIGMAPS)
         for lister, resource, strip in (
             (self.replicasets, REPLICASETS, strip_history),
             (self.controllerrevisions, CONTROLLERREVISIONS, strip_history),

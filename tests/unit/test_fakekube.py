@@ -235,27 +235,6 @@ def test_patches_merge_json_and_strategic() -> None:
     assert stale.value.is_conflict
 
 
-def test_an_immutable_configmap_keeps_its_content_and_takes_metadata_changes() -> None:
-    """As kube-apiserver's update validation: content and ``immutable`` stay, metadata not."""
-    kube = FakeKube()
-    stored = kube.create(CONFIGMAPS, "demo", {**cm("a", k="1"), "immutable": True})
-    for body in (
-        {**stored, "data": {}},  # a PUT of the object without its content
-        {**stored, "data": {"k": "2"}},
-        {**stored, "immutable": False},
-    ):
-        with pytest.raises(ApiError) as refused:
-            kube.update(CONFIGMAPS, "demo", "a", body)
-        assert refused.value.is_invalid
-        assert "field is immutable when `immutable` is set" in refused.value.message
-    with pytest.raises(ApiError) as patched:
-        kube.patch(CONFIGMAPS, "demo", "a", {"binaryData": {"b": "AA=="}})
-    assert patched.value.is_invalid
-    labelled = kube.patch(CONFIGMAPS, "demo", "a", {"metadata": {"labels": {"x": "y"}}})
-    assert labelled["metadata"]["labels"] == {"x": "y"}
-    assert labelled["data"] == {"k": "1"}
-
-
 def test_apply_conflicts_with_other_owners_unless_forced() -> None:
     kube = FakeKube(ObjectTracker(write_managed_fields=True))
     kube.create(CONFIGMAPS, "demo", cm("a", k="1"), field_manager="kubectl")

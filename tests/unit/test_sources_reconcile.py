@@ -55,9 +55,6 @@ class Counts:
     def drift_corrected(self) -> None:
         self.drift += 1
 
-    def revision_content_read(self) -> None:
-        self.writes.append("revision content read")
-
 
 class Harness:
     """A fake API server, caches synced from it on demand, and one reconciler."""

@@ -38,9 +38,6 @@ class Observer:
     def drift_corrected(self) -> None:
         self.drifts += 1
 
-    def revision_content_read(self) -> None:
-        self.writes.append("revision content read")
-
 
 class Setup:
     def __init__(self, b: dict[str, Any] | None = None, *, dry_run: bool = False) -> None:

@@ -61,7 +61,6 @@ from cbop.revisions.caches import (
     revision_owners,
 )
 from cbop.revisions.model import PINNED_SELECTOR
-from cbop.revisions.objects import strip_revision_content
 from cbop.revisions.policy import PolicyCheck
 from cbop.runtime import Builder, Controller, Reads, Scope, reconcile_context
 from cbop.runtime.definition import (
@@ -248,11 +247,9 @@ def new_reconciler(
     return Reconciler(
         client=client,
         bundles=informers.lister(CONFIGBUNDLES, indexers=_BUNDLE_INDEXERS),
-        # Revisions are cached without their content (read by a GET where copied).
         configmaps=informers.lister(
             CONFIGMAPS,
             label_selector=MANAGED_SELECTOR,
-            transform=strip_revision_content,
             indexers={
                 CONTROLLER_UID_INDEX: index_by_controller_uid,
                 REVISION_OF_INDEX: index_by_revision_of,
@@ -345,9 +342,7 @@ def setup(
         secrets=secrets,
     )
     bundles = scope.lister(CONFIGBUNDLES, indexers=_BUNDLE_INDEXERS)
-    configmaps = scope.lister(
-        CONFIGMAPS, label_selector=MANAGED_SELECTOR, transform=strip_revision_content
-    )
+    configmaps = scope.lister(CONFIGMAPS, label_selector=MANAGED_SELECTOR)
     builder = (
         Builder(scope, CONTROLLER_NAME)
         .for_(CONFIGBUNDLES, converged=is_converged)

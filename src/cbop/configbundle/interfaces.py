@@ -60,10 +60,6 @@ class Observer(Protocol):
         """Count one ConfigMap (or Secret) restored after a change made outside cbop."""
         ...
 
-    def revision_content_read(self) -> None:
-        """Count one GET of a revision's content (cached without it), whatever its answer."""
-        ...
-
 
 class _NoObserver:
     """The default :class:`Observer`: counts nothing."""
@@ -75,9 +71,6 @@ class _NoObserver:
         """Do nothing."""
 
     def drift_corrected(self) -> None:
-        """Do nothing."""
-
-    def revision_content_read(self) -> None:
         """Do nothing."""
 
 

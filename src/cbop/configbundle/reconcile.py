@@ -231,7 +231,6 @@ class Reconciler:
             policy=pin_policy,
             recorder=recorder,
             count=self._reporter.count,
-            count_read=self._reporter.count_read,
             event=self._reporter.event,
             field_manager=field_manager,
             conflict_recheck=conflict_recheck,

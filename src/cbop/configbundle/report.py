@@ -97,11 +97,6 @@ class StatusReporter:
         else:
             self._observer.configmap_write(operation)
 
-    def count_read(self) -> None:
-        """Count one GET of a revision's content (:meth:`Observer.revision_content_read`)."""
-        if not self._dry_run:
-            self._observer.revision_content_read()
-
     def record(self, bundle: Mapping[str, Any], decision: Decision) -> None:
         """Record the Event of the action ``decision`` carried out (and count a drift)."""
         action = decision.action

@@ -156,8 +156,7 @@ class ConfigMapWriteMetrics:
 
     ``cbop_secret_writes_total{operation}`` and ``cbop_drift_corrections_total`` too.
     Implements the ConfigBundle reconciler's observer hooks (``configmap_write``,
-    ``secret_write``, ``drift_corrected``, ``revision_content_read``). No label names an
-    object.
+    ``secret_write``, ``drift_corrected``). No label names an object.
 
     Args:
         registry: where to register; one per registry.
@@ -186,11 +185,6 @@ class ConfigMapWriteMetrics:
             "ConfigMaps and Secrets restored after a change made outside cbop (edit or delete)",
             registry=registry,
         )
-        self._revision_reads = Counter(
-            "cbop_revision_content_reads",
-            "GETs of a revision's content (cached without it) to make a deleted revision again",
-            registry=registry,
-        )
 
     def configmap_write(self, operation: str) -> None:
         """Count one ConfigMap write (create, update or delete)."""
@@ -205,10 +199,6 @@ class ConfigMapWriteMetrics:
     def drift_corrected(self) -> None:
         """Count one drift correction."""
         self._drift_corrections.inc()
-
-    def revision_content_read(self) -> None:
-        """Count one GET of a revision's content."""
-        self._revision_reads.inc()
 
 
 class BundleReadinessCollector(Collector):

@@ -62,14 +62,12 @@ from cbop.revisions.objects import (
     Content,
     body_from,
     bundle_label,
-    content_left_out,
     held_by,
-    hold_again,
     is_revision_of,
     owned_by,
     ownerless_revision,
-    read_back,
     revision_body,
+    revision_reference,
     taken_problem,
 )
 from cbop.revisions.policy import PolicyCheck
@@ -161,7 +159,6 @@ class BundleRevisions:
         policy: the pin policy's presence (None: not looked at).
         recorder: where the Events on workloads go (None: none).
         count: ``fn(operation)``, one ConfigMap write counted (create, update, delete).
-        count_read: ``fn()``, one GET of a revision's content counted.
         event: ``fn(bundle, type, reason, message, routine=)``, an Event on the bundle.
         field_manager: the field manager of the writes.
         conflict_recheck: seconds between rechecks of a revision name taken by a
@@ -180,7 +177,6 @@ class BundleRevisions:
         policy: PolicyCheck | None = None,
         recorder: EventSink | None = None,
         count: Callable[[str], None] = lambda operation: None,
-        count_read: Callable[[], None] = lambda: None,
         event: Callable[..., None] = lambda *args, **kwargs: None,
         field_manager: str = "cbop",
         conflict_recheck: float = 15.0,
@@ -203,7 +199,6 @@ class BundleRevisions:
             else None
         )
         self._count = count
-        self._count_read = count_read
         self._event = event
         self._field_manager = field_manager
         self._conflict_recheck = conflict_recheck
@@ -506,38 +501,19 @@ class BundleRevisions:
         """Make again each revision a template names that is gone and whose content is at hand.
 
         The content is at hand when a revision of the namespace (any bundle's) or the
-        plain ConfigMap holds the content hash the name carries (:meth:`_content_of`).
-        Returns the names made. Raises ApiError or ConnectionFailed as :meth:`keep`.
+        plain ConfigMap holds the content hash the name carries. Returns the names made.
         """
         made: list[str] = []
         namespace = desired.namespace
         for name in self._missing(namespace, desired.name, self._cached(namespace, label)):
-            if name == revision_name(desired.name, desired.content_hash):
-                continue  # the current revision: :meth:`keep` makes it
             source = self._source_of(namespace, name[len(desired.name) + 1 :])
-            content = None if source is None else self._content_of(source)
-            if content is None:
+            if source is None:
                 continue
-            body = body_from(bundle, desired, name, label, content)
+            body = body_from(bundle, desired, name, label, source)
             if self._create(bundle, name, body) is True:
                 log.info("revision made again", configmap=name)
                 made.append(name)
         return made
-
-    def _content_of(self, source: Mapping[str, Any]) -> Mapping[str, Any] | None:
-        """Return ``source`` (a cached ConfigMap of cbop's) with its content, or None if gone.
-
-        ``source`` itself when cached whole; a revision, cached without its content,
-        as one GET reads it (:func:`read_back`).
-
-        Raises:
-            ApiError, ConnectionFailed: the GET failed in a way a retry may fix.
-        """
-        if not content_left_out(source):
-            return source
-        self._count_read()
-        meta = source["metadata"]
-        return read_back(source, self._fresh(meta["namespace"], meta["name"]))
 
     def _source_of(self, namespace: str, head: str) -> Mapping[str, Any] | None:
         """Return a ConfigMap of cbop's in ``namespace`` whose content hash begins with ``head``."""
@@ -559,16 +535,20 @@ class BundleRevisions:
     def _own_again(self, bundle: Mapping[str, Any], current: Mapping[str, Any]) -> bool:
         """Put the bundle's owner reference back on a revision that lost it.
 
-        One JSON merge patch of ``metadata.ownerReferences`` carrying the revision's
-        resourceVersion (a precondition, as an update's): the cached revision has no
-        content (:func:`cbop.revisions.objects.strip_revision_content`), and the whole
-        object is never written back. A lost race (409) or a revision deleted meanwhile
-        (404) is left to the next reconcile, which the revision's watch event brings.
+        One update carrying the revision's resourceVersion; a lost race (409) or a
+        revision deleted meanwhile (404) is left to the next reconcile, which the
+        revision's watch event brings.
         """
-        namespace, name, patch = hold_again(current, bundle)
+        meta = dict(current["metadata"])
+        meta.pop("managedFields", None)
+        meta["ownerReferences"] = [*(meta.get("ownerReferences") or ()), revision_reference(bundle)]
         try:
-            self._client.patch(
-                CONFIGMAPS, namespace, name, patch, field_manager=self._field_manager
+            self._client.update(
+                CONFIGMAPS,
+                meta["namespace"],
+                meta["name"],
+                {**current, "metadata": meta},
+                field_manager=self._field_manager,
             )
         except ApiError as err:
             if err.is_conflict or err.is_not_found:

@@ -5,15 +5,11 @@ it), the label :data:`cbop.api.revisions.LABEL_REVISION_OF`, the content hash
 annotation, and one owner reference, to its bundle, that is not a controller reference
 (:func:`revision_reference`): it goes with its bundle, and stays out of what cbop does
 with the ConfigMaps a bundle controls. Nothing else ever adds an owner reference to it.
-Its name ends in the head of its content hash, so its content decides nothing on the
-common path: the managed-ConfigMap cache keeps revisions without it
-(:func:`strip_revision_content`), and the rare path that copies a revision's content
-reads it from the API server. Pure: no client, no I/O.
+Pure: no client, no I/O.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -27,28 +23,21 @@ from cbop.api import (
     LABEL_MANAGED_BY,
     MANAGED_BY_VALUE,
     Reason,
-    content_hash,
-    decode_binary,
     encode_binary,
     is_bundle_reference,
 )
-from cbop.api.revisions import LABEL_REVISION_OF, REVISION_HASH_DIGITS
-from cbop.informers import strip_managed_fields
+from cbop.api.revisions import LABEL_REVISION_OF
 
 __all__ = [
     "Content",
     "body_from",
     "bundle_label",
-    "content_left_out",
     "held_by",
-    "hold_again",
     "is_revision_of",
     "owned_by",
     "ownerless_revision",
-    "read_back",
     "revision_body",
     "revision_reference",
-    "strip_revision_content",
     "taken_problem",
 ]
 
@@ -110,105 +99,6 @@ def ownerless_revision(configmap: Mapping[str, Any]) -> bool:
     )
 
 
-def content_left_out(configmap: Mapping[str, Any]) -> bool:
-    """Whether the managed-ConfigMap cache keeps ``configmap`` without its content.
-
-    True for a revision as cbop makes it: cbop's ``managed-by`` label, the
-    ``revision-of`` label, the content hash annotation, ``immutable: true``, no
-    controller owner reference (a plain ConfigMap always has one, to its bundle), and a
-    name ending in ``-`` and the first :data:`cbop.api.revisions.REVISION_HASH_DIGITS`
-    hex digits of that hash. Such an object's ``data`` and ``binaryData`` never change
-    and its name says which they are; anything else is cached whole.
-    """
-    meta = configmap.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    content = (meta.get("annotations") or {}).get(ANNOTATION_CONTENT_HASH)
-    if not (
-        isinstance(content, str)
-        and content.startswith("sha256:")
-        and configmap.get("immutable") is True
-        and labels.get(LABEL_MANAGED_BY) == MANAGED_BY_VALUE
-        and isinstance(labels.get(LABEL_REVISION_OF), str)
-    ):
-        return False
-    head = content[len("sha256:") : len("sha256:") + REVISION_HASH_DIGITS]
-    if len(head) != REVISION_HASH_DIGITS or not str(meta.get("name", "")).endswith(f"-{head}"):
-        return False
-    return not any(r.get("controller") for r in meta.get("ownerReferences") or ())
-
-
-def strip_revision_content(obj: dict[str, Any]) -> dict[str, Any]:
-    """Drop, in place, what no reader of the managed-ConfigMap cache needs; return ``obj``.
-
-    As client-go's ``SetTransform``, applied to listed objects and watch events alike:
-    ``metadata.managedFields`` of every object (the default transform,
-    :func:`cbop.informers.strip_managed_fields`), and ``data`` and ``binaryData`` of a
-    revision (:func:`content_left_out`). A cached revision therefore carries no content
-    whatever its content is: its readers look at names, labels, the content hash
-    annotation and owner references; the content is read with a GET where a revision
-    is copied (``BundleRevisions``). The strings a bundle's ConfigMaps repeat (the
-    namespace, labels, owner references, creation time, content hash) are interned
-    (``sys.intern``), one object for all of them. The managed-ConfigMap informer's
-    transform.
-    """
-    strip_managed_fields(obj)
-    if content_left_out(obj):
-        obj.pop("data", None)
-        obj.pop("binaryData", None)
-    meta = obj.get("metadata")
-    if isinstance(meta, dict):
-        _share_strings(meta)
-    return obj
-
-
-def _share_strings(meta: dict[str, Any]) -> None:
-    """Intern, in place, the strings of ``meta`` that a bundle's ConfigMaps repeat."""
-    for name in ("namespace", "creationTimestamp"):
-        value = meta.get(name)
-        if isinstance(value, str):
-            meta[name] = sys.intern(value)
-    labels = meta.get("labels")
-    if isinstance(labels, dict):
-        meta["labels"] = {k: _interned(v) for k, v in labels.items()}
-    annotations = meta.get("annotations")
-    if isinstance(annotations, dict) and ANNOTATION_CONTENT_HASH in annotations:
-        annotations[ANNOTATION_CONTENT_HASH] = _interned(annotations[ANNOTATION_CONTENT_HASH])
-    refs = meta.get("ownerReferences")
-    if isinstance(refs, list):
-        meta["ownerReferences"] = [
-            {k: _interned(v) for k, v in ref.items()} if isinstance(ref, dict) else ref
-            for ref in refs
-        ]
-
-
-def _interned(value: Any) -> Any:
-    return sys.intern(value) if type(value) is str else value
-
-
-def read_back(
-    cached: Mapping[str, Any], fresh: Mapping[str, Any] | None
-) -> Mapping[str, Any] | None:
-    """Return ``fresh``, a GET of revision ``cached`` (cached without content), if still it.
-
-    The same UID and content hash annotation, and a content (``data``, ``binaryData``)
-    that hashes to it; None when the GET found nothing (``fresh`` None) or another
-    object under the name: its content is then not at hand.
-    """
-    if fresh is None:
-        return None
-    meta, fresh_meta = cached.get("metadata") or {}, fresh.get("metadata") or {}
-    want = (meta.get("annotations") or {}).get(ANNOTATION_CONTENT_HASH)
-    binary = decode_binary(fresh.get("binaryData"))
-    if (
-        fresh_meta.get("uid") != meta.get("uid")
-        or (fresh_meta.get("annotations") or {}).get(ANNOTATION_CONTENT_HASH) != want
-        or binary is None
-        or content_hash(fresh.get("data") or {}, binary) != want
-    ):
-        return None
-    return fresh
-
-
 def owned_by(configmap: Mapping[str, Any], bundle: Mapping[str, Any]) -> bool:
     """Whether ``configmap`` carries an owner reference to ``bundle`` (any kind of reference)."""
     uid = bundle["metadata"]["uid"]
@@ -229,23 +119,6 @@ def held_by(configmap: Mapping[str, Any], bundle: Mapping[str, Any]) -> bool:
     if any(r.get("uid") == uid and r.get("controller") for r in refs):
         return False
     return any(r.get("uid") == uid and is_bundle_reference(r) for r in refs)
-
-
-def hold_again(
-    revision: Mapping[str, Any], bundle: Mapping[str, Any]
-) -> tuple[str, str, dict[str, Any]]:
-    """Return ``(namespace, name, patch)``, the merge patch holding ``revision`` again.
-
-    A JSON merge patch that puts the bundle's reference back: it sets
-    ``metadata.ownerReferences`` to the cached ones plus :func:`revision_reference`,
-    and carries the cached resourceVersion: a precondition,
-    as an update's (409 when the revision changed meanwhile). Only the owner references
-    are written: the cached revision has no content (:func:`strip_revision_content`).
-    """
-    meta = revision["metadata"]
-    refs = [*(meta.get("ownerReferences") or ()), revision_reference(bundle)]
-    patch = {"metadata": {"resourceVersion": meta["resourceVersion"], "ownerReferences": refs}}
-    return meta["namespace"], meta["name"], patch
 
 
 def is_revision_of(configmap: Mapping[str, Any], content_hash: str, label: str) -> bool:

@@ -28,7 +28,6 @@ from cbop.kube import (
     Resource,
 )
 from cbop.metrics.rollout import RolloutMetrics
-from cbop.revisions.objects import strip_revision_content
 from cbop.rollout import (
     INDEXERS,
     ROLLOUT_SELECTOR,
@@ -147,10 +146,7 @@ def setup(
     Raises:
         ValueError: the scope has a controller of one of these names already.
     """
-    # The ConfigBundle controller's informer (revisions cached without their content).
-    configmaps = scope.lister(
-        CONFIGMAPS, label_selector=MANAGED_SELECTOR, transform=strip_revision_content
-    )
+    configmaps = scope.lister(CONFIGMAPS, label_selector=MANAGED_SELECTOR)
     served = secrets or SecretsScope()
     namespaces = served.informer_namespaces(scope.informers.scopes)
     reads = None

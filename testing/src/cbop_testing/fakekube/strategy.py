@@ -26,7 +26,6 @@ __all__ = [
     "rfc3339",
     "same_object",
     "validate_create",
-    "validate_immutable",
 ]
 
 #: Metadata an update keeps from the stored object, whatever its body says.
@@ -127,26 +126,6 @@ def prepare_update(
         else:
             new.pop("status", None)
     return new
-
-
-def validate_immutable(res: Resource, current: Mapping[str, Any], new: Mapping[str, Any]) -> None:
-    """Refuse a write that changes the content of an immutable ConfigMap or Secret.
-
-    As kube-apiserver's ConfigMap and Secret update validation: once ``immutable`` is
-    true, ``immutable`` stays true and ``data`` and ``binaryData`` (a Secret's
-    ``data``) stay as stored.
-
-    Raises:
-        ApiError: 422 Invalid, each changed field ``Forbidden``.
-    """
-    if res.kind not in ("ConfigMap", "Secret") or current.get("immutable") is not True:
-        return
-    forbidden = "Forbidden: field is immutable when `immutable` is set"
-    causes = [("immutable", forbidden)] if new.get("immutable") is not True else []
-    fields = ("data", "binaryData") if res.kind == "ConfigMap" else ("data",)
-    causes += [(f, forbidden) for f in fields if (new.get(f) or {}) != (current.get(f) or {})]
-    if causes:
-        raise errors.invalid(res.kind, str(current["metadata"]["name"]), causes)
 
 
 def same_object(new: Mapping[str, Any], current: Mapping[str, Any]) -> bool:

@@ -59,7 +59,6 @@ from cbop_testing.fakekube.strategy import (
     rfc3339,
     same_object,
     validate_create,
-    validate_immutable,
 )
 from cbop_testing.fakekube.watch import FakeWatch
 
@@ -471,8 +470,6 @@ class ObjectTracker:
         meta_now = current["metadata"]
         has_status = self.has_status_subresource(res)
         new = prepare_update(current, body, subresource, has_status=has_status)
-        if subresource is None:
-            validate_immutable(res, current, new)
         key = self._storage.key(res, meta_now.get("namespace"), meta_now["name"])
         owners = ownership if ownership is not None else self._storage.ownership(res, key).copy()
         if record_fields:
