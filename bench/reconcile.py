@@ -33,12 +33,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from bench.quietlog import quiet_operator_logging
 from cbop.api import Reason, parse_spec
 from cbop.configbundle import Action, Reconciler
 from cbop.configbundle.decision import decide
 from cbop.configbundle.status import compute_status
 from cbop.kube.codec import decode_body, encode_body
-from cbop.logconfig import configure_logging
 from cbop.runtime.events import EventRecorder
 
 NOW = datetime.datetime(2026, 12, 1, tzinfo=datetime.UTC)
@@ -225,12 +225,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--repeat", type=int, default=3, help="runs; the best counts")
     parser.add_argument("--profile", help="write a cProfile of one pass to this file")
     args = parser.parse_args(argv)
-    # The operator's logging, its handler writing to /dev/null (kept open for the run).
-    stderr, sys.stderr = sys.stderr, open(os.devnull, "w")  # noqa: SIM115
-    try:
-        configure_logging("info", "json")
-    finally:
-        sys.stderr = stderr
+    quiet_operator_logging()
     got = run(args.bundles, args.passes, args.repeat, args.profile)
     created = run_create(args.bundles, args.repeat, args.profile)
     print(f"Python {sys.version.split()[0]}, load average {os.getloadavg()[0]:.2f}")

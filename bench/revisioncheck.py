@@ -27,19 +27,18 @@ from __future__ import annotations
 import argparse
 import cProfile
 import datetime
-import os
 import pstats
 import sys
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from bench.quietlog import quiet_operator_logging
 from cbop.api import content_hash
 from cbop.api.revisions import revision_name
 from cbop.configbundle import Reconciler
 from cbop.informers import CONTROLLER_UID_INDEX, index_by_controller_uid
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS
-from cbop.logconfig import configure_logging
 from cbop.revisions import bundle as bundle_module
 from cbop.revisions import caches, model, verify
 from cbop.revisions.caches import (
@@ -246,12 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--profile", metavar="FILE")
     args = parser.parse_args(argv)
-    # The operator's logging, its handler writing to /dev/null (kept open for the run).
-    stderr, sys.stderr = sys.stderr, open(os.devnull, "w")  # noqa: SIM115
-    try:
-        configure_logging("info", "json")
-    finally:
-        sys.stderr = stderr
+    quiet_operator_logging()
     world = S12World(args.bundles, args.workloads, args.revisions)
     print(
         f"{args.bundles} bundles, {args.workloads} Deployments, {world.holders()} holders "

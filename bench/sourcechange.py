@@ -45,6 +45,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from bench.quietlog import quiet_operator_logging
 from cbop.configbundle import Reconciler
 from cbop.configbundle.controller import (
     SECRET_SOURCE_PREFIX,
@@ -54,7 +55,6 @@ from cbop.configbundle.controller import (
 )
 from cbop.informers import CONTROLLER_UID_INDEX, index_by_controller_uid
 from cbop.kube import CONFIGBUNDLES, CONFIGMAPS, SECRETS, Resource
-from cbop.logconfig import configure_logging
 from cbop.secretaccess import DigestKey, SecretsScope
 from cbop_testing.fakekube import CacheLister, FakeKube
 
@@ -293,11 +293,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--profile", help="write a cProfile of one change to this file")
     parser.add_argument("--thin", action="store_true", help="writes answered by a stand-in")
     args = parser.parse_args(argv)
-    stderr, sys.stderr = sys.stderr, open(os.devnull, "w")  # noqa: SIM115
-    try:
-        configure_logging("info", "json")
-    finally:
-        sys.stderr = stderr
+    quiet_operator_logging()
     world = World(args.bundles, args.merge, args.secrets)
     world.converge()
     runs, by_pass = [], []
