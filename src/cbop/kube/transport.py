@@ -259,21 +259,24 @@ class Transport:
                 if timeout is not None
                 else None
             )
-            for attempt in (1, 2):
-                try:
-                    raw = pool.request(
-                        m,
-                        url,
-                        body=body,
-                        headers=header_params,
-                        timeout=deadline,
-                        preload_content=False,
-                    )
-                    return k8s_rest.RESTResponse(raw)
-                except urllib3.exceptions.HTTPError as exc:
-                    if attempt == 2 or m != "GET" or not closed_before_answer(exc):
-                        raise
-            raise AssertionError("unreachable")  # pragma: no cover
+
+            def send() -> Any:
+                return pool.request(
+                    m,
+                    url,
+                    body=body,
+                    headers=header_params,
+                    timeout=deadline,
+                    preload_content=False,
+                )
+
+            try:
+                raw = send()
+            except urllib3.exceptions.HTTPError as exc:
+                if m != "GET" or not closed_before_answer(exc):
+                    raise
+                raw = send()  # once: a second failure is the caller's
+            return k8s_rest.RESTResponse(raw)
         except (*TRANSPORT_ERRORS, ApiException) as exc:
             self._recorder.record(verb, resource, 0, self._clock.now() - start)
             raise connection_failed(exc, f"{method} {path}") from exc
