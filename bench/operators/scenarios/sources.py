@@ -298,12 +298,7 @@ def _converge(
         pairs,
         bench.s.loader_threads,
     )
-    complete = watcher.wait_all(keys, 600)
-    last = watcher.last_seen(keys)
-    rec["converge"] = {
-        "complete": complete,
-        "seconds": (last - t0) if last is not None else float("nan"),
-    }
+    rec["converge"] = _reached(watcher, keys, t0)
     log(f"S10 {name}: {len(keys)} bundles converged in {rec['converge']['seconds']:.2f} s")
     wait_api_quiet(kube, quiet=3.0, timeout=180)
     return rec
@@ -405,6 +400,14 @@ def _peer(bench: Bench, watcher: Watcher, sizes: Options) -> dict[str, Any]:
     return rec
 
 
+def _reached(watcher: Watcher, keys: list[str], t0: float) -> dict[str, Any]:
+    """Wait (600 s at most) until every key of ``keys`` is seen; whether all were
+    (``complete``) and the seconds from ``t0`` to the last one seen (NaN: none)."""
+    complete = watcher.wait_all(keys, 600)
+    last = watcher.last_seen(keys)
+    return {"complete": complete, "seconds": (last - t0) if last is not None else float("nan")}
+
+
 def _variant(
     bench: Bench,
     watcher: Watcher,
@@ -441,12 +444,7 @@ def _variant(
         list(enumerate(pairs)),
         bench.s.loader_threads,
     )
-    complete = watcher.wait_all(keys, 600)
-    last = watcher.last_seen(keys)
-    rec["update"] = {
-        "complete": complete,
-        "seconds": (last - t0) if last is not None else float("nan"),
-    }
+    rec["update"] = _reached(watcher, keys, t0)
     log(f"S10 cbop: {len(keys)} bundles now merge={variant}: {rec['update']['seconds']:.2f} s")
     wait_api_quiet(kube, quiet=3.0, timeout=180)
     rec["change"] = _change(bench, watcher, keys, "cbop", op, value=value, done=done)
